@@ -1,0 +1,48 @@
+#include "actors/tensor.h"
+
+#include <sstream>
+
+namespace actorflow {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat64: return 8;
+    case DType::kInt8: return 1;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kUInt8: return 1;
+    default: return 0;
+  }
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kInt8: return "int8";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kUInt8: return "uint8";
+    default: return "invalid";
+  }
+}
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeToString(const Shape& shape) {
+  std::ostringstream out;
+  out << "(";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) out << ",";
+  out << ")";
+  return out.str();
+}
+
+std::string TensorDesc::ToString() const { return std::string(DTypeName(dtype)) + ShapeToString(shape); }
+
+}  // namespace actorflow

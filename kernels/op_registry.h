@@ -1,0 +1,121 @@
+// The op registry: every op type's definition (inputs, outputs, attributes, shape/dtype
+// inference, SBP signatures, gradient rule) and its CPU kernel. One file per op family
+// (kernels/<family>.cc) fills it through Register<Family>Ops(); all_ops.cc lists them.
+// The compiler (graph/) reads the registry; the runtime never sees it (it gets KernelFn).
+//
+// Thread-safety: the registry is filled once by RegisterAllOps() (idempotent, thread-safe)
+// and read-only afterwards.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/kernel.h"
+#include "actors/status.h"
+#include "actors/tensor.h"
+
+namespace actorflow {
+
+using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>>;
+
+// Op attributes by name. Getters return an InvalidArgument Status that names the attribute
+// when it is missing or of the wrong kind; the *Or forms return a default when missing.
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<const std::string, AttrValue>> init) : values_(init) {}
+  void Set(const std::string& name, AttrValue value) { values_[name] = std::move(value); }
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  const std::map<std::string, AttrValue>& values() const { return values_; }
+
+  StatusOr<int64_t> GetInt(const std::string& name) const;
+  StatusOr<double> GetFloat(const std::string& name) const;  // accepts an int too
+  StatusOr<bool> GetBool(const std::string& name) const;
+  StatusOr<std::string> GetString(const std::string& name) const;
+  StatusOr<std::vector<int64_t>> GetInts(const std::string& name) const;
+  StatusOr<std::vector<double>> GetFloats(const std::string& name) const;
+  int64_t GetIntOr(const std::string& name, int64_t fallback) const;
+  double GetFloatOr(const std::string& name, double fallback) const;
+  bool GetBoolOr(const std::string& name, bool fallback) const;
+  std::string GetStringOr(const std::string& name, const std::string& fallback) const;
+
+ private:
+  std::map<std::string, AttrValue> values_;
+};
+
+// Shape/dtype inference: fill `outputs` from `inputs` and `attrs`, or return an error
+// saying what was expected and what came (the compiler adds op name and source line).
+struct InferContext {
+  std::vector<TensorDesc> inputs;
+  Attrs attrs;
+  std::vector<TensorDesc> outputs;  // to fill, one per OpDef::output_names (or more if variadic)
+};
+
+struct KernelInit {
+  std::vector<TensorDesc> inputs;
+  std::vector<TensorDesc> outputs;
+  Attrs attrs;
+  int num_threads = 1;  // intra-op threads this kernel may use
+};
+
+// The autodiff pass's view of one forward op while its gradient rule runs. Tensor references
+// are strings "op_name/output_name". Implemented by graph/.
+class GradBuilder {
+ public:
+  virtual ~GradBuilder() = default;
+  virtual const std::string& op_name() const = 0;
+  virtual const Attrs& attrs() const = 0;
+  virtual int num_inputs() const = 0;
+  virtual int num_outputs() const = 0;
+  virtual std::string input(int i) const = 0;
+  virtual std::string output(int i) const = 0;
+  // Gradient of the loss with respect to output i, or "" when no gradient flows there.
+  virtual std::string output_grad(int i) const = 0;
+  virtual const TensorDesc& input_desc(int i) const = 0;
+  virtual const TensorDesc& output_desc(int i) const = 0;
+  virtual bool needs_input_grad(int i) const = 0;
+  // Adds an op (name derived from the forward op's); returns its output references.
+  virtual StatusOr<std::vector<std::string>> AddOp(const std::string& type, const std::vector<std::string>& inputs,
+                                                   const Attrs& attrs) = 0;
+  virtual void SetInputGrad(int i, const std::string& grad_ref) = 0;
+
+  // Convenience for single-output ops.
+  StatusOr<std::string> AddOp1(const std::string& type, const std::vector<std::string>& inputs, const Attrs& attrs = {});
+};
+
+struct OpDef {
+  std::string type;
+  std::vector<std::string> input_names;
+  std::vector<std::string> output_names;
+  bool variadic_inputs = false;     // e.g. concat: any number of inputs named input_names[0]_i
+  std::vector<int> mutable_inputs;  // inputs written in place (optimizer updates, moving stats)
+  std::function<Status(InferContext&)> infer;
+  std::function<StatusOr<KernelFn>(const KernelInit&)> make_cpu_kernel;
+  std::function<Status(GradBuilder&)> grad;  // empty: not differentiable
+  // SBP signatures, declared now, used by the parallelism pass later; e.g. "S(0),B->S(0)".
+  std::vector<std::string> sbp_signatures;
+  std::string doc;  // one line: what it computes, with shape letters
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& Global();
+  void Register(OpDef def);
+  // NotFound naming the type (and listing near matches) if unknown.
+  StatusOr<const OpDef*> Find(const std::string& type) const;
+  std::vector<std::string> Types() const;
+
+ private:
+  std::map<std::string, OpDef> defs_;
+};
+
+// Fills OpRegistry::Global() with every op family once.
+void RegisterAllOps();
+
+// Builds the CPU kernel of a registered op (runs inference-independent validation too).
+StatusOr<KernelFn> MakeCpuKernel(const std::string& type, const KernelInit& init);
+
+}  // namespace actorflow

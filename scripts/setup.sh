@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian packages actorflow needs, only those missing. Idempotent.
+# Usage: scripts/setup.sh [--test]   (--test adds what the tests need, e.g. chromium)
+set -euo pipefail
+
+packages=(
+  build-essential cmake ccache pkg-config
+  libcaf-dev libprotobuf-dev protobuf-compiler libboost-dev
+  pybind11-dev python3-dev python3-pybind11
+  libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libopenblas-dev
+  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+  python3-numpy python3-pytest python3-tqdm python3-matplotlib
+  graphviz dataset-fashion-mnist
+)
+if [[ "${1:-}" == "--test" || "${1:-}" == "--bench" ]]; then
+  packages+=(chromium)
+fi
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [[ "$(id -u)" != "0" ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
