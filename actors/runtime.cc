@@ -1,0 +1,406 @@
+#include "actors/runtime.h"
+
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "actors/task_state.h"
+#include "graph/proto/plan.pb.h"
+
+namespace actorflow {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+size_t AlignUp(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+TensorDesc DescOf(const plan::BlobDesc& blob) {
+  TensorDesc desc;
+  desc.shape.assign(blob.shape().begin(), blob.shape().end());
+  desc.dtype = static_cast<DType>(blob.dtype());
+  return desc;
+}
+
+int DefaultThreads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 2 : static_cast<int>(n);
+}
+
+}  // namespace
+
+class Runtime::Impl : public RuntimeCore {
+ public:
+  Impl(const plan::Plan& plan, RuntimeHooks hooks, RuntimeOptions options)
+      : plan_(plan), hooks_(std::move(hooks)), options_(options) {}
+
+  ~Impl() override { Shutdown(); }
+
+  Status Instantiate();
+  StatusOr<int64_t> Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                         Completion done);
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    drained_.wait(lock, [&] { return in_flight_.empty(); });
+  }
+  void Shutdown();
+
+  // RuntimeCore
+  void ReleaseSourceRegister(int task_index, int reg) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      states_[task_index]->outputs()[0].free_registers.push_back(reg);
+    }
+    source_free_.notify_all();
+  }
+  void RecordError(int64_t iteration, const Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_flight_.find(iteration);
+    if (it != in_flight_.end() && it->second.status.ok()) it->second.status = status;
+  }
+  const std::vector<TensorView>* CallerOutputs(int64_t iteration) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_flight_.find(iteration);
+    return it == in_flight_.end() ? nullptr : &it->second.outputs;  // node-stable until completion
+  }
+  Status NamedSink(const std::string& name, int64_t iteration, const std::vector<TensorView>& blobs) override {
+    if (!hooks_.sink_handler) return FailedPrecondition("no sink handler for sink '" + name + "'");
+    return hooks_.sink_handler(name, iteration, blobs);
+  }
+  void SinkDelivered(int64_t iteration) override;
+  void ActorFinished() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++finished_actors_;
+    finished_cv_.notify_all();
+  }
+
+  std::vector<TensorDesc> input_descs, output_descs;
+
+ private:
+  struct Iteration {
+    std::vector<TensorView> outputs;
+    Completion done;
+    int sinks_remaining = 0;
+    bool finished = false;
+    Status status;
+  };
+
+  const plan::Plan plan_;
+  RuntimeHooks hooks_;
+  RuntimeOptions options_;
+  std::unique_ptr<caf::actor_system_config> config_;
+  std::unique_ptr<caf::actor_system> system_;
+  std::vector<std::unique_ptr<TaskState>> states_;
+  std::vector<caf::actor> actors_;
+  std::vector<void*> allocations_;
+  std::vector<int> sources_;  // task index by feed_index
+  std::vector<int> roots_;    // non-source tasks without inputs: ticked by the host
+  int num_sinks_ = 0;
+
+  std::mutex push_mu_;  // serializes Push so iterations enter the sources in order
+  std::mutex mu_;       // guards everything below and the sources' free pools
+  std::condition_variable source_free_, drained_, finished_cv_;
+  std::map<int64_t, Iteration> in_flight_;
+  int64_t next_iteration_ = 0;
+  bool delivering_ = false;
+  bool shut_down_ = false;
+  int finished_actors_ = 0;
+};
+
+Status Runtime::Impl::Instantiate() {
+  const int n = plan_.tasks_size();
+  std::unordered_map<int64_t, int> index_of;
+  for (int i = 0; i < n; ++i) {
+    if (!index_of.emplace(plan_.tasks(i).id(), i).second)
+      return InvalidArgument("plan: duplicate task id " + std::to_string(plan_.tasks(i).id()));
+  }
+  int main_sinks = 0;
+  for (int i = 0; i < n; ++i) {
+    const plan::Task& task = plan_.tasks(i);
+    auto state = std::make_unique<TaskState>(task, i, this, options_.observer);
+    for (const plan::RegisterDesc& reg : task.registers()) {
+      OutputSlots out;
+      out.register_num = task.kind() == plan::VARIABLE ? 1 : std::max(1, reg.register_num());
+      size_t bytes = 0;
+      for (const plan::BlobDesc& blob : reg.blobs()) {
+        TensorDesc desc = DescOf(blob);
+        if (desc.byte_size() != static_cast<size_t>(blob.byte_size()) && blob.byte_size() != 0)
+          return InvalidArgument("plan: task '" + task.name() + "' blob '" + blob.name() + "' declares " +
+                                 std::to_string(blob.byte_size()) + " bytes but " + desc.ToString() + " needs " +
+                                 std::to_string(desc.byte_size()));
+        out.blob_offsets.push_back(bytes);
+        bytes += AlignUp(desc.byte_size());
+        out.blob_descs.push_back(std::move(desc));
+      }
+      for (int r = 0; r < out.register_num; ++r) {
+        char* memory = nullptr;
+        if (task.kind() == plan::VARIABLE) {
+          if (!hooks_.variable_buffer) return InvalidArgument("plan has variable '" + task.name() + "' but no variable_buffer hook");
+          AF_ASSIGN_OR_RETURN(void* buffer, hooks_.variable_buffer(task));
+          memory = static_cast<char*>(buffer);
+        } else if (bytes > 0) {
+          memory = static_cast<char*>(std::aligned_alloc(kAlignment, bytes));
+          if (memory == nullptr) return Internal("out of memory allocating registers of '" + task.name() + "'");
+          std::memset(memory, 0, bytes);
+          allocations_.push_back(memory);
+        }
+        out.register_memory.push_back(memory);
+        out.free_registers.push_back(out.register_num - 1 - r);
+      }
+      out.pending_acks.assign(out.register_num, 0);
+      state->outputs().push_back(std::move(out));
+    }
+    switch (task.kind()) {
+      case plan::SOURCE:
+        if (task.registers_size() != 1 || task.registers(0).blobs_size() != 1)
+          return InvalidArgument("plan: source '" + task.name() + "' must produce one register with one blob");
+        if (task.feed_index() >= static_cast<int>(sources_.size())) sources_.resize(task.feed_index() + 1, -1);
+        sources_[task.feed_index()] = i;
+        break;
+      case plan::COMPUTE: {
+        if (!hooks_.make_kernel) return InvalidArgument("plan has compute tasks but no make_kernel hook");
+        auto kernel = hooks_.make_kernel(task);
+        if (!kernel.ok())
+          return kernel.status().WithContext("building kernel of op '" + task.name() + "' (" + task.op_type() + ")" +
+                                             (task.source_location().empty() ? "" : " at " + task.source_location()));
+        state->set_kernel(std::move(kernel).value());
+        break;
+      }
+      case plan::SINK:
+        ++num_sinks_;
+        if (task.sink_name().empty()) ++main_sinks;
+        break;
+      case plan::VARIABLE:
+        if (task.registers_size() != 1) return InvalidArgument("plan: variable '" + task.name() + "' must have one register");
+        break;
+      default:
+        return InvalidArgument("plan: task '" + task.name() + "' has no kind");
+    }
+    states_.push_back(std::move(state));
+  }
+  if (main_sinks != 1)
+    return InvalidArgument("plan must have exactly one main sink (sink_name \"\"), found " + std::to_string(main_sinks));
+  for (size_t k = 0; k < sources_.size(); ++k)
+    if (sources_[k] < 0) return InvalidArgument("plan: no source for feed " + std::to_string(k));
+
+  // Wire inputs: one in-edge per (producer, register); data inputs refer to blobs of it.
+  for (int i = 0; i < n; ++i) {
+    const plan::Task& task = plan_.tasks(i);
+    TaskState& state = *states_[i];
+    std::map<std::pair<int, int>, int> edge_of;
+    for (const plan::InputDesc& input : task.inputs()) {
+      auto it = index_of.find(input.producer_task_id());
+      if (it == index_of.end())
+        return InvalidArgument("plan: task '" + task.name() + "' reads unknown task " + std::to_string(input.producer_task_id()));
+      int p = it->second;
+      TaskState& producer = *states_[p];
+      if (input.producer_register() < 0 || input.producer_register() >= static_cast<int>(producer.outputs().size()))
+        return InvalidArgument("plan: task '" + task.name() + "' reads register " + std::to_string(input.producer_register()) +
+                               " of '" + producer.task().name() + "', which has " + std::to_string(producer.outputs().size()));
+      auto key = std::make_pair(p, input.producer_register());
+      auto found = edge_of.find(key);
+      int edge;
+      if (found == edge_of.end()) {
+        edge = static_cast<int>(state.in_edges().size());
+        edge_of.emplace(key, edge);
+        InputSlots slots;
+        slots.producer_index = p;
+        slots.producer_output = input.producer_register();
+        slots.producer_slots = &producer.outputs()[input.producer_register()];
+        slots.ring.resize(slots.producer_slots->register_num);
+        state.in_edges().push_back(std::move(slots));
+        producer.outputs()[input.producer_register()].consumers.push_back(OutputSlots::Consumer{i, edge, caf::actor()});
+      } else {
+        edge = found->second;
+      }
+      if (!input.control()) {
+        const OutputSlots& slots = producer.outputs()[input.producer_register()];
+        if (input.blob_index() < 0 || input.blob_index() >= static_cast<int>(slots.blob_descs.size()))
+          return InvalidArgument("plan: task '" + task.name() + "' reads blob " + std::to_string(input.blob_index()) +
+                                 " of a register of '" + producer.task().name() + "'");
+        state.data_inputs().push_back(DataInput{edge, input.blob_index()});
+      }
+    }
+    if (task.kind() == plan::SINK && task.sink_name().empty()) {
+      for (const DataInput& d : state.data_inputs())
+        output_descs.push_back(state.in_edges()[d.in_edge].producer_slots->blob_descs[d.blob_index]);
+    }
+    if (state.is_root() && task.kind() != plan::SOURCE) roots_.push_back(i);
+  }
+  for (int s : sources_) input_descs.push_back(states_[s]->outputs()[0].blob_descs[0]);
+  for (auto& state : states_) state->FinishSetup();
+
+  int threads = options_.num_threads > 0 ? options_.num_threads : DefaultThreads();
+  int workers = options_.num_workers > 0 ? options_.num_workers : threads;
+  config_ = std::make_unique<caf::actor_system_config>();
+  config_->set("scheduler.max-threads", static_cast<size_t>(workers));
+  // CAF's default polling adds latency between actors; poll aggressively, then sleep.
+  config_->set("work-stealing.moderate-poll-attempts", static_cast<size_t>(0));
+  config_->set("logger.console", caf::atom("none"));
+  system_ = std::make_unique<caf::actor_system>(*config_);
+  for (auto& state : states_) actors_.push_back(system_->spawn(TaskActor, state.get()));
+  // Handles are set before any message flows; the spawn/enqueue of the first message orders
+  // these writes before the actors read them.
+  for (auto& state : states_) {
+    for (InputSlots& in : state->in_edges()) in.producer = actors_[in.producer_index];
+    for (OutputSlots& out : state->outputs())
+      for (OutputSlots::Consumer& c : out.consumers) c.actor = actors_[c.task_index];
+  }
+  if (options_.observer != nullptr) options_.observer->OnPlan(plan_);
+  return Status::Ok();
+}
+
+StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                                      Completion done) {
+  if (inputs.size() != sources_.size())
+    return InvalidArgument("expected " + std::to_string(sources_.size()) + " inputs, got " + std::to_string(inputs.size()));
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].desc != input_descs[k])
+      return InvalidArgument("input " + std::to_string(k) + " ('" + states_[sources_[k]]->task().name() + "'): expected " +
+                             input_descs[k].ToString() + ", got " + inputs[k].desc.ToString());
+    if (inputs[k].data == nullptr && input_descs[k].byte_size() > 0)
+      return InvalidArgument("input " + std::to_string(k) + " has no data");
+  }
+  if (outputs.size() != output_descs.size())
+    return InvalidArgument("expected " + std::to_string(output_descs.size()) + " output buffers, got " +
+                           std::to_string(outputs.size()));
+  for (size_t k = 0; k < outputs.size(); ++k)
+    if (outputs[k].desc != output_descs[k])
+      return InvalidArgument("output " + std::to_string(k) + ": expected " + output_descs[k].ToString() + ", got " +
+                             outputs[k].desc.ToString());
+
+  std::lock_guard<std::mutex> push_lock(push_mu_);
+  std::vector<int> regs(sources_.size());
+  int64_t iteration;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    // Backpressure reaches the caller: wait until every source has a free register.
+    source_free_.wait(lock, [&] {
+      if (shut_down_) return true;
+      for (int s : sources_)
+        if (states_[s]->outputs()[0].free_registers.empty()) return false;
+      return true;
+    });
+    if (shut_down_) return FailedPrecondition("runtime is shut down");
+    for (size_t k = 0; k < sources_.size(); ++k) {
+      auto& pool = states_[sources_[k]]->outputs()[0].free_registers;
+      regs[k] = pool.back();
+      pool.pop_back();
+    }
+    iteration = next_iteration_++;
+    Iteration& record = in_flight_[iteration];
+    record.outputs = outputs;
+    record.done = std::move(done);
+    record.sinks_remaining = num_sinks_;
+  }
+  for (size_t k = 0; k < sources_.size(); ++k) {
+    const OutputSlots& out = states_[sources_[k]]->outputs()[0];
+    std::memcpy(out.blob(regs[k], 0), inputs[k].data, inputs[k].byte_size());
+    caf::anon_send(actors_[sources_[k]], fill_atom::value, regs[k], iteration);
+  }
+  for (int r : roots_) caf::anon_send(actors_[r], tick_atom::value, iteration);
+  return iteration;
+}
+
+// Completions run in iteration order, outside the lock (a completion may Push again); one
+// thread at a time delivers, others just mark their iteration finished.
+void Runtime::Impl::SinkDelivered(int64_t iteration) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Iteration& record = in_flight_[iteration];
+  if (--record.sinks_remaining > 0) return;
+  record.finished = true;
+  if (delivering_) return;
+  delivering_ = true;
+  while (!in_flight_.empty() && in_flight_.begin()->second.finished) {
+    auto node = in_flight_.extract(in_flight_.begin());
+    lock.unlock();
+    if (node.mapped().done) node.mapped().done(node.key(), node.mapped().status);
+    lock.lock();
+  }
+  delivering_ = false;
+  if (in_flight_.empty()) drained_.notify_all();
+}
+
+void Runtime::Impl::Shutdown() {
+  if (!system_) {
+    for (void* p : allocations_) std::free(p);
+    allocations_.clear();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> push_lock(push_mu_);
+    Drain();
+    std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
+  }
+  source_free_.notify_all();
+  // End of stream enters at the roots and flows downstream; each actor quits once its
+  // registers are all back.
+  for (size_t i = 0; i < states_.size(); ++i)
+    if (states_[i]->is_root()) caf::anon_send(actors_[i], eos_atom::value, -1);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    bool all = finished_cv_.wait_for(lock, std::chrono::seconds(30),
+                                     [&] { return finished_actors_ == static_cast<int>(states_.size()); });
+    if (!all)
+      for (auto& actor : actors_) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
+  actors_.clear();
+  for (auto& state : states_) {
+    for (InputSlots& in : state->in_edges()) in.producer = caf::actor();
+    for (OutputSlots& out : state->outputs())
+      for (auto& c : out.consumers) c.actor = caf::actor();
+  }
+  system_.reset();  // waits for every actor to be done
+  config_.reset();
+  states_.clear();
+  for (void* p : allocations_) std::free(p);
+  allocations_.clear();
+}
+
+// ---- Runtime ----
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::~Runtime() = default;
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const plan::Plan& plan, RuntimeHooks hooks, RuntimeOptions options) {
+  auto impl = std::make_unique<Impl>(plan, std::move(hooks), options);
+  Status status = impl->Instantiate();
+  if (!status.ok()) return status.WithContext("instantiating plan '" + plan.job_name() + "'");
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+StatusOr<int64_t> Runtime::Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                                Completion done) {
+  return impl_->Push(inputs, outputs, std::move(done));
+}
+
+Status Runtime::Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  Status result;
+  auto pushed = impl_->Push(inputs, outputs, [&](int64_t, const Status& status) {
+    std::lock_guard<std::mutex> lock(mu);
+    result = status;
+    finished = true;
+    cv.notify_all();
+  });
+  if (!pushed.ok()) return pushed.status();
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return finished; });
+  return result;
+}
+
+void Runtime::Drain() { impl_->Drain(); }
+const std::vector<TensorDesc>& Runtime::input_descs() const { return impl_->input_descs; }
+const std::vector<TensorDesc>& Runtime::output_descs() const { return impl_->output_descs; }
+
+}  // namespace actorflow

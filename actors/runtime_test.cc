@@ -1,0 +1,337 @@
+// Runtime behaviour through the embedding API (and raw plans where the API has no word for
+// it: variables, control edges). Every test is bounded by ctest's TIMEOUT; none waits forever.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "actorflow/pipeline.h"
+#include "actors/runtime.h"
+#include "actors/trace_recorder.h"
+#include "graph/proto/plan.pb.h"
+
+namespace actorflow {
+namespace {
+
+const TensorDesc kScalar{{1}, DType::kFloat32};
+
+TensorView View(float* x) { return TensorView{x, kScalar}; }
+
+StageFn AddConstant(float c, std::chrono::microseconds delay = std::chrono::microseconds(0)) {
+  return [c, delay](const StageArgs& a) {
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    float sum = c;
+    for (const TensorView& in : a.inputs) sum += *in.as<float>();
+    *a.outputs[0].as<float>() = sum;
+    return Status::Ok();
+  };
+}
+
+TEST(Runtime, ChainComputesAndDeliversInOrder) {
+  Pipeline p;
+  Port x = p.AddInput("x", kScalar);
+  Port a = p.AddStage("a", {x}, {kScalar}, AddConstant(1));
+  Port b = p.AddStage("b", {a}, {kScalar}, AddConstant(10));
+  p.SetOutputs({b});
+  ASSERT_TRUE(p.Start().ok());
+  constexpr int kN = 200;
+  std::vector<float> in(kN), out(kN, -1);
+  std::vector<int64_t> order;
+  std::mutex mu;
+  for (int i = 0; i < kN; ++i) {
+    in[i] = static_cast<float>(i);
+    auto pushed = p.Push({View(&in[i])}, {View(&out[i])}, [&](int64_t it, const Status& s) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(it);
+    });
+    ASSERT_TRUE(pushed.ok());
+  }
+  p.Drain();
+  ASSERT_EQ(order.size(), static_cast<size_t>(kN));
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_EQ(order[i], i);
+    EXPECT_EQ(out[i], i + 11.0f);
+  }
+}
+
+TEST(Runtime, FanOutFanInDiamond) {
+  Pipeline p;
+  Port x = p.AddInput("x", kScalar);
+  Port left = p.AddStage("left", {x}, {kScalar}, AddConstant(1));
+  Port right = p.AddStage("right", {x}, {kScalar}, AddConstant(2));
+  Port join = p.AddStage("join", {left, right, x}, {kScalar}, AddConstant(0));  // fan-in of 3
+  p.SetOutputs({join, left});
+  ASSERT_TRUE(p.Start().ok());
+  for (int i = 0; i < 50; ++i) {
+    float in = static_cast<float>(i), out = 0, out_left = 0;
+    ASSERT_TRUE(p.Run({View(&in)}, {View(&out), View(&out_left)}).ok());
+    EXPECT_EQ(out, 3.0f * i + 3.0f);
+    EXPECT_EQ(out_left, i + 1.0f);
+  }
+}
+
+TEST(Runtime, HundredThousandTinyIterations) {
+  Pipeline p;
+  Port x = p.AddInput("x", kScalar, 4);
+  Port a = p.AddStage("inc", {x}, {kScalar}, AddConstant(1), 4);
+  p.SetOutputs({a});
+  ASSERT_TRUE(p.Start().ok());
+  constexpr int kN = 100000;
+  std::atomic<int64_t> expected{0};
+  std::atomic<int> wrong{0};
+  std::vector<float> out(kN);
+  for (int i = 0; i < kN; ++i) {
+    float in = static_cast<float>(i % 1000);  // copied into a register by Push
+    ASSERT_TRUE(p.Push({View(&in)}, {View(&out[i])}, [&](int64_t it, const Status& s) {
+                   if (!s.ok() || it != expected.fetch_add(1)) wrong++;
+                 }).ok());
+  }
+  p.Drain();
+  EXPECT_EQ(expected.load(), kN);
+  EXPECT_EQ(wrong.load(), 0);
+  for (int i = 0; i < kN; i += 997) EXPECT_EQ(out[i], (i % 1000) + 1.0f);
+}
+
+// With register_num = k on the producer's output, the producer is never more than k
+// iterations ahead of its slow consumer.
+TEST(Runtime, BackpressureBoundsTheProducer) {
+  for (int k : {1, 2, 3}) {
+    Pipeline p;
+    std::atomic<int64_t> produced{0}, consumed{0}, max_lead{0};
+    Port x = p.AddInput("x", kScalar, 8);
+    Port fast = p.AddStage("fast", {x}, {kScalar}, [&](const StageArgs& a) {
+      int64_t lead = produced.fetch_add(1) + 1 - consumed.load();
+      int64_t prev = max_lead.load();
+      while (lead > prev && !max_lead.compare_exchange_weak(prev, lead)) {}
+      *a.outputs[0].as<float>() = *a.inputs[0].as<float>();
+      return Status::Ok();
+    }, k);
+    Port slow = p.AddStage("slow", {fast}, {kScalar}, [&](const StageArgs& a) {
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      consumed.fetch_add(1);
+      *a.outputs[0].as<float>() = *a.inputs[0].as<float>();
+      return Status::Ok();
+    });
+    p.SetOutputs({slow});
+    ASSERT_TRUE(p.Start().ok());
+    std::vector<float> out(100);
+    float in = 1;
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(p.Push({View(&in)}, {View(&out[i])}, nullptr).ok());
+    p.Drain();
+    EXPECT_EQ(consumed.load(), 100);
+    // The producer may hold k registers the consumer has not finished, plus the one it is
+    // filling in the act that measured the lead.
+    EXPECT_LE(max_lead.load(), k + 1) << "register_num " << k;
+    EXPECT_GE(max_lead.load(), 1);
+  }
+}
+
+TEST(Runtime, KernelFailureFailsOnlyItsIteration) {
+  Pipeline p;
+  Port x = p.AddInput("x", kScalar);
+  Port a = p.AddStage("flaky", {x}, {kScalar}, [](const StageArgs& a) {
+    if (a.iteration == 7) return InvalidArgument("bad value");
+    *a.outputs[0].as<float>() = *a.inputs[0].as<float>() * 2;
+    return Status::Ok();
+  });
+  Port b = p.AddStage("after", {a}, {kScalar}, AddConstant(1));
+  p.SetOutputs({b});
+  ASSERT_TRUE(p.Start().ok());
+  std::vector<Status> results(20);
+  std::vector<float> in(20), out(20);
+  for (int i = 0; i < 20; ++i) {
+    in[i] = static_cast<float>(i);
+    ASSERT_TRUE(p.Push({View(&in[i])}, {View(&out[i])}, [&results](int64_t it, const Status& s) { results[it] = s; }).ok());
+  }
+  p.Drain();
+  for (int i = 0; i < 20; ++i) {
+    if (i == 7) {
+      ASSERT_FALSE(results[i].ok());
+      EXPECT_NE(results[i].message().find("flaky"), std::string::npos) << results[i].message();
+      EXPECT_NE(results[i].message().find("bad value"), std::string::npos);
+      EXPECT_NE(results[i].message().find("iteration 7"), std::string::npos);
+    } else {
+      EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].ToString();
+      EXPECT_EQ(out[i], 2.0f * i + 1.0f);
+    }
+  }
+  // The runtime keeps working after the failure.
+  float again_in = 5, again_out = 0;
+  EXPECT_TRUE(p.Run({View(&again_in)}, {View(&again_out)}).ok());
+  EXPECT_EQ(again_out, 11.0f);
+}
+
+TEST(Runtime, BadPushIsRejectedAndNextCallWorks) {
+  Pipeline p;
+  Port x = p.AddInput("x", kScalar);
+  p.SetOutputs({p.AddStage("id", {x}, {kScalar}, AddConstant(0))});
+  ASSERT_TRUE(p.Start().ok());
+  float v[2] = {1, 2}, out = 0;
+  Status s = p.Run({TensorView{v, {{2}, DType::kFloat32}}}, {View(&out)});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("expected float32(1,)"), std::string::npos) << s.message();
+  EXPECT_FALSE(p.Run({}, {View(&out)}).ok());
+  EXPECT_TRUE(p.Run({View(&v[1])}, {View(&out)}).ok());
+  EXPECT_EQ(out, 2.0f);
+}
+
+TEST(Runtime, DestroyWhileIterationsInFlightAndConsumerSlow) {
+  std::atomic<int> done{0};
+  {
+    Pipeline p;
+    Port x = p.AddInput("x", kScalar);
+    Port s = p.AddStage("slow", {x}, {kScalar}, AddConstant(1, std::chrono::microseconds(2000)));
+    p.SetOutputs({s});
+    ASSERT_TRUE(p.Start().ok());
+    static float in = 1;
+    static std::vector<float> out(20);
+    for (int i = 0; i < 20; ++i)
+      ASSERT_TRUE(p.Push({View(&in)}, {View(&out[i])}, [&](int64_t, const Status&) { done++; }).ok());
+    // ~Pipeline runs now, with most iterations still in flight.
+  }
+  EXPECT_EQ(done.load(), 20);
+}
+
+TEST(Runtime, DestroyBeforeAnyIteration) {
+  Pipeline p;
+  Port x = p.AddInput("x", kScalar);
+  p.SetOutputs({p.AddStage("id", {x}, {kScalar}, AddConstant(0))});
+  ASSERT_TRUE(p.Start().ok());
+}
+
+// Three slow stages: the trace must show stage 1 acting on iteration i+1 while stage 3 acts
+// on iteration i (pipelining), judged from recorded intervals, not wall-clock totals.
+TEST(Runtime, PipeliningOverlapsStagesInTrace) {
+  std::string path = ::testing::TempDir() + "pipelining.trace.json";
+  Pipeline p;
+  Port x = p.AddInput("x", kScalar);
+  Port s1 = p.AddStage("stage1", {x}, {kScalar}, AddConstant(1, std::chrono::microseconds(3000)));
+  Port s2 = p.AddStage("stage2", {s1}, {kScalar}, AddConstant(1, std::chrono::microseconds(3000)));
+  Port s3 = p.AddStage("stage3", {s2}, {kScalar}, AddConstant(1, std::chrono::microseconds(3000)));
+  p.SetOutputs({s3});
+  PipelineOptions options;
+  options.num_threads = 4;  // stages sleep, so more workers than cores is fine here
+  options.trace_path = path;
+  ASSERT_TRUE(p.Start(options).ok());
+  float in = 0;
+  std::vector<float> out(10);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(p.Push({View(&in)}, {View(&out[i])}, nullptr).ok());
+  ASSERT_TRUE(p.Finish().ok());
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  // Parse the act events of stage1 (tid 1) and stage3 (tid 3) with a tiny scan.
+  struct Act { double ts, dur; int it; };
+  auto acts_of = [&](int tid) {
+    std::vector<Act> acts;
+    std::string s = text.str(), key = "\"cat\":\"act\"";
+    for (size_t pos = s.find(key); pos != std::string::npos; pos = s.find(key, pos + 1)) {
+      size_t end = s.find('\n', pos);
+      std::string line = s.substr(pos, end - pos);
+      if (line.find("\"tid\":" + std::to_string(tid) + ",") == std::string::npos) continue;
+      Act a{};
+      std::sscanf(line.c_str() + line.find("\"ts\":"), "\"ts\":%lf,\"dur\":%lf", &a.ts, &a.dur);
+      std::sscanf(line.c_str() + line.find("\"iteration\":"), "\"iteration\":%d", &a.it);
+      acts.push_back(a);
+    }
+    return acts;
+  };
+  auto stage1 = acts_of(1), stage3 = acts_of(3);
+  ASSERT_EQ(stage1.size(), 10u);
+  ASSERT_EQ(stage3.size(), 10u);
+  int overlaps = 0;
+  for (const Act& a3 : stage3)
+    for (const Act& a1 : stage1)
+      if (a1.it > a3.it && a1.ts < a3.ts + a3.dur && a3.ts < a1.ts + a1.dur) overlaps++;
+  EXPECT_GE(overlaps, 3) << "stage 1 never worked ahead of stage 3";
+  EXPECT_NE(text.str().find("wait: "), std::string::npos);
+  std::remove(path.c_str());
+}
+
+// A variable read by one task and updated in place by another, ordered by a control edge:
+// the reader of iteration i sees the value after i updates.
+TEST(Runtime, VariableUpdateOrderedAfterReaders) {
+  plan::Plan plan;
+  auto add_task = [&](int id, const std::string& name, plan::TaskKind kind) {
+    plan::Task* t = plan.add_tasks();
+    t->set_id(id);
+    t->set_name(name);
+    t->set_kind(kind);
+    return t;
+  };
+  auto add_register = [](plan::Task* t, bool data, int register_num) {
+    plan::RegisterDesc* r = t->add_registers();
+    r->set_register_num(register_num);
+    if (data) {
+      plan::BlobDesc* b = r->add_blobs();
+      b->add_shape(1);
+      b->set_dtype(plan::DT_FLOAT32);
+      b->set_byte_size(4);
+    }
+  };
+  auto connect = [&](plan::Task* consumer, int producer, bool control) {
+    plan::InputDesc* in = consumer->add_inputs();
+    in->set_producer_task_id(producer);
+    in->set_control(control);
+    plan.mutable_tasks(producer)->mutable_registers(0)->add_consumer_task_ids(consumer->id());
+  };
+  add_register(add_task(0, "w", plan::VARIABLE), true, 1);
+  plan::Task* reader = add_task(1, "reader", plan::COMPUTE);
+  reader->set_op_type("copy");
+  add_register(reader, true, 2);
+  connect(reader, 0, false);
+  plan::Task* update = add_task(2, "update", plan::COMPUTE);
+  update->set_op_type("increment");
+  update->add_mutable_inputs(0);
+  add_register(update, false, 2);
+  connect(update, 0, false);
+  connect(update, 1, true);
+  plan::Task* sink = add_task(3, "sink", plan::SINK);
+  connect(sink, 1, false);
+  connect(sink, 2, true);
+
+  float w = 100;
+  RuntimeHooks hooks;
+  hooks.variable_buffer = [&](const plan::Task&) -> StatusOr<void*> { return static_cast<void*>(&w); };
+  hooks.make_kernel = [](const plan::Task& t) -> StatusOr<KernelFn> {
+    if (t.op_type() == "copy")
+      return KernelFn([](KernelContext& c) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // a slow reader must still win
+        *c.output(0).as<float>() = *c.input(0).as<float>();
+        return Status::Ok();
+      });
+    return KernelFn([](KernelContext& c) {
+      *c.input(0).as<float>() += 1;
+      return Status::Ok();
+    });
+  };
+  auto runtime = Runtime::Create(plan, hooks);
+  ASSERT_TRUE(runtime.ok()) << runtime.status().ToString();
+  std::vector<float> seen(30);
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE((*runtime)->Push({}, {View(&seen[i])}, nullptr).ok());
+  (*runtime)->Drain();
+  for (int i = 0; i < 30; ++i) EXPECT_EQ(seen[i], 100.0f + i) << "iteration " << i;
+  EXPECT_EQ(w, 130.0f);
+}
+
+TEST(Runtime, InvalidPlansAreRejectedClearly) {
+  plan::Plan plan;
+  plan::Task* t = plan.add_tasks();
+  t->set_id(0);
+  t->set_name("orphan");
+  t->set_kind(plan::COMPUTE);
+  t->add_inputs()->set_producer_task_id(42);
+  RuntimeHooks hooks;
+  hooks.make_kernel = [](const plan::Task&) -> StatusOr<KernelFn> { return KernelFn([](KernelContext&) { return Status::Ok(); }); };
+  auto runtime = Runtime::Create(plan, hooks);
+  ASSERT_FALSE(runtime.ok());
+  EXPECT_NE(runtime.status().message().find("main sink"), std::string::npos) << runtime.status().message();
+}
+
+}  // namespace
+}  // namespace actorflow

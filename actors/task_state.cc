@@ -1,0 +1,211 @@
+#include "actors/task_state.h"
+
+#include <cstring>
+
+namespace actorflow {
+
+void TaskState::FinishSetup() {
+  input_views_.resize(data_inputs_.size());
+  for (size_t i = 0; i < data_inputs_.size(); ++i) {
+    const DataInput& d = data_inputs_[i];
+    input_views_[i].desc = in_edges_[d.in_edge].producer_slots->blob_descs[d.blob_index];
+  }
+  output_views_.clear();
+  for (const OutputSlots& out : outputs_)
+    for (const TensorDesc& desc : out.blob_descs) output_views_.push_back(TensorView{nullptr, desc});
+  chosen_registers_.assign(outputs_.size(), -1);
+}
+
+bool TaskState::inputs_ready() const {
+  for (const InputSlots& in : in_edges_)
+    if (!in.ready()) return false;
+  // Roots (variables, input-less kernels) act once per iteration the host started.
+  if (is_root() && task_.kind() != plan::SOURCE && pending_ticks_ == 0) return false;
+  return true;
+}
+
+bool TaskState::outputs_free() const {
+  for (const OutputSlots& out : outputs_)
+    if (!out.has_free()) return false;
+  return true;
+}
+
+void TaskState::NoteIdle() {
+  if (observer_ == nullptr || finished_) return;
+  // A source waits for the host, never for its own registers (the host takes those).
+  WaitReason reason = task_.kind() != plan::SOURCE && inputs_ready() ? WaitReason::kOutputRegistersFull
+                                                                      : WaitReason::kInputNotReady;
+  int64_t now = NowNs();
+  if (waiting_ && reason == wait_reason_) return;
+  if (waiting_) observer_->OnWait(task_.id(), next_iteration_, wait_reason_, wait_start_ns_, now);
+  waiting_ = true;
+  wait_reason_ = reason;
+  wait_start_ns_ = now;
+}
+
+void TaskState::TryAct(caf::event_based_actor* self) {
+  while (inputs_ready() && outputs_free()) Act(self);
+  NoteIdle();
+}
+
+// One act: take the head register of every input and a free register of every output, run
+// the kernel (or deliver, for sinks), announce the outputs, ack the inputs.
+void TaskState::Act(caf::event_based_actor* self) {
+  int64_t start = 0;
+  if (observer_ != nullptr) {
+    start = NowNs();
+    if (waiting_) observer_->OnWait(task_.id(), next_iteration_, wait_reason_, wait_start_ns_, start);
+    waiting_ = false;
+  }
+  int64_t iteration = next_iteration_;
+  bool failed = false;
+  if (!in_edges_.empty()) {
+    iteration = in_edges_[0].front().iteration;
+    for (const InputSlots& in : in_edges_) failed = failed || in.front().failed;
+  } else {
+    iteration = next_tick_iteration_++;
+    --pending_ticks_;
+  }
+  for (size_t i = 0; i < data_inputs_.size(); ++i) {
+    const DataInput& d = data_inputs_[i];
+    const InputSlots& in = in_edges_[d.in_edge];
+    input_views_[i].data = in.producer_slots->blob(in.front().register_index, d.blob_index);
+  }
+  size_t v = 0;
+  for (size_t o = 0; o < outputs_.size(); ++o) {
+    OutputSlots& out = outputs_[o];
+    int reg = out.free_registers.back();
+    out.free_registers.pop_back();
+    chosen_registers_[o] = reg;
+    for (size_t b = 0; b < out.blob_descs.size(); ++b) output_views_[v++].data = out.blob(reg, static_cast<int>(b));
+  }
+
+  if (!failed) {
+    Status status;
+    switch (task_.kind()) {
+      case plan::COMPUTE: {
+        KernelContext ctx;
+        ctx.inputs = &input_views_;
+        ctx.outputs = &output_views_;
+        ctx.iteration = iteration;
+        status = kernel_(ctx);
+        break;
+      }
+      case plan::SINK:
+        if (task_.sink_name().empty()) {
+          const std::vector<TensorView>* dst = core_->CallerOutputs(iteration);
+          for (size_t i = 0; dst != nullptr && i < input_views_.size() && i < dst->size(); ++i)
+            std::memcpy((*dst)[i].data, input_views_[i].data, input_views_[i].byte_size());
+        } else {
+          status = core_->NamedSink(task_.sink_name(), iteration, input_views_);
+        }
+        break;
+      default:  // VARIABLE: the register already holds the state; nothing to compute.
+        break;
+    }
+    if (!status.ok()) {
+      failed = true;
+      std::string where = "op '" + task_.name() + "'";
+      if (!task_.op_type().empty()) where += " (" + task_.op_type() + ")";
+      if (!task_.source_location().empty()) where += " at " + task_.source_location();
+      core_->RecordError(iteration, status.WithContext(where + ", iteration " + std::to_string(iteration)));
+    }
+  }
+  if (observer_ != nullptr) observer_->OnAct(task_.id(), iteration, start, NowNs());
+  next_iteration_ = iteration + 1;
+
+  Emit(self, chosen_registers_, iteration, failed);
+  for (InputSlots& in : in_edges_) {
+    self->send(in.producer, ack_atom::value, in.producer_output, in.front().register_index);
+    in.pop();
+  }
+  if (task_.kind() == plan::SINK) core_->SinkDelivered(iteration);
+}
+
+void TaskState::Emit(caf::event_based_actor* self, const std::vector<int>& regs, int64_t iteration, bool failed) {
+  for (size_t o = 0; o < outputs_.size(); ++o) {
+    OutputSlots& out = outputs_[o];
+    int reg = regs[o];
+    if (out.consumers.empty()) {  // nobody reads it: free again at once
+      out.free_registers.push_back(reg);
+      continue;
+    }
+    out.pending_acks[reg] = static_cast<int>(out.consumers.size());
+    for (const OutputSlots::Consumer& c : out.consumers)
+      self->send(c.actor, ready_atom::value, c.in_edge, reg, iteration, failed);
+  }
+}
+
+void TaskState::OnReady(caf::event_based_actor* self, int in_edge, int reg, int64_t iteration, bool failed) {
+  in_edges_[in_edge].push(InputSlots::Ready{reg, iteration, failed});
+  TryAct(self);
+}
+
+void TaskState::OnAck(caf::event_based_actor* self, int output, int reg) {
+  OutputSlots& out = outputs_[output];
+  if (--out.pending_acks[reg] > 0) return;
+  if (task_.kind() == plan::SOURCE) {
+    core_->ReleaseSourceRegister(index_, reg);
+  } else {
+    out.free_registers.push_back(reg);
+    TryAct(self);
+  }
+  TryFinish(self);
+}
+
+void TaskState::OnFill(caf::event_based_actor* self, int reg, int64_t iteration) {
+  int64_t start = 0;
+  if (observer_ != nullptr) {
+    start = NowNs();
+    if (waiting_) observer_->OnWait(task_.id(), iteration, wait_reason_, wait_start_ns_, start);
+    waiting_ = false;
+  }
+  next_iteration_ = iteration + 1;
+  if (observer_ != nullptr) observer_->OnAct(task_.id(), iteration, start, NowNs());
+  Emit(self, std::vector<int>{reg}, iteration, false);
+  NoteIdle();
+}
+
+void TaskState::OnTick(caf::event_based_actor* self, int64_t iteration) {
+  if (pending_ticks_ == 0) next_tick_iteration_ = iteration;
+  ++pending_ticks_;
+  TryAct(self);
+}
+
+void TaskState::OnEndOfStream(caf::event_based_actor* self, int in_edge) {
+  if (in_edge >= 0) in_edges_[in_edge].end_of_stream = true;
+  ++end_of_stream_seen_;
+  TryFinish(self);
+}
+
+// An actor ends once end-of-stream arrived on every input (roots: from the host) and all its
+// registers are back; then end-of-stream moves downstream.
+void TaskState::TryFinish(caf::event_based_actor* self) {
+  if (finished_) return;
+  int needed = is_root() ? 1 : static_cast<int>(in_edges_.size());
+  if (end_of_stream_seen_ < needed) return;
+  for (const OutputSlots& out : outputs_) {
+    int outstanding = 0;
+    for (int acks : out.pending_acks) outstanding += acks > 0 ? 1 : 0;
+    if (outstanding > 0) return;
+  }
+  finished_ = true;
+  for (const OutputSlots& out : outputs_)
+    for (const OutputSlots::Consumer& c : out.consumers) self->send(c.actor, eos_atom::value, c.in_edge);
+  core_->ActorFinished();
+  self->quit();
+}
+
+caf::behavior TaskActor(caf::event_based_actor* self, TaskState* state) {
+  return {
+      [=](ready_atom, int in_edge, int reg, int64_t iteration, bool failed) {
+        state->OnReady(self, in_edge, reg, iteration, failed);
+      },
+      [=](ack_atom, int output, int reg) { state->OnAck(self, output, reg); },
+      [=](fill_atom, int reg, int64_t iteration) { state->OnFill(self, reg, iteration); },
+      [=](tick_atom, int64_t iteration) { state->OnTick(self, iteration); },
+      [=](eos_atom, int in_edge) { state->OnEndOfStream(self, in_edge); },
+  };
+}
+
+}  // namespace actorflow

@@ -1,0 +1,143 @@
+// Internal to the runtime: the state one actor owns, and the slot policies acting is built from.
+// Owning actor only: every method here runs on the task's CAF actor, one message at a time;
+// the host thread only touches the pools behind Runtime::Impl's mutex (sources).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "actors/kernel.h"
+#include "actors/tensor.h"
+#include "actors/trace.h"
+#include "graph/proto/plan.pb.h"
+
+namespace actorflow {
+
+using ready_atom = caf::atom_constant<caf::atom("ready")>;
+using ack_atom = caf::atom_constant<caf::atom("ack")>;
+using fill_atom = caf::atom_constant<caf::atom("fill")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using eos_atom = caf::atom_constant<caf::atom("eos")>;
+
+class RuntimeCore;  // Runtime::Impl's face towards actors (completions, errors, sources)
+
+// Pre-allocated registers of one output of a task, and who must ack each before reuse.
+struct OutputSlots {
+  int register_num = 0;
+  std::vector<TensorDesc> blob_descs;
+  std::vector<size_t> blob_offsets;   // into each register's memory
+  std::vector<char*> register_memory;  // one block per register (or the variable's buffer)
+  std::vector<int> pending_acks;       // per register
+  std::vector<int> free_registers;     // stack of free register indices (actor-owned; sources: host-owned)
+  struct Consumer {
+    int task_index;  // the consumer's index in the plan
+    int in_edge;     // index of the matching InputSlots in the consumer
+    caf::actor actor;
+  };
+  std::vector<Consumer> consumers;
+
+  void* blob(int reg, int b) const { return register_memory[reg] + blob_offsets[b]; }
+  bool has_free() const { return !free_registers.empty(); }
+  bool all_free() const { return static_cast<int>(free_registers.size()) == register_num; }
+};
+
+// One producer's register stream as seen by a consumer: a FIFO of ready registers, in
+// iteration order (CAF keeps per-sender order). Capacity never exceeds the producer's
+// register_num, which is the backpressure.
+struct InputSlots {
+  caf::actor producer;
+  int producer_index = 0;
+  int producer_output = 0;
+  const OutputSlots* producer_slots = nullptr;  // layout is immutable after instantiation
+  struct Ready {
+    int register_index;
+    int64_t iteration;
+    bool failed;
+  };
+  std::vector<Ready> ring;  // fixed capacity = producer register_num
+  int head = 0, size = 0;
+  bool end_of_stream = false;
+
+  bool ready() const { return size > 0; }
+  const Ready& front() const { return ring[head]; }
+  void push(const Ready& r) { ring[(head + size) % ring.size()] = r; ++size; }
+  void pop() { head = (head + 1) % static_cast<int>(ring.size()); --size; }
+};
+
+// A data input of the kernel: which in-edge, which blob of its register.
+struct DataInput {
+  int in_edge;
+  int blob_index;
+};
+
+class TaskState {
+ public:
+  TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer)
+      : task_(task), index_(index), core_(core), observer_(observer) {}
+
+  const plan::Task& task() const { return task_; }
+  int index() const { return index_; }
+  bool is_root() const { return in_edges_.empty(); }
+
+  // Instantiation (before any message flows).
+  std::vector<OutputSlots>& outputs() { return outputs_; }
+  std::vector<InputSlots>& in_edges() { return in_edges_; }
+  std::vector<DataInput>& data_inputs() { return data_inputs_; }
+  void set_kernel(KernelFn kernel) { kernel_ = std::move(kernel); }
+  void FinishSetup();  // sizes the kernel's view vectors
+
+  // Message handlers (owning actor).
+  void OnReady(caf::event_based_actor* self, int in_edge, int reg, int64_t iteration, bool failed);
+  void OnAck(caf::event_based_actor* self, int output, int reg);
+  void OnFill(caf::event_based_actor* self, int reg, int64_t iteration);  // SOURCE, from the host
+  void OnTick(caf::event_based_actor* self, int64_t iteration);           // roots, from the host
+  void OnEndOfStream(caf::event_based_actor* self, int in_edge);          // -1: from the host
+
+ private:
+  bool inputs_ready() const;
+  bool outputs_free() const;
+  void TryAct(caf::event_based_actor* self);
+  void Act(caf::event_based_actor* self);
+  void Emit(caf::event_based_actor* self, const std::vector<int>& regs, int64_t iteration, bool failed);
+  void TryFinish(caf::event_based_actor* self);
+  void NoteIdle();
+
+  const plan::Task& task_;
+  const int index_;
+  RuntimeCore* const core_;
+  RuntimeObserver* const observer_;
+  std::vector<OutputSlots> outputs_;
+  std::vector<InputSlots> in_edges_;
+  std::vector<DataInput> data_inputs_;
+  KernelFn kernel_;
+  std::vector<TensorView> input_views_, output_views_;
+  std::vector<int> chosen_registers_;
+  int64_t pending_ticks_ = 0, next_tick_iteration_ = 0;
+  int64_t next_iteration_ = 0;
+  int end_of_stream_seen_ = 0;
+  bool finished_ = false;
+  // Trace: the wait in progress, if any.
+  bool waiting_ = false;
+  WaitReason wait_reason_ = WaitReason::kInputNotReady;
+  int64_t wait_start_ns_ = 0;
+};
+
+// What TaskState needs from the runtime, implemented by Runtime::Impl. Thread-safe.
+class RuntimeCore {
+ public:
+  virtual ~RuntimeCore() = default;
+  virtual void ReleaseSourceRegister(int task_index, int reg) = 0;
+  virtual void RecordError(int64_t iteration, const Status& status) = 0;
+  virtual void SinkDelivered(int64_t iteration) = 0;
+  // Main sink: the caller's buffers of an in-flight iteration.
+  virtual const std::vector<TensorView>* CallerOutputs(int64_t iteration) = 0;
+  virtual Status NamedSink(const std::string& name, int64_t iteration, const std::vector<TensorView>& blobs) = 0;
+  virtual void ActorFinished() = 0;
+};
+
+caf::behavior TaskActor(caf::event_based_actor* self, TaskState* state);
+
+}  // namespace actorflow

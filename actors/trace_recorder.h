@@ -1,0 +1,44 @@
+// ChromeTraceRecorder: a RuntimeObserver that keeps every act and wait in memory (one buffer
+// per actor, appended only by that actor, so recording takes no lock) and writes Chrome trace
+// event JSON (docs/trace_format.md) that Perfetto, chrome://tracing and
+// `python -m actorflow.trace` open.
+// Thread-safety: OnAct/OnWait from the owning actors; Write/ToJson only after the runtime
+// drained (no act in progress). One recorder observes one plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/status.h"
+#include "actors/trace.h"
+
+namespace actorflow {
+
+class ChromeTraceRecorder : public RuntimeObserver {
+ public:
+  ChromeTraceRecorder();
+  ~ChromeTraceRecorder() override;
+  void OnPlan(const plan::Plan& plan) override;
+  void OnAct(int64_t task_id, int64_t iteration, int64_t start_ns, int64_t end_ns) override;
+  void OnWait(int64_t task_id, int64_t iteration, WaitReason reason, int64_t start_ns, int64_t end_ns) override;
+
+  std::string ToJson() const;
+  Status Write(const std::string& path) const;  // temp file + rename
+  size_t num_events() const;
+
+ private:
+  struct Event {
+    int64_t start_ns, end_ns, iteration;
+    int8_t kind;  // 0 act, 1 wait: input, 2 wait: backpressure
+  };
+  struct Lane;
+  std::vector<Lane*> lanes_;     // indexed by task position in the plan
+  std::vector<int64_t> task_ids_;
+  std::string plan_json_actors_;
+  std::string job_name_;
+  int64_t origin_ns_;
+  Lane* LaneOf(int64_t task_id);
+};
+
+}  // namespace actorflow

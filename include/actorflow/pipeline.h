@@ -1,0 +1,81 @@
+// actorflow's C++ embedding API: build a DAG of your own C++ kernels over tensors and run it
+// on the actor runtime, with register_num per edge as the backpressure bound.
+//
+//   actorflow::Pipeline p;
+//   auto in = p.AddInput("batch", {{64, 784}, actorflow::DType::kFloat32});
+//   auto y = p.AddStage("scale", {in}, {{{64, 784}, actorflow::DType::kFloat32}},
+//                       [](const actorflow::StageArgs& a) { ...; return actorflow::Status::Ok(); });
+//   p.SetOutputs({y});
+//   p.Start();
+//   p.Run({input_view}, {output_view});
+//
+// Thread-safety: build (Add*, SetOutputs, EnableTrace, Start) from one thread; after Start,
+// Push/Run/Drain are thread-safe. Stage functions run on runtime threads, one call at a time
+// per stage, iterations in order.
+#pragma once
+
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/runtime.h"
+#include "actors/status.h"
+#include "actors/tensor.h"
+
+namespace actorflow {
+
+// One output of a node (an input or a stage).
+struct Port {
+  int node = -1;
+  int output = 0;
+};
+
+struct StageArgs {
+  const std::vector<TensorView>& inputs;
+  const std::vector<TensorView>& outputs;
+  int64_t iteration;
+};
+using StageFn = std::function<Status(const StageArgs&)>;
+
+struct PipelineOptions {
+  int num_threads = 0;          // 0: number of cores
+  std::string trace_path;       // non-empty: record a Chrome trace, written by Finish()
+};
+
+class Pipeline {
+ public:
+  Pipeline();
+  ~Pipeline();  // drains in-flight iterations, stops every actor
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // A host-fed input; `register_num` inputs may be in flight before Push blocks.
+  Port AddInput(const std::string& name, TensorDesc desc, int register_num = 2);
+  // A stage reading `inputs` and writing one register per output (register_num each).
+  // Returns the first output's port; other outputs are {node, k}.
+  Port AddStage(const std::string& name, std::vector<Port> inputs, std::vector<TensorDesc> outputs, StageFn fn,
+                int register_num = 2);
+  // What Push delivers into the caller's buffers (may be empty: then a call completes when
+  // every stage finished its iteration).
+  void SetOutputs(std::vector<Port> outputs);
+
+  Status Start(PipelineOptions options = {});
+
+  StatusOr<int64_t> Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                         Completion done);
+  std::future<Status> PushAsync(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
+  Status Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
+  void Drain();
+  // Drains and, if tracing, writes the trace file.
+  Status Finish();
+
+  std::string PlanText() const;  // the generated plan, protobuf text format
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace actorflow
