@@ -1,0 +1,317 @@
+// Binary elementwise ops with NumPy broadcasting (add, sub, mul, div), their scalar forms
+// (scalar_add, scalar_mul with attr `scalar`; sub/div by a scalar are expressed through them),
+// add_n, and reduce_sum_like, which sums a broadcast gradient back to an operand's shape.
+#include <cmath>
+
+#include "kernels/kernel_util.h"
+
+namespace actorflow {
+namespace {
+
+StatusOr<Shape> BroadcastShape(const Shape& a, const Shape& b) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return InvalidArgument("shapes " + ShapeToString(a) + " and " + ShapeToString(b) +
+                             " cannot be broadcast together (dimension " + std::to_string(i) + ": " + std::to_string(da) +
+                             " vs " + std::to_string(db) + ")");
+    out[i] = std::max(da, db);
+  }
+  return out;
+}
+
+// Element strides of `in` seen through the broadcast output shape (0 on broadcast dims).
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t i = 0; i < in.size(); ++i) {
+    size_t d = in.size() - 1 - i, o = out.size() - 1 - i;
+    strides[o] = in[d] == 1 ? 0 : stride;
+    stride *= in[d];
+  }
+  return strides;
+}
+
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+
+template <typename T>
+inline T Apply(BinaryOp op, T x, T y) {
+  switch (op) {
+    case BinaryOp::kAdd: return x + y;
+    case BinaryOp::kSub: return x - y;
+    case BinaryOp::kMul: return x * y;
+    default: return x / y;
+  }
+}
+
+template <typename T>
+KernelFn BinaryKernel(BinaryOp op, const Shape& a, const Shape& b, const Shape& out) {
+  if (a == out && b == out) {
+    int64_t n = NumElements(out);
+    return [op, n](KernelContext& c) {
+      const T* __restrict x = c.input(0).as<T>();
+      const T* __restrict y = c.input(1).as<T>();
+      T* __restrict z = c.output(0).as<T>();
+      switch (op) {
+        case BinaryOp::kAdd: for (int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i]; break;
+        case BinaryOp::kSub: for (int64_t i = 0; i < n; ++i) z[i] = x[i] - y[i]; break;
+        case BinaryOp::kMul: for (int64_t i = 0; i < n; ++i) z[i] = x[i] * y[i]; break;
+        case BinaryOp::kDiv: for (int64_t i = 0; i < n; ++i) z[i] = x[i] / y[i]; break;
+      }
+      return Status::Ok();
+    };
+  }
+  auto sa = BroadcastStrides(a, out), sb = BroadcastStrides(b, out);
+  Shape dims = out;
+  return [op, sa, sb, dims](KernelContext& c) {
+    const T* x = c.input(0).as<T>();
+    const T* y = c.input(1).as<T>();
+    T* z = c.output(0).as<T>();
+    int64_t n = NumElements(dims), rank = static_cast<int64_t>(dims.size());
+    int64_t inner = rank ? dims[rank - 1] : 1, isa = rank ? sa[rank - 1] : 0, isb = rank ? sb[rank - 1] : 0;
+    for (int64_t start = 0; start < n; start += inner) {
+      int64_t rem = start / std::max<int64_t>(inner, 1), ia = 0, ib = 0;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        int64_t idx = rem % dims[d];
+        rem /= dims[d];
+        ia += idx * sa[d];
+        ib += idx * sb[d];
+      }
+      for (int64_t j = 0; j < inner; ++j) z[start + j] = Apply(op, x[ia + j * isa], y[ib + j * isb]);
+    }
+    return Status::Ok();
+  };
+}
+
+Status InferBinary(InferContext& ctx) {
+  AF_RETURN_IF_ERROR(ExpectSameDType(ctx.inputs[0], ctx.inputs[1], "x", "y"));
+  AF_ASSIGN_OR_RETURN(Shape out, BroadcastShape(ctx.inputs[0].shape, ctx.inputs[1].shape));
+  ctx.outputs = {TensorDesc{out, ctx.inputs[0].dtype}};
+  return Status::Ok();
+}
+
+// Sums `dy` (broadcast shape) down to `like`'s shape, or passes it through if equal.
+StatusOr<std::string> ReduceToShape(GradBuilder& g, const std::string& dy, const std::string& like, const Shape& dy_shape,
+                                    const Shape& like_shape) {
+  if (dy_shape == like_shape) return dy;
+  return g.AddOp1("reduce_sum_like", {dy, like});
+}
+
+Status GradBinary(GradBuilder& g, BinaryOp op) {
+  std::string x = g.input(0), y = g.input(1), dz = g.output_grad(0);
+  const Shape &xs = g.input_desc(0).shape, &ys = g.input_desc(1).shape, &zs = g.output_desc(0).shape;
+  if (g.needs_input_grad(0)) {
+    std::string dx = dz;
+    if (op == BinaryOp::kMul) { AF_ASSIGN_OR_RETURN(dx, g.AddOp1("mul", {dz, y})); }
+    if (op == BinaryOp::kDiv) { AF_ASSIGN_OR_RETURN(dx, g.AddOp1("div", {dz, y})); }
+    AF_ASSIGN_OR_RETURN(std::string r, ReduceToShape(g, dx, x, zs, xs));
+    g.SetInputGrad(0, r);
+  }
+  if (g.needs_input_grad(1)) {
+    std::string dy;
+    switch (op) {
+      case BinaryOp::kAdd: dy = dz; break;
+      case BinaryOp::kSub: { AF_ASSIGN_OR_RETURN(dy, g.AddOp1("scalar_mul", {dz}, Attrs{{"scalar", -1.0}})); break; }
+      case BinaryOp::kMul: { AF_ASSIGN_OR_RETURN(dy, g.AddOp1("mul", {dz, x})); break; }
+      case BinaryOp::kDiv: {  // d(x/y)/dy = -z/y
+        AF_ASSIGN_OR_RETURN(std::string q, g.AddOp1("div", {g.output(0), y}));
+        AF_ASSIGN_OR_RETURN(std::string t, g.AddOp1("mul", {dz, q}));
+        AF_ASSIGN_OR_RETURN(dy, g.AddOp1("scalar_mul", {t}, Attrs{{"scalar", -1.0}}));
+        break;
+      }
+    }
+    AF_ASSIGN_OR_RETURN(std::string r, ReduceToShape(g, dy, y, zs, ys));
+    g.SetInputGrad(1, r);
+  }
+  return Status::Ok();
+}
+
+void RegisterBinary(OpRegistry& registry, const std::string& type, BinaryOp op) {
+  OpDef def;
+  def.type = type;
+  def.input_names = {"x", "y"};
+  def.output_names = {"out"};
+  def.infer = InferBinary;
+  def.make_cpu_kernel = [op, type](const KernelInit& init) -> StatusOr<KernelFn> {
+    const Shape &a = init.inputs[0].shape, &b = init.inputs[1].shape, &o = init.outputs[0].shape;
+    if (init.inputs[0].dtype == DType::kFloat64) return BinaryKernel<double>(op, a, b, o);
+    if (init.inputs[0].dtype == DType::kFloat32) return BinaryKernel<float>(op, a, b, o);
+    if (init.inputs[0].dtype == DType::kInt32) return BinaryKernel<int32_t>(op, a, b, o);
+    if (init.inputs[0].dtype == DType::kInt64) return BinaryKernel<int64_t>(op, a, b, o);
+    return InvalidArgument(type + ": unsupported dtype " + DTypeName(init.inputs[0].dtype));
+  };
+  def.grad = [op](GradBuilder& g) { return GradBinary(g, op); };
+  def.sbp_signatures = {"S(i),S(i)->S(i)", "B,B->B"};
+  if (op == BinaryOp::kAdd || op == BinaryOp::kSub) def.sbp_signatures.push_back("P,P->P");
+  if (op == BinaryOp::kMul || op == BinaryOp::kDiv) def.sbp_signatures.push_back("P,B->P");
+  def.doc = "out = x " + std::string(op == BinaryOp::kAdd ? "+" : op == BinaryOp::kSub ? "-" : op == BinaryOp::kMul ? "*" : "/") +
+            " y with NumPy broadcasting";
+  registry.Register(std::move(def));
+}
+
+// out = x * scale + offset, one op for the scalar forms of + - * /.
+void RegisterScalar(OpRegistry& registry, const std::string& type, bool multiply) {
+  OpDef def;
+  def.type = type;
+  def.input_names = {"x"};
+  def.output_names = {"out"};
+  def.infer = [](InferContext& ctx) -> Status {
+    if (!ctx.attrs.Has("scalar")) return InvalidArgument("missing attribute 'scalar'");
+    ctx.outputs = {ctx.inputs[0]};
+    return Status::Ok();
+  };
+  def.make_cpu_kernel = [multiply](const KernelInit& init) -> StatusOr<KernelFn> {
+    double s = init.attrs.GetFloatOr("scalar", 0);
+    int64_t n = init.inputs[0].num_elements();
+    return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      T v = static_cast<T>(s);
+      return KernelFn([=](KernelContext& c) {
+        const T* __restrict x = c.input(0).as<T>();
+        T* __restrict z = c.output(0).as<T>();
+        if (multiply) for (int64_t i = 0; i < n; ++i) z[i] = x[i] * v;
+        else for (int64_t i = 0; i < n; ++i) z[i] = x[i] + v;
+        return Status::Ok();
+      });
+    });
+  };
+  def.grad = [multiply](GradBuilder& g) -> Status {
+    if (!multiply) {
+      g.SetInputGrad(0, g.output_grad(0));
+      return Status::Ok();
+    }
+    AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("scalar_mul", {g.output_grad(0)}, Attrs{{"scalar", g.attrs().GetFloatOr("scalar", 0)}}));
+    g.SetInputGrad(0, dx);
+    return Status::Ok();
+  };
+  def.sbp_signatures = {"S(i)->S(i)", "B->B"};
+  def.doc = multiply ? "out = x * scalar" : "out = x + scalar";
+  registry.Register(std::move(def));
+}
+
+}  // namespace
+
+void RegisterElementwiseOps(OpRegistry& registry) {
+  RegisterBinary(registry, "add", BinaryOp::kAdd);
+  RegisterBinary(registry, "sub", BinaryOp::kSub);
+  RegisterBinary(registry, "mul", BinaryOp::kMul);
+  RegisterBinary(registry, "div", BinaryOp::kDiv);
+  RegisterScalar(registry, "scalar_add", false);
+  RegisterScalar(registry, "scalar_mul", true);
+
+  OpDef add_n;
+  add_n.type = "add_n";
+  add_n.input_names = {"in"};
+  add_n.output_names = {"out"};
+  add_n.variadic_inputs = true;
+  add_n.infer = [](InferContext& ctx) -> Status {
+    if (ctx.inputs.empty()) return InvalidArgument("add_n needs at least one input");
+    for (size_t i = 1; i < ctx.inputs.size(); ++i)
+      if (ctx.inputs[i] != ctx.inputs[0])
+        return InvalidArgument("add_n: input " + std::to_string(i) + " is " + ctx.inputs[i].ToString() + ", expected " +
+                               ctx.inputs[0].ToString());
+    ctx.outputs = {ctx.inputs[0]};
+    return Status::Ok();
+  };
+  add_n.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t n = init.outputs[0].num_elements();
+    return DispatchFloat(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([n](KernelContext& c) {
+        T* __restrict z = c.output(0).as<T>();
+        const T* x0 = c.input(0).as<T>();
+        for (int64_t i = 0; i < n; ++i) z[i] = x0[i];
+        for (size_t k = 1; k < c.num_inputs(); ++k) {
+          const T* __restrict x = c.input(k).as<T>();
+          for (int64_t i = 0; i < n; ++i) z[i] += x[i];
+        }
+        return Status::Ok();
+      });
+    });
+  };
+  add_n.grad = [](GradBuilder& g) -> Status {
+    for (int i = 0; i < g.num_inputs(); ++i) g.SetInputGrad(i, g.output_grad(0));
+    return Status::Ok();
+  };
+  add_n.doc = "out = sum of inputs (same shape)";
+  registry.Register(std::move(add_n));
+
+  OpDef like;
+  like.type = "reduce_sum_like";
+  like.input_names = {"x", "like"};
+  like.output_names = {"out"};
+  like.infer = [](InferContext& ctx) -> Status {
+    AF_ASSIGN_OR_RETURN(Shape b, BroadcastShape(ctx.inputs[1].shape, ctx.inputs[0].shape));
+    if (b != ctx.inputs[0].shape)
+      return InvalidArgument("reduce_sum_like: " + ShapeToString(ctx.inputs[1].shape) + " does not broadcast to " +
+                             ShapeToString(ctx.inputs[0].shape));
+    ctx.outputs = {TensorDesc{ctx.inputs[1].shape, ctx.inputs[0].dtype}};
+    return Status::Ok();
+  };
+  like.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    Shape in = init.inputs[0].shape;
+    auto strides = BroadcastStrides(init.inputs[1].shape, in);
+    int64_t out_n = init.outputs[0].num_elements();
+    return DispatchFloat(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([=](KernelContext& c) {
+        const T* x = c.input(0).as<T>();
+        T* z = c.output(0).as<T>();
+        for (int64_t i = 0; i < out_n; ++i) z[i] = 0;
+        int64_t n = NumElements(in), rank = static_cast<int64_t>(in.size());
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t rem = i, o = 0;
+          for (int64_t d = rank - 1; d >= 0; --d) {
+            o += (rem % in[d]) * strides[d];
+            rem /= in[d];
+          }
+          z[o] += x[i];
+        }
+        return Status::Ok();
+      });
+    });
+  };
+  like.grad = [](GradBuilder& g) -> Status {
+    if (g.needs_input_grad(0)) {
+      AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("broadcast_like", {g.output_grad(0), g.input(0)}));
+      g.SetInputGrad(0, dx);
+    }
+    return Status::Ok();
+  };
+  like.doc = "out(like.shape) = x summed over the dimensions `like` broadcasts along";
+  registry.Register(std::move(like));
+
+  OpDef bcast;
+  bcast.type = "broadcast_like";
+  bcast.input_names = {"x", "like"};
+  bcast.output_names = {"out"};
+  bcast.infer = [](InferContext& ctx) -> Status {
+    ctx.outputs = {TensorDesc{ctx.inputs[1].shape, ctx.inputs[0].dtype}};
+    return Status::Ok();
+  };
+  bcast.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    // out = x + 0 * like, by the broadcasting add kernel with a zero-stride second operand.
+    Shape out = init.outputs[0].shape;
+    auto strides = BroadcastStrides(init.inputs[0].shape, out);
+    return DispatchFloat(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([=](KernelContext& c) {
+        const T* x = c.input(0).as<T>();
+        T* z = c.output(0).as<T>();
+        int64_t n = NumElements(out), rank = static_cast<int64_t>(out.size());
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t rem = i, o = 0;
+          for (int64_t d = rank - 1; d >= 0; --d) {
+            o += (rem % out[d]) * strides[d];
+            rem /= out[d];
+          }
+          z[i] = x[o];
+        }
+        return Status::Ok();
+      });
+    });
+  };
+  bcast.doc = "out(like.shape) = x broadcast to like's shape";
+  registry.Register(std::move(bcast));
+}
+
+}  // namespace actorflow

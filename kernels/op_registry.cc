@@ -1,0 +1,113 @@
+#include "kernels/op_registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace actorflow {
+namespace {
+
+template <typename T>
+const char* KindName() {
+  if constexpr (std::is_same_v<T, int64_t>) return "an int";
+  if constexpr (std::is_same_v<T, double>) return "a float";
+  if constexpr (std::is_same_v<T, bool>) return "a bool";
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  if constexpr (std::is_same_v<T, std::vector<int64_t>>) return "a list of ints";
+  return "a list of floats";
+}
+
+template <typename T>
+StatusOr<T> Get(const std::map<std::string, AttrValue>& values, const std::string& name) {
+  auto it = values.find(name);
+  if (it == values.end()) return InvalidArgument("missing attribute '" + name + "'");
+  if (const T* v = std::get_if<T>(&it->second)) return *v;
+  return InvalidArgument("attribute '" + name + "' must be " + KindName<T>());
+}
+
+}  // namespace
+
+StatusOr<int64_t> Attrs::GetInt(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it != values_.end())
+    if (const bool* b = std::get_if<bool>(&it->second)) return static_cast<int64_t>(*b);
+  return Get<int64_t>(values_, name);
+}
+StatusOr<double> Attrs::GetFloat(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it != values_.end())
+    if (const int64_t* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
+  return Get<double>(values_, name);
+}
+StatusOr<bool> Attrs::GetBool(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it != values_.end())
+    if (const int64_t* i = std::get_if<int64_t>(&it->second)) return *i != 0;
+  return Get<bool>(values_, name);
+}
+StatusOr<std::string> Attrs::GetString(const std::string& name) const { return Get<std::string>(values_, name); }
+StatusOr<std::vector<int64_t>> Attrs::GetInts(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it != values_.end())
+    if (const int64_t* i = std::get_if<int64_t>(&it->second)) return std::vector<int64_t>{*i};
+  return Get<std::vector<int64_t>>(values_, name);
+}
+StatusOr<std::vector<double>> Attrs::GetFloats(const std::string& name) const {
+  return Get<std::vector<double>>(values_, name);
+}
+int64_t Attrs::GetIntOr(const std::string& name, int64_t fallback) const {
+  auto v = GetInt(name);
+  return v.ok() ? v.value() : fallback;
+}
+double Attrs::GetFloatOr(const std::string& name, double fallback) const {
+  auto v = GetFloat(name);
+  return v.ok() ? v.value() : fallback;
+}
+bool Attrs::GetBoolOr(const std::string& name, bool fallback) const {
+  auto v = GetBool(name);
+  return v.ok() ? v.value() : fallback;
+}
+std::string Attrs::GetStringOr(const std::string& name, const std::string& fallback) const {
+  auto v = GetString(name);
+  return v.ok() ? v.value() : fallback;
+}
+
+StatusOr<std::string> GradBuilder::AddOp1(const std::string& type, const std::vector<std::string>& inputs,
+                                          const Attrs& attrs) {
+  AF_ASSIGN_OR_RETURN(std::vector<std::string> outputs, AddOp(type, inputs, attrs));
+  if (outputs.empty()) return Internal("op " + type + " has no outputs");
+  return outputs[0];
+}
+
+OpRegistry& OpRegistry::Global() {
+  static OpRegistry registry;
+  return registry;
+}
+
+void OpRegistry::Register(OpDef def) {
+  std::string type = def.type;
+  defs_[type] = std::move(def);
+}
+
+StatusOr<const OpDef*> OpRegistry::Find(const std::string& type) const {
+  auto it = defs_.find(type);
+  if (it != defs_.end()) return &it->second;
+  std::string near;
+  for (const auto& [name, def] : defs_)
+    if (name.find(type) != std::string::npos || type.find(name) != std::string::npos) near += (near.empty() ? "" : ", ") + name;
+  return NotFound("unknown op type '" + type + "'" + (near.empty() ? "" : " (did you mean: " + near + "?)"));
+}
+
+std::vector<std::string> OpRegistry::Types() const {
+  std::vector<std::string> types;
+  for (const auto& [name, def] : defs_) types.push_back(name);
+  return types;
+}
+
+StatusOr<KernelFn> MakeCpuKernel(const std::string& type, const KernelInit& init) {
+  RegisterAllOps();
+  AF_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(type));
+  if (!def->make_cpu_kernel) return Unimplemented("op '" + type + "' has no CPU kernel");
+  return def->make_cpu_kernel(init);
+}
+
+}  // namespace actorflow

@@ -1,0 +1,113 @@
+// Optimizer updates, in place on the variable (mutable input 0) and its state. They have no
+// data outputs; the compiler orders them after every reader of the variable. lr is a (1,)
+// float32 feed, so schedules cost no recompilation. Adam's bias correction is folded into lr
+// by the caller (lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)).
+#include <cmath>
+
+#include "kernels/kernel_util.h"
+
+namespace actorflow {
+namespace {
+
+Status InferUpdate(InferContext& ctx) {
+  const TensorDesc& var = ctx.inputs[0];
+  if (var.dtype != DType::kFloat32) return InvalidArgument(std::string("variable must be float32, got ") + DTypeName(var.dtype));
+  for (size_t i = 1; i + 1 < ctx.inputs.size(); ++i)
+    if (ctx.inputs[i] != var)
+      return InvalidArgument("input " + std::to_string(i) + " is " + ctx.inputs[i].ToString() + ", expected " + var.ToString());
+  if (ctx.inputs.back().shape != Shape{1}) return InvalidArgument("learning rate must have shape (1,)");
+  ctx.outputs.clear();
+  return Status::Ok();
+}
+
+void Register(OpRegistry& registry, const std::string& type, std::vector<std::string> inputs, std::vector<int> mutable_inputs,
+              std::function<StatusOr<KernelFn>(const KernelInit&)> make, const std::string& doc) {
+  OpDef def;
+  def.type = type;
+  def.input_names = std::move(inputs);
+  def.mutable_inputs = std::move(mutable_inputs);
+  def.infer = InferUpdate;
+  def.make_cpu_kernel = std::move(make);
+  def.doc = doc;
+  registry.Register(std::move(def));
+}
+
+}  // namespace
+
+void RegisterOptimizerOps(OpRegistry& registry) {
+  Register(registry, "sgd_update", {"var", "grad", "lr"}, {0}, [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t n = init.inputs[0].num_elements();
+    float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    return KernelFn([=](KernelContext& c) {
+      float* __restrict w = c.input(0).as<float>();
+      const float* __restrict g = c.input(1).as<float>();
+      float lr = *c.input(2).as<float>();
+      for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+      return Status::Ok();
+    });
+  }, "var -= lr * (grad + weight_decay * var)");
+
+  Register(registry, "momentum_update", {"var", "grad", "momentum", "lr"}, {0, 2}, [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t n = init.inputs[0].num_elements();
+    float beta = static_cast<float>(init.attrs.GetFloatOr("beta", 0.9));
+    float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    return KernelFn([=](KernelContext& c) {
+      float* __restrict w = c.input(0).as<float>();
+      const float* __restrict g = c.input(1).as<float>();
+      float* __restrict m = c.input(2).as<float>();
+      float lr = *c.input(3).as<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        m[i] = beta * m[i] - lr * (g[i] + wd * w[i]);
+        w[i] += m[i];
+      }
+      return Status::Ok();
+    });
+  }, "momentum = beta * momentum - lr * (grad + wd * var); var += momentum");
+
+  Register(registry, "adam_update", {"var", "grad", "m", "v", "lr"}, {0, 2, 3}, [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t n = init.inputs[0].num_elements();
+    float b1 = static_cast<float>(init.attrs.GetFloatOr("beta1", 0.9));
+    float b2 = static_cast<float>(init.attrs.GetFloatOr("beta2", 0.999));
+    float eps = static_cast<float>(init.attrs.GetFloatOr("epsilon", 1e-8));
+    float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    bool decoupled = init.attrs.GetBoolOr("decoupled_weight_decay", false);
+    float lr_base = static_cast<float>(init.attrs.GetFloatOr("base_lr_for_decay", 1.0));
+    return KernelFn([=](KernelContext& c) {
+      float* __restrict w = c.input(0).as<float>();
+      const float* __restrict g = c.input(1).as<float>();
+      float* __restrict m = c.input(2).as<float>();
+      float* __restrict v = c.input(3).as<float>();
+      float lr = *c.input(4).as<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        float gi = decoupled ? g[i] : g[i] + wd * w[i];
+        m[i] = b1 * m[i] + (1 - b1) * gi;
+        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+        float step = m[i] / (std::sqrt(v[i]) + eps);
+        if (decoupled) step += wd * w[i] * lr_base;
+        w[i] -= lr * step;
+      }
+      return Status::Ok();
+    });
+  }, "Adam (or AdamW with decoupled_weight_decay); lr carries the bias correction");
+
+  Register(registry, "rmsprop_update", {"var", "grad", "mean_square", "lr"}, {0, 2}, [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t n = init.inputs[0].num_elements();
+    float decay = static_cast<float>(init.attrs.GetFloatOr("decay_rate", 0.99));
+    float eps = static_cast<float>(init.attrs.GetFloatOr("epsilon", 1e-8));
+    float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    return KernelFn([=](KernelContext& c) {
+      float* __restrict w = c.input(0).as<float>();
+      const float* __restrict g = c.input(1).as<float>();
+      float* __restrict s = c.input(2).as<float>();
+      float lr = *c.input(3).as<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        float gi = g[i] + wd * w[i];
+        s[i] = decay * s[i] + (1 - decay) * gi * gi;
+        w[i] -= lr * gi / (std::sqrt(s[i]) + eps);
+      }
+      return Status::Ok();
+    });
+  }, "RMSProp: ms = decay*ms + (1-decay)*g^2; var -= lr * g / (sqrt(ms) + eps)");
+}
+
+}  // namespace actorflow
