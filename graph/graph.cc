@@ -1,0 +1,198 @@
+#include "graph/graph.h"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace actorflow {
+namespace graph {
+
+std::string Placement::ToString() const {
+  std::string s = device_type;
+  for (size_t i = 0; i < machine_device_ids.size(); ++i) s += (i ? "," : " ") + machine_device_ids[i];
+  return s;
+}
+
+Status CheckPlacementSupported(const Placement& placement) {
+  bool ok = placement.device_type == "cpu" && placement.machine_device_ids.size() == 1 &&
+            (placement.machine_device_ids[0] == "0:0" || placement.machine_device_ids[0] == "0:0-0");
+  if (ok) return Status::Ok();
+  return InvalidArgument("placement '" + placement.ToString() +
+                         "' is not supported: only device 'cpu' with machine_device_ids '0:0' (machine 0, device 0) "
+                         "is available in this build");
+}
+
+StatusOr<std::pair<std::string, std::string>> SplitRef(const std::string& ref) {
+  size_t slash = ref.rfind('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == ref.size())
+    return InvalidArgument("tensor reference '" + ref + "' is not of the form 'op_name/output_name'");
+  return std::make_pair(ref.substr(0, slash), ref.substr(slash + 1));
+}
+
+Graph& Graph::operator=(const Graph& other) {
+  if (this == &other) return *this;
+  job_name_ = other.job_name_;
+  job_type_ = other.job_type_;
+  nodes_ = other.nodes_;
+  index_ = other.index_;
+  feeds_ = other.feeds_;
+  outputs_ = other.outputs_;
+  watches_ = other.watches_;
+  losses_ = other.losses_;
+  optimizer_ = other.optimizer_ ? std::make_unique<OptimizerSpec>(*other.optimizer_) : nullptr;
+  gradients_ = other.gradients_;
+  return *this;
+}
+
+const Node* Graph::FindNode(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &nodes_[it->second];
+}
+
+Node* Graph::FindMutableNode(const std::string& name) {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &nodes_[it->second];
+}
+
+StatusOr<std::pair<const Node*, int>> Graph::Resolve(const std::string& ref) const {
+  AF_ASSIGN_OR_RETURN(auto parts, SplitRef(ref));
+  const Node* node = FindNode(parts.first);
+  if (!node) return NotFound("tensor '" + ref + "': no op named '" + parts.first + "' in job '" + job_name_ + "'");
+  for (size_t i = 0; i < node->output_names.size(); ++i)
+    if (node->output_names[i] == parts.second) return std::make_pair(node, static_cast<int>(i));
+  std::string known;
+  for (const auto& n : node->output_names) known += (known.empty() ? "" : ", ") + n;
+  return NotFound("tensor '" + ref + "': op '" + node->name + "' (" + node->type + ") has no output '" +
+                  parts.second + "' (outputs: " + known + ")");
+}
+
+StatusOr<TensorDesc> Graph::Desc(const std::string& ref) const {
+  AF_ASSIGN_OR_RETURN(auto resolved, Resolve(ref));
+  return resolved.first->output_descs[resolved.second];
+}
+
+std::string Graph::UniqueName(const std::string& base) const {
+  if (!index_.count(base)) return base;
+  for (int i = 1;; ++i) {
+    std::string candidate = base + "_" + std::to_string(i);
+    if (!index_.count(candidate)) return candidate;
+  }
+}
+
+Node& Graph::Append(Node node) {
+  if (index_.count(node.name)) throw std::logic_error("graph: duplicate node name " + node.name);
+  index_[node.name] = nodes_.size();
+  nodes_.push_back(std::move(node));
+  return nodes_.back();
+}
+
+void Graph::Retain(const std::vector<bool>& keep) {
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (keep[i]) kept.push_back(std::move(nodes_[i]));
+  nodes_ = std::move(kept);
+  index_.clear();
+  for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i].name] = i;
+  for (Node& n : nodes_) {
+    std::vector<std::string> control;
+    for (auto& c : n.control_inputs)
+      if (index_.count(c)) control.push_back(c);
+    n.control_inputs = std::move(control);
+  }
+}
+
+StatusOr<const Node*> Graph::AddOp(const std::string& type, const std::string& name,
+                                   const std::vector<std::string>& inputs, const Attrs& attrs,
+                                   const std::string& location, const Placement& placement) {
+  std::string unique = UniqueName(name.empty() ? type : name);
+  auto fail = [&](const Status& s) {
+    return Status(s.code(), "op '" + unique + "' (" + type + ") at " + (location.empty() ? "<unknown>" : location) +
+                                ": " + s.message());
+  };
+  auto def_or = OpRegistry::Global().Find(type);
+  if (!def_or.ok()) return fail(def_or.status());
+  const OpDef* def = def_or.value();
+  AF_RETURN_IF_ERROR(CheckPlacementSupported(placement).WithContext("op '" + unique + "' (" + type + ") at " + location));
+  if (!def->variadic_inputs && inputs.size() != def->input_names.size()) {
+    std::string names;
+    for (const auto& n : def->input_names) names += (names.empty() ? "" : ", ") + n;
+    return fail(InvalidArgument("expected " + std::to_string(def->input_names.size()) + " inputs (" + names +
+                                "), got " + std::to_string(inputs.size())));
+  }
+  InferContext ctx;
+  ctx.attrs = attrs;
+  for (const auto& ref : inputs) {
+    auto desc = Desc(ref);
+    if (!desc.ok()) return fail(desc.status());
+    ctx.inputs.push_back(desc.value());
+  }
+  if (!def->infer) return fail(Internal("op type has no shape inference"));
+  Status inferred = def->infer(ctx);
+  if (!inferred.ok()) return fail(inferred);
+  Node node;
+  node.name = unique;
+  node.kind = NodeKind::kOp;
+  node.type = type;
+  node.inputs = inputs;
+  node.attrs = attrs;
+  node.location = location;
+  node.placement = placement;
+  node.mutable_inputs = def->mutable_inputs;
+  node.output_descs = ctx.outputs;
+  // Variadic outputs (more inferred than declared) are named <first>_<i>.
+  if (ctx.outputs.size() == def->output_names.size()) {
+    node.output_names = def->output_names;
+  } else {
+    std::string base = def->output_names.empty() ? "out" : def->output_names[0];
+    for (size_t i = 0; i < ctx.outputs.size(); ++i) node.output_names.push_back(base + "_" + std::to_string(i));
+  }
+  for (const auto& d : node.output_descs)
+    if (d.dtype == DType::kInvalid || DTypeSize(d.dtype) == 0) return fail(Internal("inference left an output without dtype"));
+  return &Append(std::move(node));
+}
+
+namespace {
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+}  // namespace
+
+std::string Graph::ToDot() const {
+  std::ostringstream dot;
+  dot << "digraph \"" << Escape(job_name_) << "\" {\n  node [shape=box, fontname=monospace];\n";
+  for (const Node& n : nodes_) {
+    std::string label = n.name + "\\n" + n.type;
+    for (size_t i = 0; i < n.output_descs.size(); ++i) label += "\\n" + n.output_names[i] + ": " + n.output_descs[i].ToString();
+    if (!n.location.empty()) label += "\\n@ " + n.location;
+    const char* style = n.kind == NodeKind::kInput ? ", style=filled, fillcolor=lightblue"
+                        : n.kind == NodeKind::kVariable ? ", style=filled, fillcolor=lightyellow" : "";
+    dot << "  \"" << Escape(n.name) << "\" [label=\"" << Escape(label) << "\"" << style << "];\n";
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      auto parts = SplitRef(n.inputs[i]);
+      if (!parts.ok()) continue;
+      bool is_mutable = false;
+      for (int m : n.mutable_inputs) is_mutable |= (static_cast<size_t>(m) == i);
+      dot << "  \"" << Escape(parts->first) << "\" -> \"" << Escape(n.name) << "\" [label=\"" << Escape(parts->second)
+          << "\"" << (is_mutable ? ", color=red" : "") << "];\n";
+    }
+    for (const auto& c : n.control_inputs) dot << "  \"" << Escape(c) << "\" -> \"" << Escape(n.name) << "\" [style=dashed];\n";
+  }
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    auto parts = SplitRef(outputs_[i]);
+    if (parts.ok()) dot << "  \"" << Escape(parts->first) << "\" -> \"<output " << i << ">\";\n";
+  }
+  for (const Watch& w : watches_) {
+    auto ref = w.diff ? (gradients_.count(w.ref) ? gradients_.at(w.ref) : "") : w.ref;
+    auto parts = SplitRef(ref);
+    if (parts.ok()) dot << "  \"" << Escape(parts->first) << "\" -> \"<watch " << Escape(w.handler_name) << ">\";\n";
+  }
+  dot << "}\n";
+  return dot.str();
+}
+
+}  // namespace graph
+}  // namespace actorflow

@@ -1,0 +1,145 @@
+// The compiler's in-memory logical graph: what a job function traced, plus what the passes
+// add (backward ops, optimizer updates, control edges). Nodes are kept in a topological
+// order at all times: a node is appended only after every node it reads, so every pass can
+// walk `nodes()` forwards (or backwards) without sorting.
+//
+// Thread-safety: a value type; not synchronized. One thread builds and compiles a graph.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/status.h"
+#include "actors/tensor.h"
+#include "kernels/op_registry.h"
+
+namespace actorflow {
+namespace graph {
+
+enum class NodeKind { kInput, kVariable, kOp };
+
+// Where a node runs. Only "cpu" device 0 of machine 0 is supported for now; the parser
+// accepts the general syntax so the error can name what the user asked for.
+struct Placement {
+  std::string device_type = "cpu";
+  std::vector<std::string> machine_device_ids = {"0:0"};
+  std::string ToString() const;  // "cpu 0:0"
+};
+// InvalidArgument naming the placement unless it is cpu "0:0".
+Status CheckPlacementSupported(const Placement& placement);
+
+struct Node {
+  std::string name;
+  NodeKind kind = NodeKind::kOp;
+  std::string type;                     // registry op type; "input" / "variable" otherwise
+  std::vector<std::string> inputs;      // data inputs, "op/output"
+  std::vector<std::string> control_inputs;  // node names that must act first (same iteration)
+  Attrs attrs;
+  std::vector<std::string> output_names;
+  std::vector<TensorDesc> output_descs;
+  std::vector<int> mutable_inputs;      // indices into `inputs` written in place
+  std::string location;                 // user's file:line
+  Placement placement;
+  // kVariable: name in the session's variable store; trainable for the optimizer.
+  std::string variable_name;
+  bool trainable = false;
+  // kVariable: the session creates it filled with zeros when missing (optimizer state).
+  bool zeros_if_missing = false;
+
+  std::string output_ref(size_t i) const { return name + "/" + output_names[i]; }
+};
+
+struct Watch {
+  std::string ref;
+  std::string handler_name;
+  bool diff = false;
+  std::string location;
+};
+
+// Mirrors the optimizer spec of python_bindings/C_API.md.
+struct OptimizerSpec {
+  std::string type;  // "sgd" | "momentum" | "adam" | "adamw" | "rmsprop" | "lamb"
+  double momentum = 0.9;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double decay_rate = 0.99;
+  double weight_decay = 0.0;
+  double clip_norm = 0.0;               // 0 = off
+  std::vector<std::string> variables;   // variable names; empty = all trainable
+};
+
+// "op/output" -> ("op", "output"); InvalidArgument on a malformed reference.
+StatusOr<std::pair<std::string, std::string>> SplitRef(const std::string& ref);
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(std::string job_name, std::string job_type) : job_name_(std::move(job_name)), job_type_(std::move(job_type)) {}
+
+  const std::string& job_name() const { return job_name_; }
+  const std::string& job_type() const { return job_type_; }
+  bool is_train() const { return job_type_ == "train"; }
+
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::vector<Node>& mutable_nodes() { return nodes_; }
+  const Node* FindNode(const std::string& name) const;
+  Node* FindMutableNode(const std::string& name);
+  // Node and output index of a reference; NotFound naming the reference otherwise.
+  StatusOr<std::pair<const Node*, int>> Resolve(const std::string& ref) const;
+  StatusOr<TensorDesc> Desc(const std::string& ref) const;
+
+  // `base`, or base_1, base_2, ... if taken (OneFlow's convention for repeated names).
+  std::string UniqueName(const std::string& base) const;
+  // Appends a node whose name is already unique and whose inputs exist (CHECKed).
+  Node& Append(Node node);
+  // Keeps the nodes with keep[i] true (order preserved); control inputs to dropped nodes go too.
+  void Retain(const std::vector<bool>& keep);
+
+  // Adds an op of a registry type: resolves inputs, runs the OpDef's inference and appends
+  // the node under a unique name derived from `name`. The error names op, type and location.
+  StatusOr<const Node*> AddOp(const std::string& type, const std::string& name,
+                              const std::vector<std::string>& inputs, const Attrs& attrs,
+                              const std::string& location, const Placement& placement = {});
+
+  // The feeds of a call in order: placeholder node names (then "learning_rate" for train jobs,
+  // added by the optimizer pass).
+  std::vector<std::string>& feeds() { return feeds_; }
+  const std::vector<std::string>& feeds() const { return feeds_; }
+  std::vector<std::string>& outputs() { return outputs_; }
+  const std::vector<std::string>& outputs() const { return outputs_; }
+  std::vector<Watch>& watches() { return watches_; }
+  const std::vector<Watch>& watches() const { return watches_; }
+  std::vector<std::string>& losses() { return losses_; }
+  const std::vector<std::string>& losses() const { return losses_; }
+  std::unique_ptr<OptimizerSpec>& optimizer() { return optimizer_; }
+  const OptimizerSpec* optimizer() const { return optimizer_.get(); }
+  // Gradient of a forward reference, filled by the autodiff pass ("" when none flows).
+  std::map<std::string, std::string>& gradients() { return gradients_; }
+  const std::map<std::string, std::string>& gradients() const { return gradients_; }
+
+  Graph(const Graph& other) { *this = other; }
+  Graph& operator=(const Graph& other);
+  Graph(Graph&&) = default;
+  Graph& operator=(Graph&&) = default;
+
+  // Graphviz text of the logical graph: one box per node (type, output descs, location).
+  std::string ToDot() const;
+
+ private:
+  std::string job_name_;
+  std::string job_type_ = "predict";
+  std::vector<Node> nodes_;
+  std::map<std::string, size_t> index_;
+  std::vector<std::string> feeds_;
+  std::vector<std::string> outputs_;
+  std::vector<Watch> watches_;
+  std::vector<std::string> losses_;
+  std::unique_ptr<OptimizerSpec> optimizer_;
+  std::map<std::string, std::string> gradients_;
+};
+
+}  // namespace graph
+}  // namespace actorflow

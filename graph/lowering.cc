@@ -1,0 +1,304 @@
+// Ordering and pruning passes, the pipeline driver, and lowering of a Graph to a plan::Plan.
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "graph/attr_convert.h"
+#include "graph/passes.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+std::string ProducerOf(const std::string& ref) { return SplitRef(ref).value().first; }
+
+// Names of the nodes `name` depends on (data and control), itself excluded.
+std::set<std::string> Ancestors(const Graph& graph, const std::string& name) {
+  std::set<std::string> seen;
+  std::vector<std::string> stack = {name};
+  while (!stack.empty()) {
+    const Node* n = graph.FindNode(stack.back());
+    stack.pop_back();
+    if (!n) continue;
+    auto visit = [&](const std::string& p) {
+      if (seen.insert(p).second) stack.push_back(p);
+    };
+    for (const auto& in : n->inputs) visit(ProducerOf(in));
+    for (const auto& c : n->control_inputs) visit(c);
+  }
+  return seen;
+}
+
+class OrderingPass : public Pass {
+ public:
+  std::string name() const override { return "ordering"; }
+  Status Run(Graph& graph) override {
+    std::map<std::string, size_t> position;
+    for (size_t i = 0; i < graph.nodes().size(); ++i) position[graph.nodes()[i].name] = i;
+    for (size_t m = 0; m < graph.nodes().size(); ++m) {
+      if (graph.nodes()[m].mutable_inputs.empty()) continue;
+      std::set<std::string> ancestors = Ancestors(graph, graph.nodes()[m].name);
+      std::vector<std::string> control;
+      for (int k : graph.nodes()[m].mutable_inputs) {
+        const std::string& ref = graph.nodes()[m].inputs.at(k);
+        // Every other reader placed before the writer (readers after it in topological order
+        // consume what it wrote) and not already ordered before it by data edges.
+        for (size_t r = 0; r < m; ++r) {
+          const Node& reader = graph.nodes()[r];
+          bool reads = false;
+          for (const auto& in : reader.inputs) reads |= in == ref;
+          if (reads && !ancestors.count(reader.name)) {
+            control.push_back(reader.name);
+            ancestors.insert(reader.name);
+          }
+        }
+      }
+      for (auto& c : control) graph.mutable_nodes()[m].control_inputs.push_back(c);
+    }
+    return Status::Ok();
+  }
+};
+
+class PrunePass : public Pass {
+ public:
+  std::string name() const override { return "prune"; }
+  Status Run(Graph& graph) override {
+    std::vector<std::string> stack;
+    for (const auto& ref : graph.outputs()) stack.push_back(ProducerOf(ref));
+    for (const Watch& w : graph.watches()) {
+      const std::string ref = w.diff ? graph.gradients()[w.ref] : w.ref;
+      if (!ref.empty()) stack.push_back(ProducerOf(ref));
+    }
+    for (const Node& n : graph.nodes())
+      if (n.kind == NodeKind::kInput || (n.kind == NodeKind::kOp && n.output_names.empty())) stack.push_back(n.name);
+    std::set<std::string> live;
+    while (!stack.empty()) {
+      std::string name = stack.back();
+      stack.pop_back();
+      if (!live.insert(name).second) continue;
+      const Node* n = graph.FindNode(name);
+      for (const auto& in : n->inputs) stack.push_back(ProducerOf(in));
+      for (const auto& c : n->control_inputs) stack.push_back(c);
+    }
+    std::vector<bool> keep;
+    for (const Node& n : graph.nodes()) keep.push_back(live.count(n.name) > 0);
+    graph.Retain(keep);
+    return Status::Ok();
+  }
+};
+
+std::string SafeFileName(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return out;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) return InvalidArgument("cannot write DOT dump '" + path + "'");
+  return Status::Ok();
+}
+
+plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
+  plan::BlobDesc blob;
+  blob.set_name(name);
+  for (int64_t d : desc.shape) blob.add_shape(d);
+  blob.set_dtype(ToProtoDType(desc.dtype));
+  blob.set_byte_size(static_cast<int64_t>(desc.byte_size()));
+  return blob;
+}
+
+}  // namespace
+
+std::unique_ptr<Pass> MakeOrderingPass() { return std::make_unique<OrderingPass>(); }
+std::unique_ptr<Pass> MakePrunePass() { return std::make_unique<PrunePass>(); }
+
+StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& options) {
+  plan::Plan plan;
+  plan.set_job_name(graph.job_name());
+  const int register_num = std::max(1, options.register_num);
+  std::map<std::string, int> task_of;  // node name -> task index (== task id)
+  auto new_task = [&](const std::string& name, plan::TaskKind kind) {
+    plan::Task* t = plan.add_tasks();
+    t->set_id(plan.tasks_size() - 1);
+    t->set_name(name);
+    t->set_kind(kind);
+    t->set_device_type("cpu");
+    t->set_device_id(0);
+    t->set_machine_id(0);
+    return t;
+  };
+  auto add_data_input = [&](plan::Task* consumer, const std::string& ref) -> Status {
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
+    plan::InputDesc* in = consumer->add_inputs();
+    in->set_producer_task_id(task_of.at(resolved.first->name));
+    in->set_producer_register(resolved.second);
+    in->set_blob_index(0);
+    return Status::Ok();
+  };
+  // A producer's control register (no blobs), created on first use.
+  std::map<int, int> control_register;
+  auto add_control_input = [&](plan::Task* consumer, int producer) {
+    auto it = control_register.find(producer);
+    if (it == control_register.end()) {
+      plan::Task* p = plan.mutable_tasks(producer);
+      plan::RegisterDesc* r = p->add_registers();
+      r->set_name("control");
+      r->set_register_num(p->kind() == plan::VARIABLE ? 1 : register_num);
+      it = control_register.emplace(producer, p->registers_size() - 1).first;
+    }
+    plan::InputDesc* in = consumer->add_inputs();
+    in->set_producer_task_id(producer);
+    in->set_producer_register(it->second);
+    in->set_control(true);
+  };
+
+  std::map<std::string, int> feed_index;
+  for (size_t i = 0; i < graph.feeds().size(); ++i) feed_index[graph.feeds()[i]] = static_cast<int>(i);
+  for (const Node& n : graph.nodes()) {
+    AF_RETURN_IF_ERROR(CheckPlacementSupported(n.placement).WithContext("op '" + n.name + "' at " + n.location));
+    plan::TaskKind kind = n.kind == NodeKind::kInput ? plan::SOURCE : n.kind == NodeKind::kVariable ? plan::VARIABLE : plan::COMPUTE;
+    plan::Task* t = new_task(n.name, kind);
+    task_of[n.name] = static_cast<int>(t->id());
+    t->set_source_location(n.location);
+    if (n.kind == NodeKind::kInput) {
+      if (!feed_index.count(n.name)) return Internal("placeholder '" + n.name + "' is not a feed");
+      t->set_feed_index(feed_index[n.name]);
+    } else if (n.kind == NodeKind::kVariable) {
+      t->set_variable_name(n.variable_name);
+    } else {
+      t->set_op_type(n.type);
+      AttrsToProto(n.attrs, t->mutable_attrs());
+      for (const auto& ref : n.inputs) AF_RETURN_IF_ERROR(add_data_input(t, ref));
+      for (const auto& c : n.control_inputs) add_control_input(t, task_of.at(c));
+      for (int m : n.mutable_inputs) t->add_mutable_inputs(m);
+    }
+    for (size_t k = 0; k < n.output_names.size(); ++k) {
+      plan::RegisterDesc* r = t->add_registers();
+      r->set_name(n.output_names[k]);
+      r->set_register_num(n.kind == NodeKind::kVariable ? 1 : register_num);
+      *r->add_blobs() = MakeBlob(n.output_ref(k), n.output_descs[k]);
+    }
+  }
+
+  plan::Task* sink = new_task("output", plan::SINK);
+  const int sink_id = static_cast<int>(sink->id());
+  for (const auto& ref : graph.outputs()) AF_RETURN_IF_ERROR(add_data_input(plan.mutable_tasks(sink_id), ref));
+  for (const Watch& w : graph.watches()) {
+    std::string ref = w.ref;
+    if (w.diff) {
+      auto it = graph.gradients().find(w.ref);
+      if (it == graph.gradients().end() || it->second.empty())
+        return InvalidArgument("watch_diff at " + w.location + ": no gradient of '" + w.ref + "'");
+      ref = it->second;
+    }
+    plan::Task* t = new_task("watch-" + w.handler_name, plan::SINK);
+    t->set_sink_name(w.handler_name);
+    t->set_source_location(w.location);
+    AF_RETURN_IF_ERROR(add_data_input(t, ref));
+  }
+
+  // Consumers, deduplicated per task (the runtime makes one in-edge per producer register).
+  auto fill_consumers = [&]() {
+    for (plan::Task& t : *plan.mutable_tasks())
+      for (plan::RegisterDesc& r : *t.mutable_registers()) r.clear_consumer_task_ids();
+    for (const plan::Task& t : plan.tasks()) {
+      std::set<std::pair<int64_t, int>> seen;
+      for (const plan::InputDesc& in : t.inputs())
+        if (seen.insert({in.producer_task_id(), in.producer_register()}).second)
+          plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())->add_consumer_task_ids(t.id());
+    }
+  };
+  fill_consumers();
+  // A call completes when the main sink has acted: it also waits (control) for every register
+  // nobody reads, so updates and unused feeds belong to the iteration they serve.
+  for (int i = 0; i < sink_id; ++i) {
+    for (int r = 0; r < plan.tasks(i).registers_size(); ++r) {
+      if (plan.tasks(i).registers(r).consumer_task_ids_size() > 0) continue;
+      plan::InputDesc* in = plan.mutable_tasks(sink_id)->add_inputs();
+      in->set_producer_task_id(i);
+      in->set_producer_register(r);
+      in->set_control(true);
+    }
+  }
+  // A job with nothing to return (only watches): the main sink still fires once per call.
+  if (plan.tasks(sink_id).inputs_size() == 0) {
+    for (int i = 0; i < sink_id; ++i) {
+      if (plan.tasks(i).kind() != plan::SOURCE) continue;
+      plan::InputDesc* in = plan.mutable_tasks(sink_id)->add_inputs();
+      in->set_producer_task_id(i);
+      in->set_producer_register(0);
+      in->set_control(true);
+    }
+  }
+  fill_consumers();
+  return plan;
+}
+
+StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
+  std::string dump_dir = options.dump_dot_dir;
+  if (dump_dir.empty()) {
+    const char* env = std::getenv("ACTORFLOW_DUMP_DOT");
+    if (env != nullptr) dump_dir = env;
+  }
+  std::string prefix = dump_dir.empty() ? "" : dump_dir + "/" + SafeFileName(graph.job_name()) + ".";
+  if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "00-traced.dot", graph.ToDot()));
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(MakeAutodiffPass());
+  passes.push_back(MakeOptimizerPass());
+  passes.push_back(MakePrunePass());
+  passes.push_back(MakeOrderingPass());
+  for (size_t i = 0; i < passes.size(); ++i) {
+    AF_RETURN_IF_ERROR(passes[i]->Run(graph).WithContext("job '" + graph.job_name() + "'"));
+    if (!prefix.empty()) {
+      char number[24];
+      std::snprintf(number, sizeof(number), "%02zu", i + 1);
+      AF_RETURN_IF_ERROR(WriteFile(prefix + number + "-" + passes[i]->name() + ".dot", graph.ToDot()));
+    }
+  }
+  AF_ASSIGN_OR_RETURN(plan::Plan plan, LowerToPlan(graph, options));
+  if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "plan.dot", PlanToDot(plan)));
+  return plan;
+}
+
+std::string PlanToDot(const plan::Plan& plan) {
+  std::ostringstream dot;
+  auto quote = [](const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out + "\"";
+  };
+  static const char* kKinds[] = {"?", "source", "compute", "sink", "variable"};
+  dot << "digraph " << quote(plan.job_name()) << " {\n  node [shape=box, fontname=monospace];\n";
+  for (const plan::Task& t : plan.tasks()) {
+    std::string label = "#" + std::to_string(t.id()) + " " + t.name() + "\\n" + kKinds[t.kind() < 5 ? t.kind() : 0];
+    if (!t.op_type().empty()) label += " " + t.op_type();
+    if (!t.sink_name().empty()) label += " '" + t.sink_name() + "'";
+    for (const plan::RegisterDesc& r : t.registers()) {
+      label += "\\n" + r.name() + " x" + std::to_string(r.register_num());
+      for (const plan::BlobDesc& b : r.blobs()) {
+        Shape s(b.shape().begin(), b.shape().end());
+        label += " " + TensorDesc{s, FromProtoDType(b.dtype())}.ToString();
+      }
+    }
+    dot << "  t" << t.id() << " [label=" << quote(label) << "];\n";
+    for (int i = 0; i < t.inputs_size(); ++i) {
+      const plan::InputDesc& in = t.inputs(i);
+      bool is_mutable = false;
+      for (int m : t.mutable_inputs()) is_mutable |= m == i;
+      dot << "  t" << in.producer_task_id() << " -> t" << t.id()
+          << (in.control() ? " [style=dashed]" : is_mutable ? " [color=red]" : "") << ";\n";
+    }
+  }
+  dot << "}\n";
+  return dot.str();
+}
+
+}  // namespace graph
+}  // namespace actorflow

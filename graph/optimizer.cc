@@ -1,0 +1,144 @@
+// Optimizer pass: learning-rate feed, clipping by global norm, one in-place update op per
+// trained variable (op types and inputs from kernels/optimizer_ops.cc).
+#include <cmath>
+
+#include "graph/passes.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+// A variable of the session store holding optimizer state, created as zeros when missing.
+std::string StateVariable(Graph& graph, const Node& var, const std::string& suffix) {
+  std::string name = var.variable_name + "-" + suffix;
+  for (const Node& n : graph.nodes())
+    if (n.kind == NodeKind::kVariable && n.variable_name == name) return n.output_ref(0);
+  Node node;
+  node.name = graph.UniqueName(name);
+  node.kind = NodeKind::kVariable;
+  node.type = "variable";
+  node.variable_name = name;
+  node.trainable = false;
+  node.zeros_if_missing = true;
+  node.output_names = {"out"};
+  node.output_descs = var.output_descs;
+  node.location = var.location;
+  node.placement = var.placement;
+  return graph.Append(std::move(node)).output_ref(0);
+}
+
+// scale = clip_norm / max(global_norm, clip_norm), from primitive ops only:
+// max(a, c) = (a + c + |a - c|) / 2 with |d| = sqrt(d^2).
+StatusOr<std::string> ClipScale(Graph& graph, const std::vector<std::string>& grads, double clip_norm,
+                                const std::string& location) {
+  std::vector<std::string> sums;
+  for (const auto& g : grads) {
+    AF_ASSIGN_OR_RETURN(const Node* sq, graph.AddOp("square", "clip-square", {g}, {}, location));
+    AF_ASSIGN_OR_RETURN(const Node* sum, graph.AddOp("reduce_sum", "clip-sum", {sq->output_ref(0)},
+                                                     Attrs{{"axis", std::vector<int64_t>{}}, {"keepdims", false}}, location));
+    AF_ASSIGN_OR_RETURN(const Node* r, graph.AddOp("reshape", "clip-sum", {sum->output_ref(0)},
+                                                   Attrs{{"shape", std::vector<int64_t>{1}}}, location));
+    sums.push_back(r->output_ref(0));
+  }
+  auto add = [&](const std::string& type, const std::vector<std::string>& in, const Attrs& attrs) -> StatusOr<std::string> {
+    AF_ASSIGN_OR_RETURN(const Node* n, graph.AddOp(type, "clip-" + type, in, attrs, location));
+    return n->output_ref(0);
+  };
+  AF_ASSIGN_OR_RETURN(std::string total, sums.size() == 1 ? StatusOr<std::string>(sums[0]) : add("add_n", sums, {}));
+  AF_ASSIGN_OR_RETURN(std::string norm, add("sqrt", {total}, {}));
+  AF_ASSIGN_OR_RETURN(std::string diff, add("scalar_add", {norm}, Attrs{{"scalar", -clip_norm}}));
+  AF_ASSIGN_OR_RETURN(std::string sq, add("square", {diff}, {}));
+  AF_ASSIGN_OR_RETURN(std::string abs, add("sqrt", {sq}, {}));
+  AF_ASSIGN_OR_RETURN(std::string sum, add("add", {norm, abs}, {}));
+  AF_ASSIGN_OR_RETURN(std::string twice_max, add("scalar_add", {sum}, Attrs{{"scalar", clip_norm}}));
+  AF_ASSIGN_OR_RETURN(std::string numerator, add("constant", {}, Attrs{{"shape", std::vector<int64_t>{1}},
+                                                                      {"value", 2.0 * clip_norm},
+                                                                      {"dtype", std::string("float32")}}));
+  return add("div", {numerator, twice_max}, {});
+}
+
+class OptimizerPass : public Pass {
+ public:
+  std::string name() const override { return "optimizer"; }
+
+  Status Run(Graph& graph) override {
+    if (!graph.is_train()) return Status::Ok();
+    // The learning rate is fed per call (schedulers cost no recompilation); always the last feed.
+    Node lr;
+    lr.name = graph.UniqueName("learning_rate");
+    lr.kind = NodeKind::kInput;
+    lr.type = "input";
+    lr.output_names = {"out"};
+    lr.output_descs = {TensorDesc{{1}, DType::kFloat32}};
+    std::string lr_ref = lr.output_ref(0);
+    graph.feeds().push_back(lr.name);
+    graph.Append(std::move(lr));
+    const OptimizerSpec* spec = graph.optimizer().get();
+    if (!spec) return Status::Ok();
+
+    std::vector<std::pair<std::string, std::string>> updates;  // (variable ref, gradient ref)
+    for (const auto& [ref, grad] : graph.gradients()) {
+      auto resolved = graph.Resolve(ref);
+      if (resolved.ok() && resolved->first->kind == NodeKind::kVariable && !grad.empty()) updates.emplace_back(ref, grad);
+    }
+    if (updates.empty())
+      return InvalidArgument("train job '" + graph.job_name() + "': no trainable variable receives a gradient from the loss");
+    std::string location = graph.Resolve(graph.losses()[0]).value().first->location;
+
+    if (spec->clip_norm > 0) {
+      std::vector<std::string> grads;
+      for (const auto& u : updates) grads.push_back(u.second);
+      AF_ASSIGN_OR_RETURN(std::string scale, ClipScale(graph, grads, spec->clip_norm, location));
+      for (auto& u : updates) {
+        AF_ASSIGN_OR_RETURN(const Node* clipped, graph.AddOp("mul", "clip-scaled", {u.second, scale}, {}, location));
+        u.second = clipped->output_ref(0);
+      }
+    }
+
+    for (const auto& [var_ref, grad] : updates) {
+      Node var = *graph.Resolve(var_ref).value().first;
+      std::string type;
+      std::vector<std::string> inputs = {var_ref, grad};
+      Attrs attrs{{"weight_decay", spec->weight_decay}};
+      if (spec->type == "sgd") {
+        type = "sgd_update";
+      } else if (spec->type == "momentum") {
+        type = "momentum_update";
+        inputs.push_back(StateVariable(graph, var, "momentum"));
+        attrs.Set("beta", spec->momentum);
+      } else if (spec->type == "adam" || spec->type == "adamw") {
+        type = "adam_update";
+        inputs.push_back(StateVariable(graph, var, "m"));
+        inputs.push_back(StateVariable(graph, var, "v"));
+        attrs.Set("beta1", spec->beta1);
+        attrs.Set("beta2", spec->beta2);
+        attrs.Set("epsilon", spec->epsilon);
+        attrs.Set("decoupled_weight_decay", spec->type == "adamw");
+      } else if (spec->type == "rmsprop") {
+        type = "rmsprop_update";
+        inputs.push_back(StateVariable(graph, var, "mean_square"));
+        attrs.Set("decay_rate", spec->decay_rate);
+        attrs.Set("epsilon", spec->epsilon);
+      } else if (spec->type == "lamb") {
+        type = "lamb_update";
+        inputs.push_back(StateVariable(graph, var, "m"));
+        inputs.push_back(StateVariable(graph, var, "v"));
+        attrs.Set("beta1", spec->beta1);
+        attrs.Set("beta2", spec->beta2);
+        attrs.Set("epsilon", spec->epsilon);
+      } else {
+        return InvalidArgument("optimizer type '" + spec->type + "' is unknown");
+      }
+      inputs.push_back(lr_ref);
+      AF_RETURN_IF_ERROR(graph.AddOp(type, var.name + "-update", inputs, attrs, var.location, var.placement).status());
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> MakeOptimizerPass() { return std::make_unique<OptimizerPass>(); }
+
+}  // namespace graph
+}  // namespace actorflow

@@ -1,0 +1,115 @@
+// Session: the process's variable store and the jobs compiled against it. The C++ side of
+// _C.Session / _C.CompiledJob (python_bindings/C_API.md); no Python in here.
+//
+// Variables are aligned host buffers keyed by name, shared by every job of the session (a
+// predict job defining the same layers reads what a train job learned). Jobs sharing
+// variables must not race: before a call of one job starts, every other job of the session
+// with iterations in flight is drained.
+//
+// Thread-safety: all methods are thread-safe. Completions and sink callbacks run on actor
+// threads (see actors/runtime.h) and must not call back into the session.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/runtime.h"
+#include "graph/job_builder.h"
+#include "graph/passes.h"
+
+namespace actorflow {
+namespace graph {
+
+class SessionState;
+
+struct JobOptions {
+  int num_threads = 0;        // runtime thread budget (0 = number of cores)
+  int kernel_threads = 1;     // intra-op threads per kernel
+  int register_num = 2;
+  std::string dump_dot_dir;   // "" = ACTORFLOW_DUMP_DOT or nothing
+  std::string trace_path;     // Chrome trace written at drain()/shutdown when set
+};
+
+// Watch handlers: (handler name, iteration, views valid only during the call). Actor thread.
+using SinkCallback = std::function<void(const std::string&, int64_t, const std::vector<TensorView>&)>;
+
+struct NamedDesc {
+  std::string name;
+  TensorDesc desc;
+};
+
+class CompiledJob {
+ public:
+  ~CompiledJob();
+  const std::string& name() const { return plan_.job_name(); }
+  const std::vector<NamedDesc>& input_descs() const { return input_descs_; }
+  const std::vector<NamedDesc>& output_descs() const { return output_descs_; }
+  const plan::Plan& plan() const { return plan_; }
+  const Graph& graph() const { return graph_; }
+
+  // One iteration (see Runtime::Push); first drains the other jobs of the session. `inputs`
+  // must match input_descs exactly (InvalidArgument naming the input otherwise); `outputs`
+  // are caller buffers matching output_descs, valid until `done` ran. Blocks under
+  // backpressure. FailedPrecondition after Shutdown.
+  StatusOr<int64_t> Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs, Completion done);
+  Status Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
+  // Waits for every pushed iteration (and writes the trace if one was asked for).
+  void Drain();
+  // Drains and destroys the runtime; later calls fail. Idempotent.
+  void Shutdown();
+  int64_t in_flight() const { return in_flight_.load(); }
+  // Checks inputs against input_descs: "input 'x': expected float32(2, 3), got float32(3, 2)".
+  Status CheckInputs(const std::vector<TensorView>& inputs) const;
+
+ private:
+  friend class Session;
+  friend class SessionState;
+  CompiledJob() = default;
+  void DrainLocked();
+
+  std::shared_ptr<SessionState> session_;
+  Graph graph_;
+  plan::Plan plan_;
+  JobOptions options_;
+  std::vector<NamedDesc> input_descs_, output_descs_;
+  std::vector<std::shared_ptr<void>> variables_;  // keeps the store's buffers alive
+  std::unique_ptr<RuntimeObserver> recorder_;
+  std::unique_ptr<Runtime> runtime_;
+  std::atomic<int64_t> in_flight_{0};
+  std::mutex runtime_mu_;  // guards runtime_ against Shutdown during a call
+};
+
+class Session {
+ public:
+  Session();
+  ~Session();  // shuts down every job
+
+  bool HasVariable(const std::string& name) const;
+  // InvalidArgument if it exists (with another shape/dtype) or the data size is wrong.
+  Status CreateVariable(const std::string& name, const TensorDesc& desc, const void* initial);
+  StatusOr<TensorDesc> VariableDesc(const std::string& name) const;
+  // Copies out/in after draining every job; sizes must match VariableDesc.
+  Status GetVariable(const std::string& name, void* out, size_t bytes);
+  Status SetVariable(const std::string& name, const TensorDesc& desc, const void* data);
+  std::vector<std::string> VariableNames() const;
+
+  // Runs the passes on a copy of the builder's graph, creates missing optimizer state
+  // (zeros), checks every variable the job reads exists with the declared shape/dtype, and
+  // instantiates the runtime.
+  StatusOr<std::shared_ptr<CompiledJob>> Compile(const JobBuilder& builder, const JobOptions& options,
+                                                 SinkCallback on_watch = nullptr);
+  void WaitAll();
+  // Shuts down every job (they fail later calls) and drops all variables.
+  void Reset();
+
+ private:
+  std::shared_ptr<SessionState> state_;
+};
+
+}  // namespace graph
+}  // namespace actorflow
