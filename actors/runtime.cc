@@ -244,6 +244,8 @@ Status Runtime::Impl::Instantiate() {
   // CAF's default polling adds latency between actors; poll aggressively, then sleep.
   config_->set("work-stealing.moderate-poll-attempts", static_cast<size_t>(0));
   config_->set("logger.console", caf::atom("none"));
+  // Before any actor exists, so observers need no lock to set up their buffers.
+  if (options_.observer != nullptr) options_.observer->OnPlan(plan_);
   system_ = std::make_unique<caf::actor_system>(*config_);
   for (auto& state : states_) actors_.push_back(system_->spawn(TaskActor, state.get()));
   // Handles are set before any message flows; the spawn/enqueue of the first message orders
@@ -253,7 +255,6 @@ Status Runtime::Impl::Instantiate() {
     for (OutputSlots& out : state->outputs())
       for (OutputSlots::Consumer& c : out.consumers) c.actor = actors_[c.task_index];
   }
-  if (options_.observer != nullptr) options_.observer->OnPlan(plan_);
   return Status::Ok();
 }
 

@@ -127,7 +127,10 @@ void TaskState::Emit(caf::event_based_actor* self, const std::vector<int>& regs,
     OutputSlots& out = outputs_[o];
     int reg = regs[o];
     if (out.consumers.empty()) {  // nobody reads it: free again at once
-      out.free_registers.push_back(reg);
+      if (task_.kind() == plan::SOURCE)
+        core_->ReleaseSourceRegister(index_, reg);  // sources' pools belong to the host side
+      else
+        out.free_registers.push_back(reg);
       continue;
     }
     out.pending_acks[reg] = static_cast<int>(out.consumers.size());
