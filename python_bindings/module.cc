@@ -1,0 +1,454 @@
+// actorflow._C: the pybind11 module. The contract is python_bindings/C_API.md.
+//
+// GIL discipline: every call into the runtime (push, run, drain, variable copies, compile's
+// runtime start) releases the GIL. Actor threads never take it: completions and watch data go
+// to the job's Dispatcher, whose thread calls Python in order. At interpreter exit an atexit
+// hook (registered at import) drains every job and stops every dispatcher while Python is
+// still alive, so nothing touches the interpreter during finalization.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "graph/session.h"
+#include "python_bindings/conversions.h"
+#include "python_bindings/dispatcher.h"
+
+namespace actorflow {
+namespace python {
+namespace {
+
+namespace py = pybind11;
+
+// Asynchronous calls allowed between push() and their callback; push() blocks beyond that,
+// which bounds memory however fast the caller pushes.
+constexpr int64_t kMaxPendingCalls = 64;
+
+class PyJob;
+std::mutex g_jobs_mu;
+std::set<PyJob*> g_jobs;  // live jobs, for the exit hook
+
+py::list DescList(const std::vector<graph::NamedDesc>& descs) {
+  py::list out;
+  for (const auto& d : descs) out.append(py::make_tuple(d.name, ShapeToList(d.desc.shape), DTypeName(d.desc.dtype)));
+  return out;
+}
+
+// One push() in flight: the Python objects it needs until its callback ran. Owned by the
+// caller until the runtime accepted it, then by the completion, then by the dispatcher.
+struct PendingCall {
+  py::object callback;
+  std::vector<py::array> inputs;   // kept alive while the runtime may read them
+  std::vector<py::array> outputs;  // filled by the main sink
+  Status status;
+};
+
+class PyJob {
+ public:
+  PyJob() : dispatcher_(std::make_shared<Dispatcher>()) {
+    std::lock_guard<std::mutex> lock(g_jobs_mu);
+    g_jobs.insert(this);
+  }
+  ~PyJob() {
+    {
+      std::lock_guard<std::mutex> lock(g_jobs_mu);
+      g_jobs.erase(this);
+    }
+    Shutdown();
+  }
+
+  // The watch callback given to the session at compile: copies the views (valid only during
+  // the call) and hands them to the dispatcher. Runs on an actor thread; no GIL.
+  // `handlers` belongs to the PyJob, which outlives the runtime (Shutdown destroys it first).
+  static graph::SinkCallback WatchForwarder(std::shared_ptr<Dispatcher> dispatcher, py::dict* handlers) {
+    return [dispatcher, handlers](const std::string& name, int64_t, const std::vector<TensorView>& views) {
+      if (views.empty()) return;
+      TensorDesc desc = views[0].desc;
+      auto buffer = std::make_shared<std::vector<char>>(desc.byte_size());
+      std::memcpy(buffer->data(), views[0].data, desc.byte_size());
+      dispatcher->Enqueue({[name, desc, buffer, handlers]() {
+                             try {
+                               if (!handlers->contains(name)) return;
+                               py::object handler = (*handlers)[py::str(name)];
+                               std::vector<py::ssize_t> shape(desc.shape.begin(), desc.shape.end());
+                               auto* owned = new std::shared_ptr<std::vector<char>>(buffer);
+                               py::capsule base(owned, [](void* p) { delete static_cast<std::shared_ptr<std::vector<char>>*>(p); });
+                               py::array array(ToNumpyDType(desc.dtype), shape, (*owned)->data(), base);
+                               handler(array);
+                             } catch (py::error_already_set& e) {
+                               e.discard_as_unraisable(py::str("actorflow watch handler '" + name + "'"));
+                             }
+                           },
+                           nullptr});
+    };
+  }
+
+  void Attach(std::shared_ptr<graph::CompiledJob> job) { job_ = std::move(job); }
+  py::dict* handlers() { return &handlers_; }
+  std::shared_ptr<Dispatcher> dispatcher() const { return dispatcher_; }
+
+  py::list input_descs() const { return DescList(job().input_descs()); }
+  py::list output_descs() const { return DescList(job().output_descs()); }
+
+  std::vector<py::array> CheckInputs(const py::sequence& inputs) const {
+    const auto& descs = job().input_descs();
+    if (static_cast<size_t>(py::len(inputs)) != descs.size())
+      throw py::value_error("job '" + job().name() + "' takes " + std::to_string(descs.size()) + " inputs, got " +
+                            std::to_string(py::len(inputs)));
+    std::vector<py::array> arrays;
+    for (size_t i = 0; i < descs.size(); ++i) arrays.push_back(CheckedInput(inputs[i], descs[i].name, descs[i].desc));
+    return arrays;
+  }
+
+  std::vector<py::array> AllocateOutputs() const {
+    std::vector<py::array> outputs;
+    for (const auto& d : job().output_descs()) outputs.push_back(EmptyArray(d.desc));
+    return outputs;
+  }
+
+  void Views(const std::vector<py::array>& arrays, const std::vector<graph::NamedDesc>& descs,
+             std::vector<TensorView>* views) const {
+    for (size_t i = 0; i < arrays.size(); ++i) views->push_back(ViewOf(arrays[i], descs[i].desc));
+  }
+
+  py::list Run(const py::sequence& inputs) {
+    std::vector<py::array> in = CheckInputs(inputs);
+    std::vector<py::array> out = AllocateOutputs();
+    std::vector<TensorView> in_views, out_views;
+    Views(in, job().input_descs(), &in_views);
+    Views(out, job().output_descs(), &out_views);
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = job_->Run(in_views, out_views);
+      // Watch handlers of this iteration run before run() returns.
+      dispatcher_->WaitIdle();
+    }
+    Check(status);
+    py::list result;
+    for (auto& a : out) result.append(a);
+    return result;
+  }
+
+  void Push(const py::sequence& inputs, py::object callback) {
+    if (!PyCallable_Check(callback.ptr())) throw py::value_error("push: callback is not callable");
+    auto call = std::make_unique<PendingCall>();
+    call->callback = std::move(callback);
+    call->inputs = CheckInputs(inputs);
+    call->outputs = AllocateOutputs();
+    std::vector<TensorView> in_views, out_views;
+    Views(call->inputs, job().input_descs(), &in_views);
+    Views(call->outputs, job().output_descs(), &out_views);
+    PendingCall* raw = call.release();
+    std::shared_ptr<Dispatcher> dispatcher = dispatcher_;
+    StatusOr<int64_t> pushed = Status(StatusCode::kInternal, "not pushed");
+    {
+      py::gil_scoped_release release;
+      dispatcher->BeginCall(kMaxPendingCalls);
+      pushed = job_->Push(in_views, out_views, [dispatcher, raw](int64_t, const Status& status) {
+        raw->status = status;
+        dispatcher->Enqueue({[raw]() { Deliver(*raw); },
+                             [dispatcher, raw]() {
+                               delete raw;  // GIL held: releases the arrays and the callback
+                               dispatcher->EndCall();
+                             }});
+      });
+      if (!pushed.ok()) dispatcher->EndCall();
+    }
+    if (!pushed.ok()) {
+      delete raw;
+      ThrowStatus(pushed.status());
+    }
+  }
+
+  static void Deliver(PendingCall& call) {
+    try {
+      if (call.status.ok()) {
+        py::list result;
+        for (auto& a : call.outputs) result.append(a);
+        call.callback(result);
+      } else {
+        py::object type = call.status.code() == StatusCode::kInvalidArgument
+                              ? py::module_::import("builtins").attr("ValueError")
+                              : py::module_::import("builtins").attr("RuntimeError");
+        call.callback(type(call.status.message()));
+      }
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("actorflow push callback");
+    }
+  }
+
+  void SetWatchHandler(const std::string& name, py::object fn) {
+    bool known = false;
+    for (const auto& w : job().graph().watches()) known |= w.handler_name == name;
+    if (!known) throw py::value_error("job '" + job().name() + "' has no watch handler named '" + name + "'");
+    handlers_[py::str(name)] = fn;
+  }
+
+  void Drain() {
+    py::gil_scoped_release release;
+    if (job_) job_->Drain();
+    dispatcher_->WaitIdle();
+  }
+
+  // Drains, destroys the runtime, runs what the dispatcher holds and stops it. Needs the GIL
+  // on entry (released inside); idempotent.
+  void Shutdown() {
+    {
+      py::gil_scoped_release release;
+      if (job_) job_->Shutdown();
+      dispatcher_->Stop();
+    }
+    handlers_.clear();
+  }
+
+  std::string PlanDot() const { return graph::PlanToDot(job().plan()); }
+  std::string PlanText() const { return job().plan().DebugString(); }
+
+ private:
+  const graph::CompiledJob& job() const {
+    if (!job_) throw std::runtime_error("job is not compiled");
+    return *job_;
+  }
+  std::shared_ptr<graph::CompiledJob> job_;
+  py::dict handlers_;
+  std::shared_ptr<Dispatcher> dispatcher_;
+};
+
+class PySession {
+ public:
+  PySession() : session_(std::make_shared<graph::Session>()) {}
+
+  bool HasVariable(const std::string& name) const { return session_->HasVariable(name); }
+
+  void CreateVariable(const std::string& name, const py::iterable& shape, const std::string& dtype, const py::object& initial) {
+    TensorDesc desc{ToShape(shape, "variable '" + name + "'"), ParseDTypeOrThrow(dtype)};
+    py::array array = CheckedInput(initial, "initial value of variable '" + name + "'", desc);
+    Check(session_->CreateVariable(name, desc, array.data()));
+  }
+
+  py::array GetVariable(const std::string& name) {
+    TensorDesc desc = Unwrap(session_->VariableDesc(name));
+    py::array out = EmptyArray(desc);
+    void* data = out.mutable_data();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = session_->GetVariable(name, data, desc.byte_size());
+    }
+    Check(status);
+    return out;
+  }
+
+  void SetVariable(const std::string& name, const py::object& value) {
+    TensorDesc desc = Unwrap(session_->VariableDesc(name));
+    py::array array = CheckedInput(value, "variable '" + name + "'", desc);
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = session_->SetVariable(name, desc, array.data());
+    }
+    Check(status);
+  }
+
+  std::vector<std::string> VariableNames() const { return session_->VariableNames(); }
+
+  std::unique_ptr<PyJob> Compile(const graph::JobBuilder& builder, const py::dict& options) {
+    graph::JobOptions job_options;
+    for (auto [key, value] : options) {
+      std::string k = py::str(key).cast<std::string>();
+      if (value.is_none()) continue;
+      if (k == "num_threads") job_options.num_threads = value.cast<int>();
+      else if (k == "kernel_threads") job_options.kernel_threads = value.cast<int>();
+      else if (k == "register_num") job_options.register_num = value.cast<int>();
+      else if (k == "dump_dot_dir") job_options.dump_dot_dir = value.cast<std::string>();
+      else if (k == "trace_path") job_options.trace_path = value.cast<std::string>();
+      else throw py::value_error("compile: unknown option '" + k +
+                                 "' (num_threads, kernel_threads, register_num, dump_dot_dir, trace_path)");
+    }
+    if (job_options.register_num < 1) throw py::value_error("compile: register_num must be >= 1");
+    auto job = std::make_unique<PyJob>();
+    graph::SinkCallback forward = PyJob::WatchForwarder(job->dispatcher(), job->handlers());
+    StatusOr<std::shared_ptr<graph::CompiledJob>> compiled = Status(StatusCode::kInternal, "not compiled");
+    {
+      py::gil_scoped_release release;
+      compiled = session_->Compile(builder, job_options, forward);
+    }
+    job->Attach(Unwrap(std::move(compiled)));
+    return job;
+  }
+
+  void WaitAll() {
+    py::gil_scoped_release release;
+    session_->WaitAll();
+  }
+
+  void Reset() {
+    std::vector<PyJob*> jobs;
+    {
+      std::lock_guard<std::mutex> lock(g_jobs_mu);
+      jobs.assign(g_jobs.begin(), g_jobs.end());
+    }
+    for (PyJob* j : jobs) j->Shutdown();
+    py::gil_scoped_release release;
+    session_->Reset();
+  }
+
+ private:
+  std::shared_ptr<graph::Session> session_;
+};
+
+PySession& DefaultSession() {
+  static PySession* session = new PySession();  // never destroyed: the exit hook shuts it down
+  return *session;
+}
+
+void ShutdownAtExit() {
+  std::vector<PyJob*> jobs;
+  {
+    std::lock_guard<std::mutex> lock(g_jobs_mu);
+    jobs.assign(g_jobs.begin(), g_jobs.end());
+  }
+  for (PyJob* j : jobs) j->Shutdown();
+}
+
+graph::OptimizerSpec ToOptimizerSpec(const py::dict& spec) {
+  graph::OptimizerSpec out;
+  for (auto [key, value] : spec) {
+    std::string k = py::str(key).cast<std::string>();
+    if (value.is_none()) continue;
+    try {
+      if (k == "type") out.type = value.cast<std::string>();
+      else if (k == "momentum") out.momentum = value.cast<double>();
+      else if (k == "beta1") out.beta1 = value.cast<double>();
+      else if (k == "beta2") out.beta2 = value.cast<double>();
+      else if (k == "epsilon") out.epsilon = value.cast<double>();
+      else if (k == "decay_rate") out.decay_rate = value.cast<double>();
+      else if (k == "weight_decay") out.weight_decay = value.cast<double>();
+      else if (k == "clip_norm") out.clip_norm = value.cast<double>();
+      else if (k == "variables") out.variables = value.cast<std::vector<std::string>>();
+      // other keys (e.g. a scheduler description) belong to the Python side
+    } catch (py::cast_error&) {
+      throw py::value_error("optimizer spec: '" + k + "' has a value of the wrong type: " + py::repr(value).cast<std::string>());
+    }
+  }
+  return out;
+}
+
+graph::Placement ToPlacement(const std::string& device_type, const py::object& ids) {
+  graph::Placement p;
+  p.device_type = device_type;
+  if (py::isinstance<py::str>(ids)) p.machine_device_ids = {ids.cast<std::string>()};
+  else p.machine_device_ids = ids.cast<std::vector<std::string>>();
+  return p;
+}
+
+}  // namespace
+}  // namespace python
+}  // namespace actorflow
+
+using namespace actorflow;          // NOLINT: the module definition reads better unqualified
+using namespace actorflow::python;  // NOLINT
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "actorflow's C++ core: job builder, compiler, session and runtime (see python_bindings/C_API.md)";
+  RegisterAllOps();
+
+  m.def("op_types", [] { return OpRegistry::Global().Types(); });
+  m.def("op_signature", [](const std::string& type) {
+    const OpDef* def = Unwrap(OpRegistry::Global().Find(type));
+    py::dict d;
+    d["inputs"] = def->input_names;
+    d["outputs"] = def->output_names;
+    d["doc"] = def->doc;
+    d["variadic_inputs"] = def->variadic_inputs;
+    d["mutable_inputs"] = def->mutable_inputs;
+    d["differentiable"] = static_cast<bool>(def->grad);
+    return d;
+  });
+
+  py::class_<graph::JobBuilder>(m, "JobBuilder")
+      .def(py::init([](const std::string& name, const std::string& job_type) {
+             return std::make_unique<graph::JobBuilder>(Unwrap(graph::JobBuilder::Create(name, job_type)));
+           }),
+           py::arg("name"), py::arg("job_type"))
+      .def_property_readonly("name", [](const graph::JobBuilder& b) { return b.graph().job_name(); })
+      .def_property_readonly("job_type", [](const graph::JobBuilder& b) { return b.graph().job_type(); })
+      .def("set_placement",
+           [](graph::JobBuilder& b, const std::string& device_type, const py::object& ids) {
+             Check(b.SetPlacement(ToPlacement(device_type, ids)));
+           },
+           py::arg("device_type"), py::arg("machine_device_ids") = "0:0")
+      .def("add_input",
+           [](graph::JobBuilder& b, const std::string& name, const py::iterable& shape, const std::string& dtype,
+              const std::string& location) {
+             return Unwrap(b.AddInput(name, ToShape(shape, "placeholder '" + name + "' at " + location),
+                                      ParseDTypeOrThrow(dtype), location));
+           },
+           py::arg("name"), py::arg("shape"), py::arg("dtype"), py::arg("location") = "")
+      .def("add_variable",
+           [](graph::JobBuilder& b, const std::string& name, const py::iterable& shape, const std::string& dtype,
+              const std::string& location, bool trainable) {
+             return Unwrap(b.AddVariable(name, ToShape(shape, "variable '" + name + "' at " + location),
+                                         ParseDTypeOrThrow(dtype), location, trainable));
+           },
+           py::arg("name"), py::arg("shape"), py::arg("dtype"), py::arg("location") = "", py::arg("trainable") = true)
+      .def("add_op",
+           [](graph::JobBuilder& b, const std::string& type, const std::string& name, const std::vector<std::string>& inputs,
+              const py::dict& attrs, const std::string& location) {
+             Attrs converted = ToAttrs(attrs, "op '" + name + "' (" + type + ") at " + location);
+             const graph::Node* node = Unwrap(b.AddOp(type, name, inputs, converted, location));
+             py::list out;
+             for (size_t i = 0; i < node->output_names.size(); ++i)
+               out.append(py::make_tuple(node->output_ref(i), ShapeToList(node->output_descs[i].shape),
+                                         DTypeName(node->output_descs[i].dtype)));
+             return out;
+           },
+           py::arg("type"), py::arg("name"), py::arg("inputs"), py::arg("attrs") = py::dict(), py::arg("location") = "")
+      .def("tensor_desc",
+           [](const graph::JobBuilder& b, const std::string& ref) {
+             TensorDesc d = Unwrap(b.TensorDescOf(ref));
+             return py::make_tuple(ShapeToList(d.shape), DTypeName(d.dtype));
+           })
+      .def("set_outputs", [](graph::JobBuilder& b, const std::vector<std::string>& refs) { Check(b.SetOutputs(refs)); })
+      .def("add_watch",
+           [](graph::JobBuilder& b, const std::string& ref, const std::string& handler, bool diff, const std::string& location) {
+             Check(b.AddWatch(ref, handler, diff, location));
+           },
+           py::arg("ref"), py::arg("handler_name"), py::arg("diff") = false, py::arg("location") = "")
+      .def("add_loss", [](graph::JobBuilder& b, const std::string& ref) { Check(b.AddLoss(ref)); })
+      .def("set_optimizer", [](graph::JobBuilder& b, const py::dict& spec) { Check(b.SetOptimizer(ToOptimizerSpec(spec))); })
+      .def("to_dot", [](const graph::JobBuilder& b) { return b.graph().ToDot(); })
+      .def("to_job_text", [](const graph::JobBuilder& b) { return b.ToJob().DebugString(); });
+
+  py::class_<PyJob>(m, "CompiledJob")
+      .def_property_readonly("input_descs", &PyJob::input_descs)
+      .def_property_readonly("output_descs", &PyJob::output_descs)
+      .def("run", &PyJob::Run, py::arg("inputs"))
+      .def("push", &PyJob::Push, py::arg("inputs"), py::arg("callback"))
+      .def("set_watch_handler", &PyJob::SetWatchHandler, py::arg("handler_name"), py::arg("fn"))
+      .def("drain", &PyJob::Drain)
+      .def("shutdown", &PyJob::Shutdown)
+      .def("plan_dot", &PyJob::PlanDot)
+      .def("plan_text", &PyJob::PlanText);
+
+  py::class_<PySession>(m, "Session")
+      .def("has_variable", &PySession::HasVariable)
+      .def("create_variable", &PySession::CreateVariable, py::arg("name"), py::arg("shape"), py::arg("dtype"),
+           py::arg("initial"))
+      .def("get_variable", &PySession::GetVariable)
+      .def("set_variable", &PySession::SetVariable)
+      .def("variable_names", &PySession::VariableNames)
+      .def("compile", &PySession::Compile, py::arg("builder"), py::arg("options") = py::dict())
+      .def("wait_all", &PySession::WaitAll)
+      .def("reset", &PySession::Reset);
+
+  m.def("default_session", &DefaultSession, py::return_value_policy::reference);
+  // Drain and stop every job while the interpreter is fully alive (see the file comment).
+  py::module_::import("atexit").attr("register")(py::cpp_function(&ShutdownAtExit));
+}

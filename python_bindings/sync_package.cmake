@@ -1,0 +1,21 @@
+# cmake -DSRC=<python_bindings/actorflow> -DDST=<build/python/actorflow> -P sync_package.cmake
+# Mirrors every file of SRC into DST (recursively), leaving DST's _C*.so alone.
+file(GLOB_RECURSE files RELATIVE ${SRC} ${SRC}/*)
+foreach(f ${files})
+  if(f MATCHES "__pycache__" OR f MATCHES "\\.pyc$")
+    continue()
+  endif()
+  get_filename_component(dir ${DST}/${f} DIRECTORY)
+  file(MAKE_DIRECTORY ${dir})
+  execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different ${SRC}/${f} ${DST}/${f})
+endforeach()
+# Remove copies whose source is gone.
+file(GLOB_RECURSE copied RELATIVE ${DST} ${DST}/*)
+foreach(f ${copied})
+  if(f MATCHES "^_C\\..*so$" OR f MATCHES "__pycache__" OR f MATCHES "\\.pyc$")
+    continue()
+  endif()
+  if(NOT EXISTS ${SRC}/${f})
+    file(REMOVE ${DST}/${f})
+  endif()
+endforeach()
