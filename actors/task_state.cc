@@ -30,12 +30,13 @@ bool TaskState::outputs_free() const {
   return true;
 }
 
-void TaskState::NoteIdle() {
+void TaskState::NoteIdle(bool just_acted) {
   if (observer_ == nullptr || finished_) return;
   // A source waits for the host, never for its own registers (the host takes those).
   WaitReason reason = task_.kind() != plan::SOURCE && inputs_ready() ? WaitReason::kOutputRegistersFull
                                                                       : WaitReason::kInputNotReady;
-  int64_t now = NowNs();
+  // After an act the wait starts where the act ended: one clock read less per act.
+  int64_t now = just_acted ? last_act_end_ns_ : NowNs();
   if (waiting_ && reason == wait_reason_) return;
   if (waiting_) observer_->OnWait(task_.id(), next_iteration_, wait_reason_, wait_start_ns_, now);
   waiting_ = true;
@@ -44,8 +45,12 @@ void TaskState::NoteIdle() {
 }
 
 void TaskState::TryAct(caf::event_based_actor* self) {
-  while (inputs_ready() && outputs_free()) Act(self);
-  NoteIdle();
+  bool acted = false;
+  while (inputs_ready() && outputs_free()) {
+    Act(self);
+    acted = true;
+  }
+  NoteIdle(acted);
 }
 
 // One act: take the head register of every input and a free register of every output, run
@@ -111,7 +116,10 @@ void TaskState::Act(caf::event_based_actor* self) {
       core_->RecordError(iteration, status.WithContext(where + ", iteration " + std::to_string(iteration)));
     }
   }
-  if (observer_ != nullptr) observer_->OnAct(task_.id(), iteration, start, NowNs());
+  if (observer_ != nullptr) {
+    last_act_end_ns_ = NowNs();
+    observer_->OnAct(task_.id(), iteration, start, last_act_end_ns_);
+  }
   next_iteration_ = iteration + 1;
 
   Emit(self, chosen_registers_, iteration, failed);
@@ -164,9 +172,13 @@ void TaskState::OnFill(caf::event_based_actor* self, int reg, int64_t iteration)
     waiting_ = false;
   }
   next_iteration_ = iteration + 1;
-  if (observer_ != nullptr) observer_->OnAct(task_.id(), iteration, start, NowNs());
-  Emit(self, std::vector<int>{reg}, iteration, false);
-  NoteIdle();
+  if (observer_ != nullptr) {
+    last_act_end_ns_ = NowNs();
+    observer_->OnAct(task_.id(), iteration, start, last_act_end_ns_);
+  }
+  chosen_registers_[0] = reg;  // a source has exactly one output
+  Emit(self, chosen_registers_, iteration, false);
+  NoteIdle(true);
 }
 
 void TaskState::OnTick(caf::event_based_actor* self, int64_t iteration) {

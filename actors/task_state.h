@@ -103,7 +103,7 @@ class TaskState {
   void Act(caf::event_based_actor* self);
   void Emit(caf::event_based_actor* self, const std::vector<int>& regs, int64_t iteration, bool failed);
   void TryFinish(caf::event_based_actor* self);
-  void NoteIdle();
+  void NoteIdle(bool just_acted);
 
   const plan::Task& task_;
   const int index_;
@@ -123,6 +123,7 @@ class TaskState {
   bool waiting_ = false;
   WaitReason wait_reason_ = WaitReason::kInputNotReady;
   int64_t wait_start_ns_ = 0;
+  int64_t last_act_end_ns_ = 0;
 };
 
 // What TaskState needs from the runtime, implemented by Runtime::Impl. Thread-safe.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "graph/proto/plan.pb.h"
@@ -19,11 +20,28 @@ const char* WaitReasonName(WaitReason reason) {
   return reason == WaitReason::kInputNotReady ? "input not ready" : "output registers full";
 }
 
+// Events of one actor in fixed-size chunks: appending never copies what was recorded (a
+// growing vector would, on the actor's thread, in the middle of a run).
 struct ChromeTraceRecorder::Lane {
+  static constexpr size_t kChunk = 4096;
   int64_t task_id = 0;
   int pid = 0;
   std::string name, op, kind;
-  std::vector<Event> events;
+  std::vector<std::unique_ptr<Event[]>> chunks;
+  size_t used = kChunk;  // in the last chunk
+  size_t size = 0;
+
+  void Append(const Event& e) {
+    if (used == kChunk) {
+      chunks.emplace_back(new Event[kChunk]);
+      used = 0;
+    }
+    chunks.back()[used++] = e;
+    ++size;
+  }
+  template <typename F> void ForEach(F&& f) const {
+    for (size_t i = 0; i < size; ++i) f(chunks[i / kChunk][i % kChunk]);
+  }
 };
 
 namespace {
@@ -78,7 +96,6 @@ void ChromeTraceRecorder::OnPlan(const plan::Plan& plan) {
     lane->name = task.name();
     lane->kind = KindName(task.kind());
     lane->op = task.op_type().empty() ? lane->kind : task.op_type();
-    lane->events.reserve(1024);
     lanes_.push_back(lane);
     task_ids_.push_back(task.id());
 
@@ -118,19 +135,19 @@ ChromeTraceRecorder::Lane* ChromeTraceRecorder::LaneOf(int64_t task_id) {
 }
 
 void ChromeTraceRecorder::OnAct(int64_t task_id, int64_t iteration, int64_t start_ns, int64_t end_ns) {
-  if (Lane* lane = LaneOf(task_id)) lane->events.push_back(Event{start_ns, end_ns, iteration, 0});
+  if (Lane* lane = LaneOf(task_id)) lane->Append(Event{start_ns, end_ns, iteration, 0});
 }
 
 void ChromeTraceRecorder::OnWait(int64_t task_id, int64_t iteration, WaitReason reason, int64_t start_ns,
                                  int64_t end_ns) {
   if (end_ns - start_ns < 1000) return;  // sub-microsecond waits carry no information
   if (Lane* lane = LaneOf(task_id))
-    lane->events.push_back(Event{start_ns, end_ns, iteration, static_cast<int8_t>(reason == WaitReason::kInputNotReady ? 1 : 2)});
+    lane->Append(Event{start_ns, end_ns, iteration, static_cast<int8_t>(reason == WaitReason::kInputNotReady ? 1 : 2)});
 }
 
 size_t ChromeTraceRecorder::num_events() const {
   size_t n = 0;
-  for (const Lane* lane : lanes_) n += lane->events.size();
+  for (const Lane* lane : lanes_) n += lane->size;
   return n;
 }
 
@@ -163,7 +180,7 @@ std::string ChromeTraceRecorder::ToJson() const {
   }
   for (const Lane* lane : lanes_) {
     const std::string name = Escape(lane->name), op = Escape(lane->op);
-    for (const Event& e : lane->events) {
+    lane->ForEach([&](const Event& e) {
       sep();
       double ts = (e.start_ns - origin_ns_) / 1000.0, dur = (e.end_ns - e.start_ns) / 1000.0;
       if (e.kind == 0) {
@@ -176,7 +193,7 @@ std::string ChromeTraceRecorder::ToJson() const {
             << ",\"tid\":" << lane->task_id << ",\"ts\":" << ts << ",\"dur\":" << dur
             << ",\"args\":{\"iteration\":" << e.iteration << ",\"reason\":\"" << reason << "\"}}";
       }
-    }
+    });
   }
   out << "\n],\n\"actorflow\":{\"version\":1,\"job\":\"" << Escape(job_name_) << "\",\"actors\":[\n  "
       << plan_json_actors_ << "]}}\n";
