@@ -118,6 +118,7 @@ Status Pipeline::Start(PipelineOptions options) {
   }
   RuntimeOptions runtime_options;
   runtime_options.num_threads = options.num_threads;
+  runtime_options.on_worker_start = options.on_worker_start;
   if (!options.trace_path.empty()) {
     impl_->recorder = std::make_unique<ChromeTraceRecorder>();
     impl_->trace_path = options.trace_path;

@@ -34,6 +34,20 @@ int DefaultThreads() {
   return n == 0 ? 2 : static_cast<int>(n);
 }
 
+// Hands each CAF thread its share of the thread budget (see RuntimeOptions::on_worker_start).
+class WorkerStartHook : public caf::thread_hook {
+ public:
+  WorkerStartHook(std::function<void(int)> on_start, int kernel_threads)
+      : on_start_(std::move(on_start)), kernel_threads_(kernel_threads) {}
+  void init(caf::actor_system&) override {}
+  void thread_started() override { on_start_(kernel_threads_); }
+  void thread_terminates() override {}
+
+ private:
+  const std::function<void(int)> on_start_;
+  const int kernel_threads_;
+};
+
 }  // namespace
 
 class Runtime::Impl : public RuntimeCore {
@@ -239,7 +253,9 @@ Status Runtime::Impl::Instantiate() {
 
   int threads = options_.num_threads > 0 ? options_.num_threads : DefaultThreads();
   int workers = options_.num_workers > 0 ? options_.num_workers : threads;
+  int kernel_threads = options_.kernel_threads > 0 ? options_.kernel_threads : std::max(1, threads / workers);
   config_ = std::make_unique<caf::actor_system_config>();
+  if (options_.on_worker_start) config_->add_thread_hook<WorkerStartHook>(options_.on_worker_start, kernel_threads);
   config_->set("scheduler.max-threads", static_cast<size_t>(workers));
   // CAF's default polling adds latency between actors; poll aggressively, then sleep.
   config_->set("work-stealing.moderate-poll-attempts", static_cast<size_t>(0));

@@ -28,8 +28,15 @@ namespace plan { class Plan; class Task; }
 struct RuntimeOptions {
   // Total thread budget (CAF workers + kernel threads). 0 = number of cores.
   int num_threads = 0;
-  // CAF scheduler workers. 0 = derived from num_threads.
+  // CAF scheduler workers. 0 = derived from num_threads (= num_threads: kernels run on the
+  // worker that acts).
   int num_workers = 0;
+  // Threads one kernel may use (oneDNN/OpenMP inside it). 0 = num_threads / num_workers, at
+  // least 1, so workers x kernel threads stays within the budget.
+  int kernel_threads = 0;
+  // Called on every runtime thread as it starts, with the resolved kernel_threads, e.g. to
+  // call omp_set_num_threads (the runtime itself knows no threading library). Thread-safe.
+  std::function<void(int kernel_threads)> on_worker_start;
   // Optional observer (e.g. ChromeTraceRecorder). Not owned; must outlive the Runtime.
   RuntimeObserver* observer = nullptr;
 };

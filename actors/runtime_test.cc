@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -375,6 +377,65 @@ TEST(Runtime, VariableUpdateOrderedAfterReaders) {
   (*runtime)->Drain();
   for (int i = 0; i < 30; ++i) EXPECT_EQ(seen[i], 100.0f + i) << "iteration " << i;
   EXPECT_EQ(w, 130.0f);
+}
+
+// source -> one compute task -> main sink, one float per register.
+plan::Plan OneStagePlan() {
+  plan::Plan plan;
+  for (int id = 0; id < 3; ++id) {
+    plan::Task* t = plan.add_tasks();
+    t->set_id(id);
+    t->set_name("task" + std::to_string(id));
+    t->set_kind(id == 0 ? plan::SOURCE : id == 1 ? plan::COMPUTE : plan::SINK);
+    if (id < 2) {
+      plan::RegisterDesc* r = t->add_registers();
+      r->set_register_num(2);
+      r->add_consumer_task_ids(id + 1);
+      plan::BlobDesc* b = r->add_blobs();
+      b->add_shape(1);
+      b->set_dtype(plan::DT_FLOAT32);
+      b->set_byte_size(4);
+    }
+    if (id > 0) t->add_inputs()->set_producer_task_id(id - 1);
+  }
+  return plan;
+}
+
+// One thread budget: workers x kernel threads stays within num_threads, and every thread a
+// kernel runs on was handed its kernel share before running anything.
+TEST(Runtime, ThreadBudgetReachesEveryWorker) {
+  struct Case { int threads, workers, kernel_threads; };
+  for (Case c : {Case{4, 2, 2}, Case{2, 0, 1}, Case{3, 2, 1}}) {
+    std::mutex mu;
+    std::set<std::thread::id> started;
+    std::set<int> shares;
+    bool kernel_on_started_thread = true;
+    RuntimeHooks hooks;
+    hooks.make_kernel = [&](const plan::Task&) -> StatusOr<KernelFn> {
+      return KernelFn([&](KernelContext& ctx) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!started.count(std::this_thread::get_id())) kernel_on_started_thread = false;
+        *ctx.output(0).as<float>() = 0;
+        return Status::Ok();
+      });
+    };
+    RuntimeOptions options;
+    options.num_threads = c.threads;
+    options.num_workers = c.workers;
+    options.on_worker_start = [&](int kernel_threads) {
+      std::lock_guard<std::mutex> lock(mu);
+      started.insert(std::this_thread::get_id());
+      shares.insert(kernel_threads);
+    };
+    auto runtime = Runtime::Create(OneStagePlan(), hooks, options);
+    ASSERT_TRUE(runtime.ok()) << runtime.status().ToString();
+    float in = 1, out = 0;
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE((*runtime)->Run({View(&in)}, {View(&out)}).ok());
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(kernel_on_started_thread) << "a kernel ran on a thread the hook never saw";
+    EXPECT_EQ(shares, (std::set<int>{c.kernel_threads})) << c.threads << " threads, " << c.workers << " workers";
+    EXPECT_GE(started.size(), static_cast<size_t>(c.workers > 0 ? c.workers : c.threads));
+  }
 }
 
 TEST(Runtime, InvalidPlansAreRejectedClearly) {

@@ -5,8 +5,9 @@
 //
 // Each stage is a persistent actor; with register_num = 2 per edge the reader runs at most two
 // batches ahead of preprocess, and so on, so memory stays bounded however many batches run.
-// Thread budget: num_threads CAF workers, each kernel single-threaded (omp_set_num_threads(1)),
-// so pipeline parallelism fills the cores without oversubscribing them.
+// Thread budget: num_threads = 2 gives two CAF workers and one kernel thread each (handed to
+// OpenMP on every worker by on_worker_start), so pipeline parallelism fills the two cores
+// without oversubscribing them.
 //
 // Usage: actorflow_pipeline_example [iterations] [output file] [trace file]
 // Exits non-zero if any result differs from a plain reference computation.
@@ -88,7 +89,6 @@ int main(int argc, char** argv) {
     return Status::Ok();
   });
   auto dense = pipeline.AddStage("dense", {preprocess}, {activations}, [&model](const StageArgs& a) {
-    omp_set_num_threads(1);  // this worker's share of the thread budget
     float* out = a.outputs[0].as<float>();
     for (int64_t r = 0; r < kBatch; ++r)
       for (int64_t h = 0; h < kHidden; ++h) out[r * kHidden + h] = model.bias[h];
@@ -121,6 +121,7 @@ int main(int argc, char** argv) {
   actorflow::PipelineOptions options;
   options.num_threads = 2;
   options.trace_path = trace_path;
+  options.on_worker_start = [](int kernel_threads) { omp_set_num_threads(kernel_threads); };
   Status started = pipeline.Start(options);
   if (!started.ok()) {
     std::fprintf(stderr, "start: %s\n", started.ToString().c_str());

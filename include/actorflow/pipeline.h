@@ -40,8 +40,11 @@ struct StageArgs {
 using StageFn = std::function<Status(const StageArgs&)>;
 
 struct PipelineOptions {
-  int num_threads = 0;          // 0: number of cores
+  int num_threads = 0;          // thread budget; 0: number of cores (see RuntimeOptions)
   std::string trace_path;       // non-empty: record a Chrome trace, written by Finish()
+  // Called on each runtime thread as it starts with the threads a stage may use, e.g.
+  // [](int n) { omp_set_num_threads(n); } for stages calling oneDNN/BLAS.
+  std::function<void(int kernel_threads)> on_worker_start;
 };
 
 class Pipeline {
