@@ -62,7 +62,9 @@ class Runtime::Impl : public RuntimeCore {
                          Completion done);
   void Drain() {
     std::unique_lock<std::mutex> lock(mu_);
-    drained_.wait(lock, [&] { return in_flight_.empty(); });
+    // Not while a completion runs: its node already left in_flight_, but the caller may read
+    // what the completion writes as soon as Drain returns.
+    drained_.wait(lock, [&] { return in_flight_.empty() && !delivering_; });
   }
   void Shutdown();
 
@@ -342,7 +344,7 @@ void Runtime::Impl::SinkDelivered(int64_t iteration) {
     lock.lock();
   }
   delivering_ = false;
-  if (in_flight_.empty()) drained_.notify_all();
+  if (in_flight_.empty()) drained_.notify_all();  // under mu_: Drain cannot miss it
 }
 
 void Runtime::Impl::Shutdown() {
