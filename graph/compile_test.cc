@@ -1,1 +1,168 @@
+// Passes and lowering: autodiff, optimizer, ordering, pruning, and a golden plan.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "graph/passes.h"
+#include "graph/test_util.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+using testing::ValueOrDie;
+
+std::multiset<std::string> TypesAddedAfter(const Graph& g, size_t first) {
+  std::multiset<std::string> types;
+  for (size_t i = first; i < g.nodes().size(); ++i) types.insert(g.nodes()[i].type);
+  return types;
+}
+
+TEST(AutodiffTest, MlpGetsTheExpectedBackwardOps) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
+  Graph g = m.builder.graph();
+  size_t forward = g.nodes().size();
+  AF_ASSERT_OK(MakeAutodiffPass()->Run(g));
+  std::multiset<std::string> added = TypesAddedAfter(g, forward);
+  // Seed, cross-entropy grad, dW2 and dh (matmul), relu grad, bias grad, dW1 (matmul).
+  // No gradient for x (a placeholder): no third backward matmul through hidden-matmul's a.
+  EXPECT_EQ(added.count("constant"), 1u);
+  EXPECT_EQ(added.count("sparse_softmax_cross_entropy_grad"), 1u);
+  EXPECT_EQ(added.count("relu_grad"), 1u);
+  EXPECT_EQ(added.count("matmul"), 3u);
+  EXPECT_EQ(added.count("add_n"), 0u);
+  for (const std::string& var : {m.w1, m.b1, m.w2}) {
+    ASSERT_TRUE(g.gradients().count(var)) << var;
+    EXPECT_EQ(ValueOrDie(g.Desc(g.gradients().at(var))), ValueOrDie(g.Desc(var))) << var;
+  }
+  // The seed is ones / number of loss elements (a per-sample loss trains like its mean).
+  const Node* seed = g.FindNode("loss-grad-seed");
+  ASSERT_NE(seed, nullptr);
+  EXPECT_DOUBLE_EQ(ValueOrDie(seed->attrs.GetFloat("value")), 0.25);
+  EXPECT_EQ(seed->location, "mlp.py:5");
+}
+
+TEST(AutodiffTest, SeveralConsumersAreSummed) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("twice", "train"));
+  std::string w = ValueOrDie(b.AddVariable("w", {3}, DType::kFloat32, "t.py:1"));
+  std::string sq = ValueOrDie(b.AddOp("mul", "sq", {w, w}, {}, "t.py:2"))->output_ref(0);
+  std::string sum = ValueOrDie(b.AddOp("add", "sum", {sq, w}, {}, "t.py:3"))->output_ref(0);
+  AF_ASSERT_OK(b.AddLoss(sum));
+  Graph g = b.graph();
+  AF_ASSERT_OK(MakeAutodiffPass()->Run(g));
+  const std::string& grad = g.gradients().at(w);
+  const Node* producer = g.FindNode(SplitRef(grad)->first);
+  ASSERT_NE(producer, nullptr);
+  EXPECT_EQ(producer->type, "add_n");
+  EXPECT_EQ(producer->inputs.size(), 3u);  // two through mul, one through add
+}
+
+TEST(AutodiffTest, NonDifferentiablePathAndMissingLossAreErrors) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("noloss", "train"));
+  std::string w = ValueOrDie(b.AddVariable("w", {3}, DType::kFloat32, "t.py:1"));
+  OptimizerSpec spec;
+  spec.type = "sgd";
+  AF_ASSERT_OK(b.SetOptimizer(spec));
+  Graph g = b.graph();
+  Status s = MakeAutodiffPass()->Run(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no loss"), std::string::npos) << s.message();
+}
+
+TEST(OptimizerTest, MomentumAddsStateUpdatesAndTheLearningRateFeed) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2, "momentum");
+  Graph g = m.builder.graph();
+  AF_ASSERT_OK(MakeAutodiffPass()->Run(g));
+  AF_ASSERT_OK(MakeOptimizerPass()->Run(g));
+  ASSERT_EQ(g.feeds().size(), 3u);
+  EXPECT_EQ(g.feeds().back(), "learning_rate");
+  EXPECT_EQ(ValueOrDie(g.Desc("learning_rate/out")), (TensorDesc{{1}, DType::kFloat32}));
+  for (const char* var : {"hidden-weight", "hidden-bias", "output-weight"}) {
+    const Node* update = g.FindNode(std::string(var) + "-update");
+    ASSERT_NE(update, nullptr) << var;
+    EXPECT_EQ(update->type, "momentum_update");
+    EXPECT_EQ(update->inputs[0], std::string(var) + "/out");
+    EXPECT_EQ(update->inputs.back(), "learning_rate/out");
+    const Node* state = g.FindNode(std::string(var) + "-momentum");
+    ASSERT_NE(state, nullptr);
+    EXPECT_EQ(state->kind, NodeKind::kVariable);
+    EXPECT_TRUE(state->zeros_if_missing);
+    EXPECT_FALSE(state->trainable);
+    EXPECT_EQ(update->inputs[2], state->output_ref(0));
+  }
+}
+
+TEST(OptimizerTest, ClippingScalesEveryGradientByOneFactor) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
+  Graph g = m.builder.graph();
+  g.optimizer()->clip_norm = 1.0;
+  AF_ASSERT_OK(MakeAutodiffPass()->Run(g));
+  AF_ASSERT_OK(MakeOptimizerPass()->Run(g));
+  std::set<std::string> scales;
+  for (const char* var : {"hidden-weight", "hidden-bias", "output-weight"}) {
+    const Node* update = g.FindNode(std::string(var) + "-update");
+    ASSERT_NE(update, nullptr);
+    const Node* clipped = g.FindNode(SplitRef(update->inputs[1])->first);
+    ASSERT_EQ(clipped->type, "mul");
+    scales.insert(clipped->inputs[1]);
+  }
+  EXPECT_EQ(scales.size(), 1u);  // one global norm
+}
+
+TEST(OrderingTest, UpdatesRunAfterEveryReaderOfTheirVariable) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
+  Graph g = m.builder.graph();
+  ValueOrDie(CompileGraph(g, CompileOptions{}));
+  const Node* update = g.FindNode("output-weight-update");
+  ASSERT_NE(update, nullptr);
+  // dh = dlogits . W2^T reads W2 but does not lead to the update: it needs a control edge.
+  bool ordered = false;
+  for (const std::string& c : update->control_inputs) {
+    const Node* reader = g.FindNode(c);
+    ASSERT_NE(reader, nullptr);
+    for (const auto& in : reader->inputs) ordered |= in == m.w2;
+  }
+  EXPECT_TRUE(ordered);
+}
+
+TEST(PruneTest, UnneededOpsGoUnusedFeedsStay) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("prune", "predict"));
+  std::string x = ValueOrDie(b.AddInput("x", {2}, DType::kFloat32, "p.py:1"));
+  ValueOrDie(b.AddInput("unused", {3}, DType::kFloat32, "p.py:2"));
+  std::string r = ValueOrDie(b.AddOp("relu", "kept", {x}, {}, "p.py:3"))->output_ref(0);
+  ValueOrDie(b.AddOp("sigmoid", "dropped", {x}, {}, "p.py:4"));
+  AF_ASSERT_OK(b.SetOutputs({r}));
+  Graph g = b.graph();
+  plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  EXPECT_EQ(g.FindNode("dropped"), nullptr);
+  ASSERT_NE(g.FindNode("kept"), nullptr);
+  int sources = 0;
+  for (const auto& t : plan.tasks()) sources += t.kind() == plan::SOURCE;
+  EXPECT_EQ(sources, 2);
+}
+
+// Guards refactors of the whole pipeline: the plan of a tiny train job, as protobuf text.
+// Regenerate with ACTORFLOW_UPDATE_GOLDEN=1 after an intended change, and review the diff.
+TEST(GoldenPlanTest, TinyTrainJob) {
+  testing::Mlp m = testing::BuildMlp("train", 2, 3, 4, 2, "sgd", "tiny");
+  ASSERT_TRUE(m.builder.AddWatch(m.logits, "logits_diff", true, "mlp.py:6").ok());
+  Graph g = m.builder.graph();
+  plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  std::string text = plan.DebugString();
+  std::string path = std::string(ACTORFLOW_GRAPH_TESTDATA) + "/tiny_train_plan.txt";
+  if (std::getenv("ACTORFLOW_UPDATE_GOLDEN") != nullptr) {
+    std::ofstream(path) << text;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "missing golden file " << path;
+  std::stringstream golden;
+  golden << in.rdbuf();
+  EXPECT_EQ(text, golden.str()) << "plan changed; if intended, rerun with ACTORFLOW_UPDATE_GOLDEN=1";
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace actorflow

@@ -154,7 +154,7 @@ namespace {
 std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
+    if (c == '"') out += '\\';  // labels carry \n line breaks on purpose
     out += c;
   }
   return out;

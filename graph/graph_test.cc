@@ -1,1 +1,96 @@
+// JobBuilder and inference: error messages, naming, placement, variables, job round trip.
 #include <gtest/gtest.h>
+
+#include "graph/job_builder.h"
+#include "graph/test_util.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+using testing::ValueOrDie;
+
+TEST(JobBuilderTest, InferenceErrorNamesOpTypeAndLocation) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("job", "predict"));
+  std::string x = ValueOrDie(b.AddInput("x", {4, 3}, DType::kFloat32, "model.py:10"));
+  std::string w = ValueOrDie(b.AddVariable("w", {4, 2}, DType::kFloat32, "model.py:11"));
+  auto bad = b.AddOp("matmul", "dense", {x, w}, {}, "model.py:12");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message().rfind("op 'dense' (matmul) at model.py:12: ", 0), 0u) << bad.status().message();
+  // The kernel's own explanation follows (shapes).
+  EXPECT_NE(bad.status().message().find("(4, 3)"), std::string::npos) << bad.status().message();
+  // The failed op was not added: the name is still free.
+  EXPECT_EQ(b.graph().FindNode("dense"), nullptr);
+}
+
+TEST(JobBuilderTest, UnknownOpTypeAndBadInputsNameTheOp) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("job", "predict"));
+  std::string x = ValueOrDie(b.AddInput("x", {2}, DType::kFloat32, "a.py:1"));
+  auto unknown = b.AddOp("no_such_op", "mystery", {x}, {}, "a.py:2");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message().rfind("op 'mystery' (no_such_op) at a.py:2: ", 0), 0u) << unknown.status().message();
+  auto missing = b.AddOp("relu", "r", {"nothing/out"}, {}, "a.py:3");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("op 'r' (relu) at a.py:3"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("nothing"), std::string::npos);
+  auto arity = b.AddOp("relu", "r", {x, x}, {}, "a.py:4");
+  ASSERT_FALSE(arity.ok());
+  EXPECT_NE(arity.status().message().find("expected 1 inputs"), std::string::npos) << arity.status().message();
+}
+
+TEST(JobBuilderTest, RepeatedNamesGetSuffixes) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("job", "predict"));
+  std::string x = ValueOrDie(b.AddInput("x", {2, 2}, DType::kFloat32, "a.py:1"));
+  EXPECT_EQ(ValueOrDie(b.AddOp("relu", "act", {x}, {}, "a.py:2"))->name, "act");
+  EXPECT_EQ(ValueOrDie(b.AddOp("relu", "act", {x}, {}, "a.py:3"))->name, "act_1");
+  const Node* third = ValueOrDie(b.AddOp("relu", "act", {x}, {}, "a.py:4"));
+  EXPECT_EQ(third->name, "act_2");
+  EXPECT_EQ(third->output_ref(0), "act_2/out");
+  EXPECT_EQ(ValueOrDie(b.TensorDescOf("act_2/out")), (TensorDesc{{2, 2}, DType::kFloat32}));
+}
+
+TEST(JobBuilderTest, VariablesAreSharedByNameAndChecked) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("job", "train"));
+  std::string w = ValueOrDie(b.AddVariable("w", {3}, DType::kFloat32, "a.py:1"));
+  EXPECT_EQ(ValueOrDie(b.AddVariable("w", {3}, DType::kFloat32, "a.py:2")), w);
+  auto clash = b.AddVariable("w", {4}, DType::kFloat32, "a.py:3");
+  ASSERT_FALSE(clash.ok());
+  EXPECT_NE(clash.status().message().find("a.py:1"), std::string::npos) << clash.status().message();
+}
+
+TEST(JobBuilderTest, UnsupportedPlacementIsAClearError) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("job", "predict"));
+  Status gpu = b.SetPlacement(Placement{"gpu", {"0:0"}});
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_NE(gpu.message().find("'gpu 0:0'"), std::string::npos) << gpu.message();
+  Status multi = b.SetPlacement(Placement{"cpu", {"0:0-3"}});
+  ASSERT_FALSE(multi.ok());
+  EXPECT_NE(multi.message().find("0:0-3"), std::string::npos);
+  EXPECT_FALSE(b.SetPlacement(Placement{"cpu", {"1:0"}}).ok());
+  EXPECT_TRUE(b.SetPlacement(Placement{"cpu", {"0:0"}}).ok());
+}
+
+TEST(JobBuilderTest, BadJobTypeLossAndWatchAreRejected) {
+  EXPECT_FALSE(JobBuilder::Create("job", "inference").ok());
+  JobBuilder b = ValueOrDie(JobBuilder::Create("job", "predict"));
+  std::string x = ValueOrDie(b.AddInput("x", {2}, DType::kFloat32, "a.py:1"));
+  EXPECT_FALSE(b.AddLoss(x).ok());
+  EXPECT_FALSE(b.AddWatch(x, "h", /*diff=*/true, "a.py:2").ok());
+  EXPECT_TRUE(b.AddWatch(x, "h", false, "a.py:2").ok());
+  EXPECT_FALSE(b.AddWatch(x, "h", false, "a.py:3").ok());  // handler names are unique
+  EXPECT_FALSE(b.SetOutputs({"x/missing"}).ok());
+}
+
+TEST(JobBuilderTest, JobProtoRoundTrip) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2, "adam");
+  job::Job job = m.builder.ToJob();
+  EXPECT_EQ(job.ops_size(), static_cast<int>(m.builder.graph().nodes().size()));
+  JobBuilder again = ValueOrDie(JobBuilder::FromJob(job));
+  EXPECT_EQ(again.ToJob().DebugString(), job.DebugString());
+  EXPECT_EQ(again.graph().ToDot(), m.builder.graph().ToDot());
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace actorflow

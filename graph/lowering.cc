@@ -1,5 +1,6 @@
 // Ordering and pruning passes, the pipeline driver, and lowering of a Graph to a plan::Plan.
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -245,6 +246,11 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
     if (env != nullptr) dump_dir = env;
   }
   std::string prefix = dump_dir.empty() ? "" : dump_dir + "/" + SafeFileName(graph.job_name()) + ".";
+  if (!dump_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(dump_dir, error);
+    if (error) return InvalidArgument("cannot create DOT dump directory '" + dump_dir + "': " + error.message());
+  }
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "00-traced.dot", graph.ToDot()));
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(MakeAutodiffPass());
@@ -269,7 +275,7 @@ std::string PlanToDot(const plan::Plan& plan) {
   auto quote = [](const std::string& s) {
     std::string out = "\"";
     for (char c : s) {
-      if (c == '"' || c == '\\') out += '\\';
+      if (c == '"') out += '\\';  // labels carry \n line breaks on purpose
       out += c;
     }
     return out + "\"";
