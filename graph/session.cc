@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <cstring>
+#include <thread>
 
 #include "actors/trace_recorder.h"
 #include "graph/attr_convert.h"
@@ -238,7 +239,11 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builde
   for (const std::string& ref : graph.outputs()) job->output_descs_.push_back({ref, graph.Desc(ref).value()});
 
   const plan::Plan* plan = &job->plan_;
-  const int kernel_threads = std::max(1, options.kernel_threads);
+  // One thread budget (ARCHITECTURE.md): workers x kernel threads stays within num_threads,
+  // resolved as the runtime resolves it, so each kernel gets the share the runtime assumes.
+  const int budget = options.num_threads > 0 ? options.num_threads : std::max(1u, std::thread::hardware_concurrency());
+  const int workers = options.num_workers > 0 ? options.num_workers : budget;
+  const int kernel_threads = options.kernel_threads > 0 ? options.kernel_threads : std::max(1, budget / workers);
   RuntimeHooks hooks;
   hooks.make_kernel = [plan, kernel_threads](const plan::Task& task) -> StatusOr<KernelFn> {
     KernelInit init;
@@ -264,6 +269,8 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builde
   };
   RuntimeOptions runtime_options;
   runtime_options.num_threads = options.num_threads;
+  runtime_options.num_workers = options.num_workers;
+  runtime_options.kernel_threads = kernel_threads;
   if (!options.trace_path.empty()) {
     job->recorder_ = std::make_unique<ChromeTraceRecorder>();
     runtime_options.observer = job->recorder_.get();

@@ -29,7 +29,8 @@ class SessionState;
 
 struct JobOptions {
   int num_threads = 0;        // runtime thread budget (0 = number of cores)
-  int kernel_threads = 1;     // intra-op threads per kernel
+  int num_workers = 0;        // CAF workers (0 = the runtime's default: num_threads)
+  int kernel_threads = 0;     // intra-op threads per kernel (0 = num_threads / num_workers, >= 1)
   int register_num = 2;
   std::string dump_dot_dir;   // "" = ACTORFLOW_DUMP_DOT or nothing
   std::string trace_path;     // Chrome trace written at drain()/shutdown when set

@@ -265,11 +265,12 @@ class PySession {
       if (value.is_none()) continue;
       if (k == "num_threads") job_options.num_threads = value.cast<int>();
       else if (k == "kernel_threads") job_options.kernel_threads = value.cast<int>();
+      else if (k == "num_workers") job_options.num_workers = value.cast<int>();
       else if (k == "register_num") job_options.register_num = value.cast<int>();
       else if (k == "dump_dot_dir") job_options.dump_dot_dir = value.cast<std::string>();
       else if (k == "trace_path") job_options.trace_path = value.cast<std::string>();
       else throw py::value_error("compile: unknown option '" + k +
-                                 "' (num_threads, kernel_threads, register_num, dump_dot_dir, trace_path)");
+                                 "' (num_threads, num_workers, kernel_threads, register_num, dump_dot_dir, trace_path)");
     }
     if (job_options.register_num < 1) throw py::value_error("compile: register_num must be >= 1");
     auto job = std::make_unique<PyJob>();
