@@ -50,7 +50,7 @@ struct PendingCall {
 
 class PyJob {
  public:
-  PyJob() : dispatcher_(std::make_shared<Dispatcher>()) {
+  explicit PyJob(const void* owner) : owner_(owner), dispatcher_(std::make_shared<Dispatcher>()) {
     std::lock_guard<std::mutex> lock(g_jobs_mu);
     g_jobs.insert(this);
   }
@@ -91,6 +91,7 @@ class PyJob {
   void Attach(std::shared_ptr<graph::CompiledJob> job) { job_ = std::move(job); }
   py::dict* handlers() { return &handlers_; }
   std::shared_ptr<Dispatcher> dispatcher() const { return dispatcher_; }
+  const void* owner() const { return owner_; }
 
   py::list input_descs() const { return DescList(job().input_descs()); }
   py::list output_descs() const { return DescList(job().output_descs()); }
@@ -215,6 +216,7 @@ class PyJob {
     if (!job_) throw std::runtime_error("job is not compiled");
     return *job_;
   }
+  const void* owner_;  // the PySession that compiled it
   std::shared_ptr<graph::CompiledJob> job_;
   py::dict handlers_;
   std::shared_ptr<Dispatcher> dispatcher_;
@@ -273,7 +275,7 @@ class PySession {
                                  "' (num_threads, num_workers, kernel_threads, register_num, dump_dot_dir, trace_path)");
     }
     if (job_options.register_num < 1) throw py::value_error("compile: register_num must be >= 1");
-    auto job = std::make_unique<PyJob>();
+    auto job = std::make_unique<PyJob>(this);
     graph::SinkCallback forward = PyJob::WatchForwarder(job->dispatcher(), job->handlers());
     StatusOr<std::shared_ptr<graph::CompiledJob>> compiled = Status(StatusCode::kInternal, "not compiled");
     {
@@ -295,7 +297,8 @@ class PySession {
       std::lock_guard<std::mutex> lock(g_jobs_mu);
       jobs.assign(g_jobs.begin(), g_jobs.end());
     }
-    for (PyJob* j : jobs) j->Shutdown();
+    for (PyJob* j : jobs)
+      if (j->owner() == this) j->Shutdown();
     py::gil_scoped_release release;
     session_->Reset();
   }
@@ -439,6 +442,7 @@ PYBIND11_MODULE(_C, m) {
       .def("plan_text", &PyJob::PlanText);
 
   py::class_<PySession>(m, "Session")
+      .def(py::init<>())  // an isolated session (tests); programs use default_session()
       .def("has_variable", &PySession::HasVariable)
       .def("create_variable", &PySession::CreateVariable, py::arg("name"), py::arg("shape"), py::arg("dtype"),
            py::arg("initial"))
