@@ -1,0 +1,98 @@
+"""Checkpoints: a directory with one .npy file per variable and manifest.json. A save is
+written to a temporary sibling directory and renamed into place, so an interrupted save leaves
+the previous checkpoint intact."""
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from . import _C
+
+_MANIFEST = "manifest.json"
+
+
+def _file_name(var_name):
+    return var_name.replace("/", "__") + ".npy"
+
+
+def save(path):
+    session = _C.default_session()
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".%s.tmp-" % os.path.basename(path), dir=parent)
+    try:
+        manifest = {"format": "actorflow-checkpoint", "version": 1, "variables": {}}
+        for name in session.variable_names():
+            value = session.get_variable(name)
+            np.save(os.path.join(tmp, _file_name(name)), value, allow_pickle=False)
+            manifest["variables"][name] = {"file": _file_name(name), "shape": list(value.shape), "dtype": str(value.dtype)}
+        with open(os.path.join(tmp, _MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        old = None
+        if os.path.exists(path):
+            old = path + ".old-" + os.path.basename(tmp)
+            os.rename(path, old)
+        os.rename(tmp, path)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def get(path):
+    """{name: numpy array} read from a checkpoint directory; clear errors for what is wrong."""
+    manifest_path = os.path.join(path, _MANIFEST)
+    if not os.path.isfile(manifest_path):
+        raise FileNotFoundError("checkpoint '%s' has no %s (not a checkpoint, or an interrupted save)" % (path, _MANIFEST))
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    out = {}
+    for name, entry in manifest.get("variables", {}).items():
+        file = os.path.join(path, entry["file"])
+        try:
+            value = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ValueError("checkpoint '%s': cannot read variable '%s' from %s: %s" % (path, name, file, e))
+        if list(value.shape) != entry["shape"] or str(value.dtype) != entry["dtype"]:
+            raise ValueError("checkpoint '%s': variable '%s' file holds %s %s, manifest says %s %s" % (
+                path, name, value.dtype, value.shape, entry["dtype"], tuple(entry["shape"])))
+        out[name] = value
+    return out
+
+
+def load_variables(values, ignore_mismatch=False):
+    """Sets session variables from {name: array}; names, shapes and dtypes are checked first."""
+    session = _C.default_session()
+    problems = []
+    for name, value in values.items():
+        if not session.has_variable(name):
+            problems.append("'%s' is not a variable of this session" % name)
+            continue
+        cur = session.get_variable(name)
+        value = np.asarray(value)
+        if cur.shape != value.shape or cur.dtype != value.dtype:
+            problems.append("'%s' is %s %s here but %s %s in the values" % (name, cur.dtype, cur.shape, value.dtype, value.shape))
+    if problems and not ignore_mismatch:
+        raise ValueError("load_variables: " + "; ".join(problems))
+    for name, value in values.items():
+        if session.has_variable(name):
+            session.set_variable(name, np.ascontiguousarray(value))
+
+
+class CheckPoint:
+    """The older spelling: flow.train.CheckPoint().save(path) / .load(path) / .init()."""
+
+    def init(self):
+        pass
+
+    def save(self, path):
+        save(path)
+
+    def load(self, path):
+        load_variables(get(path))
