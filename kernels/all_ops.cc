@@ -8,9 +8,17 @@ namespace actorflow {
 void RegisterMatmulOps(OpRegistry& registry);
 void RegisterElementwiseOps(OpRegistry& registry);
 void RegisterActivationOps(OpRegistry& registry);
-void RegisterNnOps(OpRegistry& registry);
-void RegisterOptimizerOps(OpRegistry& registry);
+void RegisterReduceOps(OpRegistry& registry);
+void RegisterSoftmaxOps(OpRegistry& registry);
+void RegisterShapeOps(OpRegistry& registry);
+void RegisterIndexOps(OpRegistry& registry);
+void RegisterMiscOps(OpRegistry& registry);
 void RegisterPadOps(OpRegistry& registry);
+void RegisterOptimizerOps(OpRegistry& registry);
+void RegisterConvOps(OpRegistry& registry);
+void RegisterPoolOps(OpRegistry& registry);
+void RegisterBatchNormOps(OpRegistry& registry);
+void RegisterDropoutOps(OpRegistry& registry);
 
 void RegisterAllOps() {
   static std::once_flag once;
@@ -19,9 +27,17 @@ void RegisterAllOps() {
     RegisterMatmulOps(registry);
     RegisterElementwiseOps(registry);
     RegisterActivationOps(registry);
-    RegisterNnOps(registry);
-    RegisterOptimizerOps(registry);
+    RegisterReduceOps(registry);
+    RegisterSoftmaxOps(registry);
+    RegisterShapeOps(registry);
+    RegisterIndexOps(registry);
+    RegisterMiscOps(registry);
     RegisterPadOps(registry);
+    RegisterOptimizerOps(registry);
+    // TEMP RegisterConvOps(registry);
+    // TEMP RegisterPoolOps(registry);
+    // TEMP RegisterBatchNormOps(registry);
+    // TEMP RegisterDropoutOps(registry);
   });
 }
 

@@ -1,39 +1,13 @@
 // Binary elementwise ops with NumPy broadcasting (add, sub, mul, div), their scalar forms
 // (scalar_add, scalar_mul with attr `scalar`; sub/div by a scalar are expressed through them),
-// add_n, and reduce_sum_like, which sums a broadcast gradient back to an operand's shape.
+// and add_n. Gradients of broadcast operands are summed back with reduce_sum_like (reduce.cc).
 #include <cmath>
 
+#include "kernels/broadcast.h"
 #include "kernels/kernel_util.h"
 
 namespace actorflow {
 namespace {
-
-StatusOr<Shape> BroadcastShape(const Shape& a, const Shape& b) {
-  size_t rank = std::max(a.size(), b.size());
-  Shape out(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da != db && da != 1 && db != 1)
-      return InvalidArgument("shapes " + ShapeToString(a) + " and " + ShapeToString(b) +
-                             " cannot be broadcast together (dimension " + std::to_string(i) + ": " + std::to_string(da) +
-                             " vs " + std::to_string(db) + ")");
-    out[i] = std::max(da, db);
-  }
-  return out;
-}
-
-// Element strides of `in` seen through the broadcast output shape (0 on broadcast dims).
-std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
-  std::vector<int64_t> strides(out.size(), 0);
-  int64_t stride = 1;
-  for (size_t i = 0; i < in.size(); ++i) {
-    size_t d = in.size() - 1 - i, o = out.size() - 1 - i;
-    strides[o] = in[d] == 1 ? 0 : stride;
-    stride *= in[d];
-  }
-  return strides;
-}
 
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 
@@ -48,10 +22,10 @@ inline T Apply(BinaryOp op, T x, T y) {
 }
 
 template <typename T>
-KernelFn BinaryKernel(BinaryOp op, const Shape& a, const Shape& b, const Shape& out) {
+StatusOr<KernelFn> BinaryKernel(BinaryOp op, const Shape& a, const Shape& b, const Shape& out) {
   if (a == out && b == out) {
     int64_t n = NumElements(out);
-    return [op, n](KernelContext& c) {
+    return KernelFn([op, n](KernelContext& c) {
       const T* __restrict x = c.input(0).as<T>();
       const T* __restrict y = c.input(1).as<T>();
       T* __restrict z = c.output(0).as<T>();
@@ -62,28 +36,28 @@ KernelFn BinaryKernel(BinaryOp op, const Shape& a, const Shape& b, const Shape& 
         case BinaryOp::kDiv: for (int64_t i = 0; i < n; ++i) z[i] = x[i] / y[i]; break;
       }
       return Status::Ok();
-    };
+    });
   }
-  auto sa = BroadcastStrides(a, out), sb = BroadcastStrides(b, out);
-  Shape dims = out;
-  return [op, sa, sb, dims](KernelContext& c) {
+  // Output is contiguous, so the loop's linear start index is the output offset.
+  AF_ASSIGN_OR_RETURN(StridedLoop loop, MakeLoop(out, BroadcastStrides(a, out), BroadcastStrides(b, out)));
+  return KernelFn([op, loop](KernelContext& c) {
     const T* x = c.input(0).as<T>();
     const T* y = c.input(1).as<T>();
     T* z = c.output(0).as<T>();
-    int64_t n = NumElements(dims), rank = static_cast<int64_t>(dims.size());
-    int64_t inner = rank ? dims[rank - 1] : 1, isa = rank ? sa[rank - 1] : 0, isb = rank ? sb[rank - 1] : 0;
-    for (int64_t start = 0; start < n; start += inner) {
-      int64_t rem = start / std::max<int64_t>(inner, 1), ia = 0, ib = 0;
-      for (int64_t d = rank - 2; d >= 0; --d) {
-        int64_t idx = rem % dims[d];
-        rem /= dims[d];
-        ia += idx * sa[d];
-        ib += idx * sb[d];
+    RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t start, int64_t len, int64_t sa, int64_t sb) {
+      T* __restrict zr = z + start;
+      if (sa == 1 && sb == 0) {
+        T yv = y[ob];
+        for (int64_t j = 0; j < len; ++j) zr[j] = Apply(op, x[oa + j], yv);
+      } else if (sa == 0 && sb == 1) {
+        T xv = x[oa];
+        for (int64_t j = 0; j < len; ++j) zr[j] = Apply(op, xv, y[ob + j]);
+      } else {
+        for (int64_t j = 0; j < len; ++j) zr[j] = Apply(op, x[oa + j * sa], y[ob + j * sb]);
       }
-      for (int64_t j = 0; j < inner; ++j) z[start + j] = Apply(op, x[ia + j * isa], y[ib + j * isb]);
-    }
+    });
     return Status::Ok();
-  };
+  });
 }
 
 Status InferBinary(InferContext& ctx) {
@@ -236,82 +210,6 @@ void RegisterElementwiseOps(OpRegistry& registry) {
   };
   add_n.doc = "out = sum of inputs (same shape)";
   registry.Register(std::move(add_n));
-
-  OpDef like;
-  like.type = "reduce_sum_like";
-  like.input_names = {"x", "like"};
-  like.output_names = {"out"};
-  like.infer = [](InferContext& ctx) -> Status {
-    AF_ASSIGN_OR_RETURN(Shape b, BroadcastShape(ctx.inputs[1].shape, ctx.inputs[0].shape));
-    if (b != ctx.inputs[0].shape)
-      return InvalidArgument("reduce_sum_like: " + ShapeToString(ctx.inputs[1].shape) + " does not broadcast to " +
-                             ShapeToString(ctx.inputs[0].shape));
-    ctx.outputs = {TensorDesc{ctx.inputs[1].shape, ctx.inputs[0].dtype}};
-    return Status::Ok();
-  };
-  like.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
-    Shape in = init.inputs[0].shape;
-    auto strides = BroadcastStrides(init.inputs[1].shape, in);
-    int64_t out_n = init.outputs[0].num_elements();
-    return DispatchFloat(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
-      return KernelFn([=](KernelContext& c) {
-        const T* x = c.input(0).as<T>();
-        T* z = c.output(0).as<T>();
-        for (int64_t i = 0; i < out_n; ++i) z[i] = 0;
-        int64_t n = NumElements(in), rank = static_cast<int64_t>(in.size());
-        for (int64_t i = 0; i < n; ++i) {
-          int64_t rem = i, o = 0;
-          for (int64_t d = rank - 1; d >= 0; --d) {
-            o += (rem % in[d]) * strides[d];
-            rem /= in[d];
-          }
-          z[o] += x[i];
-        }
-        return Status::Ok();
-      });
-    });
-  };
-  like.grad = [](GradBuilder& g) -> Status {
-    if (g.needs_input_grad(0)) {
-      AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("broadcast_like", {g.output_grad(0), g.input(0)}));
-      g.SetInputGrad(0, dx);
-    }
-    return Status::Ok();
-  };
-  like.doc = "out(like.shape) = x summed over the dimensions `like` broadcasts along";
-  registry.Register(std::move(like));
-
-  OpDef bcast;
-  bcast.type = "broadcast_like";
-  bcast.input_names = {"x", "like"};
-  bcast.output_names = {"out"};
-  bcast.infer = [](InferContext& ctx) -> Status {
-    ctx.outputs = {TensorDesc{ctx.inputs[1].shape, ctx.inputs[0].dtype}};
-    return Status::Ok();
-  };
-  bcast.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
-    // out = x + 0 * like, by the broadcasting add kernel with a zero-stride second operand.
-    Shape out = init.outputs[0].shape;
-    auto strides = BroadcastStrides(init.inputs[0].shape, out);
-    return DispatchFloat(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
-      return KernelFn([=](KernelContext& c) {
-        const T* x = c.input(0).as<T>();
-        T* z = c.output(0).as<T>();
-        int64_t n = NumElements(out), rank = static_cast<int64_t>(out.size());
-        for (int64_t i = 0; i < n; ++i) {
-          int64_t rem = i, o = 0;
-          for (int64_t d = rank - 1; d >= 0; --d) {
-            o += (rem % out[d]) * strides[d];
-            rem /= out[d];
-          }
-          z[i] = x[o];
-        }
-        return Status::Ok();
-      });
-    });
-  };
-  bcast.doc = "out(like.shape) = x broadcast to like's shape";
-  registry.Register(std::move(bcast));
 }
 
 }  // namespace actorflow

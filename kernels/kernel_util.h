@@ -25,16 +25,43 @@ inline Status ExpectRank(const TensorDesc& desc, size_t rank, const char* what) 
                          ShapeToString(desc.shape));
 }
 
+// A tensor viewed as (outer, C, inner) around `axis`.
+struct AxisSplit {
+  int64_t outer = 1, channels = 1, inner = 1;
+};
+inline AxisSplit SplitAt(const Shape& s, int64_t axis) {
+  AxisSplit a;
+  for (int64_t i = 0; i < static_cast<int64_t>(s.size()); ++i) {
+    if (i < axis) a.outer *= s[i];
+    else if (i == axis) a.channels = s[i];
+    else a.inner *= s[i];
+  }
+  return a;
+}
+
+// Resolves a negative axis against `rank`; error names the attribute and the valid range.
+inline StatusOr<int64_t> NormalizeAxis(int64_t axis, size_t rank, const char* what) {
+  int64_t r = static_cast<int64_t>(rank);
+  int64_t a = axis < 0 ? axis + r : axis;
+  if (a < 0 || a >= r)
+    return InvalidArgument(std::string(what) + " " + std::to_string(axis) + " is out of range for a tensor of rank " +
+                           std::to_string(rank) + " (valid: " + std::to_string(-r) + " to " + std::to_string(r - 1) + ")");
+  return a;
+}
+
+// Error for an attribute string outside its set of valid values.
+inline Status BadChoice(const std::string& attr, const std::string& got, const std::string& valid) {
+  return InvalidArgument("attribute '" + attr + "' is \"" + got + "\"; valid values: " + valid);
+}
+
+// "float32" / "float" / "float64" / "double" / "int8" / "int32" / "int64" / "uint8" (misc.cc).
+StatusOr<DType> ParseDType(const std::string& name);
+
 // Calls body.template operator()<T>() with T = float or double by dtype.
 template <typename Body>
 auto DispatchFloat(DType dtype, Body&& body) {
   if (dtype == DType::kFloat64) return body.template operator()<double>();
   return body.template operator()<float>();
 }
-
-// A kernel built from a per-dtype lambda: [](KernelContext&) -> Status.
-#define AF_FLOAT_KERNEL(init, T, ...)                                   \
-  DispatchFloat((init).inputs.empty() ? (init).outputs[0].dtype : (init).inputs[0].dtype, \
-                [&]<typename T>() -> StatusOr<KernelFn> { return KernelFn(__VA_ARGS__); })
 
 }  // namespace actorflow

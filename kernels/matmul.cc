@@ -1,5 +1,5 @@
-// matmul: C = op(A) · op(B), op = optional transpose. Shapes (row-major): A (M,K) or (K,M) if
-// transpose_a; B (K,N) or (N,K) if transpose_b; C (M,N). float32 goes to oneDNN's sgemm
+// matmul: C = op(A) · op(B), op = optional transpose of the last two dims; 2-D or batched 3-D.
+// bias_add (the dense layer's other half; attr fuse_relu gives the fused epilogue). float32 goes to oneDNN's sgemm
 // (near this machine's GEMM ceiling); float64 uses a blocked loop (gradient checks only).
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -9,20 +9,47 @@
 namespace actorflow {
 namespace {
 
-Status InferMatmul(InferContext& ctx) {
-  const TensorDesc &a = ctx.inputs[0], &b = ctx.inputs[1];
-  AF_RETURN_IF_ERROR(ExpectFloat(a, "a"));
-  AF_RETURN_IF_ERROR(ExpectSameDType(a, b, "a", "b"));
-  AF_RETURN_IF_ERROR(ExpectRank(a, 2, "a"));
-  AF_RETURN_IF_ERROR(ExpectRank(b, 2, "b"));
-  bool ta = ctx.attrs.GetBoolOr("transpose_a", false), tb = ctx.attrs.GetBoolOr("transpose_b", false);
-  int64_t m = ta ? a.shape[1] : a.shape[0], ka = ta ? a.shape[0] : a.shape[1];
-  int64_t kb = tb ? b.shape[1] : b.shape[0], n = tb ? b.shape[0] : b.shape[1];
+// Shapes: a (M,K) / (B,M,K), b (K,N) / (B,K,N) (transposes swap the last two dims); a 2-D
+// operand is shared by every batch. out (M,N) or (B,M,N).
+struct MatmulDims {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool a_batched = false, b_batched = false;
+};
+
+StatusOr<MatmulDims> ReadDims(const TensorDesc& a, const TensorDesc& b, bool ta, bool tb) {
+  if (a.shape.size() != 2 && a.shape.size() != 3)
+    return InvalidArgument("a must have rank 2 (M,K) or 3 (B,M,K), got shape " + ShapeToString(a.shape));
+  if (b.shape.size() != 2 && b.shape.size() != 3)
+    return InvalidArgument("b must have rank 2 (K,N) or 3 (B,K,N), got shape " + ShapeToString(b.shape));
+  MatmulDims d;
+  d.a_batched = a.shape.size() == 3;
+  d.b_batched = b.shape.size() == 3;
+  size_t ra = a.shape.size(), rb = b.shape.size();
+  if (d.a_batched && d.b_batched && a.shape[0] != b.shape[0])
+    return InvalidArgument("a has shape " + ShapeToString(a.shape) + " and b has shape " + ShapeToString(b.shape) +
+                           "; the batch dimensions must match (" + std::to_string(a.shape[0]) + " vs " +
+                           std::to_string(b.shape[0]) + ")");
+  d.batch = d.a_batched ? a.shape[0] : d.b_batched ? b.shape[0] : 1;
+  d.m = ta ? a.shape[ra - 1] : a.shape[ra - 2];
+  int64_t ka = ta ? a.shape[ra - 2] : a.shape[ra - 1];
+  int64_t kb = tb ? b.shape[rb - 1] : b.shape[rb - 2];
+  d.n = tb ? b.shape[rb - 2] : b.shape[rb - 1];
   if (ka != kb)
     return InvalidArgument("a has shape " + ShapeToString(a.shape) + " and b has shape " + ShapeToString(b.shape) +
                            "; with transpose_a=" + (ta ? "true" : "false") + " and transpose_b=" + (tb ? "true" : "false") +
                            " the inner dimensions must match (" + std::to_string(ka) + " vs " + std::to_string(kb) + ")");
-  ctx.outputs = {TensorDesc{{m, n}, a.dtype}};
+  d.k = ka;
+  return d;
+}
+
+Status InferMatmul(InferContext& ctx) {
+  const TensorDesc &a = ctx.inputs[0], &b = ctx.inputs[1];
+  AF_RETURN_IF_ERROR(ExpectFloat(a, "a"));
+  AF_RETURN_IF_ERROR(ExpectSameDType(a, b, "a", "b"));
+  bool ta = ctx.attrs.GetBoolOr("transpose_a", false), tb = ctx.attrs.GetBoolOr("transpose_b", false);
+  AF_ASSIGN_OR_RETURN(MatmulDims d, ReadDims(a, b, ta, tb));
+  Shape out = (d.a_batched || d.b_batched) ? Shape{d.batch, d.m, d.n} : Shape{d.m, d.n};
+  ctx.outputs = {TensorDesc{out, a.dtype}};
   return Status::Ok();
 }
 
@@ -45,20 +72,39 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T
 
 StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
   bool ta = init.attrs.GetBoolOr("transpose_a", false), tb = init.attrs.GetBoolOr("transpose_b", false);
-  const Shape& a = init.inputs[0].shape;
-  int64_t m = init.outputs[0].shape[0], n = init.outputs[0].shape[1], k = ta ? a[0] : a[1];
+  AF_ASSIGN_OR_RETURN(MatmulDims d, ReadDims(init.inputs[0], init.inputs[1], ta, tb));
+  // A batched, untransposed a against a shared b is one (B*M,K)x(K,N) GEMM.
+  if (d.a_batched && !d.b_batched && !ta) {
+    d.m *= d.batch;
+    d.batch = 1;
+  }
+  int64_t m = d.m, n = d.n, k = d.k, batch = d.batch;
+  int64_t a_step = d.a_batched ? m * k : 0, b_step = d.b_batched ? k * n : 0, c_step = m * n;
   int threads = std::max(1, init.num_threads);
   if (init.inputs[0].dtype == DType::kFloat64)
     return KernelFn([=](KernelContext& c) {
-      Gemm<double>(ta, tb, m, n, k, c.input(0).as<double>(), c.input(1).as<double>(), c.output(0).as<double>());
+      for (int64_t i = 0; i < batch; ++i)
+        Gemm<double>(ta, tb, m, n, k, c.input(0).as<double>() + i * a_step, c.input(1).as<double>() + i * b_step,
+                     c.output(0).as<double>() + i * c_step);
       return Status::Ok();
     });
   return KernelFn([=](KernelContext& c) {
     omp_set_num_threads(threads);  // the per-thread ICV oneDNN reads: this kernel's share of the budget
-    dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, c.input(0).as<float>(), ta ? m : k,
-                                 c.input(1).as<float>(), tb ? k : n, 0.0f, c.output(0).as<float>(), n);
-    return s == dnnl_success ? Status::Ok() : Internal("dnnl_sgemm failed with status " + std::to_string(s));
+    for (int64_t i = 0; i < batch; ++i) {
+      dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, c.input(0).as<float>() + i * a_step,
+                                   ta ? m : k, c.input(1).as<float>() + i * b_step, tb ? k : n, 0.0f,
+                                   c.output(0).as<float>() + i * c_step, n);
+      if (s != dnnl_success) return Internal("dnnl_sgemm failed with status " + std::to_string(s));
+    }
+    return Status::Ok();
   });
+}
+
+// A 2-D operand used by every batch gets the batch-sum of its per-batch gradients.
+StatusOr<std::string> SumSharedBatch(GradBuilder& g, const std::string& grad, int input) {
+  bool batched_out = g.output_desc(0).shape.size() == 3;
+  if (!batched_out || g.input_desc(input).shape.size() == 3) return grad;
+  return g.AddOp1("reduce_sum", {grad}, Attrs{{"axis", std::vector<int64_t>{0}}, {"keepdims", false}});
 }
 
 // d(op(A)·op(B)): each case writes the gradient as another matmul with transpose flags.
@@ -72,15 +118,101 @@ Status GradMatmul(GradBuilder& g) {
     StatusOr<std::string> da = !ta ? (tb ? mm(dc, b, false, false) : mm(dc, b, false, true))
                                    : (tb ? mm(b, dc, true, true) : mm(b, dc, false, true));
     if (!da.ok()) return da.status();
-    g.SetInputGrad(0, da.value());
+    AF_ASSIGN_OR_RETURN(std::string r, SumSharedBatch(g, da.value(), 0));
+    g.SetInputGrad(0, r);
   }
   if (g.needs_input_grad(1)) {
     StatusOr<std::string> db = !tb ? (ta ? mm(a, dc, false, false) : mm(a, dc, true, false))
                                    : (ta ? mm(dc, a, true, true) : mm(dc, a, true, false));
     if (!db.ok()) return db.status();
-    g.SetInputGrad(1, db.value());
+    AF_ASSIGN_OR_RETURN(std::string r, SumSharedBatch(g, db.value(), 1));
+    g.SetInputGrad(1, r);
   }
   return Status::Ok();
+}
+
+void RegisterBiasAdd(OpRegistry& registry) {
+  OpDef def;
+  def.type = "bias_add";
+  def.input_names = {"x", "bias"};
+  def.output_names = {"out"};
+  def.infer = [](InferContext& ctx) -> Status {
+    const TensorDesc &x = ctx.inputs[0], &b = ctx.inputs[1];
+    AF_RETURN_IF_ERROR(ExpectSameDType(x, b, "x", "bias"));
+    AF_RETURN_IF_ERROR(ExpectFloat(x, "x"));
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), x.shape.size(), "axis"));
+    if (b.shape != Shape{x.shape[axis]})
+      return InvalidArgument("bias must have shape (" + std::to_string(x.shape[axis]) + ",) to match x " +
+                             ShapeToString(x.shape) + " on axis " + std::to_string(axis) + ", got " + ShapeToString(b.shape));
+    ctx.outputs = {x};
+    return Status::Ok();
+  };
+  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t axis = init.attrs.GetIntOr("axis", 1);
+    if (axis < 0) axis += static_cast<int64_t>(init.inputs[0].shape.size());
+    AxisSplit s = SplitAt(init.inputs[0].shape, axis);
+    bool relu = init.attrs.GetBoolOr("fuse_relu", false);
+    return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([s, relu](KernelContext& c) {
+        const T* __restrict x = c.input(0).as<T>();
+        const T* __restrict b = c.input(1).as<T>();
+        T* __restrict y = c.output(0).as<T>();
+        for (int64_t o = 0; o < s.outer; ++o)
+          for (int64_t ch = 0; ch < s.channels; ++ch) {
+            int64_t base = (o * s.channels + ch) * s.inner;
+            T bv = b[ch];
+            if (relu) for (int64_t i = 0; i < s.inner; ++i) { T v = x[base + i] + bv; y[base + i] = v > T(0) ? v : T(0); }
+            else for (int64_t i = 0; i < s.inner; ++i) y[base + i] = x[base + i] + bv;
+          }
+        return Status::Ok();
+      });
+    });
+  };
+  def.grad = [](GradBuilder& g) -> Status {
+    if (g.attrs().GetBoolOr("fuse_relu", false)) return Unimplemented("bias_add with fuse_relu has no gradient rule");
+    if (g.needs_input_grad(0)) g.SetInputGrad(0, g.output_grad(0));
+    if (g.needs_input_grad(1)) {
+      AF_ASSIGN_OR_RETURN(std::string db, g.AddOp1("bias_add_grad", {g.output_grad(0)}, Attrs{{"axis", g.attrs().GetIntOr("axis", 1)}}));
+      g.SetInputGrad(1, db);
+    }
+    return Status::Ok();
+  };
+  def.sbp_signatures = {"S(0),B->S(0)", "B,B->B", "P,B->P"};
+  def.doc = "out = x + bias broadcast along `axis` (default 1)";
+  registry.Register(std::move(def));
+
+  OpDef grad;
+  grad.type = "bias_add_grad";
+  grad.input_names = {"dy"};
+  grad.output_names = {"dbias"};
+  grad.infer = [](InferContext& ctx) -> Status {
+    int64_t axis = ctx.attrs.GetIntOr("axis", 1);
+    if (axis < 0) axis += static_cast<int64_t>(ctx.inputs[0].shape.size());
+    ctx.outputs = {TensorDesc{{ctx.inputs[0].shape.at(axis)}, ctx.inputs[0].dtype}};
+    return Status::Ok();
+  };
+  grad.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t axis = init.attrs.GetIntOr("axis", 1);
+    if (axis < 0) axis += static_cast<int64_t>(init.inputs[0].shape.size());
+    AxisSplit s = SplitAt(init.inputs[0].shape, axis);
+    return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([s](KernelContext& c) {
+        const T* __restrict dy = c.input(0).as<T>();
+        T* __restrict db = c.output(0).as<T>();
+        for (int64_t ch = 0; ch < s.channels; ++ch) db[ch] = 0;
+        for (int64_t o = 0; o < s.outer; ++o)
+          for (int64_t ch = 0; ch < s.channels; ++ch) {
+            const T* row = dy + (o * s.channels + ch) * s.inner;
+            T acc = 0;
+            for (int64_t i = 0; i < s.inner; ++i) acc += row[i];
+            db[ch] += acc;
+          }
+        return Status::Ok();
+      });
+    });
+  };
+  grad.doc = "dbias(C) = dy summed over every axis but `axis`";
+  registry.Register(std::move(grad));
 }
 
 }  // namespace
@@ -94,8 +226,9 @@ void RegisterMatmulOps(OpRegistry& registry) {
   def.make_cpu_kernel = MakeMatmul;
   def.grad = GradMatmul;
   def.sbp_signatures = {"S(0),B->S(0)", "B,S(1)->S(1)", "S(1),S(0)->P", "B,B->B"};
-  def.doc = "out(M,N) = op(a)(M,K) . op(b)(K,N); attrs transpose_a, transpose_b";
+  def.doc = "out([B,]M,N) = op(a)([B,]M,K) . op(b)([B,]K,N); attrs transpose_a, transpose_b";
   registry.Register(std::move(def));
+  RegisterBiasAdd(registry);
 }
 
 }  // namespace actorflow

@@ -9,13 +9,14 @@
 namespace actorflow {
 namespace {
 
-Status InferUpdate(InferContext& ctx) {
+Status InferUpdate(InferContext& ctx, const std::vector<std::string>& names) {
   const TensorDesc& var = ctx.inputs[0];
   if (var.dtype != DType::kFloat32) return InvalidArgument(std::string("variable must be float32, got ") + DTypeName(var.dtype));
   for (size_t i = 1; i + 1 < ctx.inputs.size(); ++i)
     if (ctx.inputs[i] != var)
-      return InvalidArgument("input " + std::to_string(i) + " is " + ctx.inputs[i].ToString() + ", expected " + var.ToString());
-  if (ctx.inputs.back().shape != Shape{1}) return InvalidArgument("learning rate must have shape (1,)");
+      return InvalidArgument(names[i] + " is " + ctx.inputs[i].ToString() + ", expected " + var.ToString() + " like var");
+  if (ctx.inputs.back() != TensorDesc{{1}, DType::kFloat32})
+    return InvalidArgument("lr must be float32(1,), got " + ctx.inputs.back().ToString());
   ctx.outputs.clear();
   return Status::Ok();
 }
@@ -26,9 +27,11 @@ void Register(OpRegistry& registry, const std::string& type, std::vector<std::st
   def.type = type;
   def.input_names = std::move(inputs);
   def.mutable_inputs = std::move(mutable_inputs);
-  def.infer = InferUpdate;
+  def.infer = [names = def.input_names](InferContext& ctx) { return InferUpdate(ctx, names); };
   def.make_cpu_kernel = std::move(make);
   def.doc = doc;
+  // Data-parallel: every replica applies the same (all-reduced) gradient to its full copy.
+  def.sbp_signatures = {"B,...->", "S(i),...->"};
   registry.Register(std::move(def));
 }
 
@@ -108,6 +111,36 @@ void RegisterOptimizerOps(OpRegistry& registry) {
       return Status::Ok();
     });
   }, "RMSProp: ms = decay*ms + (1-decay)*g^2; var -= lr * g / (sqrt(ms) + eps)");
+
+  // LAMB: Adam direction r = m / (sqrt(v) + eps) + wd * var, scaled per tensor by the trust
+  // ratio ||var|| / ||r|| (1 when either norm is 0). Two passes, no scratch: the first updates
+  // m, v and accumulates both norms, the second recomputes r from them.
+  Register(registry, "lamb_update", {"var", "grad", "m", "v", "lr"}, {0, 2, 3}, [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t n = init.inputs[0].num_elements();
+    float b1 = static_cast<float>(init.attrs.GetFloatOr("beta1", 0.9));
+    float b2 = static_cast<float>(init.attrs.GetFloatOr("beta2", 0.999));
+    float eps = static_cast<float>(init.attrs.GetFloatOr("epsilon", 1e-6));
+    float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    return KernelFn([=](KernelContext& c) {
+      float* __restrict w = c.input(0).as<float>();
+      const float* __restrict g = c.input(1).as<float>();
+      float* __restrict m = c.input(2).as<float>();
+      float* __restrict v = c.input(3).as<float>();
+      float lr = *c.input(4).as<float>();
+      double w_norm = 0, r_norm = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        float r = m[i] / (std::sqrt(v[i]) + eps) + wd * w[i];
+        w_norm += static_cast<double>(w[i]) * w[i];
+        r_norm += static_cast<double>(r) * r;
+      }
+      float trust = (w_norm > 0 && r_norm > 0) ? static_cast<float>(std::sqrt(w_norm / r_norm)) : 1.0f;
+      float step = lr * trust;
+      for (int64_t i = 0; i < n; ++i) w[i] -= step * (m[i] / (std::sqrt(v[i]) + eps) + wd * w[i]);
+      return Status::Ok();
+    });
+  }, "LAMB: r = m/(sqrt(v)+eps) + wd*var; var -= lr * (||var||/||r||) * r");
 }
 
 }  // namespace actorflow

@@ -58,16 +58,16 @@ namespace {
 class EagerGradBuilder : public GradBuilder {
  public:
   EagerGradBuilder(const std::string& type, const Attrs& attrs, std::map<std::string, HostTensor>* tensors, int num_inputs,
-                   int num_outputs, std::vector<int> checked)
+                   int num_outputs, std::vector<int> checked, int weighted)
       : type_(type), attrs_(attrs), tensors_(tensors), num_inputs_(num_inputs), num_outputs_(num_outputs),
-        checked_(std::move(checked)), grads_(num_inputs) {}
+        checked_(std::move(checked)), grads_(num_inputs), weighted_(weighted) {}
   const std::string& op_name() const override { return type_; }
   const Attrs& attrs() const override { return attrs_; }
   int num_inputs() const override { return num_inputs_; }
   int num_outputs() const override { return num_outputs_; }
   std::string input(int i) const override { return "in" + std::to_string(i); }
   std::string output(int i) const override { return "out" + std::to_string(i); }
-  std::string output_grad(int i) const override { return "dout" + std::to_string(i); }
+  std::string output_grad(int i) const override { return i < weighted_ ? "dout" + std::to_string(i) : ""; }
   const TensorDesc& input_desc(int i) const override { return tensors_->at(input(i)).desc; }
   const TensorDesc& output_desc(int i) const override { return tensors_->at(output(i)).desc; }
   bool needs_input_grad(int i) const override {
@@ -101,6 +101,7 @@ class EagerGradBuilder : public GradBuilder {
   int num_inputs_, num_outputs_;
   std::vector<int> checked_;
   std::vector<std::string> grads_;
+  int weighted_;
   int counter_ = 0;
 };
 
@@ -118,13 +119,11 @@ StatusOr<double> Objective(const std::string& type, const std::vector<HostTensor
 }  // namespace
 
 StatusOr<double> GradientError(const std::string& type, const std::vector<HostTensor>& inputs, const Attrs& attrs,
-                               const std::vector<int>& check_inputs, double eps) {
+                               const std::vector<int>& check_inputs, double eps, int weighted_outputs) {
   AF_ASSIGN_OR_RETURN(std::vector<HostTensor> outputs, RunOp(type, inputs, attrs));
   AF_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(type));
   if (!def->grad) return FailedPrecondition(type + " has no gradient rule");
-  // Only the first output carries weight for ops whose extra outputs are saved for backward
-  // (sparse_softmax_cross_entropy's prob).
-  int weighted = type == "sparse_softmax_cross_entropy" ? 1 : static_cast<int>(outputs.size());
+  int weighted = weighted_outputs < 0 ? static_cast<int>(outputs.size()) : weighted_outputs;
   std::map<std::string, HostTensor> tensors;
   for (size_t i = 0; i < inputs.size(); ++i) tensors["in" + std::to_string(i)] = inputs[i];
   for (size_t k = 0; k < outputs.size(); ++k) {
@@ -133,7 +132,8 @@ StatusOr<double> GradientError(const std::string& type, const std::vector<HostTe
     for (int64_t i = 0; i < d.desc.num_elements(); ++i) d.set(i, static_cast<int>(k) < weighted ? Weight(k, i) : 0.0);
     tensors["dout" + std::to_string(k)] = d;
   }
-  EagerGradBuilder builder(type, attrs, &tensors, static_cast<int>(inputs.size()), static_cast<int>(outputs.size()), check_inputs);
+  EagerGradBuilder builder(type, attrs, &tensors, static_cast<int>(inputs.size()), static_cast<int>(outputs.size()), check_inputs,
+                           weighted);
   AF_RETURN_IF_ERROR(def->grad(builder));
   double worst = 0;
   for (int i : check_inputs) {

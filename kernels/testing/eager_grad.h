@@ -25,7 +25,9 @@ StatusOr<std::vector<HostTensor>> RunOp(const std::string& type, std::vector<Hos
 
 // Max relative error between the gradient rule's input gradients and central differences of
 // L = sum_k sum(output_k * weight_k) with fixed pseudo-random weights, over `check_inputs`.
+// Only the first `weighted_outputs` outputs carry weight (-1: all); the others get an empty
+// output_grad, as the autodiff pass gives outputs saved only for backward (e.g. xent's prob).
 StatusOr<double> GradientError(const std::string& type, const std::vector<HostTensor>& inputs, const Attrs& attrs,
-                               const std::vector<int>& check_inputs, double eps = 1e-6);
+                               const std::vector<int>& check_inputs, double eps = 1e-6, int weighted_outputs = -1);
 
 }  // namespace actorflow::testing

@@ -1,0 +1,85 @@
+#include "kernels/testing/test_util.h"
+
+namespace actorflow::testing {
+namespace {
+
+Attrs T(bool ta, bool tb) { return Attrs{{"transpose_a", ta}, {"transpose_b", tb}}; }
+
+// Naive double-precision reference for one batch of op(a)(M,K) . op(b)(K,N).
+double Ref(const HostTensor& a, const HostTensor& b, bool ta, bool tb, int64_t bi_a, int64_t bi_b, int64_t m, int64_t n,
+           int64_t k, int64_t i, int64_t j) {
+  double acc = 0;
+  for (int64_t p = 0; p < k; ++p)
+    acc += a.at(bi_a * m * k + (ta ? p * m + i : i * k + p)) * b.at(bi_b * k * n + (tb ? j * k + p : p * n + j));
+  return acc;
+}
+
+TEST(Matmul, ForwardAllTransposesFloat32AndFloat64) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        int64_t m = 5, n = 7, k = 33;
+        HostTensor a = HostTensor::Of(ta ? Shape{k, m} : Shape{m, k}, dtype, Ramp(m * k));
+        HostTensor b = HostTensor::Of(tb ? Shape{n, k} : Shape{k, n}, dtype, Ramp(n * k, 1.1));
+        HostTensor c = Run1("matmul", {a, b}, T(ta, tb));
+        ASSERT_EQ(c.desc.shape, (Shape{m, n}));
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(c.at(i * n + j), Ref(a, b, ta, tb, 0, 0, m, n, k, i, j), 1e-4);
+      }
+}
+
+TEST(Matmul, BatchedWithSharedOperands) {
+  int64_t bs = 3, m = 4, n = 5, k = 6;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int shared : {0, 1, 2}) {  // 0: both batched, 1: b shared, 2: a shared
+        Shape as = ta ? Shape{k, m} : Shape{m, k}, bsh = tb ? Shape{n, k} : Shape{k, n};
+        if (shared != 2) as.insert(as.begin(), bs);
+        if (shared != 1) bsh.insert(bsh.begin(), bs);
+        HostTensor a = F32(as), b = HostTensor::Of(bsh, DType::kFloat32, Ramp(NumElements(bsh), 2.0));
+        HostTensor c = Run1("matmul", {a, b}, T(ta, tb));
+        ASSERT_EQ(c.desc.shape, (Shape{bs, m, n}));
+        for (int64_t q = 0; q < bs; ++q)
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+              EXPECT_NEAR(c.at((q * m + i) * n + j),
+                          Ref(a, b, ta, tb, shared == 2 ? 0 : q, shared == 1 ? 0 : q, m, n, k, i, j), 1e-4);
+      }
+}
+
+TEST(Matmul, ShapeErrorNamesDimensions) {
+  std::string e = ErrorOf("matmul", {F32({100, 784}), F32({512, 10})});
+  EXPECT_NE(e.find("(100, 784)"), std::string::npos) << e;
+  EXPECT_NE(e.find("784 vs 512"), std::string::npos) << e;
+  EXPECT_NE(ErrorOf("matmul", {F32({2, 3, 4}), F32({3, 4, 5})}).find("batch"), std::string::npos);
+  EXPECT_NE(ErrorOf("matmul", {F32({4}), F32({4, 5})}).find("rank"), std::string::npos);
+}
+
+TEST(Matmul, Gradients) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      EXPECT_LT(Grad("matmul", {F64(ta ? Shape{4, 3} : Shape{3, 4}), F64(tb ? Shape{5, 4} : Shape{4, 5})}, T(ta, tb), {0, 1}),
+                kGradTol) << ta << tb;
+      EXPECT_LT(Grad("matmul", {F64(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}), F64(tb ? Shape{5, 4} : Shape{4, 5})}, T(ta, tb), {0, 1}),
+                kGradTol) << ta << tb;
+      EXPECT_LT(Grad("matmul", {F64(ta ? Shape{4, 3} : Shape{3, 4}), F64(tb ? Shape{2, 5, 4} : Shape{2, 4, 5})}, T(ta, tb), {0, 1}),
+                kGradTol) << ta << tb;
+    }
+}
+
+TEST(BiasAdd, ForwardFusedReluAndGradient) {
+  HostTensor x = F32({2, 3, 2}), b = F32({3}, {0.5, -0.25, 1});
+  HostTensor y = Run1("bias_add", {x, b}, Attrs{{"axis", int64_t{1}}});
+  HostTensor r = Run1("bias_add", {x, b}, Attrs{{"axis", int64_t{1}}, {"fuse_relu", true}});
+  for (int64_t i = 0; i < 12; ++i) {
+    double ref = x.at(i) + b.at((i / 2) % 3);
+    EXPECT_NEAR(y.at(i), ref, 1e-6);
+    EXPECT_NEAR(r.at(i), std::max(ref, 0.0), 1e-6);
+  }
+  EXPECT_NE(ErrorOf("bias_add", {F32({2, 3}), F32({2})}).find("bias must have shape (3,)"), std::string::npos);
+  EXPECT_LT(Grad("bias_add", {F64({3, 4}), F64({4})}, {}, {0, 1}), kGradTol);
+  EXPECT_LT(Grad("bias_add", {F64({2, 3, 2, 2}), F64({3})}, Attrs{{"axis", int64_t{1}}}, {0, 1}), kGradTol);
+}
+
+}  // namespace
+}  // namespace actorflow::testing

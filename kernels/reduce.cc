@@ -1,0 +1,240 @@
+// Reductions: reduce_sum / reduce_mean / reduce_max over attr `axis` (list; missing or empty =
+// all axes), attr `keepdims`; reduce_sum_like (sums a broadcast gradient back to an operand's
+// shape) and broadcast_like (its transpose); reduce_max_grad. All walk the input once with a
+// strided loop (broadcast.h), the output index following through zero strides on reduced axes.
+#include <cmath>
+#include <limits>
+
+#include "kernels/broadcast.h"
+#include "kernels/kernel_util.h"
+
+namespace actorflow {
+namespace {
+
+enum class Reduce { kSum, kMean, kMax };
+
+// The input shape with reduced axes set to 1 ("kept" shape), or an error naming the bad axis.
+StatusOr<Shape> KeptShape(const Shape& in, const Attrs& attrs) {
+  std::vector<int64_t> axes;
+  if (attrs.Has("axis")) { AF_ASSIGN_OR_RETURN(axes, attrs.GetInts("axis")); }
+  std::vector<bool> reduce(in.size(), axes.empty());
+  for (int64_t a : axes) {
+    int64_t r = a < 0 ? a + static_cast<int64_t>(in.size()) : a;
+    if (r < 0 || r >= static_cast<int64_t>(in.size()))
+      return InvalidArgument("axis " + std::to_string(a) + " is out of range for x of shape " + ShapeToString(in));
+    reduce[r] = true;
+  }
+  Shape keep = in;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (reduce[i]) keep[i] = 1;
+  return keep;
+}
+
+// Reduced-axis test robust to size-1 dims: an axis of size 1 is dropped when listed (or when
+// reducing everything), kept otherwise.
+StatusOr<Shape> ReduceOutputShape(const Shape& in, const Attrs& attrs) {
+  AF_ASSIGN_OR_RETURN(Shape keep, KeptShape(in, attrs));
+  bool keepdims = attrs.GetBoolOr("keepdims", false);
+  if (keepdims) return keep;
+  std::vector<int64_t> axes;
+  if (attrs.Has("axis")) { AF_ASSIGN_OR_RETURN(axes, attrs.GetInts("axis")); }
+  std::vector<bool> reduce(in.size(), axes.empty());
+  for (int64_t a : axes) reduce[a < 0 ? a + static_cast<int64_t>(in.size()) : a] = true;
+  Shape out;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!reduce[i]) out.push_back(in[i]);
+  return out;
+}
+
+std::vector<int64_t> ContiguousStrides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int64_t d = static_cast<int64_t>(s.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * s[d + 1];
+  return st;
+}
+
+// Loop over `big` with a = contiguous strides of `big`, b = strides of `small` broadcast to it.
+StatusOr<StridedLoop> BigSmallLoop(const Shape& big, const Shape& small) {
+  return MakeLoop(big, ContiguousStrides(big), BroadcastStrides(small, big));
+}
+
+template <typename T>
+KernelFn ReduceKernel(Reduce kind, StridedLoop loop, int64_t n_in, int64_t n_out) {
+  T scale = kind == Reduce::kMean ? static_cast<T>(static_cast<double>(n_out) / static_cast<double>(std::max<int64_t>(n_in, 1)))
+                                  : T(1);
+  return [=](KernelContext& c) {
+    const T* __restrict x = c.input(0).as<T>();
+    T* __restrict z = c.output(0).as<T>();
+    T init = kind == Reduce::kMax ? -std::numeric_limits<T>::infinity() : T(0);
+    for (int64_t i = 0; i < n_out; ++i) z[i] = init;
+    if (kind == Reduce::kMax) {
+      RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t, int64_t len, int64_t sa, int64_t sb) {
+        for (int64_t j = 0; j < len; ++j) z[ob + j * sb] = std::max(z[ob + j * sb], x[oa + j * sa]);
+      });
+    } else {
+      RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t, int64_t len, int64_t sa, int64_t sb) {
+        if (sb == 0) {
+          T acc = 0;
+          for (int64_t j = 0; j < len; ++j) acc += x[oa + j * sa];
+          z[ob] += acc;
+        } else {  // innermost strides of a contiguous input and a kept output are 1
+          for (int64_t j = 0; j < len; ++j) z[ob + j] += x[oa + j];
+        }
+      });
+      if (kind == Reduce::kMean)
+        for (int64_t i = 0; i < n_out; ++i) z[i] *= scale;
+    }
+    return Status::Ok();
+  };
+}
+
+void RegisterReduce(OpRegistry& registry, const std::string& type, Reduce kind) {
+  OpDef def;
+  def.type = type;
+  def.input_names = {"x"};
+  def.output_names = {"out"};
+  def.infer = [](InferContext& ctx) -> Status {
+    if (ctx.inputs[0].dtype != DType::kInt32 && ctx.inputs[0].dtype != DType::kInt64)
+      AF_RETURN_IF_ERROR(ExpectFloat(ctx.inputs[0], "x"));
+    AF_ASSIGN_OR_RETURN(Shape out, ReduceOutputShape(ctx.inputs[0].shape, ctx.attrs));
+    ctx.outputs = {TensorDesc{out, ctx.inputs[0].dtype}};
+    return Status::Ok();
+  };
+  def.make_cpu_kernel = [kind](const KernelInit& init) -> StatusOr<KernelFn> {
+    const Shape& in = init.inputs[0].shape;
+    AF_ASSIGN_OR_RETURN(Shape keep, KeptShape(in, init.attrs));
+    AF_ASSIGN_OR_RETURN(StridedLoop loop, BigSmallLoop(in, keep));
+    int64_t n_in = NumElements(in), n_out = NumElements(keep);
+    switch (init.inputs[0].dtype) {
+      case DType::kFloat32: return ReduceKernel<float>(kind, loop, n_in, n_out);
+      case DType::kFloat64: return ReduceKernel<double>(kind, loop, n_in, n_out);
+      case DType::kInt32: return ReduceKernel<int32_t>(kind == Reduce::kMax ? Reduce::kSum : kind, loop, n_in, n_out);
+      default: return ReduceKernel<int64_t>(kind == Reduce::kMax ? Reduce::kSum : kind, loop, n_in, n_out);
+    }
+  };
+  def.grad = [kind](GradBuilder& g) -> Status {
+    AF_ASSIGN_OR_RETURN(Shape keep, KeptShape(g.input_desc(0).shape, g.attrs()));
+    Attrs reshape{{"shape", std::vector<int64_t>(keep.begin(), keep.end())}};
+    AF_ASSIGN_OR_RETURN(std::string dk, g.AddOp1("reshape", {g.output_grad(0)}, reshape));
+    std::string dx;
+    if (kind == Reduce::kMax) {
+      AF_ASSIGN_OR_RETURN(std::string yk, g.AddOp1("reshape", {g.output(0)}, reshape));
+      AF_ASSIGN_OR_RETURN(dx, g.AddOp1("reduce_max_grad", {g.input(0), yk, dk}));
+    } else {
+      AF_ASSIGN_OR_RETURN(dx, g.AddOp1("broadcast_like", {dk, g.input(0)}));
+      if (kind == Reduce::kMean) {
+        double scale = static_cast<double>(NumElements(keep)) / static_cast<double>(std::max<int64_t>(g.input_desc(0).num_elements(), 1));
+        AF_ASSIGN_OR_RETURN(dx, g.AddOp1("scalar_mul", {dx}, Attrs{{"scalar", scale}}));
+      }
+    }
+    g.SetInputGrad(0, dx);
+    return Status::Ok();
+  };
+  def.sbp_signatures = {"S(i)->S(i) if i not reduced", "S(i)->P if i reduced (sum)", "B->B"};
+  def.doc = "out = " + type + " of x over attr `axis` (list, empty = all), attr keepdims";
+  registry.Register(std::move(def));
+}
+
+}  // namespace
+
+void RegisterReduceOps(OpRegistry& registry) {
+  RegisterReduce(registry, "reduce_sum", Reduce::kSum);
+  RegisterReduce(registry, "reduce_mean", Reduce::kMean);
+  RegisterReduce(registry, "reduce_max", Reduce::kMax);
+
+  OpDef max_grad;
+  max_grad.type = "reduce_max_grad";
+  max_grad.input_names = {"x", "y", "dy"};
+  max_grad.output_names = {"dx"};
+  max_grad.infer = [](InferContext& ctx) -> Status {
+    ctx.outputs = {ctx.inputs[0]};
+    return Status::Ok();
+  };
+  max_grad.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_ASSIGN_OR_RETURN(StridedLoop loop, BigSmallLoop(init.inputs[0].shape, init.inputs[1].shape));
+    return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([loop](KernelContext& c) {
+        const T* x = c.input(0).as<T>();
+        const T* y = c.input(1).as<T>();
+        const T* dy = c.input(2).as<T>();
+        T* dx = c.output(0).as<T>();
+        RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t, int64_t len, int64_t sa, int64_t sb) {
+          for (int64_t j = 0; j < len; ++j) dx[oa + j * sa] = x[oa + j * sa] == y[ob + j * sb] ? dy[ob + j * sb] : T(0);
+        });
+        return Status::Ok();
+      });
+    });
+  };
+  max_grad.doc = "dx = dy where x equals the (kept-shape) max y, else 0; ties all receive dy";
+  registry.Register(std::move(max_grad));
+
+  OpDef like;
+  like.type = "reduce_sum_like";
+  like.input_names = {"x", "like"};
+  like.output_names = {"out"};
+  like.infer = [](InferContext& ctx) -> Status {
+    AF_ASSIGN_OR_RETURN(Shape b, BroadcastShape(ctx.inputs[1].shape, ctx.inputs[0].shape));
+    if (b != ctx.inputs[0].shape)
+      return InvalidArgument("reduce_sum_like: like's shape " + ShapeToString(ctx.inputs[1].shape) +
+                             " does not broadcast to x's shape " + ShapeToString(ctx.inputs[0].shape));
+    ctx.outputs = {TensorDesc{ctx.inputs[1].shape, ctx.inputs[0].dtype}};
+    return Status::Ok();
+  };
+  like.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_ASSIGN_OR_RETURN(StridedLoop loop, BigSmallLoop(init.inputs[0].shape, init.inputs[1].shape));
+    int64_t n_in = init.inputs[0].num_elements(), n_out = init.outputs[0].num_elements();
+    return DispatchFloat(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return ReduceKernel<T>(Reduce::kSum, loop, n_in, n_out);
+    });
+  };
+  like.grad = [](GradBuilder& g) -> Status {
+    if (g.needs_input_grad(0)) {
+      AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("broadcast_like", {g.output_grad(0), g.input(0)}));
+      g.SetInputGrad(0, dx);
+    }
+    return Status::Ok();
+  };
+  like.doc = "out(like.shape) = x summed over the dimensions along which like broadcasts to x";
+  registry.Register(std::move(like));
+
+  OpDef bcast;
+  bcast.type = "broadcast_like";
+  bcast.input_names = {"x", "like"};
+  bcast.output_names = {"out"};
+  bcast.infer = [](InferContext& ctx) -> Status {
+    AF_ASSIGN_OR_RETURN(Shape b, BroadcastShape(ctx.inputs[0].shape, ctx.inputs[1].shape));
+    if (b != ctx.inputs[1].shape)
+      return InvalidArgument("broadcast_like: x's shape " + ShapeToString(ctx.inputs[0].shape) +
+                             " does not broadcast to like's shape " + ShapeToString(ctx.inputs[1].shape));
+    ctx.outputs = {TensorDesc{ctx.inputs[1].shape, ctx.inputs[0].dtype}};
+    return Status::Ok();
+  };
+  bcast.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_ASSIGN_OR_RETURN(StridedLoop loop, BigSmallLoop(init.outputs[0].shape, init.inputs[0].shape));
+    return DispatchFloat(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([loop](KernelContext& c) {
+        const T* __restrict x = c.input(0).as<T>();
+        T* __restrict z = c.output(0).as<T>();
+        RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t, int64_t len, int64_t sa, int64_t sb) {
+          if (sb == 0) {
+            T v = x[ob];
+            for (int64_t j = 0; j < len; ++j) z[oa + j] = v;
+          } else {
+            for (int64_t j = 0; j < len; ++j) z[oa + j * sa] = x[ob + j * sb];
+          }
+        });
+        return Status::Ok();
+      });
+    });
+  };
+  bcast.grad = [](GradBuilder& g) -> Status {
+    if (g.needs_input_grad(0)) {
+      AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("reduce_sum_like", {g.output_grad(0), g.input(0)}));
+      g.SetInputGrad(0, dx);
+    }
+    return Status::Ok();
+  };
+  bcast.doc = "out(like.shape) = x broadcast to like's shape";
+  registry.Register(std::move(bcast));
+}
+
+}  // namespace actorflow

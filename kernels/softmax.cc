@@ -1,0 +1,159 @@
+// softmax and log_softmax over the last axis; sparse softmax cross-entropy (per-sample loss,
+// as OneFlow's sparse_softmax_cross_entropy_with_logits). Shape letters: N rows, C classes.
+#include <cmath>
+
+#include "kernels/kernel_util.h"
+
+namespace actorflow {
+namespace {
+
+// Sparse softmax cross-entropy: labels (N,) int32/int64, logits (N,C) -> loss (N,), prob (N,C).
+// prob is kept for the backward op: dlogits = (prob - onehot(labels)) * dloss.
+void RegisterSparseCrossEntropy(OpRegistry& registry) {
+  OpDef def;
+  def.type = "sparse_softmax_cross_entropy";
+  def.input_names = {"labels", "logits"};
+  def.output_names = {"loss", "prob"};
+  def.infer = [](InferContext& ctx) -> Status {
+    const TensorDesc &labels = ctx.inputs[0], &logits = ctx.inputs[1];
+    AF_RETURN_IF_ERROR(ExpectFloat(logits, "logits"));
+    AF_RETURN_IF_ERROR(ExpectRank(logits, 2, "logits"));
+    if (labels.dtype != DType::kInt32 && labels.dtype != DType::kInt64)
+      return InvalidArgument(std::string("labels must be int32 or int64, got ") + DTypeName(labels.dtype));
+    if (labels.shape != Shape{logits.shape[0]})
+      return InvalidArgument("labels must have shape (" + std::to_string(logits.shape[0]) + ",) to match logits " +
+                             ShapeToString(logits.shape) + ", got " + ShapeToString(labels.shape));
+    ctx.outputs = {TensorDesc{{logits.shape[0]}, logits.dtype}, logits};
+    return Status::Ok();
+  };
+  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t n = init.inputs[1].shape[0], classes = init.inputs[1].shape[1];
+    bool labels64 = init.inputs[0].dtype == DType::kInt64;
+    return DispatchFloat(init.inputs[1].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([=](KernelContext& c) {
+        const T* logits = c.input(1).as<T>();
+        T* loss = c.output(0).as<T>();
+        T* prob = c.output(1).as<T>();
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t label = labels64 ? c.input(0).as<int64_t>()[i] : c.input(0).as<int32_t>()[i];
+          if (label < 0 || label >= classes)
+            return InvalidArgument("label " + std::to_string(label) + " at position " + std::to_string(i) +
+                                   " is out of range [0, " + std::to_string(classes) + ")");
+          const T* row = logits + i * classes;
+          T* p = prob + i * classes;
+          T mx = row[0];
+          for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, row[j]);
+          T sum = 0;
+          for (int64_t j = 0; j < classes; ++j) { p[j] = std::exp(row[j] - mx); sum += p[j]; }
+          T inv = T(1) / sum;
+          for (int64_t j = 0; j < classes; ++j) p[j] *= inv;
+          loss[i] = -(row[label] - mx - std::log(sum));
+        }
+        return Status::Ok();
+      });
+    });
+  };
+  def.grad = [](GradBuilder& g) -> Status {
+    if (!g.needs_input_grad(1)) return Status::Ok();
+    AF_ASSIGN_OR_RETURN(std::string d, g.AddOp1("sparse_softmax_cross_entropy_grad", {g.input(0), g.output(1), g.output_grad(0)}));
+    g.SetInputGrad(1, d);
+    return Status::Ok();
+  };
+  def.sbp_signatures = {"S(0),S(0)->S(0),S(0)", "B,B->B,B"};
+  def.doc = "loss(N) = -log softmax(logits(N,C))[labels(N)]; prob(N,C) = softmax(logits)";
+  registry.Register(std::move(def));
+
+  OpDef grad;
+  grad.type = "sparse_softmax_cross_entropy_grad";
+  grad.input_names = {"labels", "prob", "dloss"};
+  grad.output_names = {"dlogits"};
+  grad.infer = [](InferContext& ctx) -> Status {
+    ctx.outputs = {ctx.inputs[1]};
+    return Status::Ok();
+  };
+  grad.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t n = init.inputs[1].shape[0], classes = init.inputs[1].shape[1];
+    bool labels64 = init.inputs[0].dtype == DType::kInt64;
+    return DispatchFloat(init.inputs[1].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([=](KernelContext& c) {
+        const T* prob = c.input(1).as<T>();
+        const T* dloss = c.input(2).as<T>();
+        T* d = c.output(0).as<T>();
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t label = labels64 ? c.input(0).as<int64_t>()[i] : c.input(0).as<int32_t>()[i];
+          T s = dloss[i];
+          for (int64_t j = 0; j < classes; ++j) d[i * classes + j] = prob[i * classes + j] * s;
+          d[i * classes + label] -= s;
+        }
+        return Status::Ok();
+      });
+    });
+  };
+  grad.doc = "dlogits(N,C) = (prob - onehot(labels)) * dloss(N)";
+  registry.Register(std::move(grad));
+}
+
+void RegisterSoftmax(OpRegistry& registry, bool log) {
+  OpDef def;
+  def.type = log ? "log_softmax" : "softmax";
+  def.input_names = {"x"};
+  def.output_names = {"out"};
+  def.infer = [](InferContext& ctx) -> Status {
+    AF_RETURN_IF_ERROR(ExpectFloat(ctx.inputs[0], "x"));
+    if (ctx.inputs[0].shape.empty()) return InvalidArgument("x must have rank >= 1");
+    ctx.outputs = {ctx.inputs[0]};
+    return Status::Ok();
+  };
+  def.make_cpu_kernel = [log](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t classes = init.inputs[0].shape.back(), rows = init.inputs[0].num_elements() / std::max<int64_t>(classes, 1);
+    return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([=](KernelContext& c) {
+        const T* x = c.input(0).as<T>();
+        T* y = c.output(0).as<T>();
+        for (int64_t i = 0; i < rows; ++i) {
+          const T* r = x + i * classes;
+          T* o = y + i * classes;
+          T mx = r[0];
+          for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, r[j]);
+          T sum = 0;
+          for (int64_t j = 0; j < classes; ++j) sum += std::exp(r[j] - mx);
+          if (log) { T ls = std::log(sum); for (int64_t j = 0; j < classes; ++j) o[j] = r[j] - mx - ls; }
+          else { T inv = T(1) / sum; for (int64_t j = 0; j < classes; ++j) o[j] = std::exp(r[j] - mx) * inv; }
+        }
+        return Status::Ok();
+      });
+    });
+  };
+  def.grad = [log](GradBuilder& g) -> Status {
+    // softmax: dx = y * (dy - sum(dy*y)); log_softmax: dx = dy - exp(y) * sum(dy).
+    std::string y = g.output(0), dy = g.output_grad(0);
+    int64_t last = static_cast<int64_t>(g.input_desc(0).shape.size()) - 1;
+    Attrs keep{{"axis", std::vector<int64_t>{last}}, {"keepdims", true}};
+    if (log) {
+      AF_ASSIGN_OR_RETURN(std::string s, g.AddOp1("reduce_sum", {dy}, keep));
+      AF_ASSIGN_OR_RETURN(std::string p, g.AddOp1("exp", {y}));
+      AF_ASSIGN_OR_RETURN(std::string t, g.AddOp1("mul", {p, s}));
+      AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("sub", {dy, t}));
+      g.SetInputGrad(0, dx);
+    } else {
+      AF_ASSIGN_OR_RETURN(std::string dyy, g.AddOp1("mul", {dy, y}));
+      AF_ASSIGN_OR_RETURN(std::string s, g.AddOp1("reduce_sum", {dyy}, keep));
+      AF_ASSIGN_OR_RETURN(std::string t, g.AddOp1("sub", {dy, s}));
+      AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("mul", {y, t}));
+      g.SetInputGrad(0, dx);
+    }
+    return Status::Ok();
+  };
+  def.doc = std::string(log ? "log_softmax" : "softmax") + " over the last axis";
+  registry.Register(std::move(def));
+}
+
+}  // namespace
+
+void RegisterSoftmaxOps(OpRegistry& registry) {
+  RegisterSparseCrossEntropy(registry);
+  RegisterSoftmax(registry, false);
+  RegisterSoftmax(registry, true);
+}
+
+}  // namespace actorflow

@@ -1,0 +1,46 @@
+#include "kernels/testing/test_util.h"
+
+namespace actorflow::testing {
+namespace {
+
+TEST(Softmax, ForwardMatchesFormula) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    HostTensor x = HostTensor::Of({3, 5}, dtype, Ramp(15));
+    HostTensor p = Run1("softmax", {x}), lp = Run1("log_softmax", {x});
+    for (int64_t r = 0; r < 3; ++r) {
+      double sum = 0;
+      for (int64_t j = 0; j < 5; ++j) sum += std::exp(x.at(r * 5 + j));
+      for (int64_t j = 0; j < 5; ++j) {
+        EXPECT_NEAR(p.at(r * 5 + j), std::exp(x.at(r * 5 + j)) / sum, 1e-6);
+        EXPECT_NEAR(lp.at(r * 5 + j), x.at(r * 5 + j) - std::log(sum), 1e-6);
+      }
+    }
+  }
+}
+
+TEST(Softmax, SparseCrossEntropyForward) {
+  HostTensor logits = F32({2, 3}, {1, 2, 3, 0, 0, 5});
+  for (HostTensor labels : {I32({2}, {2, 0}), I64({2}, {2, 0})}) {
+    auto out = RunOp("sparse_softmax_cross_entropy", {labels, logits}, {});
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_NEAR(out.value()[0].at(0), -(3 - std::log(std::exp(1) + std::exp(2) + std::exp(3))), 1e-5);
+    EXPECT_NEAR(out.value()[0].at(1), -(0 - std::log(2 + std::exp(5))), 1e-5);
+    EXPECT_NEAR(out.value()[1].at(5), std::exp(5) / (2 + std::exp(5)), 1e-5);  // prob
+  }
+  EXPECT_NE(ErrorOf("sparse_softmax_cross_entropy", {I32({2}, {2, 7}), logits}).find("label 7"), std::string::npos);
+  EXPECT_NE(ErrorOf("sparse_softmax_cross_entropy", {I32({3}, {0, 1, 2}), logits}).find("labels must have shape (2,)"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("sparse_softmax_cross_entropy", {F32({2}), logits}).find("int32 or int64"), std::string::npos);
+}
+
+TEST(Softmax, Gradients) {
+  EXPECT_LT(Grad("softmax", {F64({3, 5})}, {}, {0}), kGradTol);
+  EXPECT_LT(Grad("log_softmax", {F64({3, 5})}, {}, {0}), kGradTol);
+  EXPECT_LT(Grad("sparse_softmax_cross_entropy", {I32({3}, {0, 4, 2}), F64({3, 5})}, {}, {1}, /*weighted_outputs=*/1),
+            kGradTol);
+  EXPECT_LT(Grad("sparse_softmax_cross_entropy", {I64({3}, {1, 0, 3}), F64({3, 5})}, {}, {1}, /*weighted_outputs=*/1),
+            kGradTol);
+}
+
+}  // namespace
+}  // namespace actorflow::testing
