@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from . import graph, html, summary
+from . import graph, summary, timeline
 from .reader import TraceError, events_of, load, read_json
 from .validate import validate
 
@@ -17,7 +17,7 @@ def _view(args):
     started = time.perf_counter()
     trace = load(args.trace)
     out = args.output or os.path.splitext(args.trace)[0] + ".html"
-    size = html.write(trace, out, args.max_events)
+    size = timeline.write(trace, out, args.max_events)
     print(f"wrote {out} ({size / 1e6:.1f} MB, {len(trace.lanes)} lanes, {trace.num_events} events) "
           f"in {time.perf_counter() - started:.1f}s")
 

@@ -1,5 +1,5 @@
-// actorflow trace viewer (inlined into the page by html.py; no network, no libraries).
-// Data: the JSON in #trace-data (html.py page_data). Times are µs from the trace start.
+// actorflow trace viewer (inlined into the page by timeline.py; no network, no libraries).
+// Data: the JSON in #trace-data (timeline.py page_data). Times are µs from the trace start.
 // Drawing picks, per lane, the cheapest faithful form for the visible window:
 //   few events (<= 2 per pixel)   -> each event as a rectangle
 //   up to EVENTS_PER_FRAME events -> per-pixel occupancy computed from the events
@@ -410,7 +410,7 @@
   window.addEventListener("resize", () => { resize(); draw(); });
   $("reset").addEventListener("click", () => { t0 = 0; t1 = Math.max(D.span, 1e-3); redraw(); });
 
-  // Test hooks for tests/python/test_trace_html.py (headless Chromium can't move a mouse).
+  // Test hooks for tests/python/test_trace_timeline.py (headless Chromium can't move a mouse).
   window.actorflowTrace = { select: (i) => { select(i); draw(); }, zoom: (a, b) => { t0 = a; t1 = b; draw(); },
     selectedLanes: () => selected ? selected.perLane.filter((l) => l.length).length : 0 };
 
