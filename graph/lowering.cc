@@ -213,6 +213,14 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
           plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())->add_consumer_task_ids(t.id());
     }
   };
+  // Ops without data outputs (optimizer updates) still announce when they are done, so the
+  // main sink below can wait for them.
+  for (int i = 0; i < sink_id; ++i)
+    if (plan.tasks(i).kind() == plan::COMPUTE && plan.tasks(i).registers_size() == 0) {
+      plan::RegisterDesc* r = plan.mutable_tasks(i)->add_registers();
+      r->set_name("done");
+      r->set_register_num(register_num);
+    }
   fill_consumers();
   // A call completes when the main sink has acted: it also waits (control) for every register
   // nobody reads, so updates and unused feeds belong to the iteration they serve.
