@@ -39,8 +39,14 @@ class WorkerStartHook : public caf::thread_hook {
  public:
   WorkerStartHook(std::function<void(int)> on_start, int kernel_threads)
       : on_start_(std::move(on_start)), kernel_threads_(kernel_threads) {}
+  // The actor system is gone when the hook is destroyed, so every thread_started call has
+  // returned; CAF's joins of some threads are invisible to TSan, hence the explicit edge.
+  ~WorkerStartHook() override { HappensAfterReceive(this); }
   void init(caf::actor_system&) override {}
-  void thread_started() override { on_start_(kernel_threads_); }
+  void thread_started() override {
+    on_start_(kernel_threads_);
+    HappensBeforeSend(this);
+  }
   void thread_terminates() override {}
 
  private:
@@ -269,9 +275,16 @@ Status Runtime::Impl::Instantiate() {
   // Handles are set before any message flows; the spawn/enqueue of the first message orders
   // these writes before the actors read them.
   for (auto& state : states_) {
-    for (InputSlots& in : state->in_edges()) in.producer = actors_[in.producer_index];
+    for (InputSlots& in : state->in_edges()) {
+      in.producer = actors_[in.producer_index];
+      in.producer_state = states_[in.producer_index].get();
+    }
     for (OutputSlots& out : state->outputs())
-      for (OutputSlots::Consumer& c : out.consumers) c.actor = actors_[c.task_index];
+      for (OutputSlots::Consumer& c : out.consumers) {
+        c.actor = actors_[c.task_index];
+        c.state = states_[c.task_index].get();
+      }
+    HappensBeforeSend(state.get());  // the wiring above, before the actor's first message
   }
   return Status::Ok();
 }
@@ -322,9 +335,11 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
   for (size_t k = 0; k < sources_.size(); ++k) {
     const OutputSlots& out = states_[sources_[k]]->outputs()[0];
     std::memcpy(out.blob(regs[k], 0), inputs[k].data, inputs[k].byte_size());
-    caf::anon_send(actors_[sources_[k]], fill_atom::value, regs[k], iteration);
+    Send(nullptr, actors_[sources_[k]], states_[sources_[k]].get(), fill_atom::value, regs[k], iteration);
   }
-  for (int r : roots_) caf::anon_send(actors_[r], tick_atom::value, iteration);
+  for (int r : roots_) {
+    Send(nullptr, actors_[r], states_[r].get(), tick_atom::value, iteration);
+  }
   return iteration;
 }
 
@@ -363,7 +378,9 @@ void Runtime::Impl::Shutdown() {
   // End of stream enters at the roots and flows downstream; each actor quits once its
   // registers are all back.
   for (size_t i = 0; i < states_.size(); ++i)
-    if (states_[i]->is_root()) caf::anon_send(actors_[i], eos_atom::value, -1);
+    if (states_[i]->is_root()) {
+      Send(nullptr, actors_[i], states_[i].get(), eos_atom::value, -1);
+    }
   {
     std::unique_lock<std::mutex> lock(mu_);
     bool all = finished_cv_.wait_for(lock, std::chrono::seconds(30),
@@ -379,6 +396,7 @@ void Runtime::Impl::Shutdown() {
   }
   system_.reset();  // waits for every actor to be done
   config_.reset();
+  for (auto& state : states_) HappensAfterReceive(state.get());  // each actor's last handler
   states_.clear();
   for (void* p : allocations_) std::free(p);
   allocations_.clear();

@@ -124,7 +124,7 @@ void TaskState::Act(caf::event_based_actor* self) {
 
   Emit(self, chosen_registers_, iteration, failed);
   for (InputSlots& in : in_edges_) {
-    self->send(in.producer, ack_atom::value, in.producer_output, in.front().register_index);
+    Send(self, in.producer, in.producer_state, ack_atom::value, in.producer_output, in.front().register_index);
     in.pop();
   }
   if (task_.kind() == plan::SINK) core_->SinkDelivered(iteration);
@@ -142,8 +142,9 @@ void TaskState::Emit(caf::event_based_actor* self, const std::vector<int>& regs,
       continue;
     }
     out.pending_acks[reg] = static_cast<int>(out.consumers.size());
-    for (const OutputSlots::Consumer& c : out.consumers)
-      self->send(c.actor, ready_atom::value, c.in_edge, reg, iteration, failed);
+    for (const OutputSlots::Consumer& c : out.consumers) {
+      Send(self, c.actor, c.state, ready_atom::value, c.in_edge, reg, iteration, failed);
+    }
   }
 }
 
@@ -206,20 +207,48 @@ void TaskState::TryFinish(caf::event_based_actor* self) {
   }
   finished_ = true;
   for (const OutputSlots& out : outputs_)
-    for (const OutputSlots::Consumer& c : out.consumers) self->send(c.actor, eos_atom::value, c.in_edge);
+    for (const OutputSlots::Consumer& c : out.consumers) {
+      Send(self, c.actor, c.state, eos_atom::value, c.in_edge);
+    }
   core_->ActorFinished();
   self->quit();
 }
 
+namespace {
+
+// Brackets one handler with the happens-before edges CAF provides (see HappensBeforeSend).
+struct HandlerScope {
+  explicit HandlerScope(const TaskState* state) : state(state) { HappensAfterReceive(state); }
+  ~HandlerScope() { HappensBeforeSend(state); }
+  const TaskState* state;
+};
+
+}  // namespace
+
+// Arguments are taken by reference and read only after HandlerScope's acquire: they live in
+// the message, which TSan must see as published by the sender (see Send).
 caf::behavior TaskActor(caf::event_based_actor* self, TaskState* state) {
   return {
-      [=](ready_atom, int in_edge, int reg, int64_t iteration, bool failed) {
+      [=](ready_atom, const int& in_edge, const int& reg, const int64_t& iteration, const bool& failed) {
+        HandlerScope scope(state);
         state->OnReady(self, in_edge, reg, iteration, failed);
       },
-      [=](ack_atom, int output, int reg) { state->OnAck(self, output, reg); },
-      [=](fill_atom, int reg, int64_t iteration) { state->OnFill(self, reg, iteration); },
-      [=](tick_atom, int64_t iteration) { state->OnTick(self, iteration); },
-      [=](eos_atom, int in_edge) { state->OnEndOfStream(self, in_edge); },
+      [=](ack_atom, const int& output, const int& reg) {
+        HandlerScope scope(state);
+        state->OnAck(self, output, reg);
+      },
+      [=](fill_atom, const int& reg, const int64_t& iteration) {
+        HandlerScope scope(state);
+        state->OnFill(self, reg, iteration);
+      },
+      [=](tick_atom, const int64_t& iteration) {
+        HandlerScope scope(state);
+        state->OnTick(self, iteration);
+      },
+      [=](eos_atom, const int& in_edge) {
+        HandlerScope scope(state);
+        state->OnEndOfStream(self, in_edge);
+      },
   };
 }
 

@@ -24,6 +24,41 @@ using eos_atom = caf::atom_constant<caf::atom("eos")>;
 
 class RuntimeCore;  // Runtime::Impl's face towards actors (completions, errors, sources)
 
+// ThreadSanitizer cannot see the happens-before that CAF's mailboxes provide (Debian's libcaf
+// is not built with TSan). We state exactly the edges CAF guarantees: a send releases on the
+// receiving actor's state, a handler acquires its own state on entry and releases it on exit
+// (successive handlers of one actor may run on different workers). Everything else stays
+// checked. No-ops in other builds.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+inline void HappensBeforeSend(const void* receiver) { __tsan_release(const_cast<void*>(receiver)); }
+inline void HappensAfterReceive(const void* self) { __tsan_acquire(const_cast<void*>(self)); }
+#else
+inline void HappensBeforeSend(const void*) {}
+inline void HappensAfterReceive(const void*) {}
+#endif
+
+// Sends `args` to `receiver` (whose TaskState is `receiver_state`) from `self`, or from the
+// host when `self` is null. Under TSan the message is built first, then published by a release
+// on the receiver's state, so its contents are ordered before the receiver's handler.
+template <typename... Ts>
+void Send(caf::event_based_actor* self, const caf::actor& receiver, const void* receiver_state, Ts&&... args) {
+#if defined(__SANITIZE_THREAD__)
+  caf::message message = caf::make_message(std::forward<Ts>(args)...);
+  HappensBeforeSend(receiver_state);
+  if (self != nullptr)
+    self->send(receiver, std::move(message));
+  else
+    caf::anon_send(receiver, std::move(message));
+#else
+  if (self != nullptr)
+    self->send(receiver, std::forward<Ts>(args)...);
+  else
+    caf::anon_send(receiver, std::forward<Ts>(args)...);
+#endif
+}
+
 // Pre-allocated registers of one output of a task, and who must ack each before reuse.
 struct OutputSlots {
   int register_num = 0;
@@ -36,6 +71,7 @@ struct OutputSlots {
     int task_index;  // the consumer's index in the plan
     int in_edge;     // index of the matching InputSlots in the consumer
     caf::actor actor;
+    const void* state = nullptr;  // the consumer's TaskState (HappensBeforeSend)
   };
   std::vector<Consumer> consumers;
 
@@ -49,6 +85,7 @@ struct OutputSlots {
 // register_num, which is the backpressure.
 struct InputSlots {
   caf::actor producer;
+  const void* producer_state = nullptr;  // HappensBeforeSend
   int producer_index = 0;
   int producer_output = 0;
   const OutputSlots* producer_slots = nullptr;  // layout is immutable after instantiation
