@@ -38,8 +38,10 @@ def validate(doc, max_problems=20):
         events, actorflow = doc, None
     elif isinstance(doc, dict):
         events = doc.get("traceEvents")
+        if events is None:
+            return ["no \"traceEvents\" key: not a Chrome trace event file"]
         if not isinstance(events, list):
-            return ["no \"traceEvents\" array at the top level"]
+            return [f"\"traceEvents\" is a {type(events).__name__}, expected an array"]
         actorflow = doc.get("actorflow")
         unit = doc.get("displayTimeUnit")
         if unit is not None and unit not in ("ms", "ns"):
