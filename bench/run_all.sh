@@ -15,4 +15,16 @@ run_cpp() {  # run_cpp <binary relative to the build dir> [benchmark args...]
     --benchmark_out="$OUT/$(basename "$binary").json" --benchmark_out_format=json "$@"
 }
 
-run_cpp bench/runtime_bench
+run_python() {  # run_python <script in bench/> [args...]: side by side with PyTorch, same threads
+  local script=$1; shift
+  PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 "$(dirname "$0")/$script" \
+    --rounds "$REPETITIONS" --json "$OUT/${script%.py}.json" "$@"
+}
+
+if [[ -x $BUILD_DIR/bench/runtime_bench ]]; then
+  run_cpp bench/runtime_bench
+else
+  echo "run_all.sh: $BUILD_DIR/bench/runtime_bench not built; skipping the C++ runtime benchmark" >&2
+fi
+run_python bench_mlp.py
+run_python bench_lenet.py

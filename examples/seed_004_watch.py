@@ -48,7 +48,6 @@ if __name__ == "__main__":
     data = np.random.uniform(-1, 1, 5).astype(np.float32)
     print("in: ", data)
     ReluJob(data)
-    flow.sync_default_session() if hasattr(flow, "sync_default_session") else None
 
     (train_images, train_labels), (test_images, test_labels) = flow.data.load_mnist(BATCH_SIZE)
     for i, (images, labels) in enumerate(zip(train_images, train_labels)):
