@@ -34,10 +34,10 @@ void RegisterAllOps() {
     RegisterMiscOps(registry);
     RegisterPadOps(registry);
     RegisterOptimizerOps(registry);
-    // TEMP RegisterConvOps(registry);
-    // TEMP RegisterPoolOps(registry);
-    // TEMP RegisterBatchNormOps(registry);
-    // TEMP RegisterDropoutOps(registry);
+    RegisterConvOps(registry);
+    RegisterPoolOps(registry);
+    RegisterBatchNormOps(registry);
+    RegisterDropoutOps(registry);
   });
 }
 

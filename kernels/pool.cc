@@ -1,0 +1,141 @@
+// max_pool2d / avg_pool2d over NCHW: attrs ksize, strides (int or [h, w]), padding (window.h:
+// "SAME", "VALID" or explicit), data_format "NCHW". Padded positions never win a max and are
+// not counted by the average (TensorFlow/OneFlow semantics). Backward ops recompute the
+// window: max_pool2d_grad (x, y, dy) routes dy to the first maximum, avg_pool2d_grad (dy, x)
+// spreads dy evenly over the window's valid positions. Plain loops: the LeNet pools are small
+// next to the convolutions.
+#include <limits>
+
+#include "kernels/kernel_util.h"
+#include "kernels/window.h"
+
+namespace actorflow {
+namespace {
+
+StatusOr<Window2d> ReadPool(const TensorDesc& x, const Attrs& attrs, const std::string& type) {
+  AF_RETURN_IF_ERROR(ExpectFloat(x, "x"));
+  if (!attrs.Has("ksize")) return InvalidArgument(type + ": missing attribute 'ksize'");
+  AF_ASSIGN_OR_RETURN(auto k, ReadPair(attrs, "ksize", 1));
+  Attrs a = attrs;
+  if (!a.Has("strides")) a.Set("strides", std::vector<int64_t>{k.first, k.second});
+  return ReadWindow(x.shape, k.first, k.second, a, type, false);
+}
+
+// Visits the valid input positions of output (oh, ow): body(ih, iw).
+template <typename Body>
+inline void ForWindow(const Window2d& g, int64_t oh, int64_t ow, Body&& body) {
+  int64_t h0 = oh * g.sh - g.top, w0 = ow * g.sw - g.left;
+  int64_t h_begin = std::max<int64_t>(h0, 0), h_end = std::min(h0 + g.kh, g.h);
+  int64_t w_begin = std::max<int64_t>(w0, 0), w_end = std::min(w0 + g.kw, g.w);
+  for (int64_t ih = h_begin; ih < h_end; ++ih)
+    for (int64_t iw = w_begin; iw < w_end; ++iw) body(ih, iw);
+}
+
+template <typename T>
+KernelFn PoolForward(Window2d g, bool max) {
+  return [g, max](KernelContext& c) {
+    const T* x = c.input(0).as<T>();
+    T* y = c.output(0).as<T>();
+    for (int64_t nc = 0; nc < g.n * g.c; ++nc) {
+      const T* xp = x + nc * g.h * g.w;
+      T* yp = y + nc * g.oh * g.ow;
+      for (int64_t oh = 0; oh < g.oh; ++oh)
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          T acc = max ? -std::numeric_limits<T>::infinity() : T(0);
+          int64_t count = 0;
+          ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) {
+            T v = xp[ih * g.w + iw];
+            acc = max ? (v > acc ? v : acc) : acc + v;
+            ++count;
+          });
+          yp[oh * g.ow + ow] = max ? acc : acc / static_cast<T>(std::max<int64_t>(count, 1));
+        }
+    }
+    return Status::Ok();
+  };
+}
+
+// max: inputs (x, y, dy); avg: inputs (dy, x). Output dx.
+template <typename T>
+KernelFn PoolBackward(Window2d g, bool max) {
+  return [g, max](KernelContext& c) {
+    const T* x = c.input(max ? 0 : 1).as<T>();
+    const T* y = max ? c.input(1).as<T>() : nullptr;
+    const T* dy = c.input(max ? 2 : 0).as<T>();
+    T* dx = c.output(0).as<T>();
+    for (int64_t i = 0; i < g.n * g.c * g.h * g.w; ++i) dx[i] = 0;
+    for (int64_t nc = 0; nc < g.n * g.c; ++nc) {
+      const T* xp = x + nc * g.h * g.w;
+      T* dxp = dx + nc * g.h * g.w;
+      for (int64_t oh = 0; oh < g.oh; ++oh)
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          int64_t o = nc * g.oh * g.ow + oh * g.ow + ow;
+          if (max) {
+            bool routed = false;
+            ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) {
+              if (!routed && xp[ih * g.w + iw] == y[o]) {
+                dxp[ih * g.w + iw] += dy[o];
+                routed = true;
+              }
+            });
+          } else {
+            int64_t count = 0;
+            ForWindow(g, oh, ow, [&](int64_t, int64_t) { ++count; });
+            T share = dy[o] / static_cast<T>(std::max<int64_t>(count, 1));
+            ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) { dxp[ih * g.w + iw] += share; });
+          }
+        }
+    }
+    return Status::Ok();
+  };
+}
+
+void RegisterPool(OpRegistry& registry, const std::string& type, bool max) {
+  OpDef def;
+  def.type = type;
+  def.input_names = {"x"};
+  def.output_names = {"out"};
+  def.infer = [type](InferContext& ctx) -> Status {
+    AF_ASSIGN_OR_RETURN(Window2d g, ReadPool(ctx.inputs[0], ctx.attrs, type));
+    ctx.outputs = {TensorDesc{{g.n, g.c, g.oh, g.ow}, ctx.inputs[0].dtype}};
+    return Status::Ok();
+  };
+  def.make_cpu_kernel = [type, max](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_ASSIGN_OR_RETURN(Window2d g, ReadPool(init.inputs[0], init.attrs, type));
+    return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return PoolForward<T>(g, max); });
+  };
+  def.grad = [type, max](GradBuilder& g) -> Status {
+    std::vector<std::string> in = max ? std::vector<std::string>{g.input(0), g.output(0), g.output_grad(0)}
+                                      : std::vector<std::string>{g.output_grad(0), g.input(0)};
+    AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1(type + "_grad", in, g.attrs()));
+    g.SetInputGrad(0, dx);
+    return Status::Ok();
+  };
+  def.sbp_signatures = {"S(0)->S(0)", "S(1)->S(1)", "B->B"};
+  def.doc = type + ": out(N,C,OH,OW) over ksize windows of x(N,C,H,W); attrs ksize, strides, padding, data_format";
+  registry.Register(std::move(def));
+
+  OpDef grad;
+  grad.type = type + "_grad";
+  grad.input_names = max ? std::vector<std::string>{"x", "y", "dy"} : std::vector<std::string>{"dy", "x"};
+  grad.output_names = {"dx"};
+  grad.infer = [max](InferContext& ctx) -> Status {
+    ctx.outputs = {ctx.inputs[max ? 0 : 1]};
+    return Status::Ok();
+  };
+  grad.make_cpu_kernel = [type, max](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_ASSIGN_OR_RETURN(Window2d g, ReadPool(init.inputs[max ? 0 : 1], init.attrs, type));
+    return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return PoolBackward<T>(g, max); });
+  };
+  grad.doc = "gradient of " + type + " (same attrs)";
+  registry.Register(std::move(grad));
+}
+
+}  // namespace
+
+void RegisterPoolOps(OpRegistry& registry) {
+  RegisterPool(registry, "max_pool2d", true);
+  RegisterPool(registry, "avg_pool2d", false);
+}
+
+}  // namespace actorflow
