@@ -104,12 +104,12 @@ def main():
     for batch in (1, 100):
         x = rng.random((batch, 1, 28, 28), dtype=np.float32)
         predict = actorflow_predict(batch)
-        eager = torch_model().eval()
-        jit = torch.jit.trace(torch_model().eval(), torch.from_numpy(x))
+        eager = torch_predict(torch_model().eval())
+        jit = torch_predict(torch.jit.trace(torch_model().eval(), torch.from_numpy(x)))
         rows.append(("MLP inference, batch %d" % batch, {
             "actorflow": t(lambda: predict(x)),
-            "torch eager": t(lambda: torch_predict(eager)(x)),
-            "torch.jit": t(lambda: torch_predict(jit)(x)),
+            "torch eager": t(lambda: eager(x)),
+            "torch.jit": t(lambda: jit(x)),
         }))
 
     one = np.zeros((1,), np.float32)

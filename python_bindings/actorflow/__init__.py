@@ -11,6 +11,8 @@ import numpy as _np
 from . import _C
 from . import checkpoint, config, data, initializers, layers, optimizer  # noqa: F401
 from . import typing  # noqa: F401
+from . import _conv  # noqa: F401,E402  (adds flow.nn.conv2d/pools/dropout, flow.layers.conv2d/batch_normalization)
+from ._array_ops import argmax, cast, concat, identity, one_hot, slice, slice_v2, transpose  # noqa: F401,A004
 from ._dtypes import DType, double, float, float32, float64, int8, int32, int64, uint8  # noqa: F401,A004
 from ._job import FunctionConfig, function_config, global_function  # noqa: F401
 from ._trace_ctx import BlobDef, current as _current, user_location as _user_location
