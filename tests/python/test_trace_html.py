@@ -19,17 +19,19 @@ def _trace_cli():
     the compiled actorflow._C is built, else standalone.py (a source checkout before the build)."""
     try:
         import actorflow.trace  # noqa: F401
-        return [sys.executable, "-m", "actorflow.trace"]
+        if getattr(sys.modules["actorflow"], "__file__", None):  # the real package, not a bare one
+            return [sys.executable, "-m", "actorflow.trace"]
     except ImportError:
-        for entry in sys.path:
-            path = os.path.join(entry or ".", "actorflow", "trace", "standalone.py")
-            if os.path.exists(path):
-                spec = importlib.util.spec_from_file_location("actorflow_trace_standalone", path)
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-                module.install()
-                return [sys.executable, path]
-        raise
+        pass
+    for entry in sys.path:
+        path = os.path.join(entry or ".", "actorflow", "trace", "standalone.py")
+        if os.path.exists(path):
+            spec = importlib.util.spec_from_file_location("actorflow_trace_standalone", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            module.install()
+            return [sys.executable, path]
+    raise ImportError("actorflow/trace/standalone.py is on no sys.path entry")
 
 
 CLI = _trace_cli()
