@@ -108,7 +108,10 @@ void RegisterUnary(OpRegistry& registry, const std::string& type, Unary f) {
         const T* __restrict dy = c.input(1).as<T>();
         T* __restrict dx = c.output(0).as<T>();
         if (f == Unary::kRelu) {
-          for (int64_t i = 0; i < n; ++i) dx[i] = v[i] > T(0) ? dy[i] : T(0);
+          for (int64_t i = 0; i < n; ++i) {
+            T d = dy[i];  // loaded unconditionally so the select vectorizes
+            dx[i] = v[i] > T(0) ? d : T(0);
+          }
         } else {
           for (int64_t i = 0; i < n; ++i) dx[i] = Backward(f, v[i], dy[i]);
         }

@@ -11,53 +11,63 @@ namespace {
 
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 
-template <typename T>
-inline T Apply(BinaryOp op, T x, T y) {
-  switch (op) {
-    case BinaryOp::kAdd: return x + y;
-    case BinaryOp::kSub: return x - y;
-    case BinaryOp::kMul: return x * y;
-    default: return x / y;
-  }
+template <BinaryOp kOp, typename T>
+inline T Apply(T x, T y) {
+  if constexpr (kOp == BinaryOp::kAdd) return x + y;
+  if constexpr (kOp == BinaryOp::kSub) return x - y;
+  if constexpr (kOp == BinaryOp::kMul) return x * y;
+  if constexpr (kOp == BinaryOp::kDiv) return x / y;
 }
 
-template <typename T>
-StatusOr<KernelFn> BinaryKernel(BinaryOp op, const Shape& a, const Shape& b, const Shape& out) {
+// The op is a template parameter so each inner loop is a plain vectorizable expression; the
+// broadcast walk (broadcast.h) hands out runs whose operand strides are 0 or 1 in practice.
+template <BinaryOp kOp, typename T>
+StatusOr<KernelFn> BinaryKernel(const Shape& a, const Shape& b, const Shape& out) {
   if (a == out && b == out) {
     int64_t n = NumElements(out);
-    return KernelFn([op, n](KernelContext& c) {
+    return KernelFn([n](KernelContext& c) {
       const T* __restrict x = c.input(0).as<T>();
       const T* __restrict y = c.input(1).as<T>();
       T* __restrict z = c.output(0).as<T>();
-      switch (op) {
-        case BinaryOp::kAdd: for (int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i]; break;
-        case BinaryOp::kSub: for (int64_t i = 0; i < n; ++i) z[i] = x[i] - y[i]; break;
-        case BinaryOp::kMul: for (int64_t i = 0; i < n; ++i) z[i] = x[i] * y[i]; break;
-        case BinaryOp::kDiv: for (int64_t i = 0; i < n; ++i) z[i] = x[i] / y[i]; break;
-      }
+      for (int64_t i = 0; i < n; ++i) z[i] = Apply<kOp>(x[i], y[i]);
       return Status::Ok();
     });
   }
   // Output is contiguous, so the loop's linear start index is the output offset.
   AF_ASSIGN_OR_RETURN(StridedLoop loop, MakeLoop(out, BroadcastStrides(a, out), BroadcastStrides(b, out)));
-  return KernelFn([op, loop](KernelContext& c) {
+  return KernelFn([loop](KernelContext& c) {
     const T* x = c.input(0).as<T>();
     const T* y = c.input(1).as<T>();
     T* z = c.output(0).as<T>();
     RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t start, int64_t len, int64_t sa, int64_t sb) {
       T* __restrict zr = z + start;
-      if (sa == 1 && sb == 0) {
-        T yv = y[ob];
-        for (int64_t j = 0; j < len; ++j) zr[j] = Apply(op, x[oa + j], yv);
+      const T* __restrict xr = x + oa;
+      const T* __restrict yr = y + ob;
+      if (sa == 1 && sb == 1) {
+        for (int64_t j = 0; j < len; ++j) zr[j] = Apply<kOp>(xr[j], yr[j]);
+      } else if (sa == 1 && sb == 0) {
+        T yv = yr[0];
+        for (int64_t j = 0; j < len; ++j) zr[j] = Apply<kOp>(xr[j], yv);
       } else if (sa == 0 && sb == 1) {
-        T xv = x[oa];
-        for (int64_t j = 0; j < len; ++j) zr[j] = Apply(op, xv, y[ob + j]);
+        T xv = xr[0];
+        for (int64_t j = 0; j < len; ++j) zr[j] = Apply<kOp>(xv, yr[j]);
       } else {
-        for (int64_t j = 0; j < len; ++j) zr[j] = Apply(op, x[oa + j * sa], y[ob + j * sb]);
+        for (int64_t j = 0; j < len; ++j) zr[j] = Apply<kOp>(xr[j * sa], yr[j * sb]);
       }
     });
     return Status::Ok();
   });
+}
+
+template <BinaryOp kOp>
+StatusOr<KernelFn> BinaryFor(DType dtype, const Shape& a, const Shape& b, const Shape& out) {
+  switch (dtype) {
+    case DType::kFloat32: return BinaryKernel<kOp, float>(a, b, out);
+    case DType::kFloat64: return BinaryKernel<kOp, double>(a, b, out);
+    case DType::kInt32: return BinaryKernel<kOp, int32_t>(a, b, out);
+    case DType::kInt64: return BinaryKernel<kOp, int64_t>(a, b, out);
+    default: return InvalidArgument(std::string("unsupported dtype ") + DTypeName(dtype) + " (float32, float64, int32, int64)");
+  }
 }
 
 Status InferBinary(InferContext& ctx) {
@@ -111,11 +121,13 @@ void RegisterBinary(OpRegistry& registry, const std::string& type, BinaryOp op) 
   def.infer = InferBinary;
   def.make_cpu_kernel = [op, type](const KernelInit& init) -> StatusOr<KernelFn> {
     const Shape &a = init.inputs[0].shape, &b = init.inputs[1].shape, &o = init.outputs[0].shape;
-    if (init.inputs[0].dtype == DType::kFloat64) return BinaryKernel<double>(op, a, b, o);
-    if (init.inputs[0].dtype == DType::kFloat32) return BinaryKernel<float>(op, a, b, o);
-    if (init.inputs[0].dtype == DType::kInt32) return BinaryKernel<int32_t>(op, a, b, o);
-    if (init.inputs[0].dtype == DType::kInt64) return BinaryKernel<int64_t>(op, a, b, o);
-    return InvalidArgument(type + ": unsupported dtype " + DTypeName(init.inputs[0].dtype));
+    DType dtype = init.inputs[0].dtype;
+    switch (op) {
+      case BinaryOp::kAdd: return BinaryFor<BinaryOp::kAdd>(dtype, a, b, o);
+      case BinaryOp::kSub: return BinaryFor<BinaryOp::kSub>(dtype, a, b, o);
+      case BinaryOp::kMul: return BinaryFor<BinaryOp::kMul>(dtype, a, b, o);
+      default: return BinaryFor<BinaryOp::kDiv>(dtype, a, b, o);
+    }
   };
   def.grad = [op](GradBuilder& g) { return GradBinary(g, op); };
   def.sbp_signatures = {"S(i),S(i)->S(i)", "B,B->B"};

@@ -157,6 +157,15 @@ void RegisterBiasAdd(OpRegistry& registry) {
         const T* __restrict x = c.input(0).as<T>();
         const T* __restrict b = c.input(1).as<T>();
         T* __restrict y = c.output(0).as<T>();
+        if (s.inner == 1) {  // bias on the last axis (dense layers): vectorize along channels
+          for (int64_t o = 0; o < s.outer; ++o) {
+            const T* __restrict xr = x + o * s.channels;
+            T* __restrict yr = y + o * s.channels;
+            if (relu) for (int64_t ch = 0; ch < s.channels; ++ch) { T v = xr[ch] + b[ch]; yr[ch] = v > T(0) ? v : T(0); }
+            else for (int64_t ch = 0; ch < s.channels; ++ch) yr[ch] = xr[ch] + b[ch];
+          }
+          return Status::Ok();
+        }
         for (int64_t o = 0; o < s.outer; ++o)
           for (int64_t ch = 0; ch < s.channels; ++ch) {
             int64_t base = (o * s.channels + ch) * s.inner;
@@ -169,10 +178,12 @@ void RegisterBiasAdd(OpRegistry& registry) {
     });
   };
   def.grad = [](GradBuilder& g) -> Status {
-    if (g.attrs().GetBoolOr("fuse_relu", false)) return Unimplemented("bias_add with fuse_relu has no gradient rule");
-    if (g.needs_input_grad(0)) g.SetInputGrad(0, g.output_grad(0));
+    // Fused relu: the gradient first goes through relu's (from the output, y > 0 <=> x + b > 0).
+    std::string d = g.output_grad(0);
+    if (g.attrs().GetBoolOr("fuse_relu", false)) { AF_ASSIGN_OR_RETURN(d, g.AddOp1("relu_grad", {g.output(0), d})); }
+    if (g.needs_input_grad(0)) g.SetInputGrad(0, d);
     if (g.needs_input_grad(1)) {
-      AF_ASSIGN_OR_RETURN(std::string db, g.AddOp1("bias_add_grad", {g.output_grad(0)}, Attrs{{"axis", g.attrs().GetIntOr("axis", 1)}}));
+      AF_ASSIGN_OR_RETURN(std::string db, g.AddOp1("bias_add_grad", {d}, Attrs{{"axis", g.attrs().GetIntOr("axis", 1)}}));
       g.SetInputGrad(1, db);
     }
     return Status::Ok();
@@ -186,9 +197,8 @@ void RegisterBiasAdd(OpRegistry& registry) {
   grad.input_names = {"dy"};
   grad.output_names = {"dbias"};
   grad.infer = [](InferContext& ctx) -> Status {
-    int64_t axis = ctx.attrs.GetIntOr("axis", 1);
-    if (axis < 0) axis += static_cast<int64_t>(ctx.inputs[0].shape.size());
-    ctx.outputs = {TensorDesc{{ctx.inputs[0].shape.at(axis)}, ctx.inputs[0].dtype}};
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), ctx.inputs[0].shape.size(), "axis"));
+    ctx.outputs = {TensorDesc{{ctx.inputs[0].shape[axis]}, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
   grad.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
@@ -200,6 +210,13 @@ void RegisterBiasAdd(OpRegistry& registry) {
         const T* __restrict dy = c.input(0).as<T>();
         T* __restrict db = c.output(0).as<T>();
         for (int64_t ch = 0; ch < s.channels; ++ch) db[ch] = 0;
+        if (s.inner == 1) {
+          for (int64_t o = 0; o < s.outer; ++o) {
+            const T* __restrict row = dy + o * s.channels;
+            for (int64_t ch = 0; ch < s.channels; ++ch) db[ch] += row[ch];
+          }
+          return Status::Ok();
+        }
         for (int64_t o = 0; o < s.outer; ++o)
           for (int64_t ch = 0; ch < s.channels; ++ch) {
             const T* row = dy + (o * s.channels + ch) * s.inner;

@@ -78,6 +78,7 @@ TEST(BiasAdd, ForwardFusedReluAndGradient) {
   }
   EXPECT_NE(ErrorOf("bias_add", {F32({2, 3}), F32({2})}).find("bias must have shape (3,)"), std::string::npos);
   EXPECT_LT(Grad("bias_add", {F64({3, 4}), F64({4})}, {}, {0, 1}), kGradTol);
+  EXPECT_LT(Grad("bias_add", {F64({3, 4}), F64({4})}, Attrs{{"fuse_relu", true}}, {0, 1}), kGradTol);
   EXPECT_LT(Grad("bias_add", {F64({2, 3, 2, 2}), F64({3})}, Attrs{{"axis", int64_t{1}}}, {0, 1}), kGradTol);
 }
 

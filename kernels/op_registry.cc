@@ -49,9 +49,14 @@ StatusOr<std::vector<int64_t>> Attrs::GetInts(const std::string& name) const {
   auto it = values_.find(name);
   if (it != values_.end())
     if (const int64_t* i = std::get_if<int64_t>(&it->second)) return std::vector<int64_t>{*i};
+  if (it != values_.end())  // an empty list carries no element type
+    if (const auto* f = std::get_if<std::vector<double>>(&it->second); f && f->empty()) return std::vector<int64_t>{};
   return Get<std::vector<int64_t>>(values_, name);
 }
 StatusOr<std::vector<double>> Attrs::GetFloats(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it != values_.end())
+    if (const auto* i = std::get_if<std::vector<int64_t>>(&it->second)) return std::vector<double>(i->begin(), i->end());
   return Get<std::vector<double>>(values_, name);
 }
 int64_t Attrs::GetIntOr(const std::string& name, int64_t fallback) const {
