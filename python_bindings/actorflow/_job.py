@@ -161,7 +161,8 @@ class JobFunction:
                 if not np.can_cast(value.dtype, spec.dtype.numpy, "same_kind"):
                     raise TypeError("argument '%s' must have dtype %s, got %s" % (pname, spec.dtype.name, value.dtype))
                 value = value.astype(spec.dtype.numpy)
-            feeds.append(np.ascontiguousarray(value))
+            # np.ascontiguousarray would turn a 0-d array into shape (1,)
+            feeds.append(value if value.flags.c_contiguous else np.array(value, order="C"))
         if self._optimizer is not None:
             feeds.append(np.array([self._optimizer.learning_rate(self._step)], dtype=np.float32))
             self._step += 1

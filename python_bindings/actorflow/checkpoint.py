@@ -82,7 +82,7 @@ def load_variables(values, ignore_mismatch=False):
         raise ValueError("load_variables: " + "; ".join(problems))
     for name, value in values.items():
         if session.has_variable(name):
-            session.set_variable(name, np.ascontiguousarray(value))
+            session.set_variable(name, np.array(value, order="C"))  # keeps 0-d shapes
 
 
 class CheckPoint:

@@ -19,7 +19,7 @@ class Initializer:
         self.description = description
 
     def __call__(self, shape, dtype):
-        return np.ascontiguousarray(self._fn(tuple(shape)), dtype=dtype)
+        return np.array(self._fn(tuple(shape)), dtype=dtype, order="C")  # keeps 0-d shapes
 
     def __repr__(self):
         return self.description
