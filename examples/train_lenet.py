@@ -13,8 +13,8 @@ import actorflow.typing as tp
 
 BATCH_SIZE = 100
 EPOCHS = int(os.environ.get("EPOCHS", "2"))
-LR = float(os.environ.get("LR", "0.05"))
-MOMENTUM = float(os.environ.get("MOMENTUM", "0.9"))
+LR = float(os.environ.get("LR", "0.1"))
+MOMENTUM = float(os.environ.get("MOMENTUM", "0"))
 
 
 def lenet(data):
