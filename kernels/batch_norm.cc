@@ -49,11 +49,13 @@ KernelFn ForwardKernel(AxisSplit s, bool training, double epsilon, double moment
         double sum = 0, sq = 0;
         for (int64_t o = 0; o < s.outer; ++o) {
           const T* row = x + (o * s.channels + ch) * s.inner;
+          #pragma omp simd reduction(+ : sum)
           for (int64_t i = 0; i < s.inner; ++i) sum += row[i];
         }
         mean = sum / static_cast<double>(m);
         for (int64_t o = 0; o < s.outer; ++o) {
           const T* row = x + (o * s.channels + ch) * s.inner;
+          #pragma omp simd reduction(+ : sq)
           for (int64_t i = 0; i < s.inner; ++i) sq += (row[i] - mean) * (row[i] - mean);
         }
         var = sq / static_cast<double>(m);
@@ -94,6 +96,7 @@ KernelFn BackwardKernel(AxisSplit s, bool training) {
       T sum_dy = 0, sum_dy_xhat = 0;
       for (int64_t o = 0; o < s.outer; ++o) {
         int64_t base = (o * s.channels + ch) * s.inner;
+        #pragma omp simd reduction(+ : sum_dy, sum_dy_xhat)
         for (int64_t i = 0; i < s.inner; ++i) {
           sum_dy += dy[base + i];
           sum_dy_xhat += dy[base + i] * (x[base + i] - mean[ch]) * inv_std[ch];

@@ -1,14 +1,17 @@
 // conv2d over NCHW: x (N,C,H,W), filter (O, C/groups, KH, KW) -> out (N,O,OH,OW); attrs strides,
 // dilation_rate, groups, padding (window.h), data_format "NCHW". Backward ops:
 // conv2d_grad_data (dy, filter, like=x) -> dx and conv2d_grad_filter (dy, x, like=filter) -> dfilter.
-// float32 runs oneDNN convolution primitives built once per kernel (plain nchw/oihw layouts,
-// user-managed scratchpad allocated at build time, so an act never allocates); float64 runs the
-// direct loops below (gradient checks).
+// float32 runs oneDNN convolution primitives built once per kernel: oneDNN picks its layouts
+// (blocked nChw16c on AVX-512, several times faster than its gemm path on plain nchw here) and
+// prebuilt reorders bridge to the plain registers; every buffer and the scratchpad are
+// allocated at build time, so an act never allocates. float64 runs the direct loops below
+// (gradient checks).
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "kernels/kernel_util.h"
@@ -84,15 +87,35 @@ dnnl::engine& CpuEngine() {
   return engine;
 }
 
-// One oneDNN primitive with its memories bound to register pointers at each act.
+// One tensor of a oneDNN convolution: `user` wraps the register (plain nchw/oihw, handle set
+// each act); when the primitive prefers a blocked layout, `internal` (allocated at build time)
+// holds that layout and a prebuilt reorder copies in (inputs) or out (the output).
+struct BoundTensor {
+  dnnl::memory user, internal;
+  std::optional<dnnl::reorder> reorder;
+  std::vector<dnnl_exec_arg_t> reorder_args;
+  bool is_output = false;
+  const dnnl::memory& used() const { return reorder ? internal : user; }
+};
+
 struct DnnlConv {
   dnnl::primitive primitive;
   dnnl::stream stream;
-  dnnl::memory x, w, y, scratchpad;
-  std::vector<char> scratch;
-  std::unordered_map<int, dnnl::memory> args;
+  BoundTensor tensors[3];  // x, w, y
+  dnnl::memory scratchpad;
+  std::vector<dnnl_exec_arg_t> args;
   int threads = 1;
 };
+
+void Bind(BoundTensor& t, const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, bool is_output) {
+  dnnl::engine& engine = CpuEngine();
+  t.is_output = is_output;
+  t.user = dnnl::memory(plain, engine, nullptr);
+  if (chosen == plain) return;
+  t.internal = dnnl::memory(chosen, engine);
+  t.reorder = is_output ? dnnl::reorder(t.internal, t.user) : dnnl::reorder(t.user, t.internal);
+  t.reorder_args = {{DNNL_ARG_FROM, (is_output ? t.internal : t.user).get()}, {DNNL_ARG_TO, (is_output ? t.user : t.internal).get()}};
+}
 
 StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeometry& g, int threads) {
   using dnnl::memory;
@@ -101,50 +124,56 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
   state->threads = std::max(1, threads);
   try {
     dnnl::engine& engine = CpuEngine();
-    memory::desc x_md({s.n, s.c, s.h, s.w}, memory::data_type::f32, memory::format_tag::nchw);
-    memory::desc y_md({s.n, g.out_channels, s.oh, s.ow}, memory::data_type::f32, memory::format_tag::nchw);
-    memory::desc w_md = g.groups == 1
-                            ? memory::desc({g.out_channels, s.c, s.kh, s.kw}, memory::data_type::f32, memory::format_tag::oihw)
-                            : memory::desc({g.groups, g.out_channels / g.groups, s.c / g.groups, s.kh, s.kw},
-                                           memory::data_type::f32, memory::format_tag::goihw);
+    auto f32 = memory::data_type::f32;
+    memory::dims x_dims = {s.n, s.c, s.h, s.w}, y_dims = {s.n, g.out_channels, s.oh, s.ow};
+    memory::dims w_dims = g.groups == 1 ? memory::dims{g.out_channels, s.c, s.kh, s.kw}
+                                        : memory::dims{g.groups, g.out_channels / g.groups, s.c / g.groups, s.kh, s.kw};
+    memory::desc x_plain(x_dims, f32, memory::format_tag::nchw), y_plain(y_dims, f32, memory::format_tag::nchw);
+    memory::desc w_plain(w_dims, f32, g.groups == 1 ? memory::format_tag::oihw : memory::format_tag::goihw);
+    // "any" lets oneDNN pick its fastest (blocked) layouts; reorders bridge to the registers.
+    memory::desc x_any(x_dims, f32, memory::format_tag::any), y_any(y_dims, f32, memory::format_tag::any);
+    memory::desc w_any(w_dims, f32, memory::format_tag::any);
     memory::dims strides = {s.sh, s.sw}, dilates = {s.dh - 1, s.dw - 1}, pad_l = {s.top, s.left}, pad_r = {s.bottom, s.right};
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::convolution_forward::desc fwd_desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, x_md,
-                                             w_md, y_md, strides, dilates, pad_l, pad_r);
+    dnnl::convolution_forward::desc fwd_desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, x_any,
+                                             w_any, y_any, strides, dilates, pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, attr, engine);
-    memory::desc scratch_md;
+    memory::desc scratch_md, x_md, w_md, y_md;
     switch (pass) {
       case ConvPass::kForward:
         state->primitive = dnnl::convolution_forward(fwd_pd);
         scratch_md = fwd_pd.scratchpad_desc();
+        x_md = fwd_pd.src_desc(), w_md = fwd_pd.weights_desc(), y_md = fwd_pd.dst_desc();
         break;
       case ConvPass::kBackwardData: {
-        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, x_md, w_md, y_md, strides, dilates, pad_l, pad_r);
+        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, x_any, w_any, y_any, strides, dilates, pad_l, pad_r);
         dnnl::convolution_backward_data::primitive_desc pd(d, attr, engine, fwd_pd);
         state->primitive = dnnl::convolution_backward_data(pd);
         scratch_md = pd.scratchpad_desc();
+        x_md = pd.diff_src_desc(), w_md = pd.weights_desc(), y_md = pd.diff_dst_desc();
         break;
       }
       case ConvPass::kBackwardFilter: {
-        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, x_md, w_md, y_md, strides, dilates, pad_l,
+        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, x_any, w_any, y_any, strides, dilates, pad_l,
                                                    pad_r);
         dnnl::convolution_backward_weights::primitive_desc pd(d, attr, engine, fwd_pd);
         state->primitive = dnnl::convolution_backward_weights(pd);
         scratch_md = pd.scratchpad_desc();
+        x_md = pd.src_desc(), w_md = pd.diff_weights_desc(), y_md = pd.diff_dst_desc();
         break;
       }
     }
     state->stream = dnnl::stream(engine);
-    state->x = memory(x_md, engine, nullptr);
-    state->w = memory(w_md, engine, nullptr);
-    state->y = memory(y_md, engine, nullptr);
-    state->scratch.resize(std::max<size_t>(scratch_md.get_size(), 1));
-    state->scratchpad = memory(scratch_md, engine, state->scratch.data());
+    Bind(state->tensors[0], x_plain, x_md, pass == ConvPass::kBackwardData);
+    Bind(state->tensors[1], w_plain, w_md, pass == ConvPass::kBackwardFilter);
+    Bind(state->tensors[2], y_plain, y_md, pass == ConvPass::kForward);
+    state->scratchpad = memory(scratch_md, engine);
     int x_arg = pass == ConvPass::kBackwardData ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC;
     int w_arg = pass == ConvPass::kBackwardFilter ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS;
     int y_arg = pass == ConvPass::kForward ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST;
-    state->args = {{x_arg, state->x}, {w_arg, state->w}, {y_arg, state->y}, {DNNL_ARG_SCRATCHPAD, state->scratchpad}};
+    state->args = {{x_arg, state->tensors[0].used().get()}, {w_arg, state->tensors[1].used().get()},
+                   {y_arg, state->tensors[2].used().get()}, {DNNL_ARG_SCRATCHPAD, state->scratchpad.get()}};
   } catch (const dnnl::error& e) {
     return Internal(std::string("oneDNN could not build the convolution: ") + e.what());
   }
@@ -164,15 +193,22 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, DType dt
   AF_ASSIGN_OR_RETURN(std::shared_ptr<DnnlConv> state, BuildDnnlConv(pass, g, threads));
   return KernelFn([=](KernelContext& c) {
     omp_set_num_threads(state->threads);
-    try {
-      state->x.set_data_handle(pick(c, x_at));
-      state->w.set_data_handle(pick(c, w_at));
-      state->y.set_data_handle(pick(c, y_at));
-      state->primitive.execute(state->stream, state->args);
-      state->stream.wait();
-    } catch (const dnnl::error& e) {
-      return Internal(std::string("oneDNN convolution failed: ") + e.what());
-    }
+    // The C API executes from prebuilt argument arrays (the C++ overload builds a vector per call).
+    auto run = [&](const dnnl::primitive& p, const std::vector<dnnl_exec_arg_t>& args) {
+      return dnnl_primitive_execute(p.get(), state->stream.get(), static_cast<int>(args.size()), args.data());
+    };
+    const int at[3] = {x_at, w_at, y_at};
+    for (int i = 0; i < 3; ++i)
+      if (dnnl_memory_set_data_handle(state->tensors[i].user.get(), pick(c, at[i])) != dnnl_success)
+        return Internal("oneDNN rejected a tensor pointer");
+    dnnl_status_t status = dnnl_success;
+    for (BoundTensor& t : state->tensors)
+      if (t.reorder && !t.is_output && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
+    if (status == dnnl_success) status = run(state->primitive, state->args);
+    for (BoundTensor& t : state->tensors)
+      if (t.reorder && t.is_output && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
+    if (status == dnnl_success) status = dnnl_stream_wait(state->stream.get());
+    if (status != dnnl_success) return Internal("oneDNN convolution failed with status " + std::to_string(status));
     return Status::Ok();
   });
 }

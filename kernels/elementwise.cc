@@ -146,13 +146,15 @@ void RegisterScalar(OpRegistry& registry, const std::string& type, bool multiply
   def.output_names = {"out"};
   def.infer = [](InferContext& ctx) -> Status {
     if (!ctx.attrs.Has("scalar")) return InvalidArgument("missing attribute 'scalar'");
+    DType t = ctx.inputs[0].dtype;
+    if (t != DType::kInt32 && t != DType::kInt64) AF_RETURN_IF_ERROR(ExpectFloat(ctx.inputs[0], "x"));
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
   def.make_cpu_kernel = [multiply](const KernelInit& init) -> StatusOr<KernelFn> {
     double s = init.attrs.GetFloatOr("scalar", 0);
     int64_t n = init.inputs[0].num_elements();
-    return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+    return DispatchNumeric(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
       T v = static_cast<T>(s);
       return KernelFn([=](KernelContext& c) {
         const T* __restrict x = c.input(0).as<T>();
@@ -203,7 +205,7 @@ void RegisterElementwiseOps(OpRegistry& registry) {
   };
   add_n.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.outputs[0].num_elements();
-    return DispatchFloat(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+    return DispatchNumeric(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
       return KernelFn([n](KernelContext& c) {
         T* __restrict z = c.output(0).as<T>();
         const T* x0 = c.input(0).as<T>();

@@ -57,11 +57,21 @@ inline Status BadChoice(const std::string& attr, const std::string& got, const s
 // "float32" / "float" / "float64" / "double" / "int8" / "int32" / "int64" / "uint8" (misc.cc).
 StatusOr<DType> ParseDType(const std::string& name);
 
-// Calls body.template operator()<T>() with T = float or double by dtype.
+// Calls body.template operator()<T>() with T = float or double by dtype; other dtypes give an
+// InvalidArgument naming the dtype (body returns StatusOr<KernelFn>).
 template <typename Body>
-auto DispatchFloat(DType dtype, Body&& body) {
+auto DispatchFloat(DType dtype, Body&& body) -> decltype(body.template operator()<float>()) {
   if (dtype == DType::kFloat64) return body.template operator()<double>();
-  return body.template operator()<float>();
+  if (dtype == DType::kFloat32) return body.template operator()<float>();
+  return InvalidArgument(std::string("expected float32 or float64, got ") + DTypeName(dtype));
+}
+
+// As DispatchFloat, plus int32 and int64.
+template <typename Body>
+auto DispatchNumeric(DType dtype, Body&& body) -> decltype(body.template operator()<float>()) {
+  if (dtype == DType::kInt32) return body.template operator()<int32_t>();
+  if (dtype == DType::kInt64) return body.template operator()<int64_t>();
+  return DispatchFloat(dtype, std::forward<Body>(body));
 }
 
 }  // namespace actorflow

@@ -221,6 +221,7 @@ void RegisterBiasAdd(OpRegistry& registry) {
           for (int64_t ch = 0; ch < s.channels; ++ch) {
             const T* row = dy + (o * s.channels + ch) * s.inner;
             T acc = 0;
+            #pragma omp simd reduction(+ : acc)
             for (int64_t i = 0; i < s.inner; ++i) acc += row[i];
             db[ch] += acc;
           }

@@ -34,6 +34,7 @@ void RegisterPad(OpRegistry& registry, const std::string& type, bool reflect) {
   def.input_names = {"x"};
   def.output_names = {"out"};
   def.infer = [reflect](InferContext& ctx) -> Status {
+    AF_RETURN_IF_ERROR(ExpectFloat(ctx.inputs[0], "x"));
     AF_RETURN_IF_ERROR(ExpectRank(ctx.inputs[0], 4, "x (NCHW)"));
     AF_ASSIGN_OR_RETURN(Pads p, ReadPads(ctx.attrs));
     const Shape& s = ctx.inputs[0].shape;

@@ -31,28 +31,63 @@ inline void ForWindow(const Window2d& g, int64_t oh, int64_t ow, Body&& body) {
     for (int64_t iw = w_begin; iw < w_end; ++iw) body(ih, iw);
 }
 
+template <typename T, bool kMax>
+Status PoolForwardLoop(const Window2d& g, const T* x, T* y) {
+  for (int64_t nc = 0; nc < g.n * g.c; ++nc) {
+    const T* xp = x + nc * g.h * g.w;
+    T* yp = y + nc * g.oh * g.ow;
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      int64_t h0 = oh * g.sh - g.top;
+      int64_t hb = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.h);
+      // 2x2 stride-2 windows fully inside the image (LeNet's pools): a vectorizable row loop.
+      int64_t ow_begin = 0;
+      if (g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && he - hb == 2) {
+        const T* __restrict r0 = xp + hb * g.w - g.left;
+        const T* __restrict r1 = r0 + g.w;
+        T* __restrict out = yp + oh * g.ow;
+        int64_t lo = (g.left + 1) / 2, hi = std::min(g.ow, (g.w + g.left) / 2);  // 2ow-left >= 0, 2ow-left+2 <= w
+        for (int64_t ow = lo; ow < hi; ++ow) {
+          T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+          if constexpr (kMax) {
+            T m0 = a > b ? a : b, m1 = c > d ? c : d;
+            out[ow] = m0 > m1 ? m0 : m1;
+          } else {
+            out[ow] = (a + b + c + d) * T(0.25);
+          }
+        }
+        // Edges (padding) through the generic loop below.
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          if (ow == lo && hi > lo) ow = hi;
+          if (ow >= g.ow) break;
+          int64_t w0 = ow * g.sw - g.left;
+          int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.w);
+          T acc = kMax ? -std::numeric_limits<T>::infinity() : T(0);
+          for (int64_t ih = hb; ih < he; ++ih)
+            for (int64_t iw = wb; iw < we; ++iw) acc = kMax ? (xp[ih * g.w + iw] > acc ? xp[ih * g.w + iw] : acc) : acc + xp[ih * g.w + iw];
+          out[ow] = kMax ? acc : acc / static_cast<T>(std::max<int64_t>((he - hb) * (we - wb), 1));
+        }
+        continue;
+      }
+      for (int64_t ow = ow_begin; ow < g.ow; ++ow) {
+        int64_t w0 = ow * g.sw - g.left;
+        int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.w);
+        T acc = kMax ? -std::numeric_limits<T>::infinity() : T(0);
+        for (int64_t ih = hb; ih < he; ++ih) {
+          const T* row = xp + ih * g.w;
+          for (int64_t iw = wb; iw < we; ++iw) acc = kMax ? (row[iw] > acc ? row[iw] : acc) : acc + row[iw];
+        }
+        int64_t count = (he - hb) * (we - wb);
+        yp[oh * g.ow + ow] = kMax ? acc : acc / static_cast<T>(std::max<int64_t>(count, 1));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 template <typename T>
 KernelFn PoolForward(Window2d g, bool max) {
-  return [g, max](KernelContext& c) {
-    const T* x = c.input(0).as<T>();
-    T* y = c.output(0).as<T>();
-    for (int64_t nc = 0; nc < g.n * g.c; ++nc) {
-      const T* xp = x + nc * g.h * g.w;
-      T* yp = y + nc * g.oh * g.ow;
-      for (int64_t oh = 0; oh < g.oh; ++oh)
-        for (int64_t ow = 0; ow < g.ow; ++ow) {
-          T acc = max ? -std::numeric_limits<T>::infinity() : T(0);
-          int64_t count = 0;
-          ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) {
-            T v = xp[ih * g.w + iw];
-            acc = max ? (v > acc ? v : acc) : acc + v;
-            ++count;
-          });
-          yp[oh * g.ow + ow] = max ? acc : acc / static_cast<T>(std::max<int64_t>(count, 1));
-        }
-    }
-    return Status::Ok();
-  };
+  if (max) return [g](KernelContext& c) { return PoolForwardLoop<T, true>(g, c.input(0).as<T>(), c.output(0).as<T>()); };
+  return [g](KernelContext& c) { return PoolForwardLoop<T, false>(g, c.input(0).as<T>(), c.output(0).as<T>()); };
 }
 
 // max: inputs (x, y, dy); avg: inputs (dy, x). Output dx.
@@ -64,13 +99,23 @@ KernelFn PoolBackward(Window2d g, bool max) {
     const T* dy = c.input(max ? 2 : 0).as<T>();
     T* dx = c.output(0).as<T>();
     for (int64_t i = 0; i < g.n * g.c * g.h * g.w; ++i) dx[i] = 0;
+    bool fast2x2 = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2;
+    int64_t lo = (g.left + 1) / 2, hi = std::min(g.ow, (g.w + g.left) / 2);
     for (int64_t nc = 0; nc < g.n * g.c; ++nc) {
       const T* xp = x + nc * g.h * g.w;
       T* dxp = dx + nc * g.h * g.w;
       for (int64_t oh = 0; oh < g.oh; ++oh)
         for (int64_t ow = 0; ow < g.ow; ++ow) {
           int64_t o = nc * g.oh * g.ow + oh * g.ow + ow;
-          if (max) {
+          if (max && fast2x2 && ow >= lo && ow < hi && oh * 2 - g.top >= 0 && oh * 2 - g.top + 2 <= g.h) {
+            // 2x2 stride-2 window fully inside: first maximum in row-major order gets dy.
+            int64_t base = (oh * 2 - g.top) * g.w + ow * 2 - g.left;
+            const int64_t offsets[4] = {base, base + 1, base + g.w, base + g.w + 1};
+            int64_t best = offsets[0];
+            for (int k = 1; k < 4; ++k)
+              if (xp[offsets[k]] > xp[best]) best = offsets[k];
+            dxp[best] += dy[o];
+          } else if (max) {
             bool routed = false;
             ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) {
               if (!routed && xp[ih * g.w + iw] == y[o]) {

@@ -38,6 +38,11 @@ TEST(Pool, ForwardMatchesReference) {
               {1, 1, 3, 3}, 2, 2, 0, 0);
     CheckPool(max, {1, 1, 5, 4}, Attrs{{"ksize", Ints{3, 3}}, {"strides", Ints{1, 1}}, {"padding", Ints{1, 1, 1, 1}}},
               {1, 1, 5, 4}, 3, 1, 1, 1);
+    // 2x2 stride-2 windows with padded edges (the fast path's boundaries).
+    CheckPool(max, {1, 2, 5, 5}, Attrs{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}},
+              {1, 2, 3, 3}, 2, 2, 0, 0);
+    CheckPool(max, {1, 2, 4, 6}, Attrs{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", Ints{1, 1, 1, 1}}},
+              {1, 2, 3, 4}, 2, 2, 1, 1);
   }
   EXPECT_NE(ErrorOf("max_pool2d", {F32({1, 1, 4, 4})}, Attrs{{"ksize", int64_t{2}}, {"padding", std::string("FULL")}})
                 .find("valid values"), std::string::npos);
@@ -50,6 +55,9 @@ TEST(Pool, Gradients) {
   EXPECT_LT(Grad("max_pool2d", {F64({2, 2, 5, 5})}, same, {0}), kGradTol);
   EXPECT_LT(Grad("max_pool2d", {F64({1, 2, 4, 4})}, valid, {0}), kGradTol);
   EXPECT_LT(Grad("avg_pool2d", {F64({2, 2, 5, 5})}, same, {0}), kGradTol);
+  Attrs two{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", Ints{1, 0, 1, 0}}};
+  EXPECT_LT(Grad("max_pool2d", {F64({1, 2, 5, 5})}, two, {0}), kGradTol);
+  EXPECT_LT(Grad("avg_pool2d", {F64({1, 2, 5, 5})}, two, {0}), kGradTol);
   EXPECT_LT(Grad("avg_pool2d", {F64({1, 2, 4, 4})}, valid, {0}), kGradTol);
 }
 

@@ -64,7 +64,9 @@ KernelFn ReduceKernel(Reduce kind, StridedLoop loop, int64_t n_in, int64_t n_out
   return [=](KernelContext& c) {
     const T* __restrict x = c.input(0).as<T>();
     T* __restrict z = c.output(0).as<T>();
-    T init = kind == Reduce::kMax ? -std::numeric_limits<T>::infinity() : T(0);
+    T init = kind == Reduce::kMax ? (std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                                          : std::numeric_limits<T>::lowest())
+                                  : T(0);
     for (int64_t i = 0; i < n_out; ++i) z[i] = init;
     if (kind == Reduce::kMax) {
       RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t, int64_t len, int64_t sa, int64_t sb) {
@@ -74,6 +76,7 @@ KernelFn ReduceKernel(Reduce kind, StridedLoop loop, int64_t n_in, int64_t n_out
       RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t, int64_t len, int64_t sa, int64_t sb) {
         if (sb == 0) {
           T acc = 0;
+          #pragma omp simd reduction(+ : acc)
           for (int64_t j = 0; j < len; ++j) acc += x[oa + j * sa];
           z[ob] += acc;
         } else {  // innermost strides of a contiguous input and a kept output are 1
@@ -92,8 +95,8 @@ void RegisterReduce(OpRegistry& registry, const std::string& type, Reduce kind) 
   def.type = type;
   def.input_names = {"x"};
   def.output_names = {"out"};
-  def.infer = [](InferContext& ctx) -> Status {
-    if (ctx.inputs[0].dtype != DType::kInt32 && ctx.inputs[0].dtype != DType::kInt64)
+  def.infer = [kind](InferContext& ctx) -> Status {
+    if (kind == Reduce::kMean || (ctx.inputs[0].dtype != DType::kInt32 && ctx.inputs[0].dtype != DType::kInt64))
       AF_RETURN_IF_ERROR(ExpectFloat(ctx.inputs[0], "x"));
     AF_ASSIGN_OR_RETURN(Shape out, ReduceOutputShape(ctx.inputs[0].shape, ctx.attrs));
     ctx.outputs = {TensorDesc{out, ctx.inputs[0].dtype}};
@@ -107,8 +110,8 @@ void RegisterReduce(OpRegistry& registry, const std::string& type, Reduce kind) 
     switch (init.inputs[0].dtype) {
       case DType::kFloat32: return ReduceKernel<float>(kind, loop, n_in, n_out);
       case DType::kFloat64: return ReduceKernel<double>(kind, loop, n_in, n_out);
-      case DType::kInt32: return ReduceKernel<int32_t>(kind == Reduce::kMax ? Reduce::kSum : kind, loop, n_in, n_out);
-      default: return ReduceKernel<int64_t>(kind == Reduce::kMax ? Reduce::kSum : kind, loop, n_in, n_out);
+      case DType::kInt32: return ReduceKernel<int32_t>(kind, loop, n_in, n_out);
+      default: return ReduceKernel<int64_t>(kind, loop, n_in, n_out);
     }
   };
   def.grad = [kind](GradBuilder& g) -> Status {

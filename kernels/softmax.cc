@@ -101,6 +101,10 @@ void RegisterSoftmax(OpRegistry& registry, bool log) {
   def.infer = [](InferContext& ctx) -> Status {
     AF_RETURN_IF_ERROR(ExpectFloat(ctx.inputs[0], "x"));
     if (ctx.inputs[0].shape.empty()) return InvalidArgument("x must have rank >= 1");
+    int64_t axis = ctx.attrs.GetIntOr("axis", -1);
+    if (axis != -1 && axis != static_cast<int64_t>(ctx.inputs[0].shape.size()) - 1)
+      return InvalidArgument("only the last axis is supported (axis -1), got axis " + std::to_string(axis) +
+                             "; transpose the axis to the end first");
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
