@@ -14,6 +14,23 @@ from ._trace_ctx import BlobDef
 
 _last_job = [None]  # the job whose iterations may be in flight (variables are shared)
 
+# Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
+# schedule and Adam's bias correction) is saved as the pseudo-variable STEP_PREFIX + name.
+STEP_PREFIX = "System-Train-TrainStep-"
+_train_jobs = {}
+_pending_steps = {}  # steps loaded before their job function was defined
+
+
+def train_steps():
+    return {name: job._step for name, job in _train_jobs.items()}
+
+
+def set_train_step(job_name, step):
+    if job_name in _train_jobs:
+        _train_jobs[job_name]._step = int(step)
+    else:
+        _pending_steps[job_name] = int(step)
+
 
 class FunctionConfig:
     """flow.function_config(): per-job settings (OneFlow's names are accepted)."""
@@ -111,6 +128,9 @@ class JobFunction:
         self._optimizer = None
         self._step = 0
         functools.update_wrapper(self, fn)
+        if job_type == "train":
+            _train_jobs[fn.__name__] = self
+            self._step = _pending_steps.pop(fn.__name__, 0)
 
     # -- tracing and compiling (first call) --
     def _compile(self):
@@ -136,6 +156,8 @@ class JobFunction:
         options = dict(_config.compile_options())
         options.update({k: v for k, v in self._config.options.items() if k in ("num_threads", "register_num")})
         self._compiled = _C.default_session().compile(builder, options)
+        from . import checkpoint
+        checkpoint.apply_pending()  # values loaded before this first call for compiler-made variables
         for handler_name, fn in ctx.watch_handlers.items():
             self._compiled.set_watch_handler(handler_name, fn)
         self._input_descs = self._compiled.input_descs

@@ -8,9 +8,37 @@ import tempfile
 
 import numpy as np
 
-from . import _C
+import actorflow
+
+from . import _C, _job
 
 _MANIFEST = "manifest.json"
+# Values loaded for variables the session does not hold yet (job functions create their
+# variables when first called): get_variable uses them instead of the initializer.
+_pending = {}
+
+
+def take_pending(name, shape, dtype):
+    """The loaded value for a variable being created, or None; ValueError if it does not fit."""
+    if name not in _pending:
+        return None
+    value = _pending[name]
+    if value.shape != tuple(shape) or value.dtype != dtype:
+        raise ValueError("variable '%s' is declared as %s%s but the loaded value is %s%s" % (
+            name, np.dtype(dtype).name, tuple(shape), value.dtype.name, value.shape))
+    return _pending.pop(name)
+
+
+def apply_pending():
+    """After a compile: loaded values for variables the compiler created (optimizer states
+    such as "<var>-m") go into the session."""
+    session = _C.default_session()
+    for name in [n for n in _pending if session.has_variable(n)]:
+        session.set_variable(name, _pending.pop(name))
+
+
+def clear_pending():
+    _pending.clear()
 
 
 def _file_name(var_name):
@@ -18,15 +46,14 @@ def _file_name(var_name):
 
 
 def save(path):
-    session = _C.default_session()
     path = os.path.abspath(path)
     parent = os.path.dirname(path) or "."
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".%s.tmp-" % os.path.basename(path), dir=parent)
     try:
         manifest = {"format": "actorflow-checkpoint", "version": 1, "variables": {}}
-        for name in session.variable_names():
-            value = session.get_variable(name)
+        values = actorflow.get_all_variables()
+        for name, value in values.items():
             np.save(os.path.join(tmp, _file_name(name)), value, allow_pickle=False)
             manifest["variables"][name] = {"file": _file_name(name), "shape": list(value.shape), "dtype": str(value.dtype)}
         with open(os.path.join(tmp, _MANIFEST), "w") as f:
@@ -71,9 +98,10 @@ def load_variables(values, ignore_mismatch=False):
     session = _C.default_session()
     problems = []
     for name, value in values.items():
-        if not session.has_variable(name):
-            problems.append("'%s' is not a variable of this session" % name)
+        if name.startswith(_job.STEP_PREFIX):
             continue
+        if not session.has_variable(name):
+            continue  # created later by a job function's first call, from this value
         cur = session.get_variable(name)
         value = np.asarray(value)
         if cur.shape != value.shape or cur.dtype != value.dtype:
@@ -81,8 +109,12 @@ def load_variables(values, ignore_mismatch=False):
     if problems and not ignore_mismatch:
         raise ValueError("load_variables: " + "; ".join(problems))
     for name, value in values.items():
-        if session.has_variable(name):
+        if name.startswith(_job.STEP_PREFIX):
+            _job.set_train_step(name[len(_job.STEP_PREFIX):], int(np.asarray(value).reshape(-1)[0]))
+        elif session.has_variable(name):
             session.set_variable(name, np.array(value, order="C"))  # keeps 0-d shapes
+        else:
+            _pending[name] = np.array(value, order="C")
 
 
 class CheckPoint:

@@ -2,7 +2,7 @@
 "hidden-weight" (units, in) and "hidden-bias" (units,)."""
 import numpy as np
 
-from . import _C, _dtypes, initializers, ops
+from . import _C, _dtypes, checkpoint, initializers, ops
 from ._trace_ctx import BlobDef, current, user_location
 
 
@@ -15,8 +15,10 @@ def get_variable(name, shape=None, dtype=_dtypes.float32, initializer=None, trai
     dtype = _dtypes.as_dtype(dtype, "get_variable dtype")
     session = _C.default_session()
     if not session.has_variable(name):
-        init = initializer or initializers.zeros_initializer()
-        session.create_variable(name, list(shape), dtype.name, init(shape, dtype.numpy))
+        value = checkpoint.take_pending(name, shape, dtype.numpy)  # flow.load_variables before the first call
+        if value is None:
+            value = (initializer or initializers.zeros_initializer())(shape, dtype.numpy)
+        session.create_variable(name, list(shape), dtype.name, value)
     ref = ctx.builder.add_variable(name, list(shape), dtype.name, user_location(), bool(trainable))
     return BlobDef(ref, shape, dtype, ctx)
 
