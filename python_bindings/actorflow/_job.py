@@ -142,6 +142,10 @@ class JobFunction:
         for pname, spec in self._specs:
             ref = builder.add_input(pname, list(spec.shape), spec.dtype.name, location)
             blobs.append(BlobDef(ref, spec.shape, spec.dtype, ctx))
+        seed = self._config.options.get("seed", self._config.options.get("random_seed"))
+        if seed is not None:  # config.seed(n): this job's new variables initialize reproducibly
+            from . import initializers
+            initializers.seed(seed)
         previous, _trace_ctx._current = _trace_ctx._current, ctx
         try:
             value = self._fn(*blobs)

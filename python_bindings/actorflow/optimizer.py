@@ -17,7 +17,15 @@ class _Warmup:
         return lr * (self.start + (1.0 - self.start) * step / self.steps)
 
 
-warmup = types.SimpleNamespace(linear=lambda steps, start_multiplier=0.0: _Warmup(steps, start_multiplier))
+class _ConstantWarmup(_Warmup):
+    """lr * multiplier for the first `steps` steps (OneFlow's warmup.constant)."""
+
+    def apply(self, step, lr):
+        return lr * self.start if step < self.steps else lr
+
+
+warmup = types.SimpleNamespace(linear=lambda steps, start_multiplier=0.0: _Warmup(steps, start_multiplier),
+                               constant=lambda steps, multiplier: _ConstantWarmup(steps, multiplier))
 
 
 class _Scheduler:
@@ -79,6 +87,18 @@ class PolynomialScheduler(_Scheduler):
             steps = self.steps * max(1, _math.ceil(step / self.steps))
         t = min(step, steps) / steps
         return (self.base_lr - self.end) * (1 - t) ** self.power + self.end
+
+
+class ExponentialScheduler(_Scheduler):
+    """base_lr * decay_rate ** (step / steps), the exponent floored when staircase."""
+
+    def __init__(self, base_lr, steps, decay_rate, staircase=False, warmup=None):
+        super().__init__(warmup)
+        self.base_lr, self.steps, self.decay_rate, self.staircase = base_lr, steps, decay_rate, staircase
+
+    def base(self, step):
+        p = step / self.steps
+        return self.base_lr * self.decay_rate ** (_math.floor(p) if self.staircase else p)
 
 
 class _ClipByGlobalNorm:
