@@ -21,6 +21,17 @@ inline T Apply(T x, T y) {
 
 // The op is a template parameter so each inner loop is a plain vectorizable expression; the
 // broadcast walk (broadcast.h) hands out runs whose operand strides are 0 or 1 in practice.
+// Integer division by zero would trap (SIGFPE); it becomes an error of the call instead.
+template <BinaryOp kOp, typename T>
+inline Status CheckDivisor(const TensorView& y) {
+  if constexpr (kOp == BinaryOp::kDiv && std::is_integral_v<T>) {
+    const T* v = y.as<T>();
+    for (int64_t i = 0; i < y.num_elements(); ++i)
+      if (v[i] == 0) return InvalidArgument("div: integer division by zero (y[" + std::to_string(i) + "] == 0)");
+  }
+  return Status::Ok();
+}
+
 template <BinaryOp kOp, typename T>
 StatusOr<KernelFn> BinaryKernel(const Shape& a, const Shape& b, const Shape& out) {
   if (a == out && b == out) {
@@ -29,6 +40,7 @@ StatusOr<KernelFn> BinaryKernel(const Shape& a, const Shape& b, const Shape& out
       const T* __restrict x = c.input(0).as<T>();
       const T* __restrict y = c.input(1).as<T>();
       T* __restrict z = c.output(0).as<T>();
+      AF_RETURN_IF_ERROR((CheckDivisor<kOp, T>(c.input(1))));
       for (int64_t i = 0; i < n; ++i) z[i] = Apply<kOp>(x[i], y[i]);
       return Status::Ok();
     });
@@ -39,6 +51,7 @@ StatusOr<KernelFn> BinaryKernel(const Shape& a, const Shape& b, const Shape& out
     const T* x = c.input(0).as<T>();
     const T* y = c.input(1).as<T>();
     T* z = c.output(0).as<T>();
+    AF_RETURN_IF_ERROR((CheckDivisor<kOp, T>(c.input(1))));
     RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t start, int64_t len, int64_t sa, int64_t sb) {
       T* __restrict zr = z + start;
       const T* __restrict xr = x + oa;

@@ -48,6 +48,9 @@ TEST(Elementwise, IntegersAndScalars) {
   HostTensor a = I32({3}, {1, 2, 3}), b = I32({3}, {4, 5, 6});
   HostTensor s = Run1("mul", {a, b});
   EXPECT_EQ(s.at(2), 18);
+  EXPECT_EQ(Run1("div", {b, a}).at(2), 2);
+  EXPECT_NE(ErrorOf("div", {a, I32({3}, {1, 0, 2})}).find("division by zero"), std::string::npos);
+  EXPECT_NE(ErrorOf("div", {a, I32({1}, {0})}).find("division by zero"), std::string::npos);
   HostTensor x = F32({4});
   HostTensor y = Run1("scalar_mul", {x}, Attrs{{"scalar", 2.5}});
   HostTensor z = Run1("scalar_add", {x}, Attrs{{"scalar", -1.0}});

@@ -47,6 +47,28 @@ TEST(Matmul, BatchedWithSharedOperands) {
       }
 }
 
+// A kernel built with a thread budget of 2 computes the same product (oneDNN via OpenMP).
+TEST(Matmul, TwoThreadsAndConvTwoThreads) {
+  RegisterAllOps();
+  HostTensor a = F32({64, 96}), b = F32({96, 80}, Ramp(96 * 80, 0.7));
+  for (const char* type : {"matmul", "conv2d"}) {
+    bool mm = std::string(type) == "matmul";
+    std::vector<HostTensor> in = mm ? std::vector<HostTensor>{a, b} : std::vector<HostTensor>{F32({2, 4, 9, 9}), F32({8, 4, 3, 3})};
+    Attrs attrs = mm ? Attrs{} : Attrs{{"padding", std::string("SAME")}};
+    HostTensor one = Run1(type, in, attrs);
+    const OpDef* def = OpRegistry::Global().Find(type).value();
+    InferContext ic{{in[0].desc, in[1].desc}, attrs, {}};
+    ASSERT_TRUE(def->infer(ic).ok());
+    auto kernel = def->make_cpu_kernel(KernelInit{ic.inputs, ic.outputs, attrs, 2});
+    ASSERT_TRUE(kernel.ok());
+    HostTensor two = HostTensor::Of(ic.outputs[0].shape, ic.outputs[0].dtype, {});
+    std::vector<TensorView> iv = {in[0].view(), in[1].view()}, ov = {two.view()};
+    KernelContext ctx{&iv, &ov, 0};
+    ASSERT_TRUE(kernel.value()(ctx).ok());
+    for (int64_t i = 0; i < one.desc.num_elements(); ++i) ASSERT_NEAR(one.at(i), two.at(i), 1e-4) << type;
+  }
+}
+
 TEST(Matmul, ShapeErrorNamesDimensions) {
   std::string e = ErrorOf("matmul", {F32({100, 784}), F32({512, 10})});
   EXPECT_NE(e.find("(100, 784)"), std::string::npos) << e;

@@ -54,7 +54,9 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
     });
   };
   def.grad = [](GradBuilder& g) -> Status {
-    if (!g.needs_input_grad(1)) return Status::Ok();
+    if (!g.output_grad(1).empty())
+      return Unimplemented("a gradient through sparse_softmax_cross_entropy's prob output is not supported; use softmax");
+    if (!g.needs_input_grad(1) || g.output_grad(0).empty()) return Status::Ok();
     AF_ASSIGN_OR_RETURN(std::string d, g.AddOp1("sparse_softmax_cross_entropy_grad", {g.input(0), g.output(1), g.output_grad(0)}));
     g.SetInputGrad(1, d);
     return Status::Ok();
