@@ -74,7 +74,6 @@ void RegisterOptimizerOps(OpRegistry& registry) {
     float eps = static_cast<float>(init.attrs.GetFloatOr("epsilon", 1e-8));
     float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
     bool decoupled = init.attrs.GetBoolOr("decoupled_weight_decay", false);
-    float lr_base = static_cast<float>(init.attrs.GetFloatOr("base_lr_for_decay", 1.0));
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
       const float* __restrict g = c.input(1).as<float>();
@@ -86,12 +85,13 @@ void RegisterOptimizerOps(OpRegistry& registry) {
         m[i] = b1 * m[i] + (1 - b1) * gi;
         v[i] = b2 * v[i] + (1 - b2) * gi * gi;
         float step = m[i] / (std::sqrt(v[i]) + eps);
-        if (decoupled) step += wd * w[i] * lr_base;
+        if (decoupled) step += wd * w[i];
         w[i] -= lr * step;
       }
       return Status::Ok();
     });
-  }, "Adam (or AdamW with decoupled_weight_decay); lr carries the bias correction");
+  }, "Adam: m, v moments; var -= lr * (m / (sqrt(v) + eps) [+ wd * var if decoupled_weight_decay (AdamW)]); "
+     "without decoupling wd * var is added to grad; lr carries the bias correction");
 
   Register(registry, "rmsprop_update", {"var", "grad", "mean_square", "lr"}, {0, 2}, [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();

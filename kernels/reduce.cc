@@ -170,6 +170,39 @@ void RegisterReduceOps(OpRegistry& registry) {
   max_grad.doc = "dx = dy where x equals the (kept-shape) max y, else 0; ties all receive dy";
   registry.Register(std::move(max_grad));
 
+  // Gradient clipping by global norm: one op per gradient instead of square + reduce + reshape.
+  OpDef squares;
+  squares.type = "sum_of_squares";
+  squares.input_names = {"x"};
+  squares.output_names = {"out"};
+  squares.infer = [](InferContext& ctx) -> Status {
+    AF_RETURN_IF_ERROR(ExpectFloat(ctx.inputs[0], "x"));
+    ctx.outputs = {TensorDesc{{1}, ctx.inputs[0].dtype}};
+    return Status::Ok();
+  };
+  squares.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t n = init.inputs[0].num_elements();
+    return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([n](KernelContext& c) {
+        const T* __restrict x = c.input(0).as<T>();
+        double acc = 0;  // in double: a global norm sums millions of squares
+        #pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * x[i];
+        c.output(0).as<T>()[0] = static_cast<T>(acc);
+        return Status::Ok();
+      });
+    });
+  };
+  squares.grad = [](GradBuilder& g) -> Status {  // d/dx sum(x^2) = 2 x dy
+    AF_ASSIGN_OR_RETURN(std::string t, g.AddOp1("mul", {g.input(0), g.output_grad(0)}));
+    AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("scalar_mul", {t}, Attrs{{"scalar", 2.0}}));
+    g.SetInputGrad(0, dx);
+    return Status::Ok();
+  };
+  squares.sbp_signatures = {"S(i)->P", "B->B"};
+  squares.doc = "out(1,) = sum of x squared";
+  registry.Register(std::move(squares));
+
   OpDef like;
   like.type = "reduce_sum_like";
   like.input_names = {"x", "like"};

@@ -50,6 +50,16 @@ TEST(Reduce, LikeOpsForward) {
   EXPECT_EQ(b.at(4), 2);
 }
 
+TEST(Reduce, SumOfSquares) {
+  HostTensor x = F32({3, 5});
+  double ref = 0;
+  for (int64_t i = 0; i < 15; ++i) ref += x.at(i) * x.at(i);
+  HostTensor y = Run1("sum_of_squares", {x});
+  ASSERT_EQ(y.desc.shape, (Shape{1}));
+  EXPECT_NEAR(y.at(0), ref, 1e-5);
+  EXPECT_LT(Grad("sum_of_squares", {F64({2, 3})}, {}, {0}), kGradTol);
+}
+
 TEST(Reduce, Gradients) {
   EXPECT_LT(Grad("reduce_sum", {F64({2, 3, 4})}, Axes({1}), {0}), kGradTol);
   EXPECT_LT(Grad("reduce_sum", {F64({2, 3, 4})}, Attrs{}, {0}), kGradTol);
