@@ -1,0 +1,88 @@
+// Microbenchmark of the kernels on the MLP (784-512-10, batch 100) and LeNet shapes:
+// microseconds per call and GFLOP/s where FLOPs are well defined. Usage: kernels_bench [threads].
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "kernels/op_registry.h"
+
+namespace actorflow {
+namespace {
+
+struct Case {
+  std::string label, type;
+  std::vector<TensorDesc> inputs;
+  Attrs attrs;
+  double flops = 0;
+};
+
+void Run(const Case& c, int threads) {
+  auto def = OpRegistry::Global().Find(c.type);
+  InferContext ic{c.inputs, c.attrs, {}};
+  Status s = def.ok() ? def.value()->infer(ic) : def.status();
+  auto kernel = s.ok() ? def.value()->make_cpu_kernel(KernelInit{c.inputs, ic.outputs, c.attrs, threads}) : StatusOr<KernelFn>(s);
+  if (!kernel.ok()) {
+    std::printf("%-40s error: %s\n", c.label.c_str(), kernel.status().message().c_str());
+    return;
+  }
+  std::vector<std::vector<double>> storage;  // double-sized elements: aligned and large enough
+  std::vector<TensorView> in, out;
+  for (const TensorDesc& d : c.inputs) {
+    storage.emplace_back(d.num_elements() + 1, 0.0);
+    in.push_back(TensorView{storage.back().data(), d});
+  }
+  for (const TensorDesc& d : ic.outputs) {
+    storage.emplace_back(d.num_elements() + 1, 0.0);
+    out.push_back(TensorView{storage.back().data(), d});
+  }
+  KernelContext ctx{&in, &out, 0};
+  for (int i = 0; i < 3; ++i) (void)kernel.value()(ctx);
+  int iterations = 0;
+  auto start = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  while (elapsed < 0.3 || iterations < 5) {
+    (void)kernel.value()(ctx);
+    ++iterations;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  double us = elapsed / iterations * 1e6;
+  if (c.flops > 0) std::printf("%-40s %10.1f us %8.1f GFLOP/s\n", c.label.c_str(), us, c.flops / us / 1e3);
+  else std::printf("%-40s %10.1f us\n", c.label.c_str(), us);
+}
+
+}  // namespace
+}  // namespace actorflow
+
+int main(int argc, char** argv) {
+  using namespace actorflow;
+  RegisterAllOps();
+  int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  auto f = [](Shape s) { return TensorDesc{std::move(s), DType::kFloat32}; };
+  Attrs same{{"padding", std::string("SAME")}};
+  Attrs pool{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
+  double mm = 2.0 * 100 * 784 * 512, c2 = 2.0 * 100 * 64 * 14 * 14 * 32 * 25;
+  std::vector<Case> cases = {
+      {"matmul (100,784)x(784,512)", "matmul", {f({100, 784}), f({784, 512})}, {}, mm},
+      {"matmul dW: a^T (784,100)x(100,512)", "matmul", {f({100, 784}), f({100, 512})}, Attrs{{"transpose_a", true}}, mm},
+      {"matmul dX: (100,512)x b^T", "matmul", {f({100, 512}), f({784, 512})}, Attrs{{"transpose_b", true}}, mm},
+      {"bias_add+relu (100,512)", "bias_add", {f({100, 512}), f({512})}, Attrs{{"fuse_relu", true}}},
+      {"relu_grad (100,512)", "relu_grad", {f({100, 512}), f({100, 512})}, {}},
+      {"bias_add_grad (100,512)", "bias_add_grad", {f({100, 512})}, {}},
+      {"sparse_softmax_cross_entropy (100,10)", "sparse_softmax_cross_entropy", {TensorDesc{{100}, DType::kInt32}, f({100, 10})}, {}},
+      {"sgd_update (784,512)", "sgd_update", {f({784, 512}), f({784, 512}), f({1})}, {}},
+      {"adam_update (784,512)", "adam_update", {f({784, 512}), f({784, 512}), f({784, 512}), f({784, 512}), f({1})}, {}},
+      {"conv2d (100,1,28,28)*(32,1,5,5)", "conv2d", {f({100, 1, 28, 28}), f({32, 1, 5, 5})}, same, 2.0 * 100 * 32 * 28 * 28 * 25},
+      {"conv2d (100,32,14,14)*(64,32,5,5)", "conv2d", {f({100, 32, 14, 14}), f({64, 32, 5, 5})}, same, c2},
+      {"conv2d_grad_data (same)", "conv2d_grad_data", {f({100, 64, 14, 14}), f({64, 32, 5, 5}), f({100, 32, 14, 14})}, same, c2},
+      {"conv2d_grad_filter (same)", "conv2d_grad_filter", {f({100, 64, 14, 14}), f({100, 32, 14, 14}), f({64, 32, 5, 5})}, same, c2},
+      {"max_pool2d 2x2 (100,32,28,28)", "max_pool2d", {f({100, 32, 28, 28})}, pool},
+      {"max_pool2d_grad 2x2 (100,32,28,28)", "max_pool2d_grad", {f({100, 32, 28, 28}), f({100, 32, 14, 14}), f({100, 32, 14, 14})}, pool},
+      {"bias_add (100,32,28,28) axis 1", "bias_add", {f({100, 32, 28, 28}), f({32})}, {}},
+      {"bias_add_grad (100,32,28,28) axis 1", "bias_add_grad", {f({100, 32, 28, 28})}, {}},
+  };
+  std::printf("kernels_bench, %d thread(s)\n", threads);
+  for (const Case& c : cases) Run(c, threads);
+  return 0;
+}
