@@ -90,48 +90,83 @@ KernelFn PoolForward(Window2d g, bool max) {
   return [g](KernelContext& c) { return PoolForwardLoop<T, false>(g, c.input(0).as<T>(), c.output(0).as<T>()); };
 }
 
+// Generic backward of one output position (any window, padding, overlap): accumulates into dx.
+template <typename T, bool kMax>
+inline void PoolBackwardAt(const Window2d& g, const T* xp, T y, T dy, T* dxp, int64_t oh, int64_t ow) {
+  if constexpr (kMax) {
+    bool routed = false;
+    ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) {
+      if (!routed && xp[ih * g.w + iw] == y) {
+        dxp[ih * g.w + iw] += dy;
+        routed = true;
+      }
+    });
+  } else {
+    int64_t count = 0;
+    ForWindow(g, oh, ow, [&](int64_t, int64_t) { ++count; });
+    T share = dy / static_cast<T>(std::max<int64_t>(count, 1));
+    ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) { dxp[ih * g.w + iw] += share; });
+  }
+}
+
 // max: inputs (x, y, dy); avg: inputs (dy, x). Output dx.
+template <typename T, bool kMax>
+Status PoolBackwardLoop(const Window2d& g, const T* x, const T* y, const T* dy, T* dx) {
+  for (int64_t i = 0; i < g.n * g.c * g.h * g.w; ++i) dx[i] = 0;
+  // 2x2 stride-2 windows tile the image without overlap: interior outputs write their four
+  // positions directly (max: dy to the first maximum in row-major order, 0 elsewhere).
+  bool fast = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2;
+  int64_t lo = (g.left + 1) / 2, hi = std::min(g.ow, (g.w + g.left) / 2);
+  for (int64_t nc = 0; nc < g.n * g.c; ++nc) {
+    const T* xp = x + nc * g.h * g.w;
+    T* dxp = dx + nc * g.h * g.w;
+    const T* yp = kMax ? y + nc * g.oh * g.ow : nullptr;
+    const T* dyp = dy + nc * g.oh * g.ow;
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      int64_t h0 = oh * 2 - g.top;
+      bool fast_row = fast && h0 >= 0 && h0 + 2 <= g.h && hi > lo;
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        if (fast_row && ow == lo) {
+          const T* r0 = xp + h0 * g.w - g.left;
+          const T* r1 = r0 + g.w;
+          T* d0 = dxp + h0 * g.w - g.left;
+          T* d1 = d0 + g.w;
+          for (int64_t q = lo; q < hi; ++q) {
+            T d = dyp[oh * g.ow + q];
+            if constexpr (kMax) {
+              T a = r0[2 * q], b = r0[2 * q + 1], c = r1[2 * q], e = r1[2 * q + 1];
+              int best = 0;
+              T m = a;
+              if (b > m) m = b, best = 1;
+              if (c > m) m = c, best = 2;
+              if (e > m) best = 3;
+              d0[2 * q] = best == 0 ? d : T(0);
+              d0[2 * q + 1] = best == 1 ? d : T(0);
+              d1[2 * q] = best == 2 ? d : T(0);
+              d1[2 * q + 1] = best == 3 ? d : T(0);
+            } else {
+              T share = d * T(0.25);
+              d0[2 * q] = share, d0[2 * q + 1] = share, d1[2 * q] = share, d1[2 * q + 1] = share;
+            }
+          }
+          ow = hi - 1;
+          continue;
+        }
+        PoolBackwardAt<T, kMax>(g, xp, kMax ? yp[oh * g.ow + ow] : T(0), dyp[oh * g.ow + ow], dxp, oh, ow);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 template <typename T>
 KernelFn PoolBackward(Window2d g, bool max) {
-  return [g, max](KernelContext& c) {
-    const T* x = c.input(max ? 0 : 1).as<T>();
-    const T* y = max ? c.input(1).as<T>() : nullptr;
-    const T* dy = c.input(max ? 2 : 0).as<T>();
-    T* dx = c.output(0).as<T>();
-    for (int64_t i = 0; i < g.n * g.c * g.h * g.w; ++i) dx[i] = 0;
-    bool fast2x2 = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2;
-    int64_t lo = (g.left + 1) / 2, hi = std::min(g.ow, (g.w + g.left) / 2);
-    for (int64_t nc = 0; nc < g.n * g.c; ++nc) {
-      const T* xp = x + nc * g.h * g.w;
-      T* dxp = dx + nc * g.h * g.w;
-      for (int64_t oh = 0; oh < g.oh; ++oh)
-        for (int64_t ow = 0; ow < g.ow; ++ow) {
-          int64_t o = nc * g.oh * g.ow + oh * g.ow + ow;
-          if (max && fast2x2 && ow >= lo && ow < hi && oh * 2 - g.top >= 0 && oh * 2 - g.top + 2 <= g.h) {
-            // 2x2 stride-2 window fully inside: first maximum in row-major order gets dy.
-            int64_t base = (oh * 2 - g.top) * g.w + ow * 2 - g.left;
-            const int64_t offsets[4] = {base, base + 1, base + g.w, base + g.w + 1};
-            int64_t best = offsets[0];
-            for (int k = 1; k < 4; ++k)
-              if (xp[offsets[k]] > xp[best]) best = offsets[k];
-            dxp[best] += dy[o];
-          } else if (max) {
-            bool routed = false;
-            ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) {
-              if (!routed && xp[ih * g.w + iw] == y[o]) {
-                dxp[ih * g.w + iw] += dy[o];
-                routed = true;
-              }
-            });
-          } else {
-            int64_t count = 0;
-            ForWindow(g, oh, ow, [&](int64_t, int64_t) { ++count; });
-            T share = dy[o] / static_cast<T>(std::max<int64_t>(count, 1));
-            ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) { dxp[ih * g.w + iw] += share; });
-          }
-        }
-    }
-    return Status::Ok();
+  if (max)
+    return [g](KernelContext& c) {
+      return PoolBackwardLoop<T, true>(g, c.input(0).as<T>(), c.input(1).as<T>(), c.input(2).as<T>(), c.output(0).as<T>());
+    };
+  return [g](KernelContext& c) {
+    return PoolBackwardLoop<T, false>(g, c.input(1).as<T>(), nullptr, c.input(0).as<T>(), c.output(0).as<T>());
   };
 }
 
