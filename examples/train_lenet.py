@@ -1,7 +1,8 @@
 """LeNet on Fashion-MNIST, OneFlow's lenet job function on actorflow: conv 5x5x32 -> relu ->
 max-pool 2 -> conv 5x5x64 -> relu -> max-pool 2 -> dense 512 -> relu -> dense 10, trained with
-SGD for 2 epochs; test accuracy from a predict job that shares the variables by name (expect
->= 0.89). EPOCHS, LR, MOMENTUM and SEED can be set in the environment."""
+Adam (lr 0.001) for 2 epochs; test accuracy from a predict job that shares the variables by
+name (expect >= 0.89; OneFlow's plain SGD at lr 0.1 reaches about 0.88 in 2 epochs here).
+EPOCHS, LR and SEED can be set in the environment."""
 import os
 import sys
 import time
@@ -13,8 +14,7 @@ import actorflow.typing as tp
 
 BATCH_SIZE = 100
 EPOCHS = int(os.environ.get("EPOCHS", "2"))
-LR = float(os.environ.get("LR", "0.1"))
-MOMENTUM = float(os.environ.get("MOMENTUM", "0"))
+LR = float(os.environ.get("LR", "0.001"))
 
 
 def lenet(data):
@@ -36,7 +36,7 @@ def train_job(images: tp.Numpy.Placeholder((BATCH_SIZE, 1, 28, 28), dtype=flow.f
     logits = lenet(images)
     loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="softmax_loss")
     lr_scheduler = flow.optimizer.PiecewiseConstantScheduler([], [LR])
-    flow.optimizer.SGD(lr_scheduler, momentum=MOMENTUM).minimize(loss)
+    flow.optimizer.Adam(lr_scheduler).minimize(loss)
     return loss
 
 
