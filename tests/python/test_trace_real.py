@@ -6,7 +6,6 @@ The program is built here against `cmake --install <build> --component actorflow
 way an outside user builds (tests/consumer does the same). The build directory is
 $ACTORFLOW_BUILD_DIR, or the one whose python/ folder is on PYTHONPATH (ctest sets that)."""
 
-import importlib.util
 import json
 import os
 import shutil
@@ -15,28 +14,7 @@ import sys
 
 import pytest
 
-
-def _trace_cli():
-    """The viewer's command line, with actorflow.trace importable: `python -m actorflow.trace` where
-    the compiled actorflow._C is built, else standalone.py (a source checkout before the build)."""
-    try:
-        import actorflow.trace  # noqa: F401
-        if getattr(sys.modules["actorflow"], "__file__", None):  # the real package, not a bare one
-            return [sys.executable, "-m", "actorflow.trace"]
-    except ImportError:
-        pass
-    for entry in sys.path:
-        path = os.path.join(entry or ".", "actorflow", "trace", "standalone.py")
-        if os.path.exists(path):
-            spec = importlib.util.spec_from_file_location("actorflow_trace_standalone", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            module.install()
-            return [sys.executable, path]
-    raise ImportError("actorflow/trace/standalone.py is on no sys.path entry")
-
-
-CLI = _trace_cli()
+from trace_cli import CLI  # noqa: E402
 from actorflow.trace import load, read_json, summarize, validate  # noqa: E402
 
 SLOW_MS = 2

@@ -1,7 +1,6 @@
 """`summary` on simulated pipelines: the slow stage is named the bottleneck, its producer's time
 shows as backpressure, and the advice tells buffering problems from throughput problems."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,28 +8,7 @@ import sys
 
 import pytest
 
-
-def _trace_cli():
-    """The viewer's command line, with actorflow.trace importable: `python -m actorflow.trace` where
-    the compiled actorflow._C is built, else standalone.py (a source checkout before the build)."""
-    try:
-        import actorflow.trace  # noqa: F401
-        if getattr(sys.modules["actorflow"], "__file__", None):  # the real package, not a bare one
-            return [sys.executable, "-m", "actorflow.trace"]
-    except ImportError:
-        pass
-    for entry in sys.path:
-        path = os.path.join(entry or ".", "actorflow", "trace", "standalone.py")
-        if os.path.exists(path):
-            spec = importlib.util.spec_from_file_location("actorflow_trace_standalone", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            module.install()
-            return [sys.executable, path]
-    raise ImportError("actorflow/trace/standalone.py is on no sys.path entry")
-
-
-CLI = _trace_cli()
+from trace_cli import CLI  # noqa: E402
 from actorflow.trace import load, summarize  # noqa: E402
 from actorflow.trace import synthetic  # noqa: E402
 
