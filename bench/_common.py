@@ -60,14 +60,17 @@ def report(title, rows, args, notes=()):
     """rows: [(benchmark, {framework: seconds or None})]; ratios are peer time / actorflow time
     (> 1: actorflow is faster)."""
     frameworks = ["actorflow", "torch eager", "torch.jit"]
+    frameworks += sorted({f for _, times in rows for f in times} - set(frameworks))  # extra peers, e.g. "torch mm"
     print("\n%s  (threads=%d, median of %d rounds)" % (title, args.threads, args.rounds))
-    header = "%-34s" % "benchmark" + "".join("%14s" % f for f in frameworks) + "%13s%13s" % ("eager/af", "jit/af")
+    peers = [f for f in frameworks if f != "actorflow"]
+    header = "%-34s" % "benchmark" + "".join("%14s" % f for f in frameworks) + "".join(
+        "%13s" % (f.replace("torch ", "").replace("torch.", "") + "/af") for f in peers)
     print(header)
     print("-" * len(header))
     for name, times in rows:
         af = times.get("actorflow")
         line = "%-34s" % name + "".join("%14s" % _fmt(times.get(f)) for f in frameworks)
-        for peer in ("torch eager", "torch.jit"):
+        for peer in peers:
             t = times.get(peer)
             line += "%13s" % ("%.2fx" % (t / af) if t and af else "n/a")
         print(line)

@@ -61,6 +61,22 @@ def torch_model():
                                torch.nn.Linear(HIDDEN, OUT))
 
 
+class MatmulMLP(torch.nn.Module):
+    """The same MLP with matmul + add instead of nn.Linear: Debian's torch (BLAS_INFO=generic)
+    sends Linear's addmm to a slow reference path, while matmul reaches its oneDNN GEMM. This
+    column shows torch with that handicap removed."""
+
+    def __init__(self):
+        super().__init__()
+        ref = torch_model()
+        self.w1, self.b1 = ref[1].weight, ref[1].bias
+        self.w2, self.b2 = ref[3].weight, ref[3].bias
+
+    def forward(self, x):
+        h = torch.relu(torch.matmul(x.reshape(x.shape[0], -1), self.w1.t()) + self.b1)
+        return torch.matmul(h, self.w2.t()) + self.b2
+
+
 def torch_predict(model):
     def call(x):
         with torch.no_grad():
@@ -106,10 +122,12 @@ def main():
         predict = actorflow_predict(batch)
         eager = torch_predict(torch_model().eval())
         jit = torch_predict(torch.jit.trace(torch_model().eval(), torch.from_numpy(x)))
+        mm = torch_predict(MatmulMLP().eval())
         rows.append(("MLP inference, batch %d" % batch, {
             "actorflow": t(lambda: predict(x)),
             "torch eager": t(lambda: eager(x)),
             "torch.jit": t(lambda: jit(x)),
+            "torch mm": t(lambda: mm(x)),
         }))
 
     one = np.zeros((1,), np.float32)
@@ -122,9 +140,11 @@ def main():
     eager_step = torch_train_step(torch_model())
     jit_model = torch.jit.trace(torch_model(), torch.from_numpy(x))
     jit_step = torch_train_step(jit_model)
+    mm_step = torch_train_step(MatmulMLP())
     train = {"actorflow": t(lambda: train_job(x, y)),
              "torch eager": t(lambda: eager_step(x, y64)),
-             "torch.jit": t(lambda: jit_step(x, y64))}
+             "torch.jit": t(lambda: jit_step(x, y64)),
+             "torch mm": t(lambda: mm_step(x, y64))}
     rows.append(("MLP train step (SGD), batch 100", train))
 
     rate = sgemm_rate()
@@ -133,6 +153,7 @@ def main():
     bound = flops / rate
     notes = ["sgemm rate here: %.1f GFLOP/s; MLP train step GEMM lower bound %.1f us; actorflow step = %.2fx the bound"
              % (rate / 1e9, bound * 1e6, train["actorflow"] / bound),
+             "torch mm: the torch eager MLP written with matmul + add (avoids Linear's reference-BLAS addmm)",
              "empty round trip's torch column: torch.from_numpy(x).clone().numpy() (no job system to compare with)",
              "ratios: peer time / actorflow time (> 1 means actorflow is faster)",
              "torch %s: %s" % (torch.__version__, _common.torch_blas(torch))]
