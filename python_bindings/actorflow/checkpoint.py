@@ -1,6 +1,7 @@
 """Checkpoints: a directory with one .npy file per variable and manifest.json. A save is
 written to a temporary sibling directory and renamed into place, so an interrupted save leaves
 the previous checkpoint intact."""
+import ctypes
 import json
 import os
 import shutil
@@ -45,7 +46,20 @@ def _file_name(var_name):
     return var_name.replace("/", "__") + ".npy"
 
 
+def _exchange(a, b):
+    """Atomically swaps two directories (Linux renameat2 RENAME_EXCHANGE), so `path` always
+    names a complete checkpoint, old or new. False where the call or the file system lacks it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def save(path):
+    """Writes every variable (and each train job's step) to directory `path`."""
     path = os.path.abspath(path)
     parent = os.path.dirname(path) or "."
     os.makedirs(parent, exist_ok=True)
@@ -54,14 +68,20 @@ def save(path):
         manifest = {"format": "actorflow-checkpoint", "version": 1, "variables": {}}
         values = actorflow.get_all_variables()
         for name, value in values.items():
-            np.save(os.path.join(tmp, _file_name(name)), value, allow_pickle=False)
+            with open(os.path.join(tmp, _file_name(name)), "wb") as f:
+                np.save(f, value, allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename makes the directory current
             manifest["variables"][name] = {"file": _file_name(name), "shape": list(value.shape), "dtype": str(value.dtype)}
         with open(os.path.join(tmp, _MANIFEST), "w") as f:
             json.dump(manifest, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
+        if os.path.exists(path) and _exchange(tmp, path):
+            shutil.rmtree(tmp, ignore_errors=True)  # now holds the previous checkpoint
+            return
         old = None
-        if os.path.exists(path):
+        if os.path.exists(path):  # no atomic exchange here: a short window without `path`
             old = path + ".old-" + os.path.basename(tmp)
             os.rename(path, old)
         os.rename(tmp, path)

@@ -81,3 +81,18 @@ def test_corrupt_variable_file_is_a_clear_error(tmp_path):
     victim.write_bytes(b"not an npy file")
     with pytest.raises(ValueError, match="o-bias"):
         flow.checkpoint.get(str(path))
+
+
+def test_saving_over_a_checkpoint_replaces_it_whole(tmp_path):
+    job = make_job()
+    job(*data(0))
+    path = tmp_path / "ckpt"
+    flow.checkpoint.save(str(path))
+    first = flow.checkpoint.get(str(path))
+    job(*data(1))
+    flow.checkpoint.save(str(path))  # swapped in atomically; the previous one is removed
+    second = flow.checkpoint.get(str(path))
+    assert second["System-Train-TrainStep-resume_job"].tolist() == [2]
+    assert not np.array_equal(first["h-weight"], second["h-weight"])
+    np.testing.assert_array_equal(second["h-weight"], flow.get_all_variables()["h-weight"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
