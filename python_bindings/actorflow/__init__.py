@@ -12,6 +12,7 @@ from . import _C
 from . import _job as _job_module
 from . import checkpoint, config, data, initializers, layers, optimizer  # noqa: F401
 from . import typing  # noqa: F401
+from . import _losses  # noqa: F401  (adds flow.nn.*_cross_entropy_with_logits, flow.math.abs)
 from . import _conv  # noqa: F401,E402  (adds flow.nn.conv2d/pools/dropout, flow.layers.conv2d/batch_normalization)
 from ._array_ops import argmax, cast, concat, identity, one_hot, slice, slice_v2, transpose  # noqa: F401,A004
 from ._dtypes import DType, double, float, float32, float64, int8, int32, int64, uint8  # noqa: F401,A004

@@ -103,7 +103,7 @@ def conv2d_layer(inputs, filters, kernel_size=1, strides=1, padding="VALID", dat
     if use_bias:
         bias = layers.get_variable(bias_name or name + "-bias", (int(filters),), inputs.dtype,
                                    bias_initializer or initializers.zeros_initializer(), trainable)
-        out = ops.bias_add(out, bias, name=name + "_bias_add")
+        out, activation = layers.bias_add_activation(out, bias, activation, name)
     if activation is not None:
         out = activation(out, name=name + "_activation")
     return out

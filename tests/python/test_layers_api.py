@@ -1,0 +1,81 @@
+"""flow.layers.dense details: OneFlow's variable names and layout, inputs of rank > 2, the relu
+fused into bias_add matching the separate ops, and its gradient; get_variable sharing."""
+import numpy as np
+import pytest
+
+import actorflow as flow
+import actorflow.typing as tp
+
+
+def test_dense_rank3_fused_relu_forward_and_gradient():
+    diffs = []
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((2, 3, 4))) -> tp.Numpy:
+        fused = flow.layers.dense(x, 5, activation=flow.nn.relu, name="fd")
+        flow.watch_diff(fused, lambda g: diffs.append(g))
+        loss = flow.math.reduce_sum(flow.math.square(fused), axis=[1, 2])
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]), momentum=0).minimize(loss)
+        return fused
+
+    @flow.global_function()
+    def separate(x: tp.Numpy.Placeholder((2, 3, 4))) -> tp.Numpy:
+        # the same variables, relu as its own op
+        return flow.nn.relu(flow.layers.dense(x, 5, name="fd"))
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    out = train(x)
+    v = flow.get_all_variables()
+    assert v["fd-weight"].shape == (5, 4) and v["fd-bias"].shape == (5,)
+    expected = np.maximum(x @ v["fd-weight"].T + v["fd-bias"], 0)
+    assert out.shape == (2, 3, 5)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(separate(x), expected, rtol=1e-5, atol=1e-6)
+    # loss = sum(out^2) per sample, 2 samples: watch_diff reports d(mean of the losses)/d out
+    # (this runtime applies the 1/2 to the loss's initial gradient)
+    np.testing.assert_allclose(diffs[0], 2 * expected / 2, rtol=1e-5, atol=1e-6)
+
+
+def test_get_variable_is_shared_by_name_and_checked():
+    @flow.global_function()
+    def first(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        w = flow.get_variable("shared-w", shape=(3,), initializer=flow.constant_initializer(2.0))
+        return x * w
+
+    @flow.global_function()
+    def second(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        w = flow.get_variable("shared-w", shape=(3,), initializer=flow.constant_initializer(5.0))  # not re-initialized
+        return x + w
+
+    @flow.global_function()
+    def wrong(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        return x + flow.get_variable("shared-w", shape=(4,))
+
+    x = np.ones(3, np.float32)
+    np.testing.assert_array_equal(first(x), [2, 2, 2])
+    np.testing.assert_array_equal(second(x), [3, 3, 3])
+    with pytest.raises(ValueError, match=r"shared-w.*\(4,\).*\(3,\)"):
+        wrong(x)
+    np.testing.assert_array_equal(second(x), [3, 3, 3])  # the session is still fine
+
+
+def test_initializers_statistics_and_reproducibility():
+    shape = (200, 300)
+    cases = {
+        "truncated_normal": (flow.truncated_normal(0.5), lambda a: np.abs(a).max() <= 1.0 + 1e-6 and 0.4 < a.std() < 0.5),
+        "random_normal": (flow.random_normal_initializer(1.0, 2.0), lambda a: abs(a.mean() - 1) < 0.05 and abs(a.std() - 2) < 0.05),
+        "random_uniform": (flow.random_uniform_initializer(-1, 3), lambda a: a.min() >= -1 and a.max() < 3 and abs(a.mean() - 1) < 0.05),
+        "xavier": (flow.xavier_uniform_initializer(), lambda a: np.abs(a).max() <= np.sqrt(6 / 500) + 1e-6),
+        "kaiming": (flow.kaiming_initializer(nonlinearity="relu"), lambda a: abs(a.std() - np.sqrt(2 / 300)) < 0.005),
+        "zeros": (flow.zeros_initializer(), lambda a: not a.any()),
+        "ones": (flow.ones_initializer(), lambda a: (a == 1).all()),
+        "constant": (flow.constant_initializer(0.25), lambda a: (a == 0.25).all()),
+    }
+    for name, (init, check) in cases.items():
+        flow.random.seed(3)
+        a = init(shape, np.float32)
+        flow.random.seed(3)
+        b = init(shape, np.float32)
+        assert a.dtype == np.float32 and a.shape == shape, name
+        assert check(a), name
+        np.testing.assert_array_equal(a, b, err_msg=name)
