@@ -137,6 +137,7 @@ class JobFunction:
         from . import config as _config
         builder = _C.JobBuilder(self._fn.__name__, self._type)
         ctx = _trace_ctx.TraceContext(builder, self._type)
+        ctx.default_dtype = self._config.data_type  # function_config().default_data_type(...)
         location = "%s:%d" % (os.path.basename(self._fn.__code__.co_filename), self._fn.__code__.co_firstlineno)
         blobs = []
         for pname, spec in self._specs:

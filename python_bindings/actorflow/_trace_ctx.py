@@ -29,6 +29,7 @@ class TraceContext:
         self.watch_handlers = {}
         self.optimizer = None
         self.placement = ("cpu", "0:0")
+        self.default_dtype = _dtypes.float32
 
     def unique(self, base):
         n = self.names.get(base, 0)

@@ -4,13 +4,14 @@ from . import _C, _dtypes, checkpoint, initializers, ops
 from ._trace_ctx import BlobDef, add_op, current, user_location
 
 
-def get_variable(name, shape=None, dtype=_dtypes.float32, initializer=None, trainable=True, **unused):
-    """A variable of the session, created (and initialized) once, shared by name across jobs."""
+def get_variable(name, shape=None, dtype=None, initializer=None, trainable=True, **unused):
+    """A variable of the session, created (and initialized) once, shared by name across jobs.
+    dtype defaults to the job's function_config().default_data_type (float32)."""
     ctx = current("flow.get_variable")
     if shape is None:
         raise ValueError("get_variable('%s'): shape is required" % name)
     shape = tuple(int(d) for d in shape)
-    dtype = _dtypes.as_dtype(dtype, "get_variable dtype")
+    dtype = _dtypes.as_dtype(ctx.default_dtype if dtype is None else dtype, "get_variable dtype")
     session = _C.default_session()
     if session.has_variable(name):  # shared by name: the declaration must match (trace time only)
         held = session.get_variable(name)

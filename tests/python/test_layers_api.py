@@ -79,3 +79,17 @@ def test_initializers_statistics_and_reproducibility():
         assert a.dtype == np.float32 and a.shape == shape, name
         assert check(a), name
         np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_default_data_type_of_function_config_sets_variable_dtype():
+    config = flow.function_config()
+    config.default_data_type(flow.float64)
+
+    @flow.global_function(function_config=config)
+    def f64(x: tp.Numpy.Placeholder((2,), dtype=flow.float64)) -> tp.Numpy:
+        return x * flow.get_variable("f64-w", shape=(2,), initializer=flow.constant_initializer(0.5))
+
+    out = f64(np.array([1.0, 3.0]))
+    assert out.dtype == np.float64
+    assert flow.get_all_variables()["f64-w"].dtype == np.float64
+    np.testing.assert_array_equal(out, [0.5, 1.5])
