@@ -267,6 +267,9 @@ Status Runtime::Impl::Instantiate() {
   config_->set("scheduler.max-threads", static_cast<size_t>(workers));
   // CAF's default polling adds latency between actors; poll aggressively, then sleep.
   config_->set("work-stealing.moderate-poll-attempts", static_cast<size_t>(0));
+  // An idle worker that fell asleep checks for stealable actors every relaxed-sleep-duration
+  // (CAF's default, 10 ms, lets a ready actor wait behind a long kernel that long).
+  config_->set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
   config_->set("logger.console", caf::atom("none"));
   // Before any actor exists, so observers need no lock to set up their buffers.
   if (options_.observer != nullptr) options_.observer->OnPlan(plan_);

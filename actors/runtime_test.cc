@@ -279,8 +279,8 @@ TEST(Runtime, PipeliningOverlapsStagesInTrace) {
   options.trace_path = path;
   ASSERT_TRUE(p.Start(options).ok());
   float in = 0;
-  std::vector<float> out(10);
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(p.Push({View(&in)}, {View(&out[i])}, nullptr).ok());
+  std::vector<float> out(20);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(p.Push({View(&in)}, {View(&out[i])}, nullptr).ok());
   ASSERT_TRUE(p.Finish().ok());
   std::ifstream file(path);
   std::stringstream text;
@@ -302,8 +302,8 @@ TEST(Runtime, PipeliningOverlapsStagesInTrace) {
     return acts;
   };
   auto stage1 = acts_of(1), stage3 = acts_of(3);
-  ASSERT_EQ(stage1.size(), 10u);
-  ASSERT_EQ(stage3.size(), 10u);
+  ASSERT_EQ(stage1.size(), 20u);
+  ASSERT_EQ(stage3.size(), 20u);
   int overlaps = 0;
   for (const Act& a3 : stage3)
     for (const Act& a1 : stage1)

@@ -223,33 +223,46 @@ struct HandlerScope {
   const TaskState* state;
 };
 
+// A behaviour's closures (which hold `self` and `state`) are written on the worker that
+// initializes the actor and read by whichever worker runs a handler; CAF publishes them
+// internally. Handlers acquire this one address before touching their closure, and each
+// behaviour releases it once built: startup writes only, so later races stay visible.
+char behaviors_published;
+
 }  // namespace
 
 // Arguments are taken by reference and read only after HandlerScope's acquire: they live in
 // the message, which TSan must see as published by the sender (see Send).
 caf::behavior TaskActor(caf::event_based_actor* self, TaskState* state) {
-  return {
+  caf::behavior behavior{
       [=](ready_atom, const int& in_edge, const int& reg, const int64_t& iteration, const bool& failed) {
+        HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
         state->OnReady(self, in_edge, reg, iteration, failed);
       },
       [=](ack_atom, const int& output, const int& reg) {
+        HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
         state->OnAck(self, output, reg);
       },
       [=](fill_atom, const int& reg, const int64_t& iteration) {
+        HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
         state->OnFill(self, reg, iteration);
       },
       [=](tick_atom, const int64_t& iteration) {
+        HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
         state->OnTick(self, iteration);
       },
       [=](eos_atom, const int& in_edge) {
+        HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
         state->OnEndOfStream(self, in_edge);
       },
   };
+  HappensBeforeSend(&behaviors_published);
+  return behavior;
 }
 
 }  // namespace actorflow
