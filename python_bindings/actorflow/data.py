@@ -46,19 +46,26 @@ def _find(data_dir, stem):
     return os.path.join(data_dir, stem + ".gz")
 
 
-def load_mnist(batch_size=100, data_dir=None, **unused):
+def load_mnist(train_batch_size=100, test_batch_size=None, data_dir=None, batch_size=None, **unused):
     """((train_images, train_labels), (test_images, test_labels)); images float32
-    (n_batches, batch, 1, 28, 28) in [0, 1], labels int32 (n_batches, batch)."""
+    (n_batches, batch, 1, 28, 28) in [0, 1], labels int32 (n_batches, batch). OneFlow's
+    arguments: train_batch_size (first, as the seeds pass it), test_batch_size (default: the
+    train one); a remainder that does not fill a batch is dropped. Download arguments are ignored:
+    the files come from data_dir or Debian's dataset-fashion-mnist."""
+    train_batch = int(batch_size or train_batch_size)
+    test_batch = int(test_batch_size or train_batch)
+    if train_batch <= 0 or test_batch <= 0:
+        raise ValueError("load_mnist: batch sizes must be positive, got %d and %d" % (train_batch, test_batch))
     data_dir = data_dir or DEFAULT_DIR
     arrays = {k: read_idx(_find(data_dir, v)) for k, v in _FILES.items()}
 
-    def batch(images, labels, kind):
+    def batch(images, labels, kind, size):
         if images.shape[0] != labels.shape[0]:
             raise ValueError("MNIST %s set: %d images but %d labels in %s" % (kind, images.shape[0], labels.shape[0], data_dir))
-        n = images.shape[0] // batch_size
-        x = (images[:n * batch_size].astype(np.float32) / 255.0).reshape(n, batch_size, 1, images.shape[1], images.shape[2])
-        y = labels[:n * batch_size].astype(np.int32).reshape(n, batch_size)
+        n = images.shape[0] // size
+        x = (images[:n * size].astype(np.float32) / 255.0).reshape(n, size, 1, images.shape[1], images.shape[2])
+        y = labels[:n * size].astype(np.int32).reshape(n, size)
         return x, y
 
-    return (batch(arrays["train_images"], arrays["train_labels"], "train"),
-            batch(arrays["test_images"], arrays["test_labels"], "test"))
+    return (batch(arrays["train_images"], arrays["train_labels"], "train", train_batch),
+            batch(arrays["test_images"], arrays["test_labels"], "test", test_batch))

@@ -93,3 +93,26 @@ def test_default_data_type_of_function_config_sets_variable_dtype():
     assert out.dtype == np.float64
     assert flow.get_all_variables()["f64-w"].dtype == np.float64
     np.testing.assert_array_equal(out, [0.5, 1.5])
+
+
+def test_load_mnist_separate_test_batch_size(tmp_path):
+    import struct
+
+    def write(name, array):
+        header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(">" + "I" * array.ndim, *array.shape)
+        with open(str(tmp_path / name), "wb") as f:  # plain (not gzip) IDX this time
+            f.write(header + array.astype(np.uint8).tobytes())
+
+    rng = np.random.default_rng(0)
+    write("train-images-idx3-ubyte", rng.integers(0, 256, (9, 28, 28)))
+    write("train-labels-idx1-ubyte", rng.integers(0, 10, 9))
+    write("t10k-images-idx3-ubyte", rng.integers(0, 256, (6, 28, 28)))
+    write("t10k-labels-idx1-ubyte", rng.integers(0, 10, 6))
+    (xi, yi), (xt, yt) = flow.data.load_mnist(4, test_batch_size=3, data_dir=str(tmp_path))
+    assert xi.shape == (2, 4, 1, 28, 28) and yi.shape == (2, 4)  # the ninth image does not fill a batch
+    assert xt.shape == (2, 3, 1, 28, 28) and yt.shape == (2, 3)
+    assert 0.0 <= xi.min() and xi.max() <= 1.0
+    with open(str(tmp_path / "train-images-idx3-ubyte"), "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(ValueError, match="train-images-idx3-ubyte"):
+        flow.data.load_mnist(4, data_dir=str(tmp_path))

@@ -194,3 +194,33 @@ def test_forward_and_gradient(case):
             minus[i][idx] -= eps
             numeric[idx] = (float(loss_job(*plus, *fixed, r)) - float(loss_job(*minus, *fixed, r))) / (2 * eps)
         np.testing.assert_allclose(grads[i], numeric, rtol=1e-6, atol=1e-7, err_msg="%s d/da%d" % (case_id, i))
+
+
+# Ops without a gradient (integer outputs or inputs): the forward only.
+FORWARD_ONLY = [
+    ("argmax", lambda a: flow.math.argmax(a, axis=1), lambda a: a.argmax(1), np.array([[1., 5., 2.], [7., 0., 7.]])),
+    ("argmax_axis0", lambda a: flow.argmax(a, axis=0), lambda a: a.argmax(0), np.array([[1., 5., 2.], [7., 0., 7.]])),
+    ("cast_to_int32", lambda a: flow.cast(a, flow.int32), lambda a: a.astype(np.int32), np.array([[1.7, -2.7, 0.2]])),
+    ("cast_to_float32", lambda a: flow.cast(a, flow.float32), lambda a: a.astype(np.float32), np.array([[1.25, -3.5]])),
+    ("one_hot", lambda a: flow.one_hot(flow.cast(a, flow.int32), depth=4),
+     lambda a: np.eye(4, dtype=np.float32)[a.astype(int)], np.array([[0., 3.], [2., 1.]])),
+    ("one_hot_values", lambda a: flow.one_hot(flow.cast(a, flow.int32), depth=3, on_value=5, off_value=-1,
+                                              dtype=flow.float64),
+     lambda a: np.where(np.eye(3)[a.astype(int)] > 0, 5.0, -1.0), np.array([2., 0.])),
+]
+
+
+@pytest.mark.parametrize("case", FORWARD_ONLY, ids=[c[0] for c in FORWARD_ONLY])
+def test_forward_only(case):
+    case_id, fn, ref, x = case
+    job = flow.global_function()(_forward_job(fn, x.shape))
+    got, expected = job(x), ref(x)
+    assert got.shape == expected.shape, (got.shape, expected.shape)
+    assert np.issubdtype(got.dtype, np.integer) == np.issubdtype(expected.dtype, np.integer), (got.dtype, expected.dtype)
+    np.testing.assert_array_equal(got, expected, err_msg=case_id)
+
+
+def _forward_job(fn, shape):
+    def forward(a: tp.Numpy.Placeholder(shape, dtype=F64)) -> tp.Numpy:
+        return fn(a)
+    return forward
