@@ -105,14 +105,21 @@ Status CompiledJob::Run(const std::vector<TensorView>& inputs, const std::vector
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
+  std::atomic<bool> finished_flag{false};
   Status result;
   AF_RETURN_IF_ERROR(Push(inputs, outputs, [&](int64_t, const Status& status) {
                        std::lock_guard<std::mutex> lock(mu);
                        result = status;
                        finished = true;
+                       finished_flag.store(true, std::memory_order_release);
                        cv.notify_all();
                      }).status());
-  std::unique_lock<std::mutex> lock(mu);
+  // A short call comes back in tens of microseconds; blocking at once would add a thread
+  // wake-up on each side. Poll briefly (yielding the core to the actors), then block.
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+  while (!finished_flag.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until)
+    std::this_thread::yield();
+  std::unique_lock<std::mutex> lock(mu);  // also waits until the callback has left its lock
   cv.wait(lock, [&] { return finished; });
   return result;
 }
