@@ -128,12 +128,21 @@ class AutodiffPass : public Pass {
       if (!found) return InvalidArgument("optimizer variable '" + v + "' is not used by job '" + graph.job_name() + "'");
     }
 
+    // OneFlow's loss semantics: each loss's gradient starts as ones (so watch_diff shows the
+    // undivided gradient); the update ops divide variable gradients by the loss's number of
+    // elements (OptimizerPass), which must therefore agree across losses.
     GradientTable table(graph);
+    int64_t loss_elements = -1;
     for (const std::string& loss : graph.losses()) {
       AF_ASSIGN_OR_RETURN(TensorDesc desc, graph.Desc(loss));
       AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(loss));
+      if (loss_elements >= 0 && desc.num_elements() != loss_elements)
+        return InvalidArgument("losses of job '" + graph.job_name() + "' must have the same number of elements (" +
+                               std::to_string(loss_elements) + " vs " + std::to_string(desc.num_elements()) + " for '" +
+                               loss + "' at " + resolved.first->location + ")");
+      loss_elements = desc.num_elements();
       Attrs attrs{{"shape", std::vector<int64_t>(desc.shape.begin(), desc.shape.end())},
-                  {"value", 1.0 / static_cast<double>(std::max<int64_t>(desc.num_elements(), 1))},
+                  {"value", 1.0},
                   {"dtype", std::string(DTypeName(desc.dtype))}};
       std::string location = resolved.first->location;
       AF_ASSIGN_OR_RETURN(const Node* seed, graph.AddOp("constant", resolved.first->name + "-grad-seed", {}, attrs, location,

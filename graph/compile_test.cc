@@ -38,10 +38,10 @@ TEST(AutodiffTest, MlpGetsTheExpectedBackwardOps) {
     ASSERT_TRUE(g.gradients().count(var)) << var;
     EXPECT_EQ(ValueOrDie(g.Desc(g.gradients().at(var))), ValueOrDie(g.Desc(var))) << var;
   }
-  // The seed is ones / number of loss elements (a per-sample loss trains like its mean).
+  // The seed is ones (OneFlow); the updates divide by the number of loss elements instead.
   const Node* seed = g.FindNode("loss-grad-seed");
   ASSERT_NE(seed, nullptr);
-  EXPECT_DOUBLE_EQ(ValueOrDie(seed->attrs.GetFloat("value")), 0.25);
+  EXPECT_DOUBLE_EQ(ValueOrDie(seed->attrs.GetFloat("value")), 1.0);
   EXPECT_EQ(seed->location, "mlp.py:5");
 }
 
@@ -84,6 +84,7 @@ TEST(OptimizerTest, MomentumAddsStateUpdatesAndTheLearningRateFeed) {
     const Node* update = g.FindNode(std::string(var) + "-update");
     ASSERT_NE(update, nullptr) << var;
     EXPECT_EQ(update->type, "momentum_update");
+    EXPECT_DOUBLE_EQ(ValueOrDie(update->attrs.GetFloat("grad_scale")), 0.25) << "updates divide by the 4 loss elements";
     EXPECT_EQ(update->inputs[0], std::string(var) + "/out");
     EXPECT_EQ(update->inputs.back(), "learning_rate/out");
     const Node* state = g.FindNode(std::string(var) + "-momentum");

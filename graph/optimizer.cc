@@ -84,11 +84,16 @@ class OptimizerPass : public Pass {
     if (updates.empty())
       return InvalidArgument("train job '" + graph.job_name() + "': no trainable variable receives a gradient from the loss");
     std::string location = graph.Resolve(graph.losses()[0]).value().first->location;
+    // Gradients arrive summed over the loss's elements (its gradient starts as ones); the
+    // update divides by their number, so a per-sample loss trains like its mean.
+    AF_ASSIGN_OR_RETURN(TensorDesc loss_desc, graph.Desc(graph.losses()[0]));
+    const double loss_elements = static_cast<double>(std::max<int64_t>(loss_desc.num_elements(), 1));
 
     if (spec->clip_norm > 0) {
       std::vector<std::string> grads;
       for (const auto& u : updates) grads.push_back(u.second);
-      AF_ASSIGN_OR_RETURN(std::string scale, ClipScale(graph, grads, spec->clip_norm, location));
+      // The norm is of the summed gradients: clip at clip_norm times the element count.
+      AF_ASSIGN_OR_RETURN(std::string scale, ClipScale(graph, grads, spec->clip_norm * loss_elements, location));
       for (auto& u : updates) {
         AF_ASSIGN_OR_RETURN(const Node* clipped, graph.AddOp("mul", "clip-scaled", {u.second, scale}, {}, location));
         u.second = clipped->output_ref(0);
@@ -99,7 +104,7 @@ class OptimizerPass : public Pass {
       Node var = *graph.Resolve(var_ref).value().first;
       std::string type;
       std::vector<std::string> inputs = {var_ref, grad};
-      Attrs attrs{{"weight_decay", spec->weight_decay}};
+      Attrs attrs{{"weight_decay", spec->weight_decay}, {"grad_scale", 1.0 / loss_elements}};
       if (spec->type == "sgd") {
         type = "sgd_update";
       } else if (spec->type == "momentum") {

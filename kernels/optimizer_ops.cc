@@ -41,11 +41,12 @@ void RegisterOptimizerOps(OpRegistry& registry) {
   Register(registry, "sgd_update", {"var", "grad", "lr"}, {0}, [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
     float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    float gs = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
       const float* __restrict g = c.input(1).as<float>();
       float lr = *c.input(2).as<float>();
-      for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+      for (int64_t i = 0; i < n; ++i) w[i] -= lr * ((gs * g[i]) + wd * w[i]);
       return Status::Ok();
     });
   }, "var -= lr * (grad + weight_decay * var)");
@@ -54,13 +55,14 @@ void RegisterOptimizerOps(OpRegistry& registry) {
     int64_t n = init.inputs[0].num_elements();
     float beta = static_cast<float>(init.attrs.GetFloatOr("beta", 0.9));
     float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    float gs = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
       const float* __restrict g = c.input(1).as<float>();
       float* __restrict m = c.input(2).as<float>();
       float lr = *c.input(3).as<float>();
       for (int64_t i = 0; i < n; ++i) {
-        m[i] = beta * m[i] - lr * (g[i] + wd * w[i]);
+        m[i] = beta * m[i] - lr * ((gs * g[i]) + wd * w[i]);
         w[i] += m[i];
       }
       return Status::Ok();
@@ -73,6 +75,7 @@ void RegisterOptimizerOps(OpRegistry& registry) {
     float b2 = static_cast<float>(init.attrs.GetFloatOr("beta2", 0.999));
     float eps = static_cast<float>(init.attrs.GetFloatOr("epsilon", 1e-8));
     float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    float gs = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
     bool decoupled = init.attrs.GetBoolOr("decoupled_weight_decay", false);
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
@@ -81,7 +84,7 @@ void RegisterOptimizerOps(OpRegistry& registry) {
       float* __restrict v = c.input(3).as<float>();
       float lr = *c.input(4).as<float>();
       for (int64_t i = 0; i < n; ++i) {
-        float gi = decoupled ? g[i] : g[i] + wd * w[i];
+        float gi = decoupled ? (gs * g[i]) : (gs * g[i]) + wd * w[i];
         m[i] = b1 * m[i] + (1 - b1) * gi;
         v[i] = b2 * v[i] + (1 - b2) * gi * gi;
         float step = m[i] / (std::sqrt(v[i]) + eps);
@@ -98,13 +101,14 @@ void RegisterOptimizerOps(OpRegistry& registry) {
     float decay = static_cast<float>(init.attrs.GetFloatOr("decay_rate", 0.99));
     float eps = static_cast<float>(init.attrs.GetFloatOr("epsilon", 1e-8));
     float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    float gs = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
       const float* __restrict g = c.input(1).as<float>();
       float* __restrict s = c.input(2).as<float>();
       float lr = *c.input(3).as<float>();
       for (int64_t i = 0; i < n; ++i) {
-        float gi = g[i] + wd * w[i];
+        float gi = (gs * g[i]) + wd * w[i];
         s[i] = decay * s[i] + (1 - decay) * gi * gi;
         w[i] -= lr * gi / (std::sqrt(s[i]) + eps);
       }
@@ -121,6 +125,7 @@ void RegisterOptimizerOps(OpRegistry& registry) {
     float b2 = static_cast<float>(init.attrs.GetFloatOr("beta2", 0.999));
     float eps = static_cast<float>(init.attrs.GetFloatOr("epsilon", 1e-6));
     float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    float gs = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
       const float* __restrict g = c.input(1).as<float>();
@@ -129,8 +134,8 @@ void RegisterOptimizerOps(OpRegistry& registry) {
       float lr = *c.input(4).as<float>();
       double w_norm = 0, r_norm = 0;
       for (int64_t i = 0; i < n; ++i) {
-        m[i] = b1 * m[i] + (1 - b1) * g[i];
-        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        m[i] = b1 * m[i] + (1 - b1) * (gs * g[i]);
+        v[i] = b2 * v[i] + (1 - b2) * (gs * g[i]) * (gs * g[i]);
         float r = m[i] / (std::sqrt(v[i]) + eps) + wd * w[i];
         w_norm += static_cast<double>(w[i]) * w[i];
         r_norm += static_cast<double>(r) * r;

@@ -131,7 +131,9 @@ def test_watch_and_watch_diff_seed_004():
     h = np.maximum(x.astype(np.float64) @ params[0].T + params[1], 0)
     assert len(seen) == 2 and len(diffs) == 2
     assert diffs[-1].shape == (B, C) and diffs[-1].dtype == np.float32
-    np.testing.assert_allclose(diffs[-1], dlogits, rtol=1e-4, atol=1e-6)
+    # OneFlow semantics: the loss's gradient starts as ones, so watch_diff shows the undivided
+    # p - onehot; only the variables' updates are divided by the number of loss elements.
+    np.testing.assert_allclose(diffs[-1], dlogits * B, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(seen[-1], h, rtol=1e-4, atol=1e-6)
 
     # seed 004's relu watch in a job returning None
@@ -220,3 +222,20 @@ def test_load_mnist_from_small_idx_files(tmp_path):
         flow.data.load_mnist(5, data_dir=str(tmp_path))
     with pytest.raises(FileNotFoundError, match="nowhere"):
         flow.data.load_mnist(5, data_dir=str(tmp_path / "nowhere"))
+
+
+def test_global_norm_clipping_matches_numpy():
+    clip = 0.05
+    job = mlp_job(lambda: flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0,
+                                             grad_clipping=flow.optimizer.grad_clipping.by_global_norm(clip)))
+    job(*data(100))
+    params = initial_weights()
+    for step in range(3):
+        x, y = data(step)
+        job(x, y)
+        _, _, grads = numpy_grads(*params, x.astype(np.float64), y)
+        norm = np.sqrt(sum(float((g * g).sum()) for g in grads))
+        assert norm > clip  # the clip is active in this test
+        params = [p - 0.1 * g * clip / max(norm, clip) for p, g in zip(params, grads)]
+    for got, want in zip(initial_weights(), params):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
