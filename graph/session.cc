@@ -249,7 +249,11 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builde
   // One thread budget (ARCHITECTURE.md): workers x kernel threads stays within num_threads,
   // resolved as the runtime resolves it, so each kernel gets the share the runtime assumes.
   const int budget = options.num_threads > 0 ? options.num_threads : std::max(1u, std::thread::hardware_concurrency());
-  const int workers = options.num_workers > 0 ? options.num_workers : budget;
+  // Default for compiled jobs: one actor worker and the whole budget inside each kernel. A
+  // training step is mostly a chain of large kernels, so intra-op threads use the cores
+  // better than running actors side by side, and one worker saves a thread wake-up per hop
+  // (measured on 2 cores: MLP train step 1.5 ms vs 2.1-2.5 ms with 2 workers x 1 thread).
+  const int workers = options.num_workers > 0 ? options.num_workers : 1;
   const int kernel_threads = options.kernel_threads > 0 ? options.kernel_threads : std::max(1, budget / workers);
   RuntimeHooks hooks;
   hooks.make_kernel = [plan, kernel_threads](const plan::Task& task) -> StatusOr<KernelFn> {
@@ -276,7 +280,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builde
   };
   RuntimeOptions runtime_options;
   runtime_options.num_threads = options.num_threads;
-  runtime_options.num_workers = options.num_workers;
+  runtime_options.num_workers = workers;
   runtime_options.kernel_threads = kernel_threads;
   if (!options.trace_path.empty()) {
     job->recorder_ = std::make_unique<ChromeTraceRecorder>();
