@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages actorflow needs, only those missing. Idempotent.
-# Usage: scripts/setup.sh [--test]   (--test adds what the tests need, e.g. chromium)
+# Usage: scripts/setup.sh [--test|--bench]   (adds what the tests or benchmarks need: chromium, python3-torch)
 set -euo pipefail
 
 packages=(
@@ -12,11 +12,10 @@ packages=(
   python3-numpy python3-pytest python3-tqdm python3-matplotlib
   graphviz dataset-fashion-mnist
 )
+# Tests render the trace viewer in Chromium and check some layers against PyTorch;
+# benchmarks compare with PyTorch side by side.
 if [[ "${1:-}" == "--test" || "${1:-}" == "--bench" ]]; then
-  packages+=(chromium)
-fi
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch)
+  packages+=(chromium python3-torch)
 fi
 
 missing=()
