@@ -35,34 +35,46 @@ void Register(OpRegistry& registry, const std::string& type, std::vector<std::st
   registry.Register(std::move(def));
 }
 
+// Hyperparameters every update reads once, at kernel creation. grad_scale is 1 / the loss's
+// element count (the compiler's OneFlow loss semantics); the effective gradient is
+// grad_scale * grad.
+struct Hyper {
+  float wd, gs, beta, b1, b2, eps, decay;
+  explicit Hyper(const Attrs& a, double default_eps = 1e-8)
+      : wd(static_cast<float>(a.GetFloatOr("weight_decay", 0))),
+        gs(static_cast<float>(a.GetFloatOr("grad_scale", 1.0))),
+        beta(static_cast<float>(a.GetFloatOr("beta", 0.9))),
+        b1(static_cast<float>(a.GetFloatOr("beta1", 0.9))),
+        b2(static_cast<float>(a.GetFloatOr("beta2", 0.999))),
+        eps(static_cast<float>(a.GetFloatOr("epsilon", default_eps))),
+        decay(static_cast<float>(a.GetFloatOr("decay_rate", 0.99))) {}
+};
+
 }  // namespace
 
 void RegisterOptimizerOps(OpRegistry& registry) {
   Register(registry, "sgd_update", {"var", "grad", "lr"}, {0}, [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
-    float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
-    float gs = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
+    Hyper h(init.attrs);
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
       const float* __restrict g = c.input(1).as<float>();
       float lr = *c.input(2).as<float>();
-      for (int64_t i = 0; i < n; ++i) w[i] -= lr * ((gs * g[i]) + wd * w[i]);
+      for (int64_t i = 0; i < n; ++i) w[i] -= lr * (h.gs * g[i] + h.wd * w[i]);
       return Status::Ok();
     });
   }, "var -= lr * (grad + weight_decay * var)");
 
   Register(registry, "momentum_update", {"var", "grad", "momentum", "lr"}, {0, 2}, [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
-    float beta = static_cast<float>(init.attrs.GetFloatOr("beta", 0.9));
-    float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
-    float gs = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
+    Hyper h(init.attrs);
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
       const float* __restrict g = c.input(1).as<float>();
       float* __restrict m = c.input(2).as<float>();
       float lr = *c.input(3).as<float>();
       for (int64_t i = 0; i < n; ++i) {
-        m[i] = beta * m[i] - lr * ((gs * g[i]) + wd * w[i]);
+        m[i] = h.beta * m[i] - lr * (h.gs * g[i] + h.wd * w[i]);
         w[i] += m[i];
       }
       return Status::Ok();
@@ -71,11 +83,7 @@ void RegisterOptimizerOps(OpRegistry& registry) {
 
   Register(registry, "adam_update", {"var", "grad", "m", "v", "lr"}, {0, 2, 3}, [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
-    float b1 = static_cast<float>(init.attrs.GetFloatOr("beta1", 0.9));
-    float b2 = static_cast<float>(init.attrs.GetFloatOr("beta2", 0.999));
-    float eps = static_cast<float>(init.attrs.GetFloatOr("epsilon", 1e-8));
-    float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
-    float gs = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
+    Hyper h(init.attrs);
     bool decoupled = init.attrs.GetBoolOr("decoupled_weight_decay", false);
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
@@ -84,11 +92,11 @@ void RegisterOptimizerOps(OpRegistry& registry) {
       float* __restrict v = c.input(3).as<float>();
       float lr = *c.input(4).as<float>();
       for (int64_t i = 0; i < n; ++i) {
-        float gi = decoupled ? (gs * g[i]) : (gs * g[i]) + wd * w[i];
-        m[i] = b1 * m[i] + (1 - b1) * gi;
-        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-        float step = m[i] / (std::sqrt(v[i]) + eps);
-        if (decoupled) step += wd * w[i];
+        float gi = decoupled ? h.gs * g[i] : h.gs * g[i] + h.wd * w[i];
+        m[i] = h.b1 * m[i] + (1 - h.b1) * gi;
+        v[i] = h.b2 * v[i] + (1 - h.b2) * gi * gi;
+        float step = m[i] / (std::sqrt(v[i]) + h.eps);
+        if (decoupled) step += h.wd * w[i];
         w[i] -= lr * step;
       }
       return Status::Ok();
@@ -98,19 +106,16 @@ void RegisterOptimizerOps(OpRegistry& registry) {
 
   Register(registry, "rmsprop_update", {"var", "grad", "mean_square", "lr"}, {0, 2}, [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
-    float decay = static_cast<float>(init.attrs.GetFloatOr("decay_rate", 0.99));
-    float eps = static_cast<float>(init.attrs.GetFloatOr("epsilon", 1e-8));
-    float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
-    float gs = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
+    Hyper h(init.attrs);
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
       const float* __restrict g = c.input(1).as<float>();
       float* __restrict s = c.input(2).as<float>();
       float lr = *c.input(3).as<float>();
       for (int64_t i = 0; i < n; ++i) {
-        float gi = (gs * g[i]) + wd * w[i];
-        s[i] = decay * s[i] + (1 - decay) * gi * gi;
-        w[i] -= lr * gi / (std::sqrt(s[i]) + eps);
+        float gi = h.gs * g[i] + h.wd * w[i];
+        s[i] = h.decay * s[i] + (1 - h.decay) * gi * gi;
+        w[i] -= lr * gi / (std::sqrt(s[i]) + h.eps);
       }
       return Status::Ok();
     });
@@ -121,11 +126,7 @@ void RegisterOptimizerOps(OpRegistry& registry) {
   // m, v and accumulates both norms, the second recomputes r from them.
   Register(registry, "lamb_update", {"var", "grad", "m", "v", "lr"}, {0, 2, 3}, [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
-    float b1 = static_cast<float>(init.attrs.GetFloatOr("beta1", 0.9));
-    float b2 = static_cast<float>(init.attrs.GetFloatOr("beta2", 0.999));
-    float eps = static_cast<float>(init.attrs.GetFloatOr("epsilon", 1e-6));
-    float wd = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
-    float gs = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
+    Hyper h(init.attrs, 1e-6);
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
       const float* __restrict g = c.input(1).as<float>();
@@ -134,15 +135,16 @@ void RegisterOptimizerOps(OpRegistry& registry) {
       float lr = *c.input(4).as<float>();
       double w_norm = 0, r_norm = 0;
       for (int64_t i = 0; i < n; ++i) {
-        m[i] = b1 * m[i] + (1 - b1) * (gs * g[i]);
-        v[i] = b2 * v[i] + (1 - b2) * (gs * g[i]) * (gs * g[i]);
-        float r = m[i] / (std::sqrt(v[i]) + eps) + wd * w[i];
+        float gi = h.gs * g[i];
+        m[i] = h.b1 * m[i] + (1 - h.b1) * gi;
+        v[i] = h.b2 * v[i] + (1 - h.b2) * gi * gi;
+        float r = m[i] / (std::sqrt(v[i]) + h.eps) + h.wd * w[i];
         w_norm += static_cast<double>(w[i]) * w[i];
         r_norm += static_cast<double>(r) * r;
       }
       float trust = (w_norm > 0 && r_norm > 0) ? static_cast<float>(std::sqrt(w_norm / r_norm)) : 1.0f;
       float step = lr * trust;
-      for (int64_t i = 0; i < n; ++i) w[i] -= step * (m[i] / (std::sqrt(v[i]) + eps) + wd * w[i]);
+      for (int64_t i = 0; i < n; ++i) w[i] -= step * (m[i] / (std::sqrt(v[i]) + h.eps) + h.wd * w[i]);
       return Status::Ok();
     });
   }, "LAMB: r = m/(sqrt(v)+eps) + wd*var; var -= lr * (||var||/||r||) * r");

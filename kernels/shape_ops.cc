@@ -51,6 +51,14 @@ struct MakeGather {
   KernelFn operator()(StridedLoop loop, int64_t base) { return GatherKernel<T>(loop, base); }
 };
 
+// reshape and flatten only relabel the shape: the gradient is dy reshaped back to x's shape.
+Status GradReshapeBack(GradBuilder& g) {
+  const Shape& s = g.input_desc(0).shape;
+  AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("reshape", {g.output_grad(0)}, Attrs{{"shape", std::vector<int64_t>(s.begin(), s.end())}}));
+  g.SetInputGrad(0, dx);
+  return Status::Ok();
+}
+
 void RegisterReshape(OpRegistry& registry) {
   OpDef def;
   def.type = "reshape";
@@ -81,12 +89,7 @@ void RegisterReshape(OpRegistry& registry) {
     return Status::Ok();
   };
   def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> { return CopyKernel(init.inputs[0].byte_size()); };
-  def.grad = [](GradBuilder& g) -> Status {
-    const Shape& s = g.input_desc(0).shape;
-    AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("reshape", {g.output_grad(0)}, Attrs{{"shape", std::vector<int64_t>(s.begin(), s.end())}}));
-    g.SetInputGrad(0, dx);
-    return Status::Ok();
-  };
+  def.grad = GradReshapeBack;
   def.sbp_signatures = {"S(0)->S(0) when dim 0 is kept", "B->B"};
   def.doc = "out = x with attr `shape` (one -1 allowed)";
   registry.Register(std::move(def));
@@ -116,12 +119,7 @@ void RegisterFlattenIdentity(OpRegistry& registry) {
     return Status::Ok();
   };
   def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> { return CopyKernel(init.inputs[0].byte_size()); };
-  def.grad = [](GradBuilder& g) -> Status {
-    const Shape& s = g.input_desc(0).shape;
-    AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("reshape", {g.output_grad(0)}, Attrs{{"shape", std::vector<int64_t>(s.begin(), s.end())}}));
-    g.SetInputGrad(0, dx);
-    return Status::Ok();
-  };
+  def.grad = GradReshapeBack;
   def.sbp_signatures = {"S(0)->S(0)", "B->B"};
   def.doc = "out = x with dims start_dim..end_dim (defaults 0, -1) merged";
   registry.Register(std::move(def));

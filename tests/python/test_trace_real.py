@@ -111,7 +111,8 @@ def run(cmd, **kw):
 def real_trace(tmp_path_factory):
     build = build_dir()
     if build is None:
-        pytest.skip("no actorflow build directory (set ACTORFLOW_BUILD_DIR, or run through ctest)")
+        pytest.fail("no actorflow build directory: set ACTORFLOW_BUILD_DIR or PYTHONPATH=<build>/python "
+                    "(ctest sets the latter)")
     work = tmp_path_factory.mktemp("real")
     prefix, src, bld = work / "prefix", work / "src", work / "build"
     src.mkdir()
