@@ -88,3 +88,18 @@ def torch_blas(torch):
     import re
     m = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
     return "BLAS_INFO=" + (m.group(1) if m else "unknown")
+
+
+def torch_train_step(torch, model):
+    """One SGD (lr 0.1) cross-entropy step of a torch model, as the actorflow train jobs do.
+    `torch` is passed in: this module is imported before torch loads (thread environment)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(torch.from_numpy(x)), torch.from_numpy(y))
+        loss.backward()
+        optimizer.step()
+        return loss.detach().numpy()
+    return step

@@ -58,19 +58,6 @@ def torch_lenet():
                          nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, 10))
 
 
-def torch_train_step(model):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step(x, y):
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(torch.from_numpy(x)), torch.from_numpy(y))
-        loss.backward()
-        optimizer.step()
-        return loss.detach().numpy()
-    return step
-
-
 def torch_predict(model):
     def call(x):
         with torch.no_grad():
@@ -84,8 +71,8 @@ def main():
     y = rng.integers(0, 10, size=(BATCH,)).astype(np.int32)
     y64 = y.astype(np.int64)
     t = lambda fn: _common.time_call(fn, ARGS.rounds, ARGS.min_time)  # noqa: E731
-    eager_step = torch_train_step(torch_lenet())
-    jit_step = torch_train_step(torch.jit.trace(torch_lenet(), torch.from_numpy(x)))
+    eager_step = _common.torch_train_step(torch, torch_lenet())
+    jit_step = _common.torch_train_step(torch, torch.jit.trace(torch_lenet(), torch.from_numpy(x)))
     eager_predict = torch_predict(torch_lenet().eval())
     jit_predict = torch_predict(torch.jit.trace(torch_lenet().eval(), torch.from_numpy(x)))
     rows = [

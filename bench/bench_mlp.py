@@ -84,19 +84,6 @@ def torch_predict(model):
     return call
 
 
-def torch_train_step(model):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step(x, y):
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(torch.from_numpy(x)), torch.from_numpy(y))
-        loss.backward()
-        optimizer.step()
-        return loss.detach().numpy()
-    return step
-
-
 def sgemm_rate():
     """FLOP/s of a large float32 GEMM with the same threads, the best of numpy's BLAS, torch.mm
     and an actorflow matmul job (oneDNN): the machine's practical peak."""
@@ -137,10 +124,10 @@ def main():
     x = rng.random((100, 1, 28, 28), dtype=np.float32)
     y = rng.integers(0, OUT, size=(100,)).astype(np.int32)
     y64 = y.astype(np.int64)
-    eager_step = torch_train_step(torch_model())
+    eager_step = _common.torch_train_step(torch, torch_model())
     jit_model = torch.jit.trace(torch_model(), torch.from_numpy(x))
-    jit_step = torch_train_step(jit_model)
-    mm_step = torch_train_step(MatmulMLP())
+    jit_step = _common.torch_train_step(torch, jit_model)
+    mm_step = _common.torch_train_step(torch, MatmulMLP())
     train = {"actorflow": t(lambda: train_job(x, y)),
              "torch eager": t(lambda: eager_step(x, y64)),
              "torch.jit": t(lambda: jit_step(x, y64)),
