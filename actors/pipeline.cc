@@ -15,6 +15,7 @@ struct Pipeline::Impl {
   std::vector<Port> outputs;
   std::unique_ptr<ChromeTraceRecorder> recorder;
   std::string trace_path;
+  RuntimeObserver* observer = nullptr;  // the recorder or the caller's
   std::unique_ptr<Runtime> runtime;
   int feeds = 0;
   Status build_error;
@@ -56,13 +57,13 @@ Port Pipeline::AddInput(const std::string& name, TensorDesc desc, int register_n
 }
 
 Port Pipeline::AddStage(const std::string& name, std::vector<Port> inputs, std::vector<TensorDesc> outputs, StageFn fn,
-                        int register_num) {
+                        int register_num, const std::string& op) {
   int node = impl_->plan.tasks_size();
   plan::Task* task = impl_->plan.add_tasks();
   task->set_id(node);
   task->set_name(name);
   task->set_kind(plan::COMPUTE);
-  task->set_op_type("stage");
+  task->set_op_type(op.empty() ? name : op);
   task->set_device_type("cpu");
   for (const Port& in : inputs) {
     if (in.node < 0 || in.node >= node || in.output >= impl_->task(in.node).registers_size()) {
@@ -123,7 +124,10 @@ Status Pipeline::Start(PipelineOptions options) {
     impl_->recorder = std::make_unique<ChromeTraceRecorder>();
     impl_->trace_path = options.trace_path;
     runtime_options.observer = impl_->recorder.get();
+  } else {
+    runtime_options.observer = options.observer;
   }
+  impl_->observer = runtime_options.observer;
   RuntimeHooks hooks;
   Impl* impl = impl_.get();
   hooks.make_kernel = [impl](const plan::Task& t) -> StatusOr<KernelFn> {
@@ -163,6 +167,10 @@ Status Pipeline::Finish() {
   Drain();
   if (impl_->recorder) return impl_->recorder->Write(impl_->trace_path);
   return Status::Ok();
+}
+
+void Pipeline::SetTraceRecording(bool on) {
+  if (impl_->observer != nullptr) impl_->observer->set_recording(on);
 }
 
 std::string Pipeline::PlanText() const {

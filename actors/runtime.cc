@@ -272,7 +272,10 @@ Status Runtime::Impl::Instantiate() {
   config_->set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
   config_->set("logger.console", caf::atom("none"));
   // Before any actor exists, so observers need no lock to set up their buffers.
-  if (options_.observer != nullptr) options_.observer->OnPlan(plan_);
+  if (options_.observer != nullptr) {
+    options_.observer->OnPlan(plan_);
+    for (auto& state : states_) state->set_trace_lane(options_.observer->LaneFor(state->task().id()));
+  }
   system_ = std::make_unique<caf::actor_system>(*config_);
   for (auto& state : states_) actors_.push_back(system_->spawn(TaskActor, state.get()));
   // Handles are set before any message flows; the spawn/enqueue of the first message orders

@@ -31,17 +31,20 @@ bool TaskState::outputs_free() const {
 }
 
 void TaskState::NoteIdle(bool just_acted) {
-  if (observer_ == nullptr || finished_) return;
+  if (!tracing() || finished_) {
+    waiting_ = false;  // a wait is only recorded whole
+    return;
+  }
   // A source waits for the host, never for its own registers (the host takes those).
   WaitReason reason = task_.kind() != plan::SOURCE && inputs_ready() ? WaitReason::kOutputRegistersFull
                                                                       : WaitReason::kInputNotReady;
-  // After an act the wait starts where the act ended: one clock read less per act.
-  int64_t now = just_acted ? last_act_end_ns_ : NowNs();
   if (waiting_ && reason == wait_reason_) return;
-  if (waiting_) observer_->OnWait(task_.id(), next_iteration_, wait_reason_, wait_start_ns_, now);
+  // After an act the wait starts where the act ended: no clock read.
+  int64_t now = just_acted ? last_act_end_ : trace_clock::Now();
+  if (waiting_) lane_->Wait(next_iteration_, wait_reason_, wait_start_, now);
   waiting_ = true;
   wait_reason_ = reason;
-  wait_start_ns_ = now;
+  wait_start_ = now;
 }
 
 void TaskState::TryAct(caf::event_based_actor* self) {
@@ -56,12 +59,8 @@ void TaskState::TryAct(caf::event_based_actor* self) {
 // One act: take the head register of every input and a free register of every output, run
 // the kernel (or deliver, for sinks), announce the outputs, ack the inputs.
 void TaskState::Act(caf::event_based_actor* self) {
-  int64_t start = 0;
-  if (observer_ != nullptr) {
-    start = NowNs();
-    if (waiting_) observer_->OnWait(task_.id(), next_iteration_, wait_reason_, wait_start_ns_, start);
-    waiting_ = false;
-  }
+  const bool trace = tracing();
+  const int64_t start = trace ? trace_clock::Now() : 0;
   int64_t iteration = next_iteration_;
   bool failed = false;
   if (!in_edges_.empty()) {
@@ -116,10 +115,7 @@ void TaskState::Act(caf::event_based_actor* self) {
       core_->RecordError(iteration, status.WithContext(where + ", iteration " + std::to_string(iteration)));
     }
   }
-  if (observer_ != nullptr) {
-    last_act_end_ns_ = NowNs();
-    observer_->OnAct(task_.id(), iteration, start, last_act_end_ns_);
-  }
+  if (trace) RecordAct(iteration, start);
   next_iteration_ = iteration + 1;
 
   Emit(self, chosen_registers_, iteration, failed);
@@ -128,6 +124,13 @@ void TaskState::Act(caf::event_based_actor* self) {
     in.pop();
   }
   if (task_.kind() == plan::SINK) core_->SinkDelivered(iteration);
+}
+
+// The act that started at `start` and ends now, with the wait it ended (if any).
+void TaskState::RecordAct(int64_t iteration, int64_t start) {
+  last_act_end_ = trace_clock::Now();
+  lane_->Act(iteration, waiting_, wait_start_, wait_reason_, start, last_act_end_);
+  waiting_ = false;
 }
 
 void TaskState::Emit(caf::event_based_actor* self, const std::vector<int>& regs, int64_t iteration, bool failed) {
@@ -166,17 +169,8 @@ void TaskState::OnAck(caf::event_based_actor* self, int output, int reg) {
 }
 
 void TaskState::OnFill(caf::event_based_actor* self, int reg, int64_t iteration) {
-  int64_t start = 0;
-  if (observer_ != nullptr) {
-    start = NowNs();
-    if (waiting_) observer_->OnWait(task_.id(), iteration, wait_reason_, wait_start_ns_, start);
-    waiting_ = false;
-  }
+  if (tracing()) RecordAct(iteration, trace_clock::Now());
   next_iteration_ = iteration + 1;
-  if (observer_ != nullptr) {
-    last_act_end_ns_ = NowNs();
-    observer_->OnAct(task_.id(), iteration, start, last_act_end_ns_);
-  }
   chosen_registers_[0] = reg;  // a source has exactly one output
   Emit(self, chosen_registers_, iteration, false);
   NoteIdle(true);
@@ -206,6 +200,10 @@ void TaskState::TryFinish(caf::event_based_actor* self) {
     if (outstanding > 0) return;
   }
   finished_ = true;
+  if (waiting_ && tracing()) {  // the last wait: for end of stream, or acks
+    lane_->Wait(next_iteration_, wait_reason_, wait_start_, trace_clock::Now());
+    waiting_ = false;
+  }
   for (const OutputSlots& out : outputs_)
     for (const OutputSlots::Consumer& c : out.consumers) {
       Send(self, c.actor, c.state, eos_atom::value, c.in_edge);

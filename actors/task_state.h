@@ -125,6 +125,7 @@ class TaskState {
   std::vector<DataInput>& data_inputs() { return data_inputs_; }
   void set_kernel(KernelFn kernel) { kernel_ = std::move(kernel); }
   void FinishSetup();  // sizes the kernel's view vectors
+  void set_trace_lane(TraceLane* lane) { lane_ = lane; }  // after the observer's OnPlan
 
   // Message handlers (owning actor).
   void OnReady(caf::event_based_actor* self, int in_edge, int reg, int64_t iteration, bool failed);
@@ -141,6 +142,8 @@ class TaskState {
   void Emit(caf::event_based_actor* self, const std::vector<int>& regs, int64_t iteration, bool failed);
   void TryFinish(caf::event_based_actor* self);
   void NoteIdle(bool just_acted);
+  void RecordAct(int64_t iteration, int64_t start);
+  bool tracing() const { return lane_ != nullptr && observer_->recording(); }
 
   const plan::Task& task_;
   const int index_;
@@ -156,11 +159,12 @@ class TaskState {
   int64_t next_iteration_ = 0;
   int end_of_stream_seen_ = 0;
   bool finished_ = false;
-  // Trace: the wait in progress, if any.
+  // Trace (trace_clock ticks): the wait in progress, if any.
+  TraceLane* lane_ = nullptr;
   bool waiting_ = false;
   WaitReason wait_reason_ = WaitReason::kInputNotReady;
-  int64_t wait_start_ns_ = 0;
-  int64_t last_act_end_ns_ = 0;
+  int64_t wait_start_ = 0;
+  int64_t last_act_end_ = 0;
 };
 
 // What TaskState needs from the runtime, implemented by Runtime::Impl. Thread-safe.

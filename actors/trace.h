@@ -1,33 +1,51 @@
-// The runtime's one observer interface. Every actor reports its acts and waits here;
-// nothing else in the runtime logs. Implementations must be thread-safe: actors call
-// from CAF worker threads concurrently. docs/trace_format.md specifies the JSON written
-// by ChromeTraceRecorder.
+// The runtime's one observer interface. Every actor reports its acts and waits to its own
+// TraceLane (no lock: one writer per lane); nothing else in the runtime logs.
+// docs/trace_format.md specifies the JSON written by ChromeTraceRecorder.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
+
+#include "actors/trace_lane.h"
 
 namespace actorflow {
 namespace plan { class Plan; }
 
-enum class WaitReason { kInputNotReady = 0, kOutputRegistersFull = 1 };
-const char* WaitReasonName(WaitReason reason);  // "input not ready" / "output registers full"
+// The trace clock: cheap enough to read twice per act. Where the kernel itself keeps time
+// with an invariant TSC (x86-64, clocksource "tsc"), a tick is one TSC cycle: rdtsc costs about
+// half of steady_clock::now() here. Elsewhere ticks are steady-clock nanoseconds. Observers
+// convert ticks with TickCalibration (trace_recorder.h).
+namespace trace_clock {
+extern const bool kTscTicks;  // decided once, at start-up
+int64_t SteadyNs();           // steady_clock, in ns
+inline int64_t Now() {
+#if defined(__x86_64__)
+  if (kTscTicks) return static_cast<int64_t>(__builtin_ia32_rdtsc());
+#endif
+  return SteadyNs();
+}
+}  // namespace trace_clock
 
 class RuntimeObserver {
  public:
   virtual ~RuntimeObserver() = default;
   // Called once when a runtime instantiates a plan (before any act).
   virtual void OnPlan(const plan::Plan& plan) {}
-  // One act of task `task_id` for `iteration`, times in ns from a steady clock.
-  virtual void OnAct(int64_t task_id, int64_t iteration, int64_t start_ns, int64_t end_ns) = 0;
-  // A wait of `task_id` that ended at end_ns; `iteration` is the one the actor waited to run.
-  virtual void OnWait(int64_t task_id, int64_t iteration, WaitReason reason, int64_t start_ns, int64_t end_ns) = 0;
+  // The lane the actor of task `task_id` appends its acts and waits to (trace clock ticks,
+  // trace_clock::Now()); nullptr: not observed. Called after OnPlan, before any act; the lane
+  // must stay valid until the runtime is destroyed.
+  virtual TraceLane* LaneFor(int64_t task_id) = 0;
+
+  // Pause and resume recording on a live runtime (any thread): while paused, actors make no
+  // observer call and read no clock. A wait in progress when recording resumes is not recorded.
+  void set_recording(bool on) { recording_.store(on, std::memory_order_relaxed); }
+  bool recording() const { return recording_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> recording_{true};
 };
 
-// Steady-clock nanoseconds, the time base of all observer calls.
+// Steady-clock nanoseconds (wall-clock measurements outside the trace).
 int64_t NowNs();
 
 }  // namespace actorflow

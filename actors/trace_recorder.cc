@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "graph/proto/plan.pb.h"
 
@@ -16,32 +18,39 @@ int64_t NowNs() {
       .count();
 }
 
+namespace trace_clock {
+
+int64_t SteadyNs() { return NowNs(); }
+
+namespace {
+// TSC ticks only where the kernel trusts the TSC as its own clocksource (so it is invariant
+// and synchronized across cores); ACTORFLOW_TRACE_CLOCK=steady forces the portable clock.
+bool UseTsc() {
+#if defined(__x86_64__)
+  if (const char* env = std::getenv("ACTORFLOW_TRACE_CLOCK"); env != nullptr && std::string(env) == "steady")
+    return false;
+  std::ifstream source("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+  std::string name;
+  return source >> name && name == "tsc";
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+const bool kTscTicks = UseTsc();
+
+}  // namespace trace_clock
+
 const char* WaitReasonName(WaitReason reason) {
   return reason == WaitReason::kInputNotReady ? "input not ready" : "output registers full";
 }
 
-// Events of one actor in fixed-size chunks: appending never copies what was recorded (a
-// growing vector would, on the actor's thread, in the middle of a run).
 struct ChromeTraceRecorder::Lane {
-  static constexpr size_t kChunk = 4096;
   int64_t task_id = 0;
   int pid = 0;
   std::string name, op, kind;
-  std::vector<std::unique_ptr<Event[]>> chunks;
-  size_t used = kChunk;  // in the last chunk
-  size_t size = 0;
-
-  void Append(const Event& e) {
-    if (used == kChunk) {
-      chunks.emplace_back(new Event[kChunk]);
-      used = 0;
-    }
-    chunks.back()[used++] = e;
-    ++size;
-  }
-  template <typename F> void ForEach(F&& f) const {
-    for (size_t i = 0; i < size; ++i) f(chunks[i / kChunk][i % kChunk]);
-  }
+  TraceLane events;
 };
 
 namespace {
@@ -80,7 +89,33 @@ int LanePid(const plan::Task& task) {
 
 }  // namespace
 
-ChromeTraceRecorder::ChromeTraceRecorder() : origin_ns_(NowNs()) {}
+namespace {
+
+// One instant read on both clocks: the tick read is the midpoint of two around the ns read.
+void Anchor(int64_t* ticks, int64_t* ns) {
+  const int64_t before = trace_clock::Now();
+  *ns = NowNs();
+  *ticks = before + (trace_clock::Now() - before) / 2;
+}
+
+// Nanoseconds per tick between the recorder's origin and now. TSC ticks are calibrated against
+// the steady clock over at least 20 ms (waiting out the rest for short traces): the anchors'
+// error of well under a microsecond then costs less than 50 ppm.
+double NsPerTick(int64_t origin_ticks, int64_t origin_ns) {
+  if (!trace_clock::kTscTicks) return 1.0;
+  constexpr int64_t kMinSpanNs = 20'000'000;
+  int64_t ticks, ns;
+  Anchor(&ticks, &ns);
+  if (ns - origin_ns < kMinSpanNs) {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(kMinSpanNs - (ns - origin_ns)));
+    Anchor(&ticks, &ns);
+  }
+  return ticks > origin_ticks ? static_cast<double>(ns - origin_ns) / static_cast<double>(ticks - origin_ticks) : 1.0;
+}
+
+}  // namespace
+
+ChromeTraceRecorder::ChromeTraceRecorder() { Anchor(&origin_ticks_, &origin_ns_); }
 
 ChromeTraceRecorder::~ChromeTraceRecorder() {
   for (Lane* lane : lanes_) delete lane;
@@ -97,7 +132,6 @@ void ChromeTraceRecorder::OnPlan(const plan::Plan& plan) {
     lane->kind = KindName(task.kind());
     lane->op = task.op_type().empty() ? lane->kind : task.op_type();
     lanes_.push_back(lane);
-    task_ids_.push_back(task.id());
 
     if (actors.tellp() > 0) actors << ",\n  ";
     actors << "{\"id\":" << task.id() << ",\"name\":\"" << Escape(task.name()) << "\",\"kind\":\"" << lane->kind
@@ -125,29 +159,15 @@ void ChromeTraceRecorder::OnPlan(const plan::Plan& plan) {
   plan_json_actors_ = actors.str();
 }
 
-ChromeTraceRecorder::Lane* ChromeTraceRecorder::LaneOf(int64_t task_id) {
-  // Plans number tasks densely in practice; fall back to a search otherwise.
-  if (task_id >= 0 && task_id < static_cast<int64_t>(lanes_.size()) && lanes_[task_id]->task_id == task_id)
-    return lanes_[task_id];
+TraceLane* ChromeTraceRecorder::LaneFor(int64_t task_id) {
   for (Lane* lane : lanes_)
-    if (lane->task_id == task_id) return lane;
+    if (lane->task_id == task_id) return &lane->events;
   return nullptr;
-}
-
-void ChromeTraceRecorder::OnAct(int64_t task_id, int64_t iteration, int64_t start_ns, int64_t end_ns) {
-  if (Lane* lane = LaneOf(task_id)) lane->Append(Event{start_ns, end_ns, iteration, 0});
-}
-
-void ChromeTraceRecorder::OnWait(int64_t task_id, int64_t iteration, WaitReason reason, int64_t start_ns,
-                                 int64_t end_ns) {
-  if (end_ns - start_ns < 1000) return;  // sub-microsecond waits carry no information
-  if (Lane* lane = LaneOf(task_id))
-    lane->Append(Event{start_ns, end_ns, iteration, static_cast<int8_t>(reason == WaitReason::kInputNotReady ? 1 : 2)});
 }
 
 size_t ChromeTraceRecorder::num_events() const {
   size_t n = 0;
-  for (const Lane* lane : lanes_) n += lane->size;
+  for (const Lane* lane : lanes_) n += lane->events.num_events();
   return n;
 }
 
@@ -178,21 +198,24 @@ std::string ChromeTraceRecorder::ToJson() const {
     out << "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" << lane->pid << ",\"tid\":" << lane->task_id
         << ",\"args\":{\"sort_index\":" << lane->task_id << "}}";
   }
+  const double ns_per_tick = NsPerTick(origin_ticks_, origin_ns_);
+  auto micros = [&](int64_t ticks) { return static_cast<double>(ticks - origin_ticks_) * ns_per_tick / 1000.0; };
   for (const Lane* lane : lanes_) {
     const std::string name = Escape(lane->name), op = Escape(lane->op);
-    lane->ForEach([&](const Event& e) {
-      sep();
-      double ts = (e.start_ns - origin_ns_) / 1000.0, dur = (e.end_ns - e.start_ns) / 1000.0;
-      if (e.kind == 0) {
-        out << "{\"ph\":\"X\",\"cat\":\"act\",\"name\":\"" << op << "\",\"pid\":" << lane->pid << ",\"tid\":" << lane->task_id
-            << ",\"ts\":" << ts << ",\"dur\":" << dur << ",\"args\":{\"iteration\":" << e.iteration << ",\"actor\":\""
-            << name << "\",\"op\":\"" << op << "\",\"kind\":\"" << lane->kind << "\"}}";
-      } else {
-        const char* reason = WaitReasonName(e.kind == 1 ? WaitReason::kInputNotReady : WaitReason::kOutputRegistersFull);
+    lane->events.ForEach([&](const TraceLane::Event& e) {
+      const double wait_ts = micros(e.wait_start), ts = micros(e.start), end = micros(e.end);
+      if (e.waited && ts - wait_ts >= 1.0) {  // sub-microsecond waits carry no information
+        const char* reason = WaitReasonName(e.reason);
+        sep();
         out << "{\"ph\":\"X\",\"cat\":\"wait\",\"name\":\"wait: " << reason << "\",\"pid\":" << lane->pid
-            << ",\"tid\":" << lane->task_id << ",\"ts\":" << ts << ",\"dur\":" << dur
+            << ",\"tid\":" << lane->task_id << ",\"ts\":" << wait_ts << ",\"dur\":" << ts - wait_ts
             << ",\"args\":{\"iteration\":" << e.iteration << ",\"reason\":\"" << reason << "\"}}";
       }
+      if (!e.is_act) return;
+      sep();
+      out << "{\"ph\":\"X\",\"cat\":\"act\",\"name\":\"" << op << "\",\"pid\":" << lane->pid << ",\"tid\":" << lane->task_id
+          << ",\"ts\":" << ts << ",\"dur\":" << end - ts << ",\"args\":{\"iteration\":" << e.iteration
+          << ",\"actor\":\"" << name << "\",\"op\":\"" << op << "\",\"kind\":\"" << lane->kind << "\"}}";
     });
   }
   out << "\n],\n\"actorflow\":{\"version\":1,\"job\":\"" << Escape(job_name_) << "\",\"actors\":[\n  "

@@ -20,25 +20,18 @@ class ChromeTraceRecorder : public RuntimeObserver {
   ChromeTraceRecorder();
   ~ChromeTraceRecorder() override;
   void OnPlan(const plan::Plan& plan) override;
-  void OnAct(int64_t task_id, int64_t iteration, int64_t start_ns, int64_t end_ns) override;
-  void OnWait(int64_t task_id, int64_t iteration, WaitReason reason, int64_t start_ns, int64_t end_ns) override;
+  TraceLane* LaneFor(int64_t task_id) override;
 
   std::string ToJson() const;
   Status Write(const std::string& path) const;  // temp file + rename
-  size_t num_events() const;
+  size_t num_events() const;  // acts + waits recorded (sub-microsecond waits included)
 
  private:
-  struct Event {
-    int64_t start_ns, end_ns, iteration;
-    int8_t kind;  // 0 act, 1 wait: input, 2 wait: backpressure
-  };
   struct Lane;
   std::vector<Lane*> lanes_;     // indexed by task position in the plan
-  std::vector<int64_t> task_ids_;
   std::string plan_json_actors_;
   std::string job_name_;
-  int64_t origin_ns_;
-  Lane* LaneOf(int64_t task_id);
+  int64_t origin_ticks_, origin_ns_;  // one instant on both clocks
 };
 
 }  // namespace actorflow

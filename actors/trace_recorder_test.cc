@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -61,7 +62,7 @@ TEST(ChromeTraceRecorder, WritesTheDocumentedFormat) {
   EXPECT_EQ(fast_actor["id"], 1);
   EXPECT_EQ(fast_actor["name"], "fast");
   EXPECT_EQ(fast_actor["kind"], "compute");
-  EXPECT_EQ(fast_actor["op"], "stage");
+  EXPECT_EQ(fast_actor["op"], "fast");  // a stage's op defaults to its name
   EXPECT_EQ(fast_actor["device"], "cpu:0");
   EXPECT_EQ(fast_actor["machine"], 0);
   EXPECT_EQ(fast_actor["pid"], 0);
@@ -123,6 +124,134 @@ TEST(ChromeTraceRecorder, WritesTheDocumentedFormat) {
   EXPECT_TRUE(wait_reasons[1].count("output registers full")) << "backpressure wait missing";
   EXPECT_TRUE(wait_reasons[3].count("input not ready")) << "the sink waits ~2 ms per iteration for slow";
   std::remove(path.c_str());
+}
+
+// The compact encoding decodes to exactly what was appended: short slots (the wait starts where
+// the previous event ended), and every case that needs the long form.
+TEST(TraceLane, DecodesWhatWasAppended) {
+  using W = WaitReason;
+  std::vector<TraceLane::Event> want = {
+      {0, true, false, W::kInputNotReady, 1000, 1000, 1500},                  // first event: long form
+      {1, true, true, W::kInputNotReady, 1500, 1700, 1900},                   // short
+      {2, true, true, W::kOutputRegistersFull, 1900, 1900, 2000},             // zero-length wait
+      {3, false, true, W::kOutputRegistersFull, 2000, 2600, 2600},            // a wait alone
+      {3, true, true, W::kInputNotReady, 2600, 2700, 2800},                   // same iteration again
+      {4, true, true, W::kInputNotReady, 3000, 3100, 3200},                   // wait started later: long
+      {5, true, false, W::kInputNotReady, 3200, 3300, 3400},                  // busy before, gap 100
+      {6, true, true, W::kInputNotReady, 3400, 3400 + (int64_t{1} << 33), (int64_t{1} << 34)},  // long wait
+      {7, true, true, W::kInputNotReady, int64_t{1} << 34, (int64_t{1} << 34) + 5, (int64_t{1} << 35)},  // long act
+      {1, true, true, W::kOutputRegistersFull, int64_t{1} << 35, (int64_t{1} << 35) + 1, (int64_t{1} << 35) + 2},  // step back
+      {int64_t{1} << 60, true, true, W::kInputNotReady, (int64_t{1} << 35) + 2, (int64_t{1} << 35) + 3,
+       (int64_t{1} << 35) + 4},  // a far iteration
+      {int64_t{1} << 60, true, true, W::kInputNotReady, (int64_t{1} << 35) + 4, (int64_t{1} << 35) + 4,
+       (int64_t{1} << 35) + 3},  // end before start (clocks of two cores): long form keeps it
+  };
+  TraceLane lane;
+  for (const auto& e : want) {
+    if (e.is_act)
+      lane.Act(e.iteration, e.waited, e.wait_start, e.reason, e.start, e.end);
+    else
+      lane.Wait(e.iteration, e.reason, e.wait_start, e.end);
+  }
+  // Enough short events to fill several chunks.
+  int64_t t = (int64_t{1} << 35) + 3;
+  for (int64_t i = 0; i < 30000; ++i, t += 7) {
+    want.push_back({i, true, true, i % 3 ? W::kInputNotReady : W::kOutputRegistersFull, t, t + 3, t + 7});
+    lane.Act(i, true, t, want.back().reason, t + 3, t + 7);
+  }
+  std::vector<TraceLane::Event> got;
+  lane.ForEach([&](const TraceLane::Event& e) { got.push_back(e); });
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(lane.num_events(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto &g = got[i], &w = want[i];
+    EXPECT_EQ(g.iteration, w.iteration) << i;
+    EXPECT_EQ(g.is_act, w.is_act) << i;
+    EXPECT_EQ(g.waited, w.waited) << i;
+    if (w.waited) {
+      EXPECT_EQ(g.reason, w.reason) << i;
+      EXPECT_EQ(g.wait_start, w.wait_start) << i;
+    }
+    EXPECT_EQ(g.start, w.start) << i;
+    EXPECT_EQ(g.end, w.end) << i;
+  }
+}
+
+// Trace clock ticks become microseconds: a stage that sleeps 3 ms shows acts of at least 3 ms,
+// and recording paused on a live pipeline records nothing until it resumes.
+TEST(ChromeTraceRecorder, TimesAreCalibratedAndRecordingPauses) {
+  constexpr auto kSleep = std::chrono::milliseconds(3);
+  ChromeTraceRecorder recorder;
+  Pipeline p;
+  Port x = p.AddInput("x", kScalar, 2);
+  Port slow = p.AddStage("slow", {x}, {kScalar}, Copy(kSleep));
+  p.SetOutputs({slow});
+  PipelineOptions options;
+  options.observer = &recorder;
+  ASSERT_TRUE(p.Start(options).ok());
+  float in = 1, out = 0;
+  recorder.set_recording(false);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(p.Run({TensorView{&in, kScalar}}, {TensorView{&out, kScalar}}).ok());
+  recorder.set_recording(true);
+  const int64_t before = NowNs();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(p.Run({TensorView{&in, kScalar}}, {TensorView{&out, kScalar}}).ok());
+  const double elapsed_us = (NowNs() - before) / 1000.0;
+  ASSERT_TRUE(p.Finish().ok());
+
+  json trace = json::parse(recorder.ToJson());
+  std::vector<double> slow_acts;
+  std::set<int64_t> iterations;
+  double first_ts = 1e300, last_end = 0;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["cat"] != "act") continue;
+    iterations.insert(e["args"]["iteration"].get<int64_t>());
+    first_ts = std::min(first_ts, e["ts"].get<double>());
+    last_end = std::max(last_end, e["ts"].get<double>() + e["dur"].get<double>());
+    if (e["args"]["actor"] == "slow") slow_acts.push_back(e["dur"].get<double>());
+  }
+  EXPECT_EQ(iterations, (std::set<int64_t>{3, 4, 5, 6})) << "paused iterations 0-2 must not be recorded";
+  ASSERT_EQ(slow_acts.size(), 4u);
+  for (double dur : slow_acts) {
+    EXPECT_GE(dur, 1000.0 * kSleep.count() * 0.99);  // the sleep, in microseconds
+    EXPECT_LE(dur, elapsed_us);
+  }
+  EXPECT_LE(last_end - first_ts, elapsed_us * 1.01);  // all recorded acts fit in the measured time
+}
+
+// A trace may be written while actors record (each lane publishes whole events): every
+// snapshot parses, and later snapshots hold at least the acts of earlier ones.
+TEST(ChromeTraceRecorder, SnapshotsWhileRunning) {
+  ChromeTraceRecorder recorder;
+  Pipeline p;
+  Port x = p.AddInput("x", kScalar, 2);
+  Port a = p.AddStage("a", {x}, {kScalar}, Copy(std::chrono::microseconds(0)));
+  Port b = p.AddStage("b", {a}, {kScalar}, Copy(std::chrono::microseconds(20)));
+  p.SetOutputs({b});
+  PipelineOptions options;
+  options.observer = &recorder;
+  ASSERT_TRUE(p.Start(options).ok());
+  std::atomic<bool> done{false};
+  std::thread feeder([&] {
+    float in = 1, out = 0;
+    for (int i = 0; i < 300; ++i) (void)p.Push({TensorView{&in, kScalar}}, {TensorView{&out, kScalar}}, nullptr);
+    p.Drain();
+    done = true;
+  });
+  auto count_acts = [&] {
+    json trace = json::parse(recorder.ToJson());
+    size_t acts = 0;
+    for (const json& e : trace["traceEvents"]) acts += e["ph"] == "X" && e["cat"] == "act";
+    return acts;
+  };
+  size_t last_acts = 0;
+  for (int snapshots = 0; !done || snapshots < 2; ++snapshots) {
+    size_t acts = count_acts();
+    EXPECT_GE(acts, last_acts);
+    last_acts = acts;
+  }
+  feeder.join();
+  EXPECT_EQ(count_acts(), 4u * 300);  // source, a, b, sink: all drained
+  ASSERT_TRUE(p.Finish().ok());
 }
 
 TEST(ChromeTraceRecorder, UnwritablePathIsAnError) {

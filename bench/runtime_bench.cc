@@ -2,6 +2,14 @@
 //  - ChainPipelined/N/trace: source -> N no-op actors -> sink, many iterations in flight;
 //    `per_actor_iteration` is wall time / (iterations * N), the figure the target is about
 //    (<= 2 us pipelined). trace=1 records a Chrome trace of the same run.
+//  - TraceOverhead/N/iterations/workers: the recorder's cost on a pipelined chain, measured so
+//    that the shared machine's drift cancels: one runtime with a recorder runs blocks of
+//    iterations (each drained) with recording paused and on, alternating in ABBA order; each
+//    pair gives a ratio, and the counters are the median and quartiles of the pairs' slowdown
+//    in percent (wall time, and process CPU time). With one CAF worker (what compiled jobs use)
+//    and two.
+//  - RecorderPerAct: what the recorder adds to one act, without actors: the clock reads and
+//    the two appends (wait + act) that an observed act costs, in ns.
 //  - ChainLatency/N: one iteration at a time (Run), wall time per iteration.
 //  - CafPingPong: two raw CAF actors bouncing a message; `per_message` is one hop.
 //  - FunctionCall: the same no-op kernel called through its std::function, no actors.
@@ -11,6 +19,9 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <ctime>
 #include <future>
 #include <memory>
 
@@ -49,11 +60,12 @@ plan::Plan ChainPlan(int length, int register_num) {
 
 Status Noop(KernelContext&) { return Status::Ok(); }
 
-std::unique_ptr<Runtime> MakeChain(int length, RuntimeObserver* observer) {
+std::unique_ptr<Runtime> MakeChain(int length, RuntimeObserver* observer, int num_workers = 0) {
   RuntimeHooks hooks;
   hooks.make_kernel = [](const plan::Task&) -> StatusOr<KernelFn> { return KernelFn(Noop); };
   RuntimeOptions options;
   options.observer = observer;
+  options.num_workers = num_workers;
   auto runtime = Runtime::Create(ChainPlan(length, 2), hooks, options);
   if (!runtime.ok()) return nullptr;
   return std::move(runtime).value();
@@ -81,6 +93,92 @@ void ChainPipelined(benchmark::State& state) {
 BENCHMARK(ChainPipelined)->Args({1, 0})->Args({1, 1})->Iterations(50000)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(ChainPipelined)->Args({10, 0})->Args({10, 1})->Iterations(20000)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(ChainPipelined)->Args({100, 0})->Args({100, 1})->Iterations(2000)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+double CpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// One timed block of `iterations` through a live chain, drained at the end: {wall s, CPU s}.
+std::pair<double, double> TimedBlock(Runtime& runtime, int64_t iterations) {
+  float in = 1, out = 0;
+  std::vector<TensorView> inputs{{&in, kScalar}}, outputs{{&out, kScalar}};
+  const double cpu0 = CpuSeconds();
+  const int64_t t0 = NowNs();
+  for (int64_t i = 0; i < iterations; ++i)
+    if (!runtime.Push(inputs, outputs, nullptr).ok()) return {-1, -1};
+  runtime.Drain();
+  return {1e-9 * static_cast<double>(NowNs() - t0), CpuSeconds() - cpu0};
+}
+
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+void TraceOverhead(benchmark::State& state) {
+  const int length = static_cast<int>(state.range(0));
+  const int64_t iterations = state.range(1);
+  const int workers = static_cast<int>(state.range(2));
+  constexpr int kPairs = 60;
+  std::vector<double> wall_pct, cpu_pct;
+  for (auto _ : state) {
+    ChromeTraceRecorder recorder;
+    auto runtime = MakeChain(length, &recorder, workers);
+    if (!runtime) return state.SkipWithError("Runtime::Create failed");
+    TimedBlock(*runtime, iterations);  // warm-up: thread start-up, first touch
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const bool trace_first = pair % 4 == 1 || pair % 4 == 2;  // ABBA BAAB ...
+      recorder.set_recording(trace_first);
+      auto first = TimedBlock(*runtime, iterations);
+      recorder.set_recording(!trace_first);
+      auto second = TimedBlock(*runtime, iterations);
+      if (first.first < 0 || second.first < 0) return state.SkipWithError("chain run failed");
+      auto on = trace_first ? first : second, off = trace_first ? second : first;
+      wall_pct.push_back(100.0 * (on.first / off.first - 1.0));
+      cpu_pct.push_back(100.0 * (on.second / off.second - 1.0));
+    }
+    state.counters["trace_events"] = static_cast<double>(recorder.num_events());
+  }
+  state.counters["wall_pct_median"] = Quantile(wall_pct, 0.5);
+  state.counters["wall_pct_q1"] = Quantile(wall_pct, 0.25);
+  state.counters["wall_pct_q3"] = Quantile(wall_pct, 0.75);
+  // 95% confidence interval of the median: order statistics n/2 -+ 0.98 sqrt(n).
+  std::sort(wall_pct.begin(), wall_pct.end());
+  const double n = static_cast<double>(wall_pct.size()), half = 0.98 * std::sqrt(n);
+  state.counters["wall_pct_ci_lo"] = wall_pct[static_cast<size_t>(std::max(0.0, std::floor(n / 2 - half)))];
+  state.counters["wall_pct_ci_hi"] = wall_pct[static_cast<size_t>(std::min(n - 1, std::ceil(n / 2 + half)))];
+  state.counters["cpu_pct_median"] = Quantile(cpu_pct, 0.5);
+}
+// Args: chain length, iterations per run, CAF workers (compiled jobs default to one).
+BENCHMARK(TraceOverhead)->Args({10, 2000, 1})->Args({10, 2000, 2})->Args({100, 300, 1})->Args({100, 300, 2})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// What an observed act adds, without actors: what TaskState does per act (the recording
+// check, two clock reads, the act with the wait it ended appended to its lane).
+void RecorderPerAct(benchmark::State& state) {
+  ChromeTraceRecorder recorder;
+  RuntimeObserver* observer = &recorder;
+  const int lanes = static_cast<int>(state.range(0));
+  observer->OnPlan(ChainPlan(lanes, 2));
+  std::vector<TraceLane*> lane(lanes);
+  for (int t = 0; t < lanes; ++t) lane[t] = observer->LaneFor(t + 1);
+  std::vector<int64_t> last_end(lanes, trace_clock::Now());
+  int64_t iteration = 0;
+  int task = 0;
+  for (auto _ : state) {
+    const int64_t start = observer->recording() ? trace_clock::Now() : 0;
+    const int64_t end = trace_clock::Now();
+    lane[task]->Act(iteration, true, last_end[task], WaitReason::kInputNotReady, start, end);
+    last_end[task] = end;
+    if (++task == lanes) task = 0, ++iteration;  // the actors of a chain take turns
+  }
+  state.counters["events"] = static_cast<double>(recorder.num_events());
+}
+BENCHMARK(RecorderPerAct)->Arg(1)->Arg(10)->Arg(100)->Iterations(2000000);
 
 void ChainLatency(benchmark::State& state) {
   const int length = static_cast<int>(state.range(0));

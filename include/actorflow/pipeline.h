@@ -42,6 +42,9 @@ using StageFn = std::function<Status(const StageArgs&)>;
 struct PipelineOptions {
   int num_threads = 0;          // thread budget; 0: number of cores (see RuntimeOptions)
   std::string trace_path;       // non-empty: record a Chrome trace, written by Finish()
+  // Or record into your own observer (not owned; must outlive the Pipeline); Finish() does not
+  // write it. Ignored when trace_path is set.
+  RuntimeObserver* observer = nullptr;
   // Called on each runtime thread as it starts with the threads a stage may use, e.g.
   // [](int n) { omp_set_num_threads(n); } for stages calling oneDNN/BLAS.
   std::function<void(int kernel_threads)> on_worker_start;
@@ -57,9 +60,10 @@ class Pipeline {
   // A host-fed input; `register_num` inputs may be in flight before Push blocks.
   Port AddInput(const std::string& name, TensorDesc desc, int register_num = 2);
   // A stage reading `inputs` and writing one register per output (register_num each).
-  // Returns the first output's port; other outputs are {node, k}.
+  // Returns the first output's port; other outputs are {node, k}. `op` names the stage's acts
+  // in traces (empty: the stage's name; stages running the same code may share one op).
   Port AddStage(const std::string& name, std::vector<Port> inputs, std::vector<TensorDesc> outputs, StageFn fn,
-                int register_num = 2);
+                int register_num = 2, const std::string& op = "");
   // What Push delivers into the caller's buffers (may be empty: then a call completes when
   // every stage finished its iteration).
   void SetOutputs(std::vector<Port> outputs);
@@ -73,6 +77,9 @@ class Pipeline {
   void Drain();
   // Drains and, if tracing, writes the trace file.
   Status Finish();
+  // Pauses (false) or resumes (true) trace recording, e.g. to skip warm-up iterations; acts
+  // in progress finish unrecorded. Thread-safe; no effect without a trace.
+  void SetTraceRecording(bool on);
 
   std::string PlanText() const;  // the generated plan, protobuf text format
 

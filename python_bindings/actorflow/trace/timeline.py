@@ -65,8 +65,8 @@ def page_data(trace, max_events=4_000_000):
     act_names = set()
     for lane in trace.lanes:
         act_names.update(np.unique(lane.name_index[(lane.kind == ACT) | (lane.kind == OTHER)]).tolist())
-    # Acts are coloured by op type; when every act has the same name (the C++ Pipeline calls
-    # every stage "stage") colour by actor instead, or all lanes would look alike.
+    # Acts are coloured by op type; when every act has the same name (a C++ Pipeline whose
+    # stages all share one op) colour by actor instead, or all lanes would look alike.
     by_actor = len(act_names) < 2
     name_by_id = {lane.actor.get("id"): lane.name for lane in trace.lanes if "id" in lane.actor}
 
