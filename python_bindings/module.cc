@@ -17,6 +17,7 @@
 
 #include "graph/session.h"
 #include "python_bindings/conversions.h"
+#include "python_bindings/trace_reader.h"
 #include "python_bindings/dispatcher.h"
 
 namespace actorflow {
@@ -362,6 +363,7 @@ using namespace actorflow::python;  // NOLINT
 PYBIND11_MODULE(_C, m) {
   m.doc() = "actorflow's C++ core: job builder, compiler, session and runtime (see python_bindings/C_API.md)";
   RegisterAllOps();
+  BindTraceReader(m);
 
   m.def("op_types", [] { return OpRegistry::Global().Types(); });
   m.def("op_signature", [](const std::string& type) {

@@ -77,8 +77,8 @@ class Trace:
         return None
 
 
-def read_json(path):
-    """Parses a (possibly gzip-compressed) JSON file; TraceError on anything wrong."""
+def read_bytes(path):
+    """The file's bytes, gunzipped if compressed; TraceError on anything wrong."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -95,6 +95,13 @@ def read_json(path):
             raise TraceError(path, f"truncated or corrupt gzip data ({e})") from None
     if not data.strip():
         raise TraceError(path, "empty file, expected Chrome trace event JSON")
+    return data
+
+
+def read_json(path, data=None):
+    """Parses a (possibly gzip-compressed) JSON file; TraceError on anything wrong."""
+    if data is None:
+        data = read_bytes(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -133,18 +140,73 @@ def _number(value):
 
 def load(path):
     """Reads a trace file into a Trace (per-lane columns sorted by start time)."""
-    doc = read_json(path)
-    return from_document(path, doc)
+    data = read_bytes(path)
+    columns = _read_recorder_layout(data)
+    if columns is not None:
+        try:
+            return _from_columns(path, columns)
+        except (ValueError, TypeError, KeyError):
+            pass  # not quite the recorder's layout after all: the general path explains
+    return from_document(path, read_json(path, data))
 
 
-def from_document(path, doc):
-    events = events_of(path, doc)
+def _read_recorder_layout(data):
+    """The compiled fast reader's columns for a file in the recorder's exact layout, or None
+    (no compiled module, e.g. the standalone viewer, or another layout)."""
+    try:
+        from actorflow import _C
+        reader = _C._read_recorder_trace
+    except (ImportError, AttributeError):
+        return None
+    return reader(data)
+
+
+def _metadata(path, ev, process_names, thread_names, sort_indexes, lane_ids):
+    """Takes one metadata (ph M) event into the name tables."""
+    name, args = ev.get("name"), ev.get("args")
+    if not isinstance(args, dict):
+        return
+    if name == "process_name":
+        process_names[ev.get("pid")] = str(args.get("name", ""))
+    elif name == "thread_name":
+        thread_names[(ev.get("pid"), ev.get("tid"))] = str(args.get("name", ""))
+        lane_ids.setdefault((ev.get("pid"), ev.get("tid")), len(lane_ids))
+    elif name == "thread_sort_index" and _number(args.get("sort_index")):
+        sort_indexes[(ev.get("pid"), ev.get("tid"))] = args["sort_index"]
+
+
+def _actorflow_key(path, doc):
     meta = doc.get("actorflow", {}) if isinstance(doc, dict) else {}
     if not isinstance(meta, dict):
         raise TraceError(path, "the \"actorflow\" key is not an object")
     actors = meta.get("actors", [])
     if not isinstance(actors, list) or not all(isinstance(a, dict) for a in actors):
         raise TraceError(path, "\"actorflow\".\"actors\" is not an array of objects")
+    return meta, actors
+
+
+def _from_columns(path, c):
+    """A Trace from the fast reader's columns (metadata events first, as the recorder writes)."""
+    meta, actors = _actorflow_key(path, json.loads(c["rest"]))
+    process_names, thread_names, sort_indexes, lane_ids = {}, {}, {}, {}
+    for line in c["metadata"]:
+        _metadata(path, json.loads(line), process_names, thread_names, sort_indexes, lane_ids)
+    pid, tid = c["pid"], c["tid"]
+    lane_col = np.zeros(len(pid), dtype=np.int32)
+    if len(pid):
+        pairs = np.stack([pid, tid], axis=1)
+        unique, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+        lane_of_unique = np.empty(len(unique), dtype=np.int32)
+        for u in np.argsort(first, kind="stable"):  # first appearance order, as the general path
+            lane_of_unique[u] = lane_ids.setdefault((int(unique[u][0]), int(unique[u][1])), len(lane_ids))
+        lane_col = lane_of_unique[inverse.reshape(-1)]
+    return _assemble(path, meta, actors, process_names, thread_names, sort_indexes, lane_ids, list(c["names"]),
+                     lane_col, c["ts"], c["dur"], c["kind"], c["iteration"], c["name_index"])
+
+
+def from_document(path, doc):
+    events = events_of(path, doc)
+    meta, actors = _actorflow_key(path, doc)
 
     process_names, thread_names, sort_indexes = {}, {}, {}
     lane_ids = {}
@@ -189,24 +251,18 @@ def from_document(path, doc):
             col_iter.append(iteration)
             col_name.append(name_id)
         elif ph == "M":
-            name, args = ev.get("name"), ev.get("args")
-            if not isinstance(args, dict):
-                continue
-            if name == "process_name":
-                process_names[ev.get("pid")] = str(args.get("name", ""))
-            elif name == "thread_name":
-                thread_names[(ev.get("pid"), ev.get("tid"))] = str(args.get("name", ""))
-                lane_ids.setdefault((ev.get("pid"), ev.get("tid")), len(lane_ids))
-            elif name == "thread_sort_index" and _number(args.get("sort_index")):
-                sort_indexes[(ev.get("pid"), ev.get("tid"))] = args["sort_index"]
+            _metadata(path, ev, process_names, thread_names, sort_indexes, lane_ids)
 
-    lane_col = np.asarray(col_lane, dtype=np.int32)
-    ts_col = np.asarray(col_ts, dtype=np.float64)
-    dur_col = np.asarray(col_dur, dtype=np.float64)
-    kind_col = np.asarray(col_kind, dtype=np.int8)
-    iter_col = np.asarray(col_iter, dtype=np.int64)
-    name_col = np.asarray(col_name, dtype=np.int32)
+    columns = (np.asarray(col_lane, dtype=np.int32), np.asarray(col_ts, dtype=np.float64),
+               np.asarray(col_dur, dtype=np.float64), np.asarray(col_kind, dtype=np.int8),
+               np.asarray(col_iter, dtype=np.int64), np.asarray(col_name, dtype=np.int32))
     del col_lane, col_ts, col_dur, col_kind, col_iter, col_name
+    return _assemble(path, meta, actors, process_names, thread_names, sort_indexes, lane_ids, names, *columns)
+
+
+def _assemble(path, meta, actors, process_names, thread_names, sort_indexes, lane_ids, names,
+              lane_col, ts_col, dur_col, kind_col, iter_col, name_col):
+    """Per-lane views of the event columns, lanes in Perfetto's order."""
     if len(dur_col) and dur_col.min() < 0:
         bad = int(np.argmax(dur_col < 0))
         raise TraceError(path, f"an event of thread {list(lane_ids)[lane_col[bad]]} has a negative \"dur\" "
