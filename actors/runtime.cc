@@ -127,6 +127,7 @@ class Runtime::Impl : public RuntimeCore {
   int num_sinks_ = 0;
 
   std::mutex push_mu_;  // serializes Push so iterations enter the sources in order
+  TraceLane* host_lane_ = nullptr;  // the observer's host lane (written under push_mu_)
   std::mutex mu_;       // guards everything below and the sources' free pools
   std::condition_variable source_free_, drained_, finished_cv_;
   std::map<int64_t, Iteration> in_flight_;
@@ -275,6 +276,7 @@ Status Runtime::Impl::Instantiate() {
   if (options_.observer != nullptr) {
     options_.observer->OnPlan(plan_);
     for (auto& state : states_) state->set_trace_lane(options_.observer->LaneFor(state->task().id()));
+    host_lane_ = options_.observer->LaneFor(RuntimeObserver::kHostLane);
   }
   system_ = std::make_unique<caf::actor_system>(*config_);
   for (auto& state : states_) actors_.push_back(system_->spawn(TaskActor, state.get()));
@@ -315,6 +317,8 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
                              outputs[k].desc.ToString());
 
   std::lock_guard<std::mutex> push_lock(push_mu_);
+  const bool trace = host_lane_ != nullptr && options_.observer->recording();
+  const int64_t wait_start = trace ? trace_clock::Now() : 0;
   std::vector<int> regs(sources_.size());
   int64_t iteration;
   {
@@ -338,6 +342,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
     record.done = std::move(done);
     record.sinks_remaining = num_sinks_;
   }
+  const int64_t act_start = trace ? trace_clock::Now() : 0;
   for (size_t k = 0; k < sources_.size(); ++k) {
     const OutputSlots& out = states_[sources_[k]]->outputs()[0];
     std::memcpy(out.blob(regs[k], 0), inputs[k].data, inputs[k].byte_size());
@@ -346,6 +351,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
   for (int r : roots_) {
     Send(nullptr, actors_[r], states_[r].get(), tick_atom::value, iteration);
   }
+  if (trace) host_lane_->Act(iteration, true, wait_start, WaitReason::kOutputRegistersFull, act_start, trace_clock::Now());
   return iteration;
 }
 

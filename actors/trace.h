@@ -35,6 +35,10 @@ class RuntimeObserver {
   // trace_clock::Now()); nullptr: not observed. Called after OnPlan, before any act; the lane
   // must stay valid until the runtime is destroyed.
   virtual TraceLane* LaneFor(int64_t task_id) = 0;
+  // LaneFor(kHostLane): the host's lane. Each Push appends one act (copying the inputs in and
+  // starting the iteration) after a wait for "output registers full" when the sources' registers
+  // were all in flight (backpressure reaching the caller). Pushes are serialized by the runtime.
+  static constexpr int64_t kHostLane = -1;
 
   // Pause and resume recording on a live runtime (any thread): while paused, actors make no
   // observer call and read no clock. A wait in progress when recording resumes is not recorded.

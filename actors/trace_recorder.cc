@@ -49,7 +49,8 @@ const char* WaitReasonName(WaitReason reason) {
 }
 
 struct ChromeTraceRecorder::Lane {
-  int64_t task_id = 0;
+  int64_t task_id = 0;  // LaneFor's key
+  int64_t tid = 0;      // in the JSON: the task id; the host's is one past the largest
   int pid = 0;
   std::string name, op, kind;
   TraceLane events;
@@ -88,6 +89,8 @@ int LanePid(const plan::Task& task) {
   int device = task.device_type() == "gpu" ? 500 + task.device_id() : task.device_id();
   return task.machine_id() * 1000 + device;
 }
+
+constexpr int kHostDevice = 999;  // the host's lane: pid machine * 1000 + 999
 
 }  // namespace
 
@@ -128,7 +131,7 @@ void ChromeTraceRecorder::OnPlan(const plan::Plan& plan) {
   std::ostringstream actors;
   for (const plan::Task& task : plan.tasks()) {
     Lane* lane = new Lane;
-    lane->task_id = task.id();
+    lane->task_id = lane->tid = task.id();
     lane->pid = LanePid(task);
     lane->name = task.name();
     lane->kind = KindName(task.kind());
@@ -158,6 +161,19 @@ void ChromeTraceRecorder::OnPlan(const plan::Plan& plan) {
     }
     actors << "]}";
   }
+  // The host (the caller pushing iterations) on machine 0.
+  Lane* host = new Lane;
+  host->task_id = kHostLane;
+  host->tid = 0;
+  for (const Lane* lane : lanes_) host->tid = std::max(host->tid, lane->tid + 1);
+  host->pid = kHostDevice;
+  host->name = "host";
+  host->kind = "host";
+  host->op = "push";
+  lanes_.push_back(host);
+  if (actors.tellp() > 0) actors << ",\n  ";
+  actors << "{\"id\":" << host->tid << ",\"name\":\"host\",\"kind\":\"host\",\"op\":\"push\",\"device\":\"host\","
+         << "\"machine\":0,\"pid\":" << kHostDevice << ",\"source_location\":\"\",\"inputs\":[],\"registers\":[]}";
   plan_json_actors_ = actors.str();
 }
 
@@ -211,16 +227,20 @@ std::string ChromeTraceRecorder::ToJson() const {
   for (int pid : pids) {
     int machine = pid / 1000, device = pid % 1000;
     sep();
-    out << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << pid << ",\"args\":{\"name\":\"machine " << machine << " "
-        << (device >= 500 ? "gpu:" : "cpu:") << (device >= 500 ? device - 500 : device) << "\"}}";
+    out << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << pid << ",\"args\":{\"name\":\"machine " << machine << " ";
+    if (device == kHostDevice)
+      out << "host";
+    else
+      out << (device >= 500 ? "gpu:" : "cpu:") << (device >= 500 ? device - 500 : device);
+    out << "\"}}";
   }
   for (const Lane* lane : lanes_) {
     sep();
-    out << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << lane->pid << ",\"tid\":" << lane->task_id
+    out << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << lane->pid << ",\"tid\":" << lane->tid
         << ",\"args\":{\"name\":\"" << Escape(lane->name) << "\"}}";
     sep();
-    out << "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" << lane->pid << ",\"tid\":" << lane->task_id
-        << ",\"args\":{\"sort_index\":" << lane->task_id << "}}";
+    out << "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" << lane->pid << ",\"tid\":" << lane->tid
+        << ",\"args\":{\"sort_index\":" << lane->tid << "}}";
   }
   const double ns_per_tick = NsPerTick(origin_ticks_, origin_ns_);
   auto micros = [&](int64_t ticks) { return static_cast<double>(ticks - origin_ticks_) * ns_per_tick / 1000.0; };
@@ -228,7 +248,7 @@ std::string ChromeTraceRecorder::ToJson() const {
     const std::string name = Escape(lane->name), op = Escape(lane->op);
     // The fixed part of every event of this lane.
     JsonOut where;
-    where << ",\"pid\":" << lane->pid << ",\"tid\":" << lane->task_id << ",\"ts\":";
+    where << ",\"pid\":" << lane->pid << ",\"tid\":" << lane->tid << ",\"ts\":";
     JsonOut act_args;
     act_args << ",\"actor\":\"" << name << "\",\"op\":\"" << op << "\",\"kind\":\"" << lane->kind << "\"}}";
     lane->events.ForEach([&](const TraceLane::Event& e) {

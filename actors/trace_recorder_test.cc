@@ -57,7 +57,7 @@ TEST(ChromeTraceRecorder, WritesTheDocumentedFormat) {
   const json& meta = trace["actorflow"];
   EXPECT_EQ(meta["version"], 1);
   EXPECT_EQ(meta["job"], "pipeline");
-  ASSERT_EQ(meta["actors"].size(), 4u);  // x, fast, slow, output
+  ASSERT_EQ(meta["actors"].size(), 5u);  // x, fast, slow, output, and the host
   const json& fast_actor = meta["actors"][1];
   EXPECT_EQ(fast_actor["id"], 1);
   EXPECT_EQ(fast_actor["name"], "fast");
@@ -74,6 +74,10 @@ TEST(ChromeTraceRecorder, WritesTheDocumentedFormat) {
   EXPECT_EQ(fast_actor["registers"][0]["consumers"], json::parse("[2]"));
   EXPECT_EQ(meta["actors"][0]["kind"], "source");
   EXPECT_EQ(meta["actors"][3]["kind"], "sink");
+  const json& host = meta["actors"][4];
+  EXPECT_EQ(host["kind"], "host");
+  EXPECT_EQ(host["id"], 4);  // one past the last task
+  EXPECT_EQ(host["pid"], 999);
 
   std::map<int, std::vector<int64_t>> act_iterations;  // tid -> iterations, in recorded order
   std::map<int, std::set<std::string>> wait_reasons;  // tid -> reasons
@@ -83,8 +87,8 @@ TEST(ChromeTraceRecorder, WritesTheDocumentedFormat) {
     ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("name")) << e.dump();
     if (e["ph"] == "M") {
       if (e["name"] == "process_name") {
-        EXPECT_EQ(e["pid"], 0);
-        EXPECT_EQ(e["args"]["name"], "machine 0 cpu:0");
+        EXPECT_TRUE(e["pid"] == 0 || e["pid"] == 999) << e.dump();
+        EXPECT_EQ(e["args"]["name"], e["pid"] == 0 ? "machine 0 cpu:0" : "machine 0 host");
         process_name = true;
       } else if (e["name"] == "thread_name") {
         thread_names.insert(e["tid"].get<int>());
@@ -115,14 +119,15 @@ TEST(ChromeTraceRecorder, WritesTheDocumentedFormat) {
     }
   }
   EXPECT_TRUE(process_name);
-  EXPECT_EQ(thread_names, (std::set<int>{0, 1, 2, 3}));
-  EXPECT_EQ(sort_indices, (std::set<int>{0, 1, 2, 3}));
-  for (int tid = 0; tid < 4; ++tid) {
+  EXPECT_EQ(thread_names, (std::set<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(sort_indices, (std::set<int>{0, 1, 2, 3, 4}));
+  for (int tid = 0; tid < 5; ++tid) {  // the host's acts are its pushes
     ASSERT_EQ(act_iterations[tid].size(), static_cast<size_t>(kIterations)) << "tid " << tid;
     for (int i = 0; i < kIterations; ++i) EXPECT_EQ(act_iterations[tid][i], i);
   }
   EXPECT_TRUE(wait_reasons[1].count("output registers full")) << "backpressure wait missing";
   EXPECT_TRUE(wait_reasons[3].count("input not ready")) << "the sink waits ~2 ms per iteration for slow";
+  EXPECT_TRUE(wait_reasons[4].count("output registers full")) << "Push blocks behind the slow stage";
   std::remove(path.c_str());
 }
 
@@ -250,7 +255,7 @@ TEST(ChromeTraceRecorder, SnapshotsWhileRunning) {
     last_acts = acts;
   }
   feeder.join();
-  EXPECT_EQ(count_acts(), 4u * 300);  // source, a, b, sink: all drained
+  EXPECT_EQ(count_acts(), 5u * 300);  // source, a, b, sink and the host's pushes: all drained
   ASSERT_TRUE(p.Finish().ok());
 }
 

@@ -158,7 +158,7 @@ class JobFunction:
             raise ValueError("train job '%s' has no optimizer: call flow.optimizer.X(...).minimize(loss) inside it"
                              % self._fn.__name__)
         self._optimizer = ctx.optimizer
-        options = dict(_config.compile_options())
+        options = dict(_config.compile_options(self._fn.__name__))
         options.update({k: v for k, v in self._config.options.items() if k in ("num_threads", "register_num")})
         self._compiled = _C.default_session().compile(builder, options)
         from . import checkpoint

@@ -5,8 +5,30 @@ _settings = {"trace_path": os.environ.get("ACTORFLOW_TRACE", ""), "num_threads":
 
 
 def enable_trace(path):
-    """Record an actor trace (Chrome trace event JSON) of the jobs compiled after this call."""
+    """Record an actor trace (Chrome trace event JSON) of the jobs compiled after this call;
+    "" turns tracing off. The first job compiled takes `path` itself; each other job writes
+    beside it with its name before the extension (trace.json -> trace.eval_job.json), so a
+    train job and an eval job do not overwrite each other's trace. A job's trace is (re)written
+    whenever the session waits for all jobs (flow.get_all_variables, checkpoint saves), when it
+    is cleared (flow.clear_default_session) and at process exit."""
     _settings["trace_path"] = str(path)
+
+
+_trace_owners = {}  # trace path -> the job that writes it
+
+
+def trace_path_for(job_name):
+    """The trace file of job `job_name` under the current setting ("" when off)."""
+    path = _settings["trace_path"]
+    if not path:
+        return ""
+    owner = _trace_owners.setdefault(path, job_name)
+    if owner == job_name:
+        return path
+    stem, dot, ext = path.rpartition(".")
+    if not dot or "/" in ext:
+        return f"{path}.{job_name}"
+    return f"{stem}.{job_name}.{ext}"
 
 
 def num_threads(n):
@@ -32,10 +54,10 @@ def ctrl_port(port):
     _settings["ctrl_port"] = int(port)
 
 
-def compile_options():
+def compile_options(job_name):
     options = {}
     if _settings["trace_path"]:
-        options["trace_path"] = _settings["trace_path"]
+        options["trace_path"] = trace_path_for(job_name)
     if _settings["num_threads"]:
         options["num_threads"] = _settings["num_threads"]
     return options

@@ -91,3 +91,28 @@ def test_truncated_and_negative_files_still_give_clear_errors(tmp_path):
     assert _C._read_recorder_trace(negative.encode()) is not None  # layout fine, value wrong
     with pytest.raises(TraceError, match="negative"):
         load(str(tmp_path / "neg.json"))
+
+
+def test_each_job_writes_its_own_trace(tmp_path):
+    path = tmp_path / "run.json"
+    flow.config.enable_trace(str(path))
+    try:
+        @flow.global_function(type="predict")
+        def first_job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+            return flow.math.relu(x)
+
+        @flow.global_function(type="predict")
+        def second_job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+            return flow.math.sigmoid(x)
+
+        for _ in range(5):
+            first_job(np.ones((4, 3), np.float32))
+            second_job(np.ones((4, 3), np.float32))
+        flow.clear_default_session()
+    finally:
+        flow.config.enable_trace("")
+    first, second = load(str(path)), load(str(tmp_path / "run.second_job.json"))
+    assert (first.job, second.job) == ("first_job", "second_job")
+    for trace in (first, second):
+        host = [lane for lane in trace.lanes if lane.kind_name == "host"]
+        assert len(host) == 1 and int((host[0].kind == 0).sum()) == 5  # five pushes

@@ -15,7 +15,7 @@ PHASES = {"B", "E", "X", "i", "I", "C", "b", "n", "e", "S", "T", "p", "F", "s", 
           "M", "V", "v", "R", "c", "(", ")"}
 METADATA = {"process_name": "name", "thread_name": "name", "process_labels": "labels",
             "process_sort_index": "sort_index", "thread_sort_index": "sort_index"}
-ACTOR_KINDS = {"source", "compute", "sink", "variable"}
+ACTOR_KINDS = {"source", "compute", "sink", "variable", "host"}
 
 
 def _number(v):
