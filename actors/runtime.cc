@@ -123,7 +123,7 @@ class Runtime::Impl : public RuntimeCore {
   std::vector<caf::actor> actors_;
   std::vector<void*> allocations_;
   std::vector<int> sources_;  // task index by feed_index
-  std::vector<int> roots_;    // non-source tasks without inputs: ticked by the host
+  std::vector<int> roots_;    // non-source tasks without inputs: ticked by the first source (or the host)
   int num_sinks_ = 0;
 
   std::mutex push_mu_;  // serializes Push so iterations enter the sources in order
@@ -227,6 +227,16 @@ Status Runtime::Impl::Instantiate() {
       if (input.producer_register() < 0 || input.producer_register() >= static_cast<int>(producer.outputs().size()))
         return InvalidArgument("plan: task '" + task.name() + "' reads register " + std::to_string(input.producer_register()) +
                                " of '" + producer.task().name() + "', which has " + std::to_string(producer.outputs().size()));
+      if (producer.task().kind() == plan::VARIABLE && producer.task().read_only()) {
+        // Nothing writes it: read the buffer in place; no edge, no message per iteration.
+        if (input.control()) continue;
+        const OutputSlots& slots = producer.outputs()[input.producer_register()];
+        if (input.blob_index() < 0 || input.blob_index() >= static_cast<int>(slots.blob_descs.size()))
+          return InvalidArgument("plan: task '" + task.name() + "' reads blob " + std::to_string(input.blob_index()) +
+                                 " of a register of '" + producer.task().name() + "'");
+        state.data_inputs().push_back(DataInput{-1, input.blob_index(), &slots});
+        continue;
+      }
       auto key = std::make_pair(p, input.producer_register());
       auto found = edge_of.find(key);
       int edge;
@@ -253,9 +263,11 @@ Status Runtime::Impl::Instantiate() {
     }
     if (task.kind() == plan::SINK && task.sink_name().empty()) {
       for (const DataInput& d : state.data_inputs())
-        output_descs.push_back(state.in_edges()[d.in_edge].producer_slots->blob_descs[d.blob_index]);
+        output_descs.push_back((d.in_edge >= 0 ? state.in_edges()[d.in_edge].producer_slots : d.constant)
+                                   ->blob_descs[d.blob_index]);
     }
-    if (state.is_root() && task.kind() != plan::SOURCE) roots_.push_back(i);
+    const bool read_only_variable = task.kind() == plan::VARIABLE && task.read_only();
+    if (state.is_root() && task.kind() != plan::SOURCE && !read_only_variable) roots_.push_back(i);
   }
   for (int s : sources_) input_descs.push_back(states_[s]->outputs()[0].blob_descs[0]);
   for (auto& state : states_) state->FinishSetup();
@@ -292,6 +304,8 @@ Status Runtime::Impl::Instantiate() {
         c.actor = actors_[c.task_index];
         c.state = states_[c.task_index].get();
       }
+    if (!sources_.empty() && state == states_[sources_[0]])
+      for (int r : roots_) state->add_tick_target(actors_[r], states_[r].get());
     HappensBeforeSend(state.get());  // the wiring above, before the actor's first message
   }
   return Status::Ok();
@@ -348,9 +362,8 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
     std::memcpy(out.blob(regs[k], 0), inputs[k].data, inputs[k].byte_size());
     Send(nullptr, actors_[sources_[k]], states_[sources_[k]].get(), fill_atom::value, regs[k], iteration);
   }
-  for (int r : roots_) {
-    Send(nullptr, actors_[r], states_[r].get(), tick_atom::value, iteration);
-  }
+  if (sources_.empty())  // otherwise the first source passes the tick on (Instantiate)
+    for (int r : roots_) Send(nullptr, actors_[r], states_[r].get(), tick_atom::value, iteration);
   if (trace) host_lane_->Act(iteration, true, wait_start, WaitReason::kOutputRegistersFull, act_start, trace_clock::Now());
   return iteration;
 }
@@ -405,6 +418,7 @@ void Runtime::Impl::Shutdown() {
     for (InputSlots& in : state->in_edges()) in.producer = caf::actor();
     for (OutputSlots& out : state->outputs())
       for (auto& c : out.consumers) c.actor = caf::actor();
+    state->clear_tick_targets();
   }
   system_.reset();  // waits for every actor to be done
   config_.reset();

@@ -8,7 +8,9 @@ void TaskState::FinishSetup() {
   input_views_.resize(data_inputs_.size());
   for (size_t i = 0; i < data_inputs_.size(); ++i) {
     const DataInput& d = data_inputs_[i];
-    input_views_[i].desc = in_edges_[d.in_edge].producer_slots->blob_descs[d.blob_index];
+    const OutputSlots* slots = d.in_edge >= 0 ? in_edges_[d.in_edge].producer_slots : d.constant;
+    input_views_[i].desc = slots->blob_descs[d.blob_index];
+    if (d.in_edge < 0) input_views_[i].data = d.constant->blob(0, d.blob_index);
   }
   output_views_.clear();
   for (const OutputSlots& out : outputs_)
@@ -72,6 +74,7 @@ void TaskState::Act(caf::event_based_actor* self) {
   }
   for (size_t i = 0; i < data_inputs_.size(); ++i) {
     const DataInput& d = data_inputs_[i];
+    if (d.in_edge < 0) continue;  // a read-only variable: the view never changes
     const InputSlots& in = in_edges_[d.in_edge];
     input_views_[i].data = in.producer_slots->blob(in.front().register_index, d.blob_index);
   }
@@ -171,6 +174,7 @@ void TaskState::OnAck(caf::event_based_actor* self, int output, int reg) {
 void TaskState::OnFill(caf::event_based_actor* self, int reg, int64_t iteration) {
   if (tracing()) RecordAct(iteration, trace_clock::Now());
   next_iteration_ = iteration + 1;
+  for (const TickTarget& t : tick_targets_) Send(self, t.actor, t.state, tick_atom::value, iteration);
   chosen_registers_[0] = reg;  // a source has exactly one output
   Emit(self, chosen_registers_, iteration, false);
   NoteIdle(true);

@@ -104,10 +104,12 @@ struct InputSlots {
   void pop() { head = (head + 1) % static_cast<int>(ring.size()); --size; }
 };
 
-// A data input of the kernel: which in-edge, which blob of its register.
+// A data input of the kernel: which in-edge, which blob of its register. in_edge -1: a blob of a
+// read-only variable (`constant`), read in place with no message per iteration.
 struct DataInput {
   int in_edge;
   int blob_index;
+  const OutputSlots* constant = nullptr;
 };
 
 class TaskState {
@@ -126,6 +128,10 @@ class TaskState {
   void set_kernel(KernelFn kernel) { kernel_ = std::move(kernel); }
   void FinishSetup();  // sizes the kernel's view vectors
   void set_trace_lane(TraceLane* lane) { lane_ = lane; }  // after the observer's OnPlan
+  // A source that passes each iteration's tick on to the roots (variables, constants), so the
+  // host sends one message per iteration instead of one per root.
+  void add_tick_target(caf::actor actor, const TaskState* state) { tick_targets_.push_back({std::move(actor), state}); }
+  void clear_tick_targets() { tick_targets_.clear(); }
 
   // Message handlers (owning actor).
   void OnReady(caf::event_based_actor* self, int in_edge, int reg, int64_t iteration, bool failed);
@@ -160,6 +166,11 @@ class TaskState {
   int end_of_stream_seen_ = 0;
   bool finished_ = false;
   // Trace (trace_clock ticks): the wait in progress, if any.
+  struct TickTarget {
+    caf::actor actor;
+    const TaskState* state;
+  };
+  std::vector<TickTarget> tick_targets_;
   TraceLane* lane_ = nullptr;
   bool waiting_ = false;
   WaitReason wait_reason_ = WaitReason::kInputNotReady;

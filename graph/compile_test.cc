@@ -129,6 +129,23 @@ TEST(OrderingTest, UpdatesRunAfterEveryReaderOfTheirVariable) {
   EXPECT_TRUE(ordered);
 }
 
+// A variable the job never writes is lowered read-only (read in place at run time); one an
+// optimizer updates is not.
+TEST(LoweringTest, VariablesNoOpWritesAreReadOnly) {
+  for (const char* type : {"predict", "train"}) {
+    testing::Mlp m = testing::BuildMlp(type, 4, 3, 5, 2);
+    Graph g = m.builder.graph();
+    plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+    int variables = 0;
+    for (const auto& t : plan.tasks()) {
+      if (t.kind() != plan::VARIABLE) continue;
+      ++variables;
+      EXPECT_EQ(t.read_only(), std::string(type) == "predict") << type << " job, variable " << t.name();
+    }
+    EXPECT_GE(variables, 2) << type;
+  }
+}
+
 TEST(PruneTest, UnneededOpsGoUnusedFeedsStay) {
   JobBuilder b = ValueOrDie(JobBuilder::Create("prune", "predict"));
   std::string x = ValueOrDie(b.AddInput("x", {2}, DType::kFloat32, "p.py:1"));
