@@ -272,6 +272,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   passes.push_back(MakeAutodiffPass());
   passes.push_back(MakeOptimizerPass());
   passes.push_back(MakePrunePass());
+  passes.push_back(MakeFusionPass());
   passes.push_back(MakeOrderingPass());
   for (size_t i = 0; i < passes.size(); ++i) {
     AF_RETURN_IF_ERROR(passes[i]->Run(graph).WithContext("job '" + graph.job_name() + "'"));

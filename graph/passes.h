@@ -1,5 +1,5 @@
 // The compiler pipeline: small ordered passes over a Graph, then lowering to a plan::Plan.
-//   autodiff (train) -> optimizer (train) -> ordering -> prune -> lower
+//   autodiff (train) -> optimizer (train) -> prune -> fusion -> ordering -> lower
 // Each pass can dump the graph it leaves as DOT (CompileOptions::dump_dot_dir or the
 // ACTORFLOW_DUMP_DOT environment variable), named <job>.<NN>-<pass>.dot.
 #pragma once
@@ -33,6 +33,9 @@ std::unique_ptr<Pass> MakeOptimizerPass();
 std::unique_ptr<Pass> MakeOrderingPass();
 // Drops ops nothing needs (outputs, watches, in-place writers and their inputs are needed).
 std::unique_ptr<Pass> MakePrunePass();
+// Dense layers: matmul -> bias_add (last axis, optional fused relu) with the matmul read only by
+// the bias_add becomes one matmul with attrs fuse_bias (its third input) and fuse_relu.
+std::unique_ptr<Pass> MakeFusionPass();
 
 struct CompileOptions {
   int register_num = 2;       // registers per output of sources and compute tasks

@@ -89,11 +89,31 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
                        static_cast<double>(batch);
   const int threads = flops < kParallelGemmFlops ? 1 : std::max(1, init.num_threads);
+  // Epilogue (the compiler's fusion pass): out += bias per column, then relu.
+  const bool fuse_bias = init.attrs.GetBoolOr("fuse_bias", false), fuse_relu = init.attrs.GetBoolOr("fuse_relu", false);
+  if (fuse_bias && (init.inputs.size() != 3 || init.inputs[2].shape != Shape{n} || init.inputs[2].dtype != init.inputs[0].dtype))
+    return InvalidArgument("matmul with fuse_bias needs a third input 'bias' of shape (" + std::to_string(n) + ",) and "
+                           "the operands' dtype, got " + (init.inputs.size() == 3 ? init.inputs[2].ToString() : "none"));
+  if (fuse_relu && !fuse_bias) return InvalidArgument("matmul: fuse_relu needs fuse_bias");
+  const int64_t rows = m * batch;
+  auto epilogue = [=]<typename T>(KernelContext& c) {
+    if (!fuse_bias) return;
+    const T* __restrict bias = c.input(2).as<T>();
+    T* __restrict out = c.output(0).as<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      T* __restrict row = out + r * n;
+      if (fuse_relu)
+        for (int64_t j = 0; j < n; ++j) { T v = row[j] + bias[j]; row[j] = v > T(0) ? v : T(0); }
+      else
+        for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
+    }
+  };
   if (init.inputs[0].dtype == DType::kFloat64)
     return KernelFn([=](KernelContext& c) {
       for (int64_t i = 0; i < batch; ++i)
         Gemm<double>(ta, tb, m, n, k, c.input(0).as<double>() + i * a_step, c.input(1).as<double>() + i * b_step,
                      c.output(0).as<double>() + i * c_step);
+      epilogue.template operator()<double>(c);
       return Status::Ok();
     });
   return KernelFn([=](KernelContext& c) {
@@ -104,6 +124,7 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
                                    c.output(0).as<float>() + i * c_step, n);
       if (s != dnnl_success) return Internal("dnnl_sgemm failed with status " + std::to_string(s));
     }
+    epilogue.template operator()<float>(c);
     return Status::Ok();
   });
 }
@@ -252,7 +273,8 @@ void RegisterMatmulOps(OpRegistry& registry) {
   def.make_cpu_kernel = MakeMatmul;
   def.grad = GradMatmul;
   def.sbp_signatures = {"S(0),B->S(0)", "B,S(1)->S(1)", "S(1),S(0)->P", "B,B->B"};
-  def.doc = "out([B,]M,N) = op(a)([B,]M,K) . op(b)([B,]K,N); attrs transpose_a, transpose_b";
+  def.doc = "out([B,]M,N) = op(a)([B,]M,K) . op(b)([B,]K,N); attrs transpose_a, transpose_b; the fusion pass adds "
+            "fuse_bias (third input bias (N,), added to every row) and fuse_relu";
   registry.Register(std::move(def));
   RegisterBiasAdd(registry);
 }

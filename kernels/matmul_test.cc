@@ -69,6 +69,39 @@ TEST(Matmul, TwoThreadsAndConvTwoThreads) {
   }
 }
 
+// The fusion pass's form: matmul with a bias epilogue (and relu) equals matmul then bias_add,
+// for 2-D and folded batched operands, float32 and float64, transposed or not.
+TEST(Matmul, FusedBiasAndReluEpilogue) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64})
+    for (bool tb : {false, true})
+      for (bool relu : {false, true})
+        for (bool batched : {false, true}) {
+          int64_t m = 6, n = 9, k = 17;
+          Shape as = batched ? Shape{2, m, k} : Shape{m, k};
+          HostTensor a = HostTensor::Of(as, dtype, Ramp(NumElements(as), 0.3));
+          HostTensor b = HostTensor::Of(tb ? Shape{n, k} : Shape{k, n}, dtype, Ramp(n * k, 1.9));
+          HostTensor bias = HostTensor::Of({n}, dtype, Ramp(n, 2.7));
+          Attrs fused = T(false, tb);
+          fused.Set("fuse_bias", true);
+          if (relu) fused.Set("fuse_relu", true);
+          HostTensor got = Run1("matmul", {a, b, bias}, fused);
+          HostTensor product = Run1("matmul", {a, b}, T(false, tb));
+          Attrs add_attrs{{"axis", int64_t{-1}}};
+          if (relu) add_attrs.Set("fuse_relu", true);
+          HostTensor want = Run1("bias_add", {product, bias}, add_attrs);
+          ASSERT_EQ(got.desc, want.desc);
+          bool some_clamped = false;
+          for (int64_t i = 0; i < NumElements(want.desc.shape); ++i) {
+            EXPECT_NEAR(got.at(i), want.at(i), 1e-4) << i;
+            some_clamped |= relu && want.at(i) == 0;
+          }
+          if (relu) EXPECT_TRUE(some_clamped) << "the data must exercise the relu";
+        }
+  HostTensor a = F32({2, 3}), b = F32({3, 4});
+  Attrs fused{{"fuse_bias", true}};
+  EXPECT_NE(ErrorOf("matmul", {a, b, F32({3})}, fused).find("bias"), std::string::npos);
+}
+
 TEST(Matmul, ShapeErrorNamesDimensions) {
   std::string e = ErrorOf("matmul", {F32({100, 784}), F32({512, 10})});
   EXPECT_NE(e.find("(100, 784)"), std::string::npos) << e;
