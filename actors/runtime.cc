@@ -227,14 +227,26 @@ Status Runtime::Impl::Instantiate() {
       if (input.producer_register() < 0 || input.producer_register() >= static_cast<int>(producer.outputs().size()))
         return InvalidArgument("plan: task '" + task.name() + "' reads register " + std::to_string(input.producer_register()) +
                                " of '" + producer.task().name() + "', which has " + std::to_string(producer.outputs().size()));
-      if (producer.task().kind() == plan::VARIABLE && producer.task().read_only()) {
-        // Nothing writes it: read the buffer in place; no edge, no message per iteration.
-        if (input.control()) continue;
+      // How the kernel sees a data input: the blob, or a view of it (same bytes, other shape).
+      TensorDesc desc;
+      if (!input.control()) {
         const OutputSlots& slots = producer.outputs()[input.producer_register()];
         if (input.blob_index() < 0 || input.blob_index() >= static_cast<int>(slots.blob_descs.size()))
           return InvalidArgument("plan: task '" + task.name() + "' reads blob " + std::to_string(input.blob_index()) +
                                  " of a register of '" + producer.task().name() + "'");
-        state.data_inputs().push_back(DataInput{-1, input.blob_index(), &slots});
+        desc = slots.blob_descs[input.blob_index()];
+        if (input.has_view()) {
+          TensorDesc view{Shape(input.view_shape().begin(), input.view_shape().end()), desc.dtype};
+          if (view.byte_size() != desc.byte_size())
+            return InvalidArgument("plan: task '" + task.name() + "' views " + desc.ToString() + " of '" +
+                                   producer.task().name() + "' as " + view.ToString() + " (a different size)");
+          desc = view;
+        }
+      }
+      if (producer.task().kind() == plan::VARIABLE && producer.task().read_only()) {
+        // Nothing writes it: read the buffer in place; no edge, no message per iteration.
+        if (input.control()) continue;
+        state.data_inputs().push_back(DataInput{-1, input.blob_index(), &producer.outputs()[input.producer_register()], desc});
         continue;
       }
       auto key = std::make_pair(p, input.producer_register());
@@ -253,18 +265,10 @@ Status Runtime::Impl::Instantiate() {
       } else {
         edge = found->second;
       }
-      if (!input.control()) {
-        const OutputSlots& slots = producer.outputs()[input.producer_register()];
-        if (input.blob_index() < 0 || input.blob_index() >= static_cast<int>(slots.blob_descs.size()))
-          return InvalidArgument("plan: task '" + task.name() + "' reads blob " + std::to_string(input.blob_index()) +
-                                 " of a register of '" + producer.task().name() + "'");
-        state.data_inputs().push_back(DataInput{edge, input.blob_index()});
-      }
+      if (!input.control()) state.data_inputs().push_back(DataInput{edge, input.blob_index(), nullptr, desc});
     }
     if (task.kind() == plan::SINK && task.sink_name().empty()) {
-      for (const DataInput& d : state.data_inputs())
-        output_descs.push_back((d.in_edge >= 0 ? state.in_edges()[d.in_edge].producer_slots : d.constant)
-                                   ->blob_descs[d.blob_index]);
+      for (const DataInput& d : state.data_inputs()) output_descs.push_back(d.desc);
     }
     const bool read_only_variable = task.kind() == plan::VARIABLE && task.read_only();
     if (state.is_root() && task.kind() != plan::SOURCE && !read_only_variable) roots_.push_back(i);

@@ -8,8 +8,7 @@ void TaskState::FinishSetup() {
   input_views_.resize(data_inputs_.size());
   for (size_t i = 0; i < data_inputs_.size(); ++i) {
     const DataInput& d = data_inputs_[i];
-    const OutputSlots* slots = d.in_edge >= 0 ? in_edges_[d.in_edge].producer_slots : d.constant;
-    input_views_[i].desc = slots->blob_descs[d.blob_index];
+    input_views_[i].desc = d.desc;
     if (d.in_edge < 0) input_views_[i].data = d.constant->blob(0, d.blob_index);
   }
   output_views_.clear();

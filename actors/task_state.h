@@ -106,10 +106,12 @@ struct InputSlots {
 
 // A data input of the kernel: which in-edge, which blob of its register. in_edge -1: a blob of a
 // read-only variable (`constant`), read in place with no message per iteration.
+// `desc`: how the kernel sees the blob (the producer's, or a view's shape over the same bytes).
 struct DataInput {
   int in_edge;
   int blob_index;
   const OutputSlots* constant = nullptr;
+  TensorDesc desc;
 };
 
 class TaskState {

@@ -146,6 +146,43 @@ TEST(LoweringTest, VariablesNoOpWritesAreReadOnly) {
   }
 }
 
+// Reshape and flatten lower to views: no task copies; readers (a kernel, the main sink) read
+// the producer's register with the view's shape, through chains of views too. A reshape of a
+// variable stays a task (its readers are ordered against updates).
+TEST(LoweringTest, ReshapeAndFlattenAreViews) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("views", "predict"));
+  std::string x = ValueOrDie(b.AddInput("x", {2, 3, 4}, DType::kFloat32, "v.py:1"));
+  std::string r = ValueOrDie(b.AddOp("reshape", "r", {x}, Attrs{{"shape", std::vector<int64_t>{6, 4}}}, "v.py:2"))->output_ref(0);
+  std::string y = ValueOrDie(b.AddOp("relu", "y", {r}, {}, "v.py:3"))->output_ref(0);
+  std::string f = ValueOrDie(b.AddOp("flatten", "f", {r}, {}, "v.py:4"))->output_ref(0);  // a view of a view
+  std::string w = ValueOrDie(b.AddVariable("w", {2, 2}, DType::kFloat32, "v.py:5"));
+  std::string wr = ValueOrDie(b.AddOp("reshape", "wr", {w}, Attrs{{"shape", std::vector<int64_t>{4}}}, "v.py:6"))->output_ref(0);
+  AF_ASSERT_OK(b.SetOutputs({y, f, wr}));
+  Graph g = b.graph();
+  plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  std::set<std::string> ops;
+  for (const auto& t : plan.tasks()) ops.insert(t.op_type());
+  EXPECT_EQ(ops, (std::set<std::string>{"", "relu", "reshape"})) << "only the variable's reshape is a task";
+  auto shape_of = [](const plan::InputDesc& in) { return std::vector<int64_t>(in.view_shape().begin(), in.view_shape().end()); };
+  for (const auto& t : plan.tasks()) {
+    if (t.op_type() == "relu") {
+      ASSERT_EQ(t.inputs_size(), 1);
+      EXPECT_TRUE(t.inputs(0).has_view());
+      EXPECT_EQ(shape_of(t.inputs(0)), (std::vector<int64_t>{6, 4}));
+      EXPECT_EQ(plan.tasks(t.inputs(0).producer_task_id()).kind(), plan::SOURCE);
+    }
+    if (t.kind() == plan::SINK) {
+      ASSERT_GE(t.inputs_size(), 3);
+      EXPECT_FALSE(t.inputs(0).has_view());
+      EXPECT_TRUE(t.inputs(1).has_view());
+      EXPECT_EQ(shape_of(t.inputs(1)), (std::vector<int64_t>{24}));
+      EXPECT_EQ(plan.tasks(t.inputs(1).producer_task_id()).kind(), plan::SOURCE);
+      EXPECT_FALSE(t.inputs(2).has_view());
+      EXPECT_EQ(plan.tasks(t.inputs(2).producer_task_id()).op_type(), "reshape");
+    }
+  }
+}
+
 TEST(PruneTest, UnneededOpsGoUnusedFeedsStay) {
   JobBuilder b = ValueOrDie(JobBuilder::Create("prune", "predict"));
   std::string x = ValueOrDie(b.AddInput("x", {2}, DType::kFloat32, "p.py:1"));

@@ -132,12 +132,45 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     t->set_machine_id(0);
     return t;
   };
+  // Reshape and flatten become views: their readers read the input's register with the new
+  // shape, so no task copies the bytes and no message hop is spent. Not for variables (their
+  // readers are ordered against updates by control edges) nor where a control edge, an
+  // in-place write or a chain through a variable would need the op as a task.
+  struct View {
+    std::string base;  // the ref whose register holds the bytes
+    TensorDesc desc;
+  };
+  std::map<std::string, View> views;  // view op output ref -> what it reads
+  {
+    std::set<std::string> control_targets, written;
+    for (const Node& n : graph.nodes()) {
+      control_targets.insert(n.control_inputs.begin(), n.control_inputs.end());
+      for (int m : n.mutable_inputs)
+        if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) written.insert(n.inputs[m]);
+    }
+    for (const Node& n : graph.nodes()) {
+      if (n.kind != NodeKind::kOp || (n.type != "reshape" && n.type != "flatten") || n.inputs.size() != 1 ||
+          n.output_names.size() != 1 ||
+          !n.control_inputs.empty() || control_targets.count(n.name) || written.count(n.output_ref(0)))
+        continue;
+      std::string base = n.inputs[0];
+      if (auto it = views.find(base); it != views.end()) base = it->second.base;
+      AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(base));
+      if (producer.first->kind == NodeKind::kVariable || written.count(base)) continue;
+      views[n.output_ref(0)] = View{base, n.output_descs[0]};
+    }
+  }
   auto add_data_input = [&](plan::Task* consumer, const std::string& ref) -> Status {
-    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
+    auto view = views.find(ref);
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(view == views.end() ? ref : view->second.base));
     plan::InputDesc* in = consumer->add_inputs();
     in->set_producer_task_id(task_of.at(resolved.first->name));
     in->set_producer_register(resolved.second);
     in->set_blob_index(0);
+    if (view != views.end()) {
+      in->set_has_view(true);
+      for (int64_t d : view->second.desc.shape) in->add_view_shape(d);
+    }
     return Status::Ok();
   };
   // A producer's control register (no blobs), created on first use.
@@ -167,6 +200,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
         written.insert(resolved.first->name);
       }
   for (const Node& n : graph.nodes()) {
+    if (n.kind == NodeKind::kOp && n.output_names.size() == 1 && views.count(n.output_ref(0))) continue;  // a view
     AF_RETURN_IF_ERROR(CheckPlacementSupported(n.placement).WithContext("op '" + n.name + "' at " + n.location));
     plan::TaskKind kind = n.kind == NodeKind::kInput ? plan::SOURCE : n.kind == NodeKind::kVariable ? plan::VARIABLE : plan::COMPUTE;
     plan::Task* t = new_task(n.name, kind);

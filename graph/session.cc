@@ -261,7 +261,9 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builde
     for (const plan::InputDesc& in : task.inputs()) {
       if (in.control()) continue;
       const plan::Task& producer = plan->tasks(static_cast<int>(in.producer_task_id()));
-      init.inputs.push_back(DescOfBlob(producer.registers(in.producer_register()).blobs(in.blob_index())));
+      TensorDesc desc = DescOfBlob(producer.registers(in.producer_register()).blobs(in.blob_index()));
+      if (in.has_view()) desc.shape.assign(in.view_shape().begin(), in.view_shape().end());
+      init.inputs.push_back(std::move(desc));
     }
     for (const plan::RegisterDesc& r : task.registers())
       for (const plan::BlobDesc& b : r.blobs()) init.outputs.push_back(DescOfBlob(b));
