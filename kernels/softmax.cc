@@ -1,4 +1,4 @@
-// softmax and log_softmax over the last axis; sparse softmax cross-entropy (per-sample loss,
+// softmax and log_softmax over any axis (attr `axis`, default -1); sparse softmax cross-entropy (per-sample loss,
 // as OneFlow's sparse_softmax_cross_entropy_with_logits). Shape letters: N rows, C classes.
 #include <cmath>
 
@@ -103,29 +103,35 @@ void RegisterSoftmax(OpRegistry& registry, bool log) {
   def.infer = [](InferContext& ctx) -> Status {
     AF_RETURN_IF_ERROR(ExpectFloat(ctx.inputs[0], "x"));
     if (ctx.inputs[0].shape.empty()) return InvalidArgument("x must have rank >= 1");
-    int64_t axis = ctx.attrs.GetIntOr("axis", -1);
-    if (axis != -1 && axis != static_cast<int64_t>(ctx.inputs[0].shape.size()) - 1)
-      return InvalidArgument("only the last axis is supported (axis -1), got axis " + std::to_string(axis) +
-                             "; transpose the axis to the end first");
+    AF_RETURN_IF_ERROR(NormalizeAxis(ctx.attrs.GetIntOr("axis", -1), ctx.inputs[0].shape.size(), "axis").status());
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
   def.make_cpu_kernel = [log](const KernelInit& init) -> StatusOr<KernelFn> {
-    int64_t classes = init.inputs[0].shape.back(), rows = init.inputs[0].num_elements() / std::max<int64_t>(classes, 1);
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(init.attrs.GetIntOr("axis", -1), init.inputs[0].shape.size(), "axis"));
+    const AxisSplit s = SplitAt(init.inputs[0].shape, axis);
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
       return KernelFn([=](KernelContext& c) {
         const T* x = c.input(0).as<T>();
         T* y = c.output(0).as<T>();
-        for (int64_t i = 0; i < rows; ++i) {
-          const T* r = x + i * classes;
-          T* o = y + i * classes;
-          T mx = r[0];
-          for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, r[j]);
-          T sum = 0;
-          for (int64_t j = 0; j < classes; ++j) sum += std::exp(r[j] - mx);
-          if (log) { T ls = std::log(sum); for (int64_t j = 0; j < classes; ++j) o[j] = r[j] - mx - ls; }
-          else { T inv = T(1) / sum; for (int64_t j = 0; j < classes; ++j) o[j] = std::exp(r[j] - mx) * inv; }
-        }
+        // One softmax per (outer, inner) position over `channels` values `inner` apart.
+        for (int64_t o = 0; o < s.outer; ++o)
+          for (int64_t in = 0; in < s.inner; ++in) {
+            const T* r = x + o * s.channels * s.inner + in;
+            T* out = y + o * s.channels * s.inner + in;
+            const int64_t step = s.inner;
+            T mx = r[0];
+            for (int64_t j = 1; j < s.channels; ++j) mx = std::max(mx, r[j * step]);
+            T sum = 0;
+            for (int64_t j = 0; j < s.channels; ++j) sum += std::exp(r[j * step] - mx);
+            if (log) {
+              T ls = std::log(sum);
+              for (int64_t j = 0; j < s.channels; ++j) out[j * step] = r[j * step] - mx - ls;
+            } else {
+              T inv = T(1) / sum;
+              for (int64_t j = 0; j < s.channels; ++j) out[j * step] = std::exp(r[j * step] - mx) * inv;
+            }
+          }
         return Status::Ok();
       });
     });
@@ -133,8 +139,8 @@ void RegisterSoftmax(OpRegistry& registry, bool log) {
   def.grad = [log](GradBuilder& g) -> Status {
     // softmax: dx = y * (dy - sum(dy*y)); log_softmax: dx = dy - exp(y) * sum(dy).
     std::string y = g.output(0), dy = g.output_grad(0);
-    int64_t last = static_cast<int64_t>(g.input_desc(0).shape.size()) - 1;
-    Attrs keep{{"axis", std::vector<int64_t>{last}}, {"keepdims", true}};
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(g.attrs().GetIntOr("axis", -1), g.input_desc(0).shape.size(), "axis"));
+    Attrs keep{{"axis", std::vector<int64_t>{axis}}, {"keepdims", true}};
     if (log) {
       AF_ASSIGN_OR_RETURN(std::string s, g.AddOp1("reduce_sum", {dy}, keep));
       AF_ASSIGN_OR_RETURN(std::string p, g.AddOp1("exp", {y}));
@@ -150,7 +156,7 @@ void RegisterSoftmax(OpRegistry& registry, bool log) {
     }
     return Status::Ok();
   };
-  def.doc = std::string(log ? "log_softmax" : "softmax") + " over the last axis";
+  def.doc = std::string(log ? "log_softmax" : "softmax") + " over attr `axis` (default -1, the last)";
   registry.Register(std::move(def));
 }
 

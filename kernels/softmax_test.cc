@@ -18,6 +18,30 @@ TEST(Softmax, ForwardMatchesFormula) {
   }
 }
 
+// Any axis: every (outer, inner) fibre along the axis sums to one, and log_softmax is its log.
+TEST(Softmax, AnyAxis) {
+  const Shape shape{2, 3, 4};
+  HostTensor x = F64(shape, Ramp(24, 0.9));
+  for (int64_t axis : {0, 1, 2, -2}) {
+    Attrs attrs{{"axis", axis}};
+    HostTensor p = Run1("softmax", {x}, attrs), lp = Run1("log_softmax", {x}, attrs);
+    const int64_t a = axis < 0 ? axis + 3 : axis;
+    int64_t stride = 1;
+    for (int64_t d = a + 1; d < 3; ++d) stride *= shape[d];
+    for (int64_t i = 0; i < 24; ++i) {
+      // The fibre through element i along `a`: its first element, then every `stride`.
+      const int64_t first = i - ((i / stride) % shape[a]) * stride;
+      double sum = 0;
+      for (int64_t j = 0; j < shape[a]; ++j) sum += std::exp(x.at(first + j * stride));
+      EXPECT_NEAR(p.at(i), std::exp(x.at(i)) / sum, 1e-12) << "axis " << axis << " element " << i;
+      EXPECT_NEAR(lp.at(i), x.at(i) - std::log(sum), 1e-12) << "axis " << axis << " element " << i;
+    }
+    EXPECT_LT(Grad("softmax", {x}, attrs, {0}), kGradTol) << axis;
+    EXPECT_LT(Grad("log_softmax", {x}, attrs, {0}), kGradTol) << axis;
+  }
+  EXPECT_NE(ErrorOf("softmax", {x}, Attrs{{"axis", int64_t{3}}}).find("axis"), std::string::npos);
+}
+
 TEST(Softmax, SparseCrossEntropyForward) {
   HostTensor logits = F32({2, 3}, {1, 2, 3, 0, 0, 5});
   for (HostTensor labels : {I32({2}, {2, 0}), I64({2}, {2, 0})}) {

@@ -74,11 +74,13 @@ def reduce_max(x, axis=None, keepdims=False, name=None):
 
 
 def softmax(logits, axis=None, name=None):
-    return add_op("softmax", [logits], name=name)
+    """softmax over `axis` (default: the last)."""
+    return add_op("softmax", [logits], attrs={"axis": -1 if axis is None else int(axis)}, name=name)
 
 
 def log_softmax(logits, axis=None, name=None):
-    return add_op("log_softmax", [logits], name=name)
+    """log(softmax) over `axis` (default: the last), computed stably."""
+    return add_op("log_softmax", [logits], attrs={"axis": -1 if axis is None else int(axis)}, name=name)
 
 
 def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None):

@@ -17,9 +17,9 @@ def _erf(x):
     return np.vectorize(math.erf)(x)
 
 
-def _softmax(x):
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
+def _softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
 
 
 def _conv_ref(x, w, stride=1, pad=(0, 0, 0, 0), dilation=1, groups=1):
@@ -81,6 +81,8 @@ CASES = [
     ("reduce_max", lambda a: flow.math.reduce_max(a, axis=[1]), lambda a: a.max(1), [(3, 4)], "gap"),
     ("softmax", flow.nn.softmax, _softmax, [(3, 5)], "any"),
     ("log_softmax", flow.nn.log_softmax, lambda a: np.log(_softmax(a)), [(3, 5)], "any"),
+    ("softmax_axis1", lambda a: flow.nn.softmax(a, axis=1), lambda a: _softmax(a, 1), [(2, 3, 4)], "any"),
+    ("log_softmax_axis0", lambda a: flow.nn.log_softmax(a, axis=0), lambda a: np.log(_softmax(a, 0)), [(2, 3, 4)], "any"),
     ("sparse_softmax_cross_entropy", lambda a, labels: flow.nn.sparse_softmax_cross_entropy_with_logits(labels, a),
      lambda a: -np.log(_softmax(a))[np.arange(3), LABELS], [(3, 5)], "any", [LABELS]),
     ("softmax_cross_entropy", flow.nn.softmax_cross_entropy_with_logits,
