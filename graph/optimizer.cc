@@ -69,11 +69,14 @@ class OptimizerPass : public Pass {
     lr.kind = NodeKind::kInput;
     lr.type = "input";
     lr.output_names = {"out"};
-    lr.output_descs = {TensorDesc{{1}, DType::kFloat32}};
+    // LAMB's bias corrections cannot be folded into the rate (its trust ratio normalises the
+    // step): its feed is (3,) = [lr, 1 / (1 - beta1^t), 1 / (1 - beta2^t)].
+    const OptimizerSpec* spec = graph.optimizer().get();
+    const bool lamb = spec != nullptr && spec->type == "lamb";
+    lr.output_descs = {TensorDesc{{lamb ? 3 : 1}, DType::kFloat32}};
     std::string lr_ref = lr.output_ref(0);
     graph.feeds().push_back(lr.name);
     graph.Append(std::move(lr));
-    const OptimizerSpec* spec = graph.optimizer().get();
     if (!spec) return Status::Ok();
 
     std::vector<std::pair<std::string, std::string>> updates;  // (variable ref, gradient ref)

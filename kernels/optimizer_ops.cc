@@ -9,25 +9,33 @@
 namespace actorflow {
 namespace {
 
-Status InferUpdate(InferContext& ctx, const std::vector<std::string>& names) {
+// `rate_sizes`: the element counts the lr input may have ((1,) for most updates).
+Status InferUpdate(InferContext& ctx, const std::vector<std::string>& names, const std::vector<int64_t>& rate_sizes) {
   const TensorDesc& var = ctx.inputs[0];
   if (var.dtype != DType::kFloat32) return InvalidArgument(std::string("variable must be float32, got ") + DTypeName(var.dtype));
   for (size_t i = 1; i + 1 < ctx.inputs.size(); ++i)
     if (ctx.inputs[i] != var)
       return InvalidArgument(names[i] + " is " + ctx.inputs[i].ToString() + ", expected " + var.ToString() + " like var");
-  if (ctx.inputs.back() != TensorDesc{{1}, DType::kFloat32})
-    return InvalidArgument("lr must be float32(1,), got " + ctx.inputs.back().ToString());
+  const TensorDesc& lr = ctx.inputs.back();
+  bool rate_ok = false;
+  std::string expected;
+  for (int64_t size : rate_sizes) {
+    rate_ok |= lr == TensorDesc{{size}, DType::kFloat32};
+    expected += (expected.empty() ? "float32(" : " or float32(") + std::to_string(size) + ",)";
+  }
+  if (!rate_ok) return InvalidArgument("lr must be " + expected + ", got " + lr.ToString());
   ctx.outputs.clear();
   return Status::Ok();
 }
 
 void Register(OpRegistry& registry, const std::string& type, std::vector<std::string> inputs, std::vector<int> mutable_inputs,
-              std::function<StatusOr<KernelFn>(const KernelInit&)> make, const std::string& doc) {
+              std::function<StatusOr<KernelFn>(const KernelInit&)> make, const std::string& doc,
+              std::vector<int64_t> rate_sizes = {1}) {
   OpDef def;
   def.type = type;
   def.input_names = std::move(inputs);
   def.mutable_inputs = std::move(mutable_inputs);
-  def.infer = [names = def.input_names](InferContext& ctx) { return InferUpdate(ctx, names); };
+  def.infer = [names = def.input_names, rate_sizes](InferContext& ctx) { return InferUpdate(ctx, names, rate_sizes); };
   def.make_cpu_kernel = std::move(make);
   def.doc = doc;
   // Data-parallel: every replica applies the same (all-reduced) gradient to its full copy.
@@ -121,33 +129,41 @@ void RegisterOptimizerOps(OpRegistry& registry) {
     });
   }, "RMSProp: ms = decay*ms + (1-decay)*g^2; var -= lr * g / (sqrt(ms) + eps)");
 
-  // LAMB: Adam direction r = m / (sqrt(v) + eps) + wd * var, scaled per tensor by the trust
-  // ratio ||var|| / ||r|| (1 when either norm is 0). Two passes, no scratch: the first updates
-  // m, v and accumulates both norms, the second recomputes r from them.
+  // LAMB: Adam direction r = m^ / (sqrt(v^) + eps) + wd * var with bias-corrected moments
+  // m^ = m * c1, v^ = v * c2, scaled per tensor by the trust ratio ||var|| / ||r|| (1 when
+  // either norm is 0). lr is (1,) = [lr] (no correction) or (3,) = [lr, c1, c2]. Two passes, no
+  // scratch: the first updates m, v and accumulates both norms, the second recomputes r.
   Register(registry, "lamb_update", {"var", "grad", "m", "v", "lr"}, {0, 2, 3}, [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
+    const int64_t lr_size = init.inputs[4].num_elements();
+    if (lr_size != 1 && lr_size != 3)
+      return InvalidArgument("lamb_update: lr must have 1 element [lr] or 3 [lr, 1/(1-beta1^t), 1/(1-beta2^t)], got " +
+                             init.inputs[4].ToString());
     Hyper h(init.attrs, 1e-6);
     return KernelFn([=](KernelContext& c) {
       float* __restrict w = c.input(0).as<float>();
       const float* __restrict g = c.input(1).as<float>();
       float* __restrict m = c.input(2).as<float>();
       float* __restrict v = c.input(3).as<float>();
-      float lr = *c.input(4).as<float>();
+      const float* rate = c.input(4).as<float>();
+      const float lr = rate[0], c1 = lr_size == 3 ? rate[1] : 1.0f, c2 = lr_size == 3 ? rate[2] : 1.0f;
+      const float sqrt_c2 = std::sqrt(c2);
+      auto direction = [&](int64_t i) { return m[i] * c1 / (std::sqrt(v[i]) * sqrt_c2 + h.eps) + h.wd * w[i]; };
       double w_norm = 0, r_norm = 0;
       for (int64_t i = 0; i < n; ++i) {
         float gi = h.gs * g[i];
         m[i] = h.b1 * m[i] + (1 - h.b1) * gi;
         v[i] = h.b2 * v[i] + (1 - h.b2) * gi * gi;
-        float r = m[i] / (std::sqrt(v[i]) + h.eps) + h.wd * w[i];
+        float r = direction(i);
         w_norm += static_cast<double>(w[i]) * w[i];
         r_norm += static_cast<double>(r) * r;
       }
       float trust = (w_norm > 0 && r_norm > 0) ? static_cast<float>(std::sqrt(w_norm / r_norm)) : 1.0f;
       float step = lr * trust;
-      for (int64_t i = 0; i < n; ++i) w[i] -= step * (m[i] / (std::sqrt(v[i]) + h.eps) + h.wd * w[i]);
+      for (int64_t i = 0; i < n; ++i) w[i] -= step * direction(i);
       return Status::Ok();
     });
-  }, "LAMB: r = m/(sqrt(v)+eps) + wd*var; var -= lr * (||var||/||r||) * r");
+  }, "LAMB: r = m*c1/(sqrt(v*c2)+eps) + wd*var; var -= lr * (||var||/||r||) * r; lr = [lr] or [lr, c1, c2]", {1, 3});
 }
 
 }  // namespace actorflow

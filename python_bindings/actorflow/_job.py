@@ -191,7 +191,7 @@ class JobFunction:
             # np.ascontiguousarray would turn a 0-d array into shape (1,)
             feeds.append(value if value.flags.c_contiguous else np.array(value, order="C"))
         if self._optimizer is not None:
-            feeds.append(np.array([self._optimizer.learning_rate(self._step)], dtype=np.float32))
+            feeds.append(np.array(self._optimizer.rate_feed(self._step), dtype=np.float32))
             self._step += 1
         return feeds
 

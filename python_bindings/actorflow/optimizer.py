@@ -128,6 +128,10 @@ class Optimizer:
             lr *= _math.sqrt(1 - self.spec["beta2"] ** t) / (1 - self.spec["beta1"] ** t)
         return lr
 
+    def rate_feed(self, step):
+        """What the job's "learning_rate" feed holds at `step` (see python_bindings/C_API.md)."""
+        return [self.learning_rate(step)]
+
     def minimize(self, loss):
         ctx = current("Optimizer.minimize")
         losses = loss if isinstance(loss, (list, tuple)) else [loss]
@@ -157,6 +161,20 @@ class AdamW(Adam):
                  grad_clipping=None, variables=None, **unused):
         super().__init__(lr_scheduler, beta1, beta2, epsilon, do_bias_correction, weight_decay, grad_clipping, variables)
         self.spec["type"] = "adamw"
+
+
+class LAMB(Optimizer):
+    """LAMB (layer-wise adaptive moments): the Adam direction with bias-corrected moments plus
+    weight decay, scaled per variable by the trust ratio ||w|| / ||direction||."""
+
+    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-6, weight_decay=0.0, grad_clipping=None,
+                 variables=None, **unused):
+        super().__init__(lr_scheduler, {"type": "lamb", "beta1": beta1, "beta2": beta2, "epsilon": epsilon,
+                                        "weight_decay": float(weight_decay)}, grad_clipping, variables)
+
+    def rate_feed(self, step):
+        t = step + 1
+        return [self.lr_scheduler(step), 1.0 / (1 - self.spec["beta1"] ** t), 1.0 / (1 - self.spec["beta2"] ** t)]
 
 
 class RMSProp(Optimizer):

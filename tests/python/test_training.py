@@ -75,6 +75,10 @@ def test_momentum_and_adam_match_formulas():
     _check_optimizer_exact("adam")
 
 
+def test_lamb_matches_its_formula_with_bias_correction_and_trust_ratio():
+    _check_optimizer_exact("lamb")
+
+
 def _check_optimizer_exact(kind):
     flow.clear_default_session()
     flow.random.seed(7)
@@ -87,8 +91,10 @@ def _check_optimizer_exact(kind):
     lr = 0.05
     if kind == "momentum":
         factory = lambda: flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=0.9)
-    else:
+    elif kind == "adam":
         factory = lambda: flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [lr]))
+    else:
+        factory = lambda: flow.optimizer.LAMB(flow.optimizer.PiecewiseConstantScheduler([], [lr]), weight_decay=0.01)
     job = mlp_job(factory)
     # Create the variables with a throwaway trace-only call, then overwrite them with `init`.
     x, y = data(0)
@@ -109,6 +115,13 @@ def _check_optimizer_exact(kind):
             if kind == "momentum":
                 m[i] = 0.9 * m[i] - lr * g
                 params[i] = params[i] + m[i]
+            elif kind == "lamb":
+                m[i] = 0.9 * m[i] + 0.1 * g
+                v[i] = 0.999 * v[i] + 0.001 * g * g
+                r = (m[i] / (1 - 0.9 ** t)) / (np.sqrt(v[i] / (1 - 0.999 ** t)) + 1e-6) + 0.01 * params[i]
+                w_norm, r_norm = np.linalg.norm(params[i]), np.linalg.norm(r)
+                trust = w_norm / r_norm if w_norm > 0 and r_norm > 0 else 1.0
+                params[i] = params[i] - lr * trust * r
             else:
                 m[i] = 0.9 * m[i] + 0.1 * g
                 v[i] = 0.999 * v[i] + 0.001 * g * g
