@@ -141,8 +141,9 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     TensorDesc desc;
   };
   std::map<std::string, View> views;  // view op output ref -> what it reads
+  std::set<std::string> written;      // refs some op writes in place (variables under an optimizer)
   {
-    std::set<std::string> control_targets, written;
+    std::set<std::string> control_targets;
     for (const Node& n : graph.nodes()) {
       control_targets.insert(n.control_inputs.begin(), n.control_inputs.end());
       for (int m : n.mutable_inputs)
@@ -192,13 +193,6 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
 
   std::map<std::string, int> feed_index;
   for (size_t i = 0; i < graph.feeds().size(); ++i) feed_index[graph.feeds()[i]] = static_cast<int>(i);
-  std::set<std::string> written;  // nodes some op writes in place (variables under an optimizer)
-  for (const Node& n : graph.nodes())
-    for (int m : n.mutable_inputs)
-      if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) {
-        AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(n.inputs[m]));
-        written.insert(resolved.first->name);
-      }
   for (const Node& n : graph.nodes()) {
     if (n.kind == NodeKind::kOp && n.output_names.size() == 1 && views.count(n.output_ref(0))) continue;  // a view
     AF_RETURN_IF_ERROR(CheckPlacementSupported(n.placement).WithContext("op '" + n.name + "' at " + n.location));
@@ -211,7 +205,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       t->set_feed_index(feed_index[n.name]);
     } else if (n.kind == NodeKind::kVariable) {
       t->set_variable_name(n.variable_name);
-      t->set_read_only(!written.count(n.name));
+      t->set_read_only(!written.count(n.output_ref(0)));
     } else {
       t->set_op_type(n.type);
       AttrsToProto(n.attrs, t->mutable_attrs());
