@@ -54,6 +54,9 @@ class WorkerStartHook : public caf::thread_hook {
   const int kernel_threads_;
 };
 
+// A variable no task of the plan writes: readers use its buffer in place (plan.proto read_only).
+bool IsReadOnlyVariable(const plan::Task& task) { return task.kind() == plan::VARIABLE && task.read_only(); }
+
 }  // namespace
 
 class Runtime::Impl : public RuntimeCore {
@@ -243,7 +246,7 @@ Status Runtime::Impl::Instantiate() {
           desc = view;
         }
       }
-      if (producer.task().kind() == plan::VARIABLE && producer.task().read_only()) {
+      if (IsReadOnlyVariable(producer.task())) {
         // Nothing writes it: read the buffer in place; no edge, no message per iteration.
         if (input.control()) continue;
         state.data_inputs().push_back(DataInput{-1, input.blob_index(), &producer.outputs()[input.producer_register()], desc});
@@ -270,8 +273,7 @@ Status Runtime::Impl::Instantiate() {
     if (task.kind() == plan::SINK && task.sink_name().empty()) {
       for (const DataInput& d : state.data_inputs()) output_descs.push_back(d.desc);
     }
-    const bool read_only_variable = task.kind() == plan::VARIABLE && task.read_only();
-    if (state.is_root() && task.kind() != plan::SOURCE && !read_only_variable) roots_.push_back(i);
+    if (state.is_root() && task.kind() != plan::SOURCE && !IsReadOnlyVariable(task)) roots_.push_back(i);
   }
   for (int s : sources_) input_descs.push_back(states_[s]->outputs()[0].blob_descs[0]);
   for (auto& state : states_) state->FinishSetup();

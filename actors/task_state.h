@@ -167,12 +167,12 @@ class TaskState {
   int64_t next_iteration_ = 0;
   int end_of_stream_seen_ = 0;
   bool finished_ = false;
-  // Trace (trace_clock ticks): the wait in progress, if any.
   struct TickTarget {
     caf::actor actor;
     const TaskState* state;
   };
   std::vector<TickTarget> tick_targets_;
+  // Trace (trace_clock ticks): the lane, and the wait in progress, if any.
   TraceLane* lane_ = nullptr;
   bool waiting_ = false;
   WaitReason wait_reason_ = WaitReason::kInputNotReady;

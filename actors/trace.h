@@ -11,18 +11,20 @@
 namespace actorflow {
 namespace plan { class Plan; }
 
+// Steady-clock nanoseconds (wall-clock measurements; the trace clock where there is no TSC).
+int64_t NowNs();
+
 // The trace clock: cheap enough to read twice per act. Where the kernel itself keeps time
 // with an invariant TSC (x86-64, clocksource "tsc"), a tick is one TSC cycle: rdtsc costs about
-// half of steady_clock::now() here. Elsewhere ticks are steady-clock nanoseconds. Observers
-// convert ticks with TickCalibration (trace_recorder.h).
+// half of steady_clock::now() here. Elsewhere ticks are steady-clock nanoseconds. The
+// recorder converts ticks to time when it writes (trace_recorder.cc, NsPerTick).
 namespace trace_clock {
 extern const bool kTscTicks;  // decided once, at start-up
-int64_t SteadyNs();           // steady_clock, in ns
 inline int64_t Now() {
 #if defined(__x86_64__)
   if (kTscTicks) return static_cast<int64_t>(__builtin_ia32_rdtsc());
 #endif
-  return SteadyNs();
+  return NowNs();
 }
 }  // namespace trace_clock
 
@@ -48,8 +50,5 @@ class RuntimeObserver {
  private:
   std::atomic<bool> recording_{true};
 };
-
-// Steady-clock nanoseconds (wall-clock measurements outside the trace).
-int64_t NowNs();
 
 }  // namespace actorflow

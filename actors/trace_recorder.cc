@@ -21,9 +21,6 @@ int64_t NowNs() {
 }
 
 namespace trace_clock {
-
-int64_t SteadyNs() { return NowNs(); }
-
 namespace {
 // TSC ticks only where the kernel trusts the TSC as its own clocksource (so it is invariant
 // and synchronized across cores); ACTORFLOW_TRACE_CLOCK=steady forces the portable clock.
@@ -91,10 +88,6 @@ int LanePid(const plan::Task& task) {
 }
 
 constexpr int kHostDevice = 999;  // the host's lane: pid machine * 1000 + 999
-
-}  // namespace
-
-namespace {
 
 // One instant read on both clocks: the tick read is the midpoint of two around the ns read.
 void Anchor(int64_t* ticks, int64_t* ns) {

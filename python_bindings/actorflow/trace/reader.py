@@ -161,7 +161,7 @@ def _read_recorder_layout(data):
     return reader(data)
 
 
-def _metadata(path, ev, process_names, thread_names, sort_indexes, lane_ids):
+def _metadata(ev, process_names, thread_names, sort_indexes, lane_ids):
     """Takes one metadata (ph M) event into the name tables."""
     name, args = ev.get("name"), ev.get("args")
     if not isinstance(args, dict):
@@ -190,7 +190,7 @@ def _from_columns(path, c):
     meta, actors = _actorflow_key(path, json.loads(c["rest"]))
     process_names, thread_names, sort_indexes, lane_ids = {}, {}, {}, {}
     for line in c["metadata"]:
-        _metadata(path, json.loads(line), process_names, thread_names, sort_indexes, lane_ids)
+        _metadata(json.loads(line), process_names, thread_names, sort_indexes, lane_ids)
     pid, tid = c["pid"], c["tid"]
     lane_col = np.zeros(len(pid), dtype=np.int32)
     if len(pid):
@@ -251,7 +251,7 @@ def from_document(path, doc):
             col_iter.append(iteration)
             col_name.append(name_id)
         elif ph == "M":
-            _metadata(path, ev, process_names, thread_names, sort_indexes, lane_ids)
+            _metadata(ev, process_names, thread_names, sort_indexes, lane_ids)
 
     columns = (np.asarray(col_lane, dtype=np.int32), np.asarray(col_ts, dtype=np.float64),
                np.asarray(col_dur, dtype=np.float64), np.asarray(col_kind, dtype=np.int8),
