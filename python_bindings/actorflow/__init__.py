@@ -6,10 +6,7 @@
 import contextlib as _contextlib
 import types as _types
 
-import numpy as _np
-
 from . import _C
-from . import _job as _job_module
 from . import checkpoint, config, data, initializers, layers, optimizer  # noqa: F401
 from . import typing  # noqa: F401
 from . import _losses  # noqa: F401  (adds flow.nn.*_cross_entropy_with_logits, flow.math.abs)
@@ -70,13 +67,9 @@ def watch_diff(blob, handler):
 
 def get_all_variables():
     """{name: numpy copy} of every variable, plus each train job's step count as OneFlow's
-    "System-Train-TrainStep-<job>" (int64 (1,)), so checkpoints resume schedules exactly."""
-    session = _C.default_session()
-    session.wait_all()  # asynchronous calls in flight finish their updates first
-    values = {name: session.get_variable(name) for name in session.variable_names()}
-    for job_name, step in _job_module.train_steps().items():
-        values[_job_module.STEP_PREFIX + job_name] = _np.array([step], _np.int64)
-    return values
+    "System-Train-TrainStep-<job>" (int64 (1,)), so checkpoints resume schedules exactly. A
+    consistent snapshot between iterations (job calls in other threads wait while it copies)."""
+    return checkpoint.snapshot()
 
 
 def clear_default_session():

@@ -8,7 +8,7 @@ import typing as _pytyping
 
 import numpy as np
 
-from . import _C, _dtypes, _trace_ctx
+from . import _C, _dtypes, _snapshot, _trace_ctx
 from . import typing as tp
 from ._trace_ctx import BlobDef
 
@@ -164,7 +164,7 @@ class JobFunction:
         from . import checkpoint
         checkpoint.apply_pending()  # values loaded before this first call for compiler-made variables
         for handler_name, fn in ctx.watch_handlers.items():
-            self._compiled.set_watch_handler(handler_name, fn)
+            self._compiled.set_watch_handler(handler_name, _snapshot.as_callback(fn))
         self._input_descs = self._compiled.input_descs
 
     # -- every call --
@@ -190,10 +190,19 @@ class JobFunction:
                 value = value.astype(spec.dtype.numpy)
             # np.ascontiguousarray would turn a 0-d array into shape (1,)
             feeds.append(value if value.flags.c_contiguous else np.array(value, order="C"))
+        return feeds
+
+    def _take_step(self, feeds):
+        """Appends a train job's learning-rate feed and counts the step (snapshot gate held)."""
         if self._optimizer is not None:
-            feeds.append(np.array(self._optimizer.rate_feed(self._step), dtype=np.float32))
+            feeds = feeds + [np.array(self._optimizer.rate_feed(self._step), dtype=np.float32)]
             self._step += 1
         return feeds
+
+    def _before_push(self):
+        if _last_job[0] is not None and _last_job[0] is not self and _last_job[0]._compiled is not None:
+            _last_job[0]._compiled.drain()  # jobs share variables: finish the other job's iterations first
+        _last_job[0] = self
 
     def __call__(self, *args, **kwargs):
         if kwargs:
@@ -204,21 +213,31 @@ class JobFunction:
         if self._compiled is None:
             self._compile()
         feeds = self._feeds(args)
-        if _last_job[0] is not None and _last_job[0] is not self and _last_job[0]._compiled is not None:
-            _last_job[0]._compiled.drain()  # jobs share variables: finish the other job's iterations first
-        _last_job[0] = self
+        # From taking the train step until the runtime accepted the iteration, snapshots
+        # (checkpoint saves, loads) wait: the saved step always matches the saved weights.
         if self._result.is_async:
             result = self._result
 
             def register(callback):
+                @_snapshot.as_callback
                 def deliver(arrays):
                     if isinstance(arrays, BaseException):
                         print("actorflow: job '%s' failed: %s" % (self._fn.__name__, arrays), file=sys.stderr)
                         return
                     callback(result.build(arrays))
-                self._compiled.push(feeds, deliver)
+                _snapshot.gate.enter_call()
+                try:
+                    self._before_push()
+                    self._compiled.push(self._take_step(feeds), deliver)
+                finally:
+                    _snapshot.gate.exit_call()
             return register
-        return self._result.build(self._compiled.run(feeds))
+        _snapshot.gate.enter_call()
+        try:
+            self._before_push()
+            return self._result.build(self._compiled.run(self._take_step(feeds)))
+        finally:
+            _snapshot.gate.exit_call()
 
 
 def global_function(type="predict", function_config=None):  # noqa: A002 (OneFlow's argument name)

@@ -1,22 +1,58 @@
-"""Checkpoints: a directory with one .npy file per variable and manifest.json. A save is
-written to a temporary sibling directory and renamed into place, so an interrupted save leaves
-the previous checkpoint intact."""
+"""Checkpoints: a directory holding manifest.json and one .npy file per variable.
+
+Layout (version 2). The manifest maps each variable name to its file, shape, dtype, size and
+CRC-32; file names are "<index>-<readable part>.npy", unique by their index, so any names
+(slashes, unicode, spaces, very long ones) round-trip. Version 1 checkpoints (file names from
+the variable name, no checksums) still load.
+
+Saving never deletes what it did not write: `path` may be missing, an empty directory, or a
+checkpoint holding only the files its manifest names; anything else (a project directory, a
+file, a symlink, a checkpoint someone added files to) is refused with CheckpointError. A save
+is written to a temporary sibling directory, ".<name>.tmp-actorflow-<pid>-<random>", and swapped
+in, so `path` always names a complete checkpoint; temporary directories left by killed saves
+(recognized by that name, a process that is gone, and contents that are only checkpoint files)
+are removed by the next save to the same path.
+
+A save is a consistent snapshot between iterations (see _snapshot.py): it waits for the job
+calls in progress, keeps new ones out while it copies, and stores each train job's step with
+the weights that step produced. Loading checks everything before it sets anything."""
 import ctypes
+import io
 import json
 import os
+import random
+import re
 import shutil
-import tempfile
+import threading
+import warnings
+import zlib
 
 import numpy as np
 
-import actorflow
-
-from . import _C, _job
+from . import _C, _job, _snapshot
 
 _MANIFEST = "manifest.json"
+_FORMAT = "actorflow-checkpoint"
+_VERSION = 2
+_IN_PROGRESS = ".actorflow-save-in-progress"  # inside a temporary directory while it is written
+_TMP_INFIX = ".tmp-actorflow-"
+# dtypes a session variable can have; a manifest naming another is corrupt
+_DTYPES = ("float32", "float64", "int8", "int32", "int64", "uint8")
+_READABLE = re.compile(r"[^A-Za-z0-9._-]+")
+
 # Values loaded for variables the session does not hold yet (job functions create their
 # variables when first called): get_variable uses them instead of the initializer.
 _pending = {}
+_warn_unused_after_compile = [False]
+_save_lock = threading.Lock()  # one save at a time in this process: its temp dirs are its own
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be written there, or read: the message names the path."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    pass
 
 
 def take_pending(name, shape, dtype):
@@ -32,18 +68,63 @@ def take_pending(name, shape, dtype):
 
 def apply_pending():
     """After a compile: loaded values for variables the compiler created (optimizer states
-    such as "<var>-m") go into the session."""
+    such as "<var>-m") go into the session. Loaded names that the first compiled job after a
+    load did not use are reported once (later jobs may still use them)."""
     session = _C.default_session()
     for name in [n for n in _pending if session.has_variable(n)]:
         session.set_variable(name, _pending.pop(name))
+    if _warn_unused_after_compile[0] and _pending:
+        _warn_unused_after_compile[0] = False
+        _warn_unused(sorted(_pending), "the job compiled after flow.load_variables declares no variable named")
 
 
 def clear_pending():
     _pending.clear()
+    _warn_unused_after_compile[0] = False
 
 
-def _file_name(var_name):
-    return var_name.replace("/", "__") + ".npy"
+def _warn_unused(names, why):
+    shown = ", ".join(repr(n) for n in names[:10]) + (" and %d more" % (len(names) - 10) if len(names) > 10 else "")
+    warnings.warn("flow.load_variables: %s %s; their values are kept for a job compiled later" % (why, shown),
+                  stacklevel=3)
+
+
+# ------------------------------------------------------------------------------ snapshots
+
+def _snapshot_locked():
+    session = _C.default_session()
+    session.wait_all()  # asynchronous calls in flight finish their updates first
+    values = {name: session.get_variable(name) for name in session.variable_names()}
+    for job_name, step in _job.train_steps().items():
+        values[_job.STEP_PREFIX + job_name] = np.array([step], np.int64)
+    return values
+
+
+def snapshot(what="flow.get_all_variables"):
+    """{name: numpy copy} of every variable plus each train job's step, taken between
+    iterations: job calls in progress finish first and new ones wait until it is copied."""
+    with _snapshot.gate.snapshot(what):
+        return _snapshot_locked()
+
+
+# ---------------------------------------------------------------------------------- saving
+
+def _file_name(index, var_name):
+    readable = _READABLE.sub("_", var_name)[:80].strip("._") or "variable"
+    return "%06d-%s.npy" % (index, readable)
+
+
+def _fsync_directory(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a directory; the files themselves are synced
+    finally:
+        os.close(fd)
 
 
 def _exchange(a, b):
@@ -58,83 +139,325 @@ def _exchange(a, b):
     return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
-def save(path):
-    """Writes every variable (and each train job's step) to directory `path`."""
-    path = os.path.abspath(path)
-    parent = os.path.dirname(path) or "."
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".%s.tmp-" % os.path.basename(path), dir=parent)
+def _read_manifest_quietly(path):
     try:
-        manifest = {"format": "actorflow-checkpoint", "version": 1, "variables": {}}
-        values = actorflow.get_all_variables()
-        for name, value in values.items():
-            with open(os.path.join(tmp, _file_name(name)), "wb") as f:
-                np.save(f, value, allow_pickle=False)
-                f.flush()
-                os.fsync(f.fileno())  # on disk before the rename makes the directory current
-            manifest["variables"][name] = {"file": _file_name(name), "shape": list(value.shape), "dtype": str(value.dtype)}
-        with open(os.path.join(tmp, _MANIFEST), "w") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(path) and _exchange(tmp, path):
-            shutil.rmtree(tmp, ignore_errors=True)  # now holds the previous checkpoint
-            return
-        old = None
-        if os.path.exists(path):  # no atomic exchange here: a short window without `path`
-            old = path + ".old-" + os.path.basename(tmp)
-            os.rename(path, old)
-        os.rename(tmp, path)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with open(os.path.join(path, _MANIFEST), "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == _FORMAT else None
+
+
+def _only_checkpoint_files(path):
+    """The entries of `path` that a checkpoint save did not write ([] for a pure checkpoint)."""
+    manifest = _read_manifest_quietly(path)
+    if manifest is None:
+        return None
+    variables = manifest.get("variables")
+    ours = {_MANIFEST}
+    if isinstance(variables, dict):
+        ours |= {e.get("file") for e in variables.values() if isinstance(e, dict) and isinstance(e.get("file"), str)}
+    return sorted(name for name in os.listdir(path)
+                  if name not in ours or not os.path.isfile(os.path.join(path, name))
+                  or os.path.islink(os.path.join(path, name)))
+
+
+def _check_target(path):
+    """Refuses (CheckpointError) unless replacing `path` loses nothing the saves did not write."""
+    if os.path.islink(path):
+        raise CheckpointError("flow.checkpoint.save('%s'): the path is a symbolic link; save to the directory it "
+                              "points to (%s) or to a new path" % (path, os.path.realpath(path)))
+    if not os.path.lexists(path):
+        return
+    if not os.path.isdir(path):
+        raise CheckpointError("flow.checkpoint.save('%s'): the path is an existing file, not a checkpoint directory; "
+                              "nothing was written (choose a new path)" % path)
+    entries = os.listdir(path)
+    if not entries:
+        return
+    foreign = _only_checkpoint_files(path)
+    if foreign is None:
+        raise CheckpointError("flow.checkpoint.save('%s'): the directory exists and is not a checkpoint (no valid %s; "
+                              "it holds %s); saving would replace it, so nothing was written (save to a new or "
+                              "empty directory, e.g. '%s')" % (path, _MANIFEST, _listing(entries),
+                                                                os.path.join(path, "checkpoint")))
+    if foreign:
+        raise CheckpointError("flow.checkpoint.save('%s'): the checkpoint directory also holds files it did not "
+                              "write (%s); saving would replace them, so nothing was written" % (path, _listing(foreign)))
+
+
+def _listing(names):
+    names = sorted(names)
+    return ", ".join(repr(n) for n in names[:5]) + (" and %d more" % (len(names) - 5) if len(names) > 5 else "")
+
+
+def _temp_prefix(path):
+    return "." + os.path.basename(path)[:100] + _TMP_INFIX
+
+
+def _process_alive(pid):
+    if pid == os.getpid():
+        return False  # saves in this process are serialized: an older one of ours is stale
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by another user
+    return True
+
+
+def _remove_stale_temporaries(path):
+    """Removes temporary directories of killed saves to `path`, only when the name, a gone
+    process and the contents (checkpoint files only) all say they are ours."""
+    parent, prefix = os.path.dirname(path), _temp_prefix(path)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        match = re.fullmatch(r"(\d+)-[0-9a-f]+(-old)?", name[len(prefix):])
+        candidate = os.path.join(parent, name)
+        if not match or os.path.islink(candidate) or not os.path.isdir(candidate):
+            continue
+        if _process_alive(int(match.group(1))):
+            continue
+        try:
+            entries = os.listdir(candidate)
+        except OSError:
+            continue
+        if all((entry in (_MANIFEST, _IN_PROGRESS) or entry.endswith(".npy"))
+               and os.path.isfile(os.path.join(candidate, entry)) and not os.path.islink(os.path.join(candidate, entry))
+               for entry in entries):
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
+def _write_file(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())  # on disk before the rename makes the directory current
+
+
+def save(path):
+    """Writes every variable (and each train job's step) to directory `path` (see the module
+    docstring for what `path` may be). Raises CheckpointError before writing anything if `path`
+    holds something else."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError("flow.checkpoint.save: path must be a str or os.PathLike, got %s" % type(path).__name__)
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.basename(path):
+        raise CheckpointError("flow.checkpoint.save('%s'): the path names no directory" % path)
+    with _save_lock:
+        _check_target(path)
+        values = snapshot("flow.checkpoint.save")
+        parent = os.path.dirname(path)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as e:
+            raise CheckpointError("flow.checkpoint.save('%s'): cannot create the parent directory: %s" % (path, e)) from e
+        _remove_stale_temporaries(path)
+        tmp = os.path.join(parent, "%s%d-%016x" % (_temp_prefix(path), os.getpid(), random.getrandbits(64)))
+        os.mkdir(tmp)
+        try:
+            _write_file(os.path.join(tmp, _IN_PROGRESS), b"")
+            manifest = {"format": _FORMAT, "version": _VERSION, "variables": {}}
+            for index, (name, value) in enumerate(sorted(values.items())):
+                buffer = io.BytesIO()
+                np.save(buffer, value, allow_pickle=False)
+                data = buffer.getvalue()
+                file = _file_name(index, name)
+                _write_file(os.path.join(tmp, file), data)
+                manifest["variables"][name] = {"file": file, "shape": list(value.shape), "dtype": str(value.dtype),
+                                               "bytes": len(data), "crc32": zlib.crc32(data)}
+            _write_file(os.path.join(tmp, _MANIFEST),
+                        json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+            os.remove(os.path.join(tmp, _IN_PROGRESS))
+            _fsync_directory(tmp)
+            _check_target(path)  # unchanged since the check above, or refuse
+            if os.path.lexists(path) and _exchange(tmp, path):
+                _fsync_directory(parent)
+                shutil.rmtree(tmp, ignore_errors=True)  # now holds the previous checkpoint
+                return
+            old = None
+            if os.path.lexists(path):  # no atomic exchange here: a short window without `path`
+                old = tmp + "-old"
+                os.rename(path, old)
+            os.rename(tmp, path)
+            _fsync_directory(parent)
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+# --------------------------------------------------------------------------------- loading
+
+def _manifest_error(path, what):
+    return CheckpointError("checkpoint '%s': %s is corrupt: %s" % (path, _MANIFEST, what))
+
+
+def _read_manifest(path):
+    manifest_path = os.path.join(path, _MANIFEST)
+    if not os.path.isfile(manifest_path):
+        raise CheckpointNotFoundError("checkpoint '%s' has no %s (not a checkpoint, or an interrupted save)"
+                                      % (path, _MANIFEST))
+    try:
+        with open(manifest_path, "rb") as f:
+            text = f.read().decode("utf-8")
+        manifest = json.loads(text)
+    except OSError as e:
+        raise CheckpointError("checkpoint '%s': cannot read %s: %s" % (path, manifest_path, e)) from e
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CheckpointError("checkpoint '%s': %s is not valid JSON (%s)" % (path, manifest_path, e)) from None
+    if not isinstance(manifest, dict):
+        raise _manifest_error(path, "expected a JSON object, got %s" % type(manifest).__name__)
+    if manifest.get("format") != _FORMAT:
+        raise _manifest_error(path, "'format' is %r, expected %r" % (manifest.get("format"), _FORMAT))
+    version = manifest.get("version")
+    if type(version) is not int or version not in (1, _VERSION):
+        raise _manifest_error(path, "'version' is %r; this actorflow reads versions 1 and %d" % (version, _VERSION))
+    variables = manifest.get("variables")
+    if not isinstance(variables, dict):
+        raise _manifest_error(path, "'variables' must be an object, got %s" % type(variables).__name__)
+    return version, variables
+
+
+def _checked_entry(path, real_root, version, name, entry):
+    """(file path, shape, dtype, bytes, crc) of one manifest entry, or CheckpointError."""
+    def bad(what):
+        return _manifest_error(path, "variable %r: %s" % (name, what))
+    if not isinstance(entry, dict):
+        raise bad("expected an object, got %s" % type(entry).__name__)
+    file = entry.get("file")
+    if (not isinstance(file, str) or not file or file in (".", "..") or "/" in file or "\\" in file or "\0" in file
+            or os.path.isabs(file) or file == _MANIFEST):
+        raise bad("'file' must be a plain file name inside the checkpoint directory, got %r" % (file,))
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(type(d) is int and 0 <= d < 2 ** 62 for d in shape) or len(shape) > 32:
+        raise bad("'shape' must be a list of non-negative integers, got %r" % (shape,))
+    dtype = entry.get("dtype")
+    if dtype not in _DTYPES:
+        raise bad("'dtype' must be one of %s, got %r" % (", ".join(_DTYPES), dtype))
+    size, crc = entry.get("bytes"), entry.get("crc32")
+    if version >= 2 and (type(size) is not int or size < 0 or type(crc) is not int or not 0 <= crc < 2 ** 32):
+        raise bad("'bytes' and 'crc32' must be non-negative integers, got %r and %r" % (size, crc))
+    file_path = os.path.join(path, file)
+    real = os.path.realpath(file_path)
+    if os.path.dirname(real) != real_root:
+        raise bad("'file' %r resolves to %s, outside the checkpoint directory" % (file, real))
+    return file_path, tuple(shape), dtype, size, crc
 
 
 def get(path):
-    """{name: numpy array} read from a checkpoint directory; clear errors for what is wrong."""
-    manifest_path = os.path.join(path, _MANIFEST)
-    if not os.path.isfile(manifest_path):
-        raise FileNotFoundError("checkpoint '%s' has no %s (not a checkpoint, or an interrupted save)" % (path, _MANIFEST))
-    with open(manifest_path) as f:
-        manifest = json.load(f)
-    out = {}
-    for name, entry in manifest.get("variables", {}).items():
-        file = os.path.join(path, entry["file"])
+    """{name: numpy array} read from a checkpoint directory. Every file is checked against the
+    manifest (location, size, CRC-32, shape, dtype); CheckpointError (a ValueError) names the
+    checkpoint, the file and the variable of the first problem."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError("flow.checkpoint.get: path must be a str or os.PathLike, got %s" % type(path).__name__)
+    path = os.fspath(path)
+    version, variables = _read_manifest(path)
+    real_root = os.path.realpath(path)
+    out, seen_files = {}, {}
+    for name, entry in variables.items():
+        file_path, shape, dtype, size, crc = _checked_entry(path, real_root, version, name, entry)
+        if file_path in seen_files:
+            raise _manifest_error(path, "variables %r and %r name the same file %r" % (seen_files[file_path], name,
+                                                                                      entry["file"]))
+        seen_files[file_path] = name
+
+        def bad(what):
+            return CheckpointError("checkpoint '%s': variable %r, file %s: %s" % (path, name, file_path, what))
         try:
-            value = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ValueError("checkpoint '%s': cannot read variable '%s' from %s: %s" % (path, name, file, e))
-        if list(value.shape) != entry["shape"] or str(value.dtype) != entry["dtype"]:
-            raise ValueError("checkpoint '%s': variable '%s' file holds %s %s, manifest says %s %s" % (
-                path, name, value.dtype, value.shape, entry["dtype"], tuple(entry["shape"])))
+            if os.path.islink(file_path) or not os.path.isfile(file_path):
+                raise bad("missing or not a regular file")
+            with open(file_path, "rb") as f:
+                data = f.read(size + 1 if version >= 2 else -1)
+        except OSError as e:
+            raise bad("cannot read: %s" % e) from e
+        if version >= 2:
+            if len(data) != size:
+                raise bad("holds %s bytes, the manifest says %d (truncated or replaced)"
+                          % ("more than %d" % size if len(data) > size else len(data), size))
+            if zlib.crc32(data) != crc:
+                raise bad("checksum mismatch (CRC-32 %08x, the manifest says %08x): the data is corrupt"
+                          % (zlib.crc32(data), crc))
+        try:
+            value = np.load(io.BytesIO(data), allow_pickle=False)
+        except Exception as e:  # numpy raises ValueError, EOFError, OverflowError... for damaged headers
+            raise bad("not a readable .npy file (%s: %s)" % (type(e).__name__, e)) from None
+        if not isinstance(value, np.ndarray) or value.shape != shape or str(value.dtype) != dtype:
+            raise bad("holds %s %s, the manifest says %s %s" % (getattr(value, "dtype", type(value).__name__),
+                                                               getattr(value, "shape", ""), dtype, shape))
         out[name] = value
     return out
 
 
+def _step_value(value):
+    """The integer step a loaded "System-Train-TrainStep-<job>" value holds, or None."""
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "iu":
+        return None
+    step = int(array.reshape(-1)[0])
+    return step if step >= 0 else None
+
+
 def load_variables(values, ignore_mismatch=False):
-    """Sets session variables from {name: array}; names, shapes and dtypes are checked first."""
+    """Sets session variables (and train steps) from {name: array}. Everything is checked
+    before anything is set, and the values go in between iterations, all together: a failure
+    leaves the session as it was. With ignore_mismatch=True, values whose shape or dtype do not
+    fit are skipped with a warning naming them. Names of variables the session does not hold
+    yet are kept for the job functions' first calls; names no compiled job uses are warned of."""
+    if not isinstance(values, dict):
+        raise TypeError("flow.load_variables: expected a dict {name: numpy array}, got %s" % type(values).__name__)
     session = _C.default_session()
-    problems = []
-    for name, value in values.items():
-        if name.startswith(_job.STEP_PREFIX):
-            continue
-        if not session.has_variable(name):
-            continue  # created later by a job function's first call, from this value
-        cur = session.get_variable(name)
-        value = np.asarray(value)
-        if cur.shape != value.shape or cur.dtype != value.dtype:
-            problems.append("'%s' is %s %s here but %s %s in the values" % (name, cur.dtype, cur.shape, value.dtype, value.shape))
-    if problems and not ignore_mismatch:
-        raise ValueError("load_variables: " + "; ".join(problems))
-    for name, value in values.items():
-        if name.startswith(_job.STEP_PREFIX):
-            _job.set_train_step(name[len(_job.STEP_PREFIX):], int(np.asarray(value).reshape(-1)[0]))
-        elif session.has_variable(name):
-            session.set_variable(name, np.array(value, order="C"))  # keeps 0-d shapes
+    with _snapshot.gate.snapshot("flow.load_variables"):
+        steps, present, later, problems = {}, {}, {}, []
+        for name, value in values.items():
+            if not isinstance(name, str):
+                problems.append("name %r is not a str" % (name,))
+                continue
+            if name.startswith(_job.STEP_PREFIX):
+                step = _step_value(value)
+                if step is None:
+                    problems.append("'%s' must be one non-negative integer, got %r" % (name, value))
+                else:
+                    steps[name[len(_job.STEP_PREFIX):]] = step
+                continue
+            try:
+                array = np.array(value, order="C")  # a copy: later changes to `values` do not leak in
+            except Exception as e:
+                problems.append("'%s' is not an array (%s)" % (name, e))
+                continue
+            if array.dtype.name not in _DTYPES:
+                problems.append("'%s' has dtype %s (variables are %s)" % (name, array.dtype, ", ".join(_DTYPES)))
+                continue
+            if session.has_variable(name):
+                cur = session.get_variable(name)
+                if cur.shape != array.shape or cur.dtype != array.dtype:
+                    problems.append("'%s' is %s %s here but %s %s in the values" % (
+                        name, cur.dtype, cur.shape, array.dtype, array.shape))
+                    continue
+                present[name] = array
+            else:
+                later[name] = array
+        if problems and not ignore_mismatch:
+            raise ValueError("flow.load_variables: nothing was loaded: " + "; ".join(problems))
+        if problems:
+            warnings.warn("flow.load_variables(ignore_mismatch=True): skipped " + "; ".join(problems), stacklevel=2)
+        for name, array in present.items():
+            session.set_variable(name, array)
+        for job_name, step in steps.items():
+            _job.set_train_step(job_name, step)
+        _pending.update(later)
+    if later:
+        if session.variable_names():
+            _warn_unused(sorted(later), "the session has no variable named")
         else:
-            _pending[name] = np.array(value, order="C")
+            _warn_unused_after_compile[0] = True
 
 
 class CheckPoint:

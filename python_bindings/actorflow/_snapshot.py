@@ -1,0 +1,85 @@
+"""The gate between job calls and consistent snapshots of the session's variables.
+
+A job call holds the gate (shared) from the moment it takes its train step until the runtime
+has accepted the iteration (for a synchronous call: until it returned). A snapshot (checkpoint
+save, flow.get_all_variables, flow.load_variables) holds it exclusively: it waits for the calls
+inside, keeps new ones out, drains the runtimes and copies. So a snapshot always lies between
+iterations, and each train step count agrees with the weights it is saved with.
+
+Callbacks (tp.Callback completions, flow.watch handlers) run on a job's dispatcher thread. A
+snapshot taken there could wait for a call that itself waits for that dispatcher, so it is an
+error (`SnapshotInCallbackError`) rather than a hang; a job call made there passes a snapshot
+that is still waiting for calls to finish (so it never blocks a waiting snapshot's progress),
+and waits only while a snapshot is copying, which never depends on a dispatcher."""
+import contextlib
+import threading
+
+_local = threading.local()
+
+
+class SnapshotInCallbackError(RuntimeError):
+    pass
+
+
+def in_callback():
+    return getattr(_local, "callback_depth", 0) > 0
+
+
+def as_callback(fn):
+    """Wraps a function the dispatcher thread calls, so snapshots there are recognized."""
+    def wrapper(*args):
+        _local.callback_depth = getattr(_local, "callback_depth", 0) + 1
+        try:
+            return fn(*args)
+        finally:
+            _local.callback_depth -= 1
+    return wrapper
+
+
+class _Gate:
+    def __init__(self):
+        self._condition = threading.Condition(threading.Lock())
+        self._calls = 0
+        self._waiting = 0  # snapshots waiting for the calls inside to finish (new calls wait)
+        self._copying = False
+        self._exclusive = threading.Lock()  # one snapshot at a time
+
+    # enter_call/exit_call rather than a context manager: they run on every job call.
+    def enter_call(self):
+        callback = in_callback()
+        with self._condition:
+            while self._copying or (self._waiting and not callback):
+                self._condition.wait()
+            self._calls += 1
+
+    def exit_call(self):
+        with self._condition:
+            self._calls -= 1
+            if self._calls == 0:
+                self._condition.notify_all()
+
+    @contextlib.contextmanager
+    def snapshot(self, what):
+        if in_callback():
+            raise SnapshotInCallbackError(
+                "%s cannot run inside a job's callback or watch handler: it waits for every job call in "
+                "flight, and a call may be waiting for this callback to return. Call it from the thread that "
+                "calls the jobs (for example every N steps of the training loop) instead" % what)
+        with self._exclusive:
+            with self._condition:
+                self._waiting += 1
+                try:
+                    while self._calls:
+                        self._condition.wait()
+                finally:
+                    self._waiting -= 1
+                self._copying = True
+            try:
+                yield
+            finally:
+                with self._condition:
+                    self._copying = False
+                    self._condition.notify_all()
+
+
+gate = _Gate()
