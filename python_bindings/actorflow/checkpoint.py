@@ -30,6 +30,7 @@ import zlib
 import numpy as np
 
 from . import _C, _job, _snapshot
+from ._snapshot import SnapshotInCallbackError  # noqa: F401  (flow.checkpoint.SnapshotInCallbackError)
 
 _MANIFEST = "manifest.json"
 _FORMAT = "actorflow-checkpoint"
