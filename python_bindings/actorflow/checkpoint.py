@@ -157,7 +157,9 @@ def _only_checkpoint_files(path):
     variables = manifest.get("variables")
     ours = {_MANIFEST}
     if isinstance(variables, dict):
-        ours |= {e.get("file") for e in variables.values() if isinstance(e, dict) and isinstance(e.get("file"), str)}
+        # only .npy files: a manifest listing a user's train.py does not make it ours
+        ours |= {e.get("file") for e in variables.values()
+                 if isinstance(e, dict) and isinstance(e.get("file"), str) and e["file"].endswith(".npy")}
     return sorted(name for name in os.listdir(path)
                   if name not in ours or not os.path.isfile(os.path.join(path, name))
                   or os.path.islink(os.path.join(path, name)))
@@ -353,6 +355,27 @@ def _checked_entry(path, real_root, version, name, entry):
     return file_path, tuple(shape), dtype, size, crc
 
 
+def _parse_npy(data, shape, dtype, bad):
+    """The array in .npy bytes, after checking its header against the manifest: a damaged or
+    forged header never makes numpy allocate what the file does not hold."""
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError("unknown .npy format version %s" % (version,))
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        file_shape, fortran_order, file_dtype = read_header(stream, max_header_size=10000)
+    except Exception as e:  # numpy raises ValueError, EOFError, SyntaxError... for damaged headers
+        raise bad("not a readable .npy file (%s: %s)" % (type(e).__name__, e)) from None
+    if tuple(file_shape) != shape or file_dtype.name != dtype or not file_dtype.isnative:
+        raise bad("holds %s %s, the manifest says %s %s" % (file_dtype.str, tuple(file_shape), dtype, shape))
+    expected = int(np.prod(shape, dtype=object)) * file_dtype.itemsize
+    if len(data) - stream.tell() != expected:
+        raise bad("holds %d bytes of array data, %s %s needs %d" % (len(data) - stream.tell(), dtype, shape, expected))
+    value = np.frombuffer(data, dtype=file_dtype, offset=stream.tell()).reshape(shape, order="F" if fortran_order else "C")
+    return np.array(value, order="C")  # writable, C-ordered, owning its memory
+
+
 def get(path):
     """{name: numpy array} read from a checkpoint directory. Every file is checked against the
     manifest (location, size, CRC-32, shape, dtype); CheckpointError (a ValueError) names the
@@ -376,24 +399,17 @@ def get(path):
             if os.path.islink(file_path) or not os.path.isfile(file_path):
                 raise bad("missing or not a regular file")
             with open(file_path, "rb") as f:
-                data = f.read(size + 1 if version >= 2 else -1)
+                on_disk = os.fstat(f.fileno()).st_size
+                if version >= 2 and on_disk != size:  # checked before reading: `size` may be absurd
+                    raise bad("holds %d bytes, the manifest says %d (truncated or replaced)" % (on_disk, size))
+                data = f.read()
         except OSError as e:
             raise bad("cannot read: %s" % e) from e
         if version >= 2:
-            if len(data) != size:
-                raise bad("holds %s bytes, the manifest says %d (truncated or replaced)"
-                          % ("more than %d" % size if len(data) > size else len(data), size))
             if zlib.crc32(data) != crc:
                 raise bad("checksum mismatch (CRC-32 %08x, the manifest says %08x): the data is corrupt"
                           % (zlib.crc32(data), crc))
-        try:
-            value = np.load(io.BytesIO(data), allow_pickle=False)
-        except Exception as e:  # numpy raises ValueError, EOFError, OverflowError... for damaged headers
-            raise bad("not a readable .npy file (%s: %s)" % (type(e).__name__, e)) from None
-        if not isinstance(value, np.ndarray) or value.shape != shape or str(value.dtype) != dtype:
-            raise bad("holds %s %s, the manifest says %s %s" % (getattr(value, "dtype", type(value).__name__),
-                                                               getattr(value, "shape", ""), dtype, shape))
-        out[name] = value
+        out[name] = _parse_npy(data, shape, dtype, bad)
     return out
 
 
