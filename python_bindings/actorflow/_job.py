@@ -25,6 +25,12 @@ def train_steps():
     return {name: job._step for name, job in _train_jobs.items()}
 
 
+def forget_train_steps():
+    """flow.clear_default_session(): the session's jobs are gone, and so are their steps."""
+    _train_jobs.clear()
+    _pending_steps.clear()
+
+
 def set_train_step(job_name, step):
     if job_name in _train_jobs:
         _train_jobs[job_name]._step = int(step)

@@ -80,7 +80,9 @@ def apply_pending():
 
 
 def clear_pending():
+    """With the session: loaded values not used yet, and the train steps of its jobs."""
     _pending.clear()
+    _job.forget_train_steps()
     _warn_unused_after_compile[0] = False
 
 

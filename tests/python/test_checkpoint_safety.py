@@ -275,3 +275,20 @@ def test_the_next_save_removes_what_a_killed_save_left_and_nothing_else(tmp_path
     flow.checkpoint.save(str(path))
     assert sorted(os.listdir(tmp_path)) == sorted(["ckpt", keep_foreign.name, keep_alive.name, other_target.name])
     assert (keep_foreign / "user.txt").read_text() == "not a checkpoint file"
+
+
+def test_clearing_the_session_forgets_its_train_steps(tmp_path):
+    import actorflow.typing as tp
+
+    @flow.global_function(type="train")
+    def counted(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        w = flow.get_variable("counted-w", shape=(2,), initializer=flow.zeros_initializer())
+        loss = flow.math.reduce_sum(w * x)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    counted(np.ones(2, np.float32))
+    assert flow.get_all_variables()["System-Train-TrainStep-counted"].tolist() == [1]
+    flow.clear_default_session()
+    make_variables({"w": np.ones(2, np.float32)})
+    flow.checkpoint.save(str(tmp_path / "ckpt"))  # a checkpoint of this session holds no dead job's step
+    assert set(flow.checkpoint.get(str(tmp_path / "ckpt"))) == {"w"}
