@@ -169,6 +169,15 @@ def _only_checkpoint_files(path):
 
 def _check_target(path):
     """Refuses (CheckpointError) unless replacing `path` loses nothing the saves did not write."""
+    ancestor = os.path.dirname(path)
+    while True:
+        if _read_manifest_quietly(ancestor) is not None:
+            raise CheckpointError("flow.checkpoint.save('%s'): the path is inside the checkpoint '%s'; saving there "
+                                  "would add files that checkpoint does not list, so nothing was written"
+                                  % (path, ancestor))
+        if os.path.dirname(ancestor) == ancestor:
+            break
+        ancestor = os.path.dirname(ancestor)
     if os.path.islink(path):
         raise CheckpointError("flow.checkpoint.save('%s'): the path is a symbolic link; save to the directory it "
                               "points to (%s) or to a new path" % (path, os.path.realpath(path)))

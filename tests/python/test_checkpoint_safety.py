@@ -90,6 +90,18 @@ def test_save_refuses_a_checkpoint_with_foreign_files_and_a_symlink(tmp_path):
     assert link.is_symlink()
 
 
+def test_save_inside_a_checkpoint_refuses(tmp_path):
+    make_variables({"w": np.arange(3, dtype=np.float32)})
+    path = tmp_path / "ckpt"
+    flow.checkpoint.save(str(path))
+    before = tree(tmp_path)
+    for inner in (path / "inner", path / "a" / "b"):
+        with pytest.raises(CheckpointError, match="inside the checkpoint"):
+            flow.checkpoint.save(str(inner))
+    assert tree(tmp_path) == before
+    flow.checkpoint.save(str(path))  # the checkpoint itself can still be saved over
+
+
 def test_save_into_an_empty_directory_and_over_its_own_checkpoint(tmp_path):
     make_variables({"w": np.arange(3, dtype=np.float32)})
     path = tmp_path / "ckpt"
