@@ -38,14 +38,20 @@ def as_callback(fn):
 
 class _Gate:
     def __init__(self):
-        self._condition = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._condition = threading.Condition(self._lock)
         self._calls = 0
         self._waiting = 0  # snapshots waiting for the calls inside to finish (new calls wait)
         self._copying = False
         self._exclusive = threading.Lock()  # one snapshot at a time
 
-    # enter_call/exit_call rather than a context manager: they run on every job call.
+    # enter_call/exit_call rather than a context manager, and a fast path without a snapshot
+    # around: they run on every job call.
     def enter_call(self):
+        with self._lock:
+            if not self._copying and not self._waiting:
+                self._calls += 1
+                return
         callback = in_callback()
         with self._condition:
             while self._copying or (self._waiting and not callback):
@@ -53,9 +59,9 @@ class _Gate:
             self._calls += 1
 
     def exit_call(self):
-        with self._condition:
+        with self._lock:
             self._calls -= 1
-            if self._calls == 0:
+            if self._calls == 0 and self._waiting:
                 self._condition.notify_all()
 
     @contextlib.contextmanager
@@ -71,8 +77,11 @@ class _Gate:
                 try:
                     while self._calls:
                         self._condition.wait()
-                finally:
+                except BaseException:  # e.g. KeyboardInterrupt: let the held-back calls go on
                     self._waiting -= 1
+                    self._condition.notify_all()
+                    raise
+                self._waiting -= 1
                 self._copying = True
             try:
                 yield
