@@ -8,18 +8,20 @@ it and exits 2, never a stack dump.
 
 import gzip
 import json
+import math
 import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
-# Event kinds in the columns. Waits are split by reason because the two mean opposite things:
+# Event kinds in the columns. Waits are split by reason because they mean different things:
 # input not ready = the actor is starved by upstream; output registers full = it is held back
-# by downstream (backpressure).
-ACT, WAIT_INPUT, WAIT_BACKPRESSURE, OTHER = 0, 1, 2, 3
-REASONS = {"input not ready": WAIT_INPUT, "output registers full": WAIT_BACKPRESSURE}
+# by downstream (backpressure); worker busy = it could act, but every worker thread was
+# running other actors (the workers are saturated, not its neighbours slow).
+ACT, WAIT_INPUT, WAIT_BACKPRESSURE, OTHER, WAIT_WORKER = 0, 1, 2, 3, 4
+REASONS = {"input not ready": WAIT_INPUT, "output registers full": WAIT_BACKPRESSURE, "worker busy": WAIT_WORKER}
 KIND_NAMES = {ACT: "act", WAIT_INPUT: "input not ready", WAIT_BACKPRESSURE: "output registers full",
-              OTHER: "other"}
+              WAIT_WORKER: "worker busy", OTHER: "other"}
 
 
 class TraceError(Exception):
@@ -65,6 +67,7 @@ class Trace:
     num_events: int
     start: float                # µs, first event start
     end: float                  # µs, last event end
+    workers: int = 0            # the runtime's worker threads ("actorflow".workers); 0: not recorded
 
     @property
     def span(self):
@@ -138,6 +141,11 @@ def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _finite(value):
+    """A JSON number that is a real time: not NaN or ±Infinity (which json.loads accepts)."""
+    return _number(value) and math.isfinite(value)
+
+
 def load(path):
     """Reads a trace file into a Trace (per-lane columns sorted by start time)."""
     data = read_bytes(path)
@@ -191,6 +199,8 @@ def _from_columns(path, c):
     process_names, thread_names, sort_indexes, lane_ids = {}, {}, {}, {}
     for line in c["metadata"]:
         _metadata(json.loads(line), process_names, thread_names, sort_indexes, lane_ids)
+    if not (np.isfinite(c["ts"]).all() and np.isfinite(c["dur"]).all()):
+        raise ValueError("a time that is not finite: the general path names the event")
     pid, tid = c["pid"], c["tid"]
     lane_col = np.zeros(len(pid), dtype=np.int32)
     if len(pid):
@@ -219,9 +229,12 @@ def from_document(path, doc):
         ph = ev.get("ph")
         if ph == "X":
             pid, tid, ts, dur = ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur")
-            if not (_number(ts) and _number(dur)):
-                raise TraceError(path, f"traceEvents[{index}]: a complete event (ph X) needs numeric "
-                                       f"\"ts\" and \"dur\", got ts={ts!r} dur={dur!r}")
+            if not (_finite(ts) and _finite(dur)):
+                raise TraceError(path, f"traceEvents[{index}] ({ev.get('name')!r}): a complete event (ph X) "
+                                       f"needs numeric \"ts\" and \"dur\" (finite), got ts={ts!r} dur={dur!r}")
+            if dur < 0:
+                raise TraceError(path, f"traceEvents[{index}] ({ev.get('name')!r}): a complete event with a "
+                                       f"negative \"dur\" ({dur!r})")
             key = (pid, tid)
             lane = lane_ids.get(key) if type(pid) is int and type(tid) is int else None
             if lane is None:
@@ -288,7 +301,9 @@ def _assemble(path, meta, actors, process_names, thread_names, sort_indexes, lan
     lanes.sort(key=lambda l: (_sortable(l.pid), l.sort_index, _sortable(l.tid)))
     start = float(ts_col.min()) if len(ts_col) else 0.0
     end = float((ts_col + dur_col).max()) if len(ts_col) else 0.0
-    return Trace(path, lanes, names, str(meta.get("job", "")), actors, len(ts_col), start, end)
+    workers = meta.get("workers")
+    workers = workers if isinstance(workers, int) and not isinstance(workers, bool) and workers > 0 else 0
+    return Trace(path, lanes, names, str(meta.get("job", "")), actors, len(ts_col), start, end, workers)
 
 
 def _sortable(value):

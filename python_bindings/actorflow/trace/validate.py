@@ -8,6 +8,8 @@ conventions (docs/trace_format.md: cat act/wait, args.iteration, the wait reason
 "actorflow" key) are checked when the document claims to be actorflow's (has that key).
 """
 
+import math
+
 from .reader import REASONS
 
 # Every phase of the format's spec, deprecated ones (S T p F) included: Perfetto accepts them.
@@ -19,7 +21,8 @@ ACTOR_KINDS = {"source", "compute", "sink", "variable", "host"}
 
 
 def _number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A JSON number fit for a time: json.loads also yields NaN and ±Infinity, which no trace means."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _id(v):
@@ -90,9 +93,14 @@ def _check_metadata(ev, where, problem):
     return False
 
 
+def _named(ev):
+    name = ev.get("name")
+    return f" ({name!r})" if isinstance(name, str) else ""
+
+
 def _check_event(ev, ph, where, problem, strict):
     if not _number(ev.get("ts")):
-        return problem(f"{where}: \"ts\" is {ev.get('ts')!r}, expected a number (microseconds)")
+        return problem(f"{where}{_named(ev)}: \"ts\" is {ev.get('ts')!r}, expected a finite number (microseconds)")
     if not _id(ev.get("pid")) or not _id(ev.get("tid")):
         return problem(f"{where}: \"pid\" and \"tid\" must be integers, got pid={ev.get('pid')!r} "
                        f"tid={ev.get('tid')!r}")
@@ -101,7 +109,8 @@ def _check_event(ev, ph, where, problem, strict):
     if ph == "X":
         dur = ev.get("dur")
         if not _number(dur) or dur < 0:
-            return problem(f"{where}: a complete event (ph X) needs a non-negative numeric \"dur\", got {dur!r}")
+            return problem(f"{where}{_named(ev)}: a complete event (ph X) needs a non-negative numeric \"dur\" "
+                           f"(finite), got {dur!r}")
     if "args" in ev and not isinstance(ev["args"], dict):
         return problem(f"{where}: \"args\" must be an object")
     if strict and ph == "X":
@@ -123,6 +132,10 @@ def _check_actorflow(meta, problem):
         return problem("\"actorflow\" must be an object")
     if meta.get("version") != 1:
         if problem(f"\"actorflow\".version is {meta.get('version')!r}; this viewer reads version 1"):
+            return True
+    workers = meta.get("workers")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        if problem(f"\"actorflow\".workers is {workers!r}, expected a positive integer (worker threads)"):
             return True
     actors = meta.get("actors")
     if not isinstance(actors, list):
