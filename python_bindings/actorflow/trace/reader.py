@@ -172,8 +172,9 @@ def _read_recorder_layout(data):
 def _metadata(ev, process_names, thread_names, sort_indexes, lane_ids):
     """Takes one metadata (ph M) event into the name tables."""
     name, args = ev.get("name"), ev.get("args")
-    if not isinstance(args, dict):
-        return
+    if not isinstance(args, dict) or not isinstance(ev.get("pid"), (int, str)) \
+            or not isinstance(ev.get("tid", 0), (int, str)):
+        return  # ids that cannot name a lane (validate reports them)
     if name == "process_name":
         process_names[ev.get("pid")] = str(args.get("name", ""))
     elif name == "thread_name":
@@ -190,7 +191,33 @@ def _actorflow_key(path, doc):
     actors = meta.get("actors", [])
     if not isinstance(actors, list) or not all(isinstance(a, dict) for a in actors):
         raise TraceError(path, "\"actorflow\".\"actors\" is not an array of objects")
+    for k, actor in enumerate(actors):
+        problem = _actor_problem(actor)
+        if problem:
+            raise TraceError(path, f"\"actorflow\".actors[{k}]: {problem}")
     return meta, actors
+
+
+def _is_id(value):
+    return (type(value) is int) or isinstance(value, str)
+
+
+def _actor_problem(actor):
+    """What makes an actor entry unusable (ids that are no ids, lists that are no lists), or None."""
+    for key in ("id", "pid"):
+        if key in actor and not _is_id(actor[key]):
+            return f"\"{key}\" is {actor[key]!r}, expected an integer"
+    for key in ("name", "kind", "op", "device", "source_location"):
+        if key in actor and not isinstance(actor[key], str):
+            return f"\"{key}\" is {actor[key]!r}, expected a string"
+    inputs, registers = actor.get("inputs", []), actor.get("registers", [])
+    if not isinstance(inputs, list) or not all(isinstance(e, dict) and _is_id(e.get("producer", 0)) for e in inputs):
+        return "\"inputs\" must be an array of {\"producer\": <id>, ...}"
+    if not isinstance(registers, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("consumers", []), list)
+            and all(_is_id(c) for c in r.get("consumers", [])) for r in registers):
+        return "\"registers\" must be an array of {\"consumers\": [<id>, ...], ...}"
+    return None
 
 
 def _from_columns(path, c):
@@ -241,8 +268,12 @@ def from_document(path, doc):
                 if not (isinstance(pid, (int, str)) and isinstance(tid, (int, str))):
                     raise TraceError(path, f"traceEvents[{index}]: \"pid\" and \"tid\" must be integers, "
                                            f"got pid={pid!r} tid={tid!r}")
-                lane = lane_ids[key] = len(lane_ids)
+                lane = lane_ids.get(key)  # a str id, or a key that metadata named first
+                if lane is None:
+                    lane = lane_ids[key] = len(lane_ids)
             name = ev.get("name", "")
+            if not isinstance(name, str):
+                name = json.dumps(name)
             name_id = name_ids.get(name)
             if name_id is None:
                 name_id = name_ids[name] = len(names)
@@ -253,9 +284,10 @@ def from_document(path, doc):
             kind = ACT if cat == "act" else OTHER
             if isinstance(args, dict):
                 iteration = args.get("iteration", -1)
-                if cat == "wait":
-                    kind = REASONS.get(args.get("reason"), OTHER)
-                if not isinstance(iteration, int):
+                reason = args.get("reason")
+                if cat == "wait" and isinstance(reason, str):
+                    kind = REASONS.get(reason, OTHER)
+                if type(iteration) is not int or not -2**63 <= iteration < 2**63:
                     iteration = -1
             col_lane.append(lane)
             col_ts.append(ts)
