@@ -233,7 +233,7 @@ def advise_workers(rows, device):
     heavy = sorted((r for r in rows if r["group"] == device["device"] and r["kind"] != "host"),
                    key=lambda r: -r["busy_pct"])[:3]
     workers = f"{n} worker thread{'s' if n != 1 else ''}" + ("" if device["workers_recorded"] else " (seen)")
-    text = (f"the {workers} of {device['device']} are saturated: busy {device['busy_pct']:.0f}% of the time, and "
+    text = (f"the {workers} of {device['device']} {'is' if n == 1 else 'are'} saturated: busy {device['busy_pct']:.0f}% of the time, and "
             f"its actors wait {device['worker_wait_pct']:.0f}% of their time for a worker while others run; "
             f"no single actor is saturated (the busiest: "
             + ", ".join(f"{r['actor']} {r['busy_pct']:.0f}%" for r in heavy) + ")")
