@@ -121,6 +121,7 @@ Status Pipeline::Start(PipelineOptions options) {
   runtime_options.num_threads = options.num_threads;
   runtime_options.on_worker_start = options.on_worker_start;
   if (!options.trace_path.empty()) {
+    AF_RETURN_IF_ERROR(ChromeTraceRecorder::CheckWritable(options.trace_path));
     impl_->recorder = std::make_unique<ChromeTraceRecorder>();
     impl_->trace_path = options.trace_path;
     runtime_options.observer = impl_->recorder.get();

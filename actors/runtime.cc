@@ -297,6 +297,7 @@ Status Runtime::Impl::Instantiate() {
   // Before any actor exists, so observers need no lock to set up their buffers.
   if (options_.observer != nullptr) {
     options_.observer->OnPlan(plan_);
+    options_.observer->OnWorkers(workers);
     for (auto& state : states_) state->set_trace_lane(options_.observer->LaneFor(state->task().id()));
     host_lane_ = options_.observer->LaneFor(RuntimeObserver::kHostLane);
   }
@@ -370,10 +371,10 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
   for (size_t k = 0; k < sources_.size(); ++k) {
     const OutputSlots& out = states_[sources_[k]]->outputs()[0];
     std::memcpy(out.blob(regs[k], 0), inputs[k].data, inputs[k].byte_size());
-    Send(nullptr, actors_[sources_[k]], states_[sources_[k]].get(), fill_atom::value, regs[k], iteration);
+    Send(nullptr, actors_[sources_[k]], states_[sources_[k]].get(), fill_atom::value, regs[k], iteration, act_start);
   }
   if (sources_.empty())  // otherwise the first source passes the tick on (Instantiate)
-    for (int r : roots_) Send(nullptr, actors_[r], states_[r].get(), tick_atom::value, iteration);
+    for (int r : roots_) Send(nullptr, actors_[r], states_[r].get(), tick_atom::value, iteration, act_start);
   if (trace) host_lane_->Act(iteration, true, wait_start, WaitReason::kOutputRegistersFull, act_start, trace_clock::Now());
   return iteration;
 }

@@ -1,5 +1,6 @@
 #include "actors/task_state.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace actorflow {
@@ -117,20 +118,35 @@ void TaskState::Act(caf::event_based_actor* self) {
       core_->RecordError(iteration, status.WithContext(where + ", iteration " + std::to_string(iteration)));
     }
   }
-  if (trace) RecordAct(iteration, start);
+  if (trace) RecordAct(iteration, start, ActionableSince());
   next_iteration_ = iteration + 1;
 
   Emit(self, chosen_registers_, iteration, failed);
   for (InputSlots& in : in_edges_) {
-    Send(self, in.producer, in.producer_state, ack_atom::value, in.producer_output, in.front().register_index);
+    Send(self, in.producer, in.producer_state, ack_atom::value, in.producer_output, in.front().register_index,
+         last_act_end_);
     in.pop();
   }
   if (task_.kind() == plan::SINK) core_->SinkDelivered(iteration);
 }
 
-// The act that started at `start` and ends now, with the wait it ended (if any).
-void TaskState::RecordAct(int64_t iteration, int64_t start) {
+// The trace clock when the messages this act consumes had all been sent: the head register of
+// every input, the output register freed last, a root's tick.
+int64_t TaskState::ActionableSince() const {
+  int64_t at = std::max(outputs_freed_at_, is_root() ? tick_sent_at_ : 0);
+  for (const InputSlots& in : in_edges_) at = std::max(at, in.front().sent);
+  return at;
+}
+
+// The act that started at `start` and ends now, with the wait it ended (if any). The part of
+// the wait after `actionable` (the actor could act but had not run) is a wait for a worker.
+void TaskState::RecordAct(int64_t iteration, int64_t start, int64_t actionable) {
   last_act_end_ = trace_clock::Now();
+  if (waiting_ && actionable > wait_start_ && actionable < start) {
+    lane_->Wait(iteration, wait_reason_, wait_start_, actionable);
+    wait_start_ = actionable;
+    wait_reason_ = WaitReason::kWorkerBusy;
+  }
   lane_->Act(iteration, waiting_, wait_start_, wait_reason_, start, last_act_end_);
   waiting_ = false;
 }
@@ -148,39 +164,44 @@ void TaskState::Emit(caf::event_based_actor* self, const std::vector<int>& regs,
     }
     out.pending_acks[reg] = static_cast<int>(out.consumers.size());
     for (const OutputSlots::Consumer& c : out.consumers) {
-      Send(self, c.actor, c.state, ready_atom::value, c.in_edge, reg, iteration, failed);
+      Send(self, c.actor, c.state, ready_atom::value, c.in_edge, reg, iteration, failed, last_act_end_);
     }
   }
 }
 
-void TaskState::OnReady(caf::event_based_actor* self, int in_edge, int reg, int64_t iteration, bool failed) {
-  in_edges_[in_edge].push(InputSlots::Ready{reg, iteration, failed});
+void TaskState::OnReady(caf::event_based_actor* self, int in_edge, int reg, int64_t iteration, bool failed,
+                        int64_t sent) {
+  in_edges_[in_edge].push(InputSlots::Ready{reg, iteration, failed, sent});
   TryAct(self);
 }
 
-void TaskState::OnAck(caf::event_based_actor* self, int output, int reg) {
+void TaskState::OnAck(caf::event_based_actor* self, int output, int reg, int64_t sent) {
   OutputSlots& out = outputs_[output];
   if (--out.pending_acks[reg] > 0) return;
   if (task_.kind() == plan::SOURCE) {
     core_->ReleaseSourceRegister(index_, reg);
   } else {
     out.free_registers.push_back(reg);
+    if (out.free_registers.size() == 1) outputs_freed_at_ = std::max(outputs_freed_at_, sent);
     TryAct(self);
   }
   TryFinish(self);
 }
 
-void TaskState::OnFill(caf::event_based_actor* self, int reg, int64_t iteration) {
-  if (tracing()) RecordAct(iteration, trace_clock::Now());
+void TaskState::OnFill(caf::event_based_actor* self, int reg, int64_t iteration, int64_t sent) {
+  if (tracing()) RecordAct(iteration, trace_clock::Now(), sent);
   next_iteration_ = iteration + 1;
-  for (const TickTarget& t : tick_targets_) Send(self, t.actor, t.state, tick_atom::value, iteration);
+  for (const TickTarget& t : tick_targets_) Send(self, t.actor, t.state, tick_atom::value, iteration, last_act_end_);
   chosen_registers_[0] = reg;  // a source has exactly one output
   Emit(self, chosen_registers_, iteration, false);
   NoteIdle(true);
 }
 
-void TaskState::OnTick(caf::event_based_actor* self, int64_t iteration) {
-  if (pending_ticks_ == 0) next_tick_iteration_ = iteration;
+void TaskState::OnTick(caf::event_based_actor* self, int64_t iteration, int64_t sent) {
+  if (pending_ticks_ == 0) {
+    next_tick_iteration_ = iteration;
+    tick_sent_at_ = sent;
+  }
   ++pending_ticks_;
   TryAct(self);
 }
@@ -236,25 +257,26 @@ char behaviors_published;
 // the message, which TSan must see as published by the sender (see Send).
 caf::behavior TaskActor(caf::event_based_actor* self, TaskState* state) {
   caf::behavior behavior{
-      [=](ready_atom, const int& in_edge, const int& reg, const int64_t& iteration, const bool& failed) {
+      [=](ready_atom, const int& in_edge, const int& reg, const int64_t& iteration, const bool& failed,
+          const int64_t& sent) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnReady(self, in_edge, reg, iteration, failed);
+        state->OnReady(self, in_edge, reg, iteration, failed, sent);
       },
-      [=](ack_atom, const int& output, const int& reg) {
+      [=](ack_atom, const int& output, const int& reg, const int64_t& sent) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnAck(self, output, reg);
+        state->OnAck(self, output, reg, sent);
       },
-      [=](fill_atom, const int& reg, const int64_t& iteration) {
+      [=](fill_atom, const int& reg, const int64_t& iteration, const int64_t& sent) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnFill(self, reg, iteration);
+        state->OnFill(self, reg, iteration, sent);
       },
-      [=](tick_atom, const int64_t& iteration) {
+      [=](tick_atom, const int64_t& iteration, const int64_t& sent) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnTick(self, iteration);
+        state->OnTick(self, iteration, sent);
       },
       [=](eos_atom, const int& in_edge) {
         HappensAfterReceive(&behaviors_published);

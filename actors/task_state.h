@@ -93,6 +93,7 @@ struct InputSlots {
     int register_index;
     int64_t iteration;
     bool failed;
+    int64_t sent;  // trace clock: the producer's act end (for the trace's "worker busy" waits)
   };
   std::vector<Ready> ring;  // fixed capacity = producer register_num
   int head = 0, size = 0;
@@ -136,10 +137,12 @@ class TaskState {
   void clear_tick_targets() { tick_targets_.clear(); }
 
   // Message handlers (owning actor).
-  void OnReady(caf::event_based_actor* self, int in_edge, int reg, int64_t iteration, bool failed);
-  void OnAck(caf::event_based_actor* self, int output, int reg);
-  void OnFill(caf::event_based_actor* self, int reg, int64_t iteration);  // SOURCE, from the host
-  void OnTick(caf::event_based_actor* self, int64_t iteration);           // roots, from the host
+  // `sent`: the sender's trace clock when it sent the message (its last act's end; the host's
+  // push), so the trace can tell waiting for a message from waiting for a worker to run on.
+  void OnReady(caf::event_based_actor* self, int in_edge, int reg, int64_t iteration, bool failed, int64_t sent);
+  void OnAck(caf::event_based_actor* self, int output, int reg, int64_t sent);
+  void OnFill(caf::event_based_actor* self, int reg, int64_t iteration, int64_t sent);  // SOURCE, from the host
+  void OnTick(caf::event_based_actor* self, int64_t iteration, int64_t sent);           // roots, from the host
   void OnEndOfStream(caf::event_based_actor* self, int in_edge);          // -1: from the host
 
  private:
@@ -150,7 +153,8 @@ class TaskState {
   void Emit(caf::event_based_actor* self, const std::vector<int>& regs, int64_t iteration, bool failed);
   void TryFinish(caf::event_based_actor* self);
   void NoteIdle(bool just_acted);
-  void RecordAct(int64_t iteration, int64_t start);
+  void RecordAct(int64_t iteration, int64_t start, int64_t actionable);
+  int64_t ActionableSince() const;
   bool tracing() const { return lane_ != nullptr && observer_->recording(); }
 
   const plan::Task& task_;
@@ -178,6 +182,9 @@ class TaskState {
   WaitReason wait_reason_ = WaitReason::kInputNotReady;
   int64_t wait_start_ = 0;
   int64_t last_act_end_ = 0;
+  // When the last condition for acting came true (the stamp of the message that made it so):
+  // an output gained a free register; a root got its tick.
+  int64_t outputs_freed_at_ = 0, tick_sent_at_ = 0;
 };
 
 // What TaskState needs from the runtime, implemented by Runtime::Impl. Thread-safe.

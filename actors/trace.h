@@ -33,6 +33,8 @@ class RuntimeObserver {
   virtual ~RuntimeObserver() = default;
   // Called once when a runtime instantiates a plan (before any act).
   virtual void OnPlan(const plan::Plan& plan) {}
+  // Called once after OnPlan: the number of worker threads the actors share.
+  virtual void OnWorkers(int workers) {}
   // The lane the actor of task `task_id` appends its acts and waits to (trace clock ticks,
   // trace_clock::Now()); nullptr: not observed. Called after OnPlan, before any act; the lane
   // must stay valid until the runtime is destroyed.

@@ -4,7 +4,7 @@
 // Cost model (bench/runtime_bench RecorderPerAct): an observed act costs two trace-clock reads
 // and one 16-byte slot. A slot stores times as differences from the end of the lane's previous
 // event, which is where an actor's wait starts in the common case (it acted, then waited):
-//   tag     = (iteration - previous iteration) << 4 | flags
+//   tag     = (iteration - previous iteration) << 5 | flags
 //   payload = gap << 32 | duration      (gap: previous end -> start, both < 2^32 ticks)
 // Anything else (a wait that started later, times that do not fit, an iteration far away)
 // takes a long form of three slots with absolute values.
@@ -19,8 +19,10 @@
 
 namespace actorflow {
 
-enum class WaitReason { kInputNotReady = 0, kOutputRegistersFull = 1 };
-const char* WaitReasonName(WaitReason reason);  // "input not ready" / "output registers full"
+// Why an actor did not act. kWorkerBusy: it could act (inputs ready, an output register free)
+// but had not run yet, because every worker thread was running other actors.
+enum class WaitReason { kInputNotReady = 0, kOutputRegistersFull = 1, kWorkerBusy = 2 };
+const char* WaitReasonName(WaitReason reason);  // "input not ready" / "output registers full" / "worker busy"
 
 class alignas(64) TraceLane {  // its own cache line: actors on different workers share none
  public:
@@ -38,12 +40,11 @@ class alignas(64) TraceLane {  // its own cache line: actors on different worker
   // An act from `start` to `end` (trace clock ticks). `waited`: the actor waited from
   // `wait_start` to `start` for `reason` (otherwise it was busy, or not observed, before).
   void Act(int64_t iteration, bool waited, int64_t wait_start, WaitReason reason, int64_t start, int64_t end) {
-    const uint64_t flags = kAct | (waited ? kWaited : 0) | (reason == WaitReason::kOutputRegistersFull ? kBackpressure : 0);
-    Put(iteration, flags, waited ? wait_start : last_end_, start, end);
+    Put(iteration, kAct | (waited ? kWaited | ReasonFlags(reason) : 0), waited ? wait_start : last_end_, start, end);
   }
   // A wait that ended without an act (its reason changed, or the actor finished).
   void Wait(int64_t iteration, WaitReason reason, int64_t wait_start, int64_t end) {
-    Put(iteration, kWaited | (reason == WaitReason::kOutputRegistersFull ? kBackpressure : 0), wait_start, end, end);
+    Put(iteration, kWaited | ReasonFlags(reason), wait_start, end, end);
   }
 
   struct Event {
@@ -56,7 +57,11 @@ class alignas(64) TraceLane {  // its own cache line: actors on different worker
   size_t num_events() const;
 
  private:
-  static constexpr uint64_t kAct = 1, kWaited = 2, kBackpressure = 4, kLong = 8;
+  static constexpr uint64_t kAct = 1, kWaited = 2, kBackpressure = 4, kLong = 8, kWorker = 16;
+  static constexpr int kFlagBits = 5;
+  static constexpr uint64_t ReasonFlags(WaitReason reason) {
+    return reason == WaitReason::kOutputRegistersFull ? kBackpressure : reason == WaitReason::kWorkerBusy ? kWorker : 0;
+  }
   static constexpr size_t kChunk = 8192;  // slots: 128 KiB
   struct Slot {
     uint64_t tag, payload;
@@ -69,9 +74,9 @@ class alignas(64) TraceLane {  // its own cache line: actors on different worker
   void Put(int64_t iteration, uint64_t flags, int64_t wait_start, int64_t start, int64_t end) {
     const uint64_t gap = static_cast<uint64_t>(start - last_end_), duration = static_cast<uint64_t>(end - start);
     const int64_t step = iteration - last_iteration_;
-    if (wait_start == last_end_ && (gap | duration) >> 32 == 0 && step >= -(int64_t{1} << 58) &&
-        step < (int64_t{1} << 58)) {
-      Append({static_cast<uint64_t>(step) << 4 | flags, gap << 32 | duration});
+    if (wait_start == last_end_ && (gap | duration) >> 32 == 0 && step >= -(int64_t{1} << 57) &&
+        step < (int64_t{1} << 57)) {
+      Append({static_cast<uint64_t>(step) << kFlagBits | flags, gap << 32 | duration});
     } else {  // long form
       Append({kLong | flags, static_cast<uint64_t>(iteration)});
       Append({static_cast<uint64_t>(wait_start), static_cast<uint64_t>(start)});
@@ -133,15 +138,17 @@ template <typename F> void TraceLane::ForEach(F&& f) const {
       e.end = static_cast<int64_t>(next_slot().tag);
       i += 2;
     } else {
-      flags = s.tag & 15;
-      e.iteration = last_iteration + (static_cast<int64_t>(s.tag) >> 4);
+      flags = s.tag & ((1u << kFlagBits) - 1);
+      e.iteration = last_iteration + (static_cast<int64_t>(s.tag) >> kFlagBits);
       e.wait_start = last_end;
       e.start = last_end + static_cast<int64_t>(s.payload >> 32);
       e.end = e.start + static_cast<int64_t>(s.payload & 0xffffffffu);
     }
     e.is_act = flags & kAct;
     e.waited = flags & kWaited;
-    e.reason = (flags & kBackpressure) ? WaitReason::kOutputRegistersFull : WaitReason::kInputNotReady;
+    e.reason = (flags & kBackpressure) ? WaitReason::kOutputRegistersFull
+               : (flags & kWorker)     ? WaitReason::kWorkerBusy
+                                       : WaitReason::kInputNotReady;
     last_end = e.end;
     last_iteration = e.iteration;
     f(static_cast<const Event&>(e));

@@ -11,6 +11,13 @@
 #include <string_view>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "graph/proto/plan.pb.h"
 
 namespace actorflow {
@@ -42,7 +49,12 @@ const bool kTscTicks = UseTsc();
 }  // namespace trace_clock
 
 const char* WaitReasonName(WaitReason reason) {
-  return reason == WaitReason::kInputNotReady ? "input not ready" : "output registers full";
+  switch (reason) {
+    case WaitReason::kInputNotReady: return "input not ready";
+    case WaitReason::kOutputRegistersFull: return "output registers full";
+    case WaitReason::kWorkerBusy: return "worker busy";
+  }
+  return "unknown";
 }
 
 struct ChromeTraceRecorder::Lane {
@@ -261,20 +273,73 @@ std::string ChromeTraceRecorder::ToJson() const {
           << ",\"args\":{\"iteration\":" << e.iteration << act_args.s;
     });
   }
-  out << "\n],\n\"actorflow\":{\"version\":1,\"job\":\"" << Escape(job_name_) << "\",\"actors\":[\n  "
+  out << "\n],\n\"actorflow\":{\"version\":1,\"job\":\"" << Escape(job_name_) << "\",";
+  if (workers_ > 0) out << "\"workers\":" << workers_ << ",";
+  out << "\"actors\":[\n  "
       << plan_json_actors_ << "]}}\n";
   return std::move(out.s);
 }
 
-Status ChromeTraceRecorder::Write(const std::string& path) const {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-    if (!file) return InvalidArgument("cannot open trace file '" + tmp + "' for writing");
-    file << ToJson();
-    if (!file) return Internal("failed writing trace file '" + tmp + "'");
+namespace {
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+std::string OsError(int error) { return std::strerror(error); }
+}  // namespace
+
+Status ChromeTraceRecorder::CheckWritable(const std::string& path) {
+  if (path.empty()) return InvalidArgument("trace path is empty");
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      return InvalidArgument("trace path '" + path + "' is a directory; name a file (e.g. '" + path + "/trace.json')");
+    if (!S_ISREG(st.st_mode)) return InvalidArgument("trace path '" + path + "' exists and is not a regular file");
+  } else if (errno != ENOENT) {
+    return InvalidArgument("cannot use trace path '" + path + "': " + OsError(errno));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Internal("cannot rename '" + tmp + "' to '" + path + "'");
+  // The file is written as a temporary beside it, then renamed: the directory must take files.
+  const std::string dir = DirectoryOf(path);
+  if (::stat(dir.c_str(), &st) != 0)
+    return InvalidArgument("cannot write trace file '" + path + "': directory '" + dir + "': " + OsError(errno));
+  if (!S_ISDIR(st.st_mode))
+    return InvalidArgument("cannot write trace file '" + path + "': '" + dir + "' is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return InvalidArgument("cannot write trace file '" + path + "': directory '" + dir + "': " + OsError(errno));
+  return Status::Ok();
+}
+
+Status ChromeTraceRecorder::Write(const std::string& path) const {
+  if (Status writable = CheckWritable(path); !writable.ok()) return writable;
+  // A temporary of our own (never a file of the user's), renamed over `path` when complete.
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return Internal("cannot create a temporary file beside trace file '" + path + "': " + OsError(errno));
+  const std::string json = ToJson();
+  size_t done = 0;
+  while (done < json.size()) {
+    const ssize_t n = ::write(fd, json.data() + done, json.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Internal("failed writing trace file '" + tmp + "': " + OsError(error));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::fchmod(fd, 0644);  // mkstemp makes it 0600; a trace is an ordinary output file
+  if (::close(fd) != 0) {
+    const int error = errno;
+    ::unlink(tmp.c_str());
+    return Internal("failed writing trace file '" + tmp + "': " + OsError(error));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(tmp.c_str());
+    return Internal("cannot rename '" + tmp + "' to '" + path + "': " + OsError(error));
+  }
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -113,7 +114,7 @@ TEST(ChromeTraceRecorder, WritesTheDocumentedFormat) {
       ASSERT_EQ(e["cat"], "wait") << e.dump();
       std::string reason = e["args"]["reason"];
       EXPECT_EQ(e["name"], "wait: " + reason);
-      EXPECT_TRUE(reason == "input not ready" || reason == "output registers full") << reason;
+      EXPECT_TRUE(reason == "input not ready" || reason == "output registers full" || reason == "worker busy") << reason;
       EXPECT_GE(e["dur"].get<double>(), 1.0);  // shorter waits are omitted
       wait_reasons[tid].insert(reason);
     }
@@ -150,6 +151,10 @@ TEST(TraceLane, DecodesWhatWasAppended) {
        (int64_t{1} << 35) + 4},  // a far iteration
       {int64_t{1} << 60, true, true, W::kInputNotReady, (int64_t{1} << 35) + 4, (int64_t{1} << 35) + 4,
        (int64_t{1} << 35) + 3},  // end before start (clocks of two cores): long form keeps it
+      {0, false, true, W::kInputNotReady, (int64_t{1} << 35) + 3, (int64_t{1} << 35) + 9,
+       (int64_t{1} << 35) + 9},  // a wait for input, then the same wait goes on for a worker:
+      {0, true, true, W::kWorkerBusy, (int64_t{1} << 35) + 9, (int64_t{1} << 35) + 20, (int64_t{1} << 35) + 30},
+      {1, false, true, W::kWorkerBusy, (int64_t{1} << 35) + 30, (int64_t{1} << 35) + 31, (int64_t{1} << 35) + 31},
   };
   TraceLane lane;
   for (const auto& e : want) {
@@ -159,9 +164,10 @@ TEST(TraceLane, DecodesWhatWasAppended) {
       lane.Wait(e.iteration, e.reason, e.wait_start, e.end);
   }
   // Enough short events to fill several chunks.
-  int64_t t = (int64_t{1} << 35) + 3;
+  int64_t t = (int64_t{1} << 35) + 31;
+  constexpr W kReasons[] = {W::kOutputRegistersFull, W::kInputNotReady, W::kWorkerBusy};
   for (int64_t i = 0; i < 30000; ++i, t += 7) {
-    want.push_back({i, true, true, i % 3 ? W::kInputNotReady : W::kOutputRegistersFull, t, t + 3, t + 7});
+    want.push_back({i, true, true, kReasons[i % 3], t, t + 3, t + 7});
     lane.Act(i, true, t, want.back().reason, t + 3, t + 7);
   }
   std::vector<TraceLane::Event> got;
@@ -264,6 +270,102 @@ TEST(ChromeTraceRecorder, UnwritablePathIsAnError) {
   Status s = recorder.Write("/nonexistent-dir/trace.json");
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("/nonexistent-dir/trace.json"), std::string::npos);
+  EXPECT_NE(s.message().find("No such file or directory"), std::string::npos) << s.message();
+}
+
+// A bad trace path fails when tracing is set up, naming the path and the OS error, and a
+// directory is never replaced by a trace.
+TEST(ChromeTraceRecorder, BadPathFailsAtStart) {
+  const std::string dir = ::testing::TempDir() + "trace-is-a-dir";
+  ASSERT_EQ(::system(("mkdir -p '" + dir + "' && touch '" + dir + "/keep.txt'").c_str()), 0);
+  for (const std::string& path : {dir, std::string("/nonexistent-dir/trace.json")}) {
+    Pipeline p;
+    Port x = p.AddInput("x", kScalar);
+    p.SetOutputs({p.AddStage("copy", {x}, {kScalar}, Copy(std::chrono::microseconds(0)))});
+    PipelineOptions options;
+    options.trace_path = path;
+    Status s = p.Start(options);
+    ASSERT_FALSE(s.ok()) << path;
+    EXPECT_NE(s.message().find("'" + path + "'"), std::string::npos) << s.message();
+    EXPECT_TRUE(s.message().find("directory") != std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(std::ifstream(dir + "/keep.txt").good()) << "the directory was touched";
+  std::string error = ChromeTraceRecorder().Write(dir).message();
+  EXPECT_NE(error.find("is a directory"), std::string::npos) << error;
+  EXPECT_TRUE(std::ifstream(dir + "/keep.txt").good());
+}
+
+// The temporary the recorder writes first is its own: a user's file named like it survives.
+TEST(ChromeTraceRecorder, WriteKeepsOtherFiles) {
+  const std::string path = ::testing::TempDir() + "keeps.trace.json";
+  { std::ofstream(path + ".tmp") << "mine"; }
+  ChromeTraceRecorder recorder;
+  ASSERT_TRUE(recorder.Write(path).ok());
+  std::string text;
+  std::getline(std::ifstream(path + ".tmp"), text);
+  EXPECT_EQ(text, "mine");
+  EXPECT_NO_THROW(json::parse(std::ifstream(path)));
+  std::remove(path.c_str());
+  std::remove((path + ".tmp").c_str());
+}
+
+// Time per reason on each actor's lane, in microseconds.
+std::map<std::string, std::map<std::string, double>> TimeByReason(const json& trace) {
+  std::map<std::string, std::map<std::string, double>> out;  // actor -> reason ("act") -> µs
+  std::map<int, std::string> names;
+  for (const json& a : trace["actorflow"]["actors"]) names[a["id"]] = a["name"];
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    std::string what = e["cat"] == "act" ? "act" : e["args"]["reason"].get<std::string>();
+    out[names[e["tid"]]][what] += e["dur"].get<double>();
+  }
+  return out;
+}
+
+// Two heavy stages side by side (both read x): with one worker, while one runs the other is
+// often ready but cannot run (CAF runs an actor's queued messages in a row, so the other then
+// waits several acts for the worker; after that run it waits for input, since x's registers are
+// still held). With two workers they run at once and the wait for a worker mostly disappears.
+// The sleeps hold the worker thread as a kernel would.
+TEST(ChromeTraceRecorder, SeparatesWaitingForAWorkerFromWaitingForInput) {
+  constexpr int kIterations = 30;
+  constexpr auto kWork = std::chrono::microseconds(3000);
+  double one_worker_wait = 0;
+  for (int workers : {1, 2}) {
+    ChromeTraceRecorder recorder;
+    Pipeline p;
+    Port x = p.AddInput("x", kScalar, 4);
+    Port a = p.AddStage("a", {x}, {kScalar}, Copy(kWork), 4);
+    Port b = p.AddStage("b", {x}, {kScalar}, Copy(kWork), 4);
+    p.SetOutputs({a, b});
+    PipelineOptions options;
+    options.observer = &recorder;
+    options.num_threads = workers;
+    ASSERT_TRUE(p.Start(options).ok());
+    float in = 1;
+    std::vector<float> out(2 * kIterations);
+    for (int i = 0; i < kIterations; ++i)
+      ASSERT_TRUE(p.Push({TensorView{&in, kScalar}},
+                         {TensorView{&out[2 * i], kScalar}, TensorView{&out[2 * i + 1], kScalar}}, nullptr)
+                      .ok());
+    p.Drain();
+    json trace = json::parse(recorder.ToJson());
+    ASSERT_TRUE(p.Finish().ok());
+    EXPECT_EQ(trace["actorflow"]["workers"], workers);
+    auto time = TimeByReason(trace);
+    const double acts = time["a"]["act"] + time["b"]["act"];
+    const double worker = time["a"]["worker busy"] + time["b"]["worker busy"];
+    const double input = time["a"]["input not ready"] + time["b"]["input not ready"];
+    SCOPED_TRACE("workers " + std::to_string(workers) + ": a and b act " + std::to_string(acts) +
+                 " us, wait for a worker " + std::to_string(worker) + " us, for input " + std::to_string(input) + " us");
+    if (workers == 1) {
+      EXPECT_GT(worker, 0.25 * acts);
+      EXPECT_GT(worker + input, 0.75 * acts) << "each stage waits while the other runs";
+      one_worker_wait = worker;
+    } else {
+      EXPECT_LT(worker, 0.5 * one_worker_wait);
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "graph/session.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <condition_variable>
 #include <cstring>
@@ -124,6 +125,13 @@ Status CompiledJob::Run(const std::vector<TensorView>& inputs, const std::vector
   return result;
 }
 
+// Drain and shutdown have no caller to return an error to: a failed write is reported on stderr
+// (the path was checked when the job was compiled; this is a disk full or a removed directory).
+void CompiledJob::WriteTrace() {
+  Status written = static_cast<ChromeTraceRecorder*>(recorder_.get())->Write(options_.trace_path);
+  if (!written.ok()) std::fprintf(stderr, "actorflow: the trace was not written: %s\n", written.ToString().c_str());
+}
+
 void CompiledJob::DrainLocked() {
   std::lock_guard<std::mutex> lock(runtime_mu_);
   if (runtime_) runtime_->Drain();
@@ -133,8 +141,7 @@ void CompiledJob::Drain() {
   std::lock_guard<std::mutex> lock(runtime_mu_);
   if (!runtime_) return;
   runtime_->Drain();
-  if (recorder_ && !options_.trace_path.empty())
-    (void)static_cast<ChromeTraceRecorder*>(recorder_.get())->Write(options_.trace_path);
+  if (recorder_ && !options_.trace_path.empty()) WriteTrace();
 }
 
 void CompiledJob::Shutdown() {
@@ -142,8 +149,7 @@ void CompiledJob::Shutdown() {
   if (!runtime_) return;
   runtime_->Drain();
   runtime_.reset();  // ends every actor before the variables and the recorder go
-  if (recorder_ && !options_.trace_path.empty())
-    (void)static_cast<ChromeTraceRecorder*>(recorder_.get())->Write(options_.trace_path);
+  if (recorder_ && !options_.trace_path.empty()) WriteTrace();
 }
 
 // -------------------------------------------------------------------------------------- Session
@@ -285,6 +291,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builde
   runtime_options.num_workers = workers;
   runtime_options.kernel_threads = kernel_threads;
   if (!options.trace_path.empty()) {
+    AF_RETURN_IF_ERROR(ChromeTraceRecorder::CheckWritable(options.trace_path));
     job->recorder_ = std::make_unique<ChromeTraceRecorder>();
     runtime_options.observer = job->recorder_.get();
   }

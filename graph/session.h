@@ -72,6 +72,7 @@ class CompiledJob {
   friend class SessionState;
   CompiledJob() = default;
   void DrainLocked();
+  void WriteTrace();  // the recorder to options_.trace_path; a failure goes to stderr
 
   std::shared_ptr<SessionState> session_;
   Graph graph_;

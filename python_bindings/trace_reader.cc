@@ -8,6 +8,7 @@
 #include <pybind11/numpy.h>
 
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <string_view>
 #include <unordered_map>
@@ -21,7 +22,7 @@ constexpr std::string_view kHead = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":
 constexpr std::string_view kTail = "\n],\n\"actorflow\":";
 
 // Kinds as in actorflow/trace/reader.py.
-constexpr int8_t kAct = 0, kWaitInput = 1, kWaitBackpressure = 2;
+constexpr int8_t kAct = 0, kWaitInput = 1, kWaitBackpressure = 2, kWaitWorker = 4;
 
 class LineParser {
  public:
@@ -95,12 +96,17 @@ bool ParseComplete(const char* p, const char* end, Columns* c) {
       kind = kWaitInput;
     else if (text == "output registers full")
       kind = kWaitBackpressure;
+    else if (text == "worker busy")
+      kind = kWaitWorker;
     else
       return false;
   } else {
     return false;
   }
   if (!(in.Literal("}}") && in.AtEnd())) return false;
+  // from_chars also reads "nan" and "inf": such times (and negative durations) are errors that
+  // the general path reports with the event's index.
+  if (!std::isfinite(ts) || !std::isfinite(dur) || dur < 0) return false;
   c->pid.push_back(pid);
   c->tid.push_back(tid);
   c->ts.push_back(ts);
@@ -145,9 +151,15 @@ py::object ReadRecorderTrace(const py::bytes& data) {
   }
   if (!ok) return py::none();
   py::list names, meta;
-  for (std::string_view s : c.names) names.append(py::str(s.data(), s.size()));
-  for (std::string_view s : metadata) meta.append(py::str(s.data(), s.size()));
   std::string_view rest = text.substr(tail + kTail.size() - std::string_view("\"actorflow\":").size());
+  py::str rest_text;
+  try {  // names and metadata that are not UTF-8: the general path says so, with the byte offset
+    for (std::string_view s : c.names) names.append(py::str(s.data(), s.size()));
+    for (std::string_view s : metadata) meta.append(py::str(s.data(), s.size()));
+    rest_text = py::str("{" + std::string(rest.data(), rest.size()));
+  } catch (py::error_already_set&) {
+    return py::none();
+  }
   py::dict out;
   out["pid"] = ToArray(c.pid);
   out["tid"] = ToArray(c.tid);
@@ -158,7 +170,7 @@ py::object ReadRecorderTrace(const py::bytes& data) {
   out["name_index"] = ToArray(c.name);
   out["names"] = names;
   out["metadata"] = meta;                                           // the ph M lines, as JSON texts
-  out["rest"] = py::str("{" + std::string(rest.data(), rest.size()));  // {"actorflow":...}
+  out["rest"] = rest_text;  // {"actorflow":...}
   return out;
 }
 

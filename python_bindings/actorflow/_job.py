@@ -165,7 +165,7 @@ class JobFunction:
                              % self._fn.__name__)
         self._optimizer = ctx.optimizer
         options = dict(_config.compile_options(self._fn.__name__))
-        options.update({k: v for k, v in self._config.options.items() if k in ("num_threads", "register_num")})
+        options.update({k: v for k, v in self._config.options.items() if k in ("num_threads", "num_workers", "register_num")})
         self._compiled = _C.default_session().compile(builder, options)
         from . import checkpoint
         checkpoint.apply_pending()  # values loaded before this first call for compiler-made variables

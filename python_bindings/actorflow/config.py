@@ -1,4 +1,5 @@
 """flow.config.*: process-wide settings read when a job function is compiled."""
+import errno
 import os
 
 _settings = {"trace_path": os.environ.get("ACTORFLOW_TRACE", ""), "num_threads": 0}
@@ -10,8 +11,29 @@ def enable_trace(path):
     beside it with its name before the extension (trace.json -> trace.eval_job.json), so a
     train job and an eval job do not overwrite each other's trace. A job's trace is (re)written
     whenever the session waits for all jobs (flow.get_all_variables, checkpoint saves), when it
-    is cleared (flow.clear_default_session) and at process exit."""
-    _settings["trace_path"] = str(path)
+    is cleared (flow.clear_default_session) and at process exit.
+    A path that cannot be written (a directory, a missing or read-only directory) is an error
+    here; ACTORFLOW_TRACE is checked when the first job is compiled."""
+    path = str(path)
+    if path:
+        problem = _unwritable(path)
+        if problem:
+            raise ValueError(f"flow.config.enable_trace({path!r}): {problem}")
+    _settings["trace_path"] = path
+
+
+def _unwritable(path):
+    """Why a trace cannot be written to `path` (the OS's words), or None."""
+    if os.path.isdir(path):
+        return f"{os.strerror(errno.EISDIR)}; name a file, e.g. {os.path.join(path, 'trace.json')!r}"
+    if os.path.exists(path) and not os.path.isfile(path):
+        return "exists and is not a regular file"
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        return f"directory {directory!r}: {os.strerror(errno.ENOENT)}"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"directory {directory!r}: {os.strerror(errno.EACCES)}"
+    return None
 
 
 _trace_owners = {}  # trace path -> the job that writes it

@@ -88,7 +88,8 @@ def test_truncated_and_negative_files_still_give_clear_errors(tmp_path):
     first_x = negative.index('{"ph":"X"')
     negative = text[:first_x] + negative[first_x:]
     (tmp_path / "neg.json").write_text(negative)
-    assert _C._read_recorder_trace(negative.encode()) is not None  # layout fine, value wrong
+    # Layout fine, value wrong: the fast reader declines, so the general path names the event.
+    assert _C._read_recorder_trace(negative.encode()) is None
     with pytest.raises(TraceError, match="negative"):
         load(str(tmp_path / "neg.json"))
 

@@ -62,6 +62,12 @@ BREAKAGES = {
                         "args.reason must be one of"),
     "act without iteration": (lambda e: e.get("cat") == "act", lambda e: e["args"].pop("iteration"),
                               "integer args.iteration"),
+    # json.loads reads NaN and Infinity as numbers: no time is either.
+    "NaN ts": (lambda e: e.get("cat") == "act", lambda e: e.update(ts=float("nan")), "\"ts\" is nan"),
+    "infinite ts": (lambda e: e["ph"] == "X", lambda e: e.update(ts=float("inf")), "\"ts\" is inf"),
+    "infinite dur": (lambda e: e["ph"] == "X", lambda e: e.update(dur=float("inf")), "non-negative numeric \"dur\""),
+    "NaN dur": (lambda e: e["ph"] == "X", lambda e: e.update(dur=float("nan")), "non-negative numeric \"dur\""),
+    "bad worker count": (lambda e: True, None, "\"actorflow\".workers is 0"),
 }
 
 
@@ -69,11 +75,17 @@ BREAKAGES = {
 def test_broken_events_are_rejected(recorder_text, breakage):
     select, breaking, message = BREAKAGES[breakage]
     doc = json.loads(recorder_text)
+    if breaking is None:  # the "actorflow" key
+        doc["actorflow"]["workers"] = 0
+        assert validate(doc)[0].startswith(message), validate(doc)
+        return
     i = first_index(doc, select)
     breaking(doc["traceEvents"][i])
     problems = validate(doc)
     assert problems, breakage
     assert problems[0].startswith(f"traceEvents[{i}]") and message in problems[0], problems
+    if breakage in ("NaN ts", "infinite ts", "NaN dur", "infinite dur", "negative dur"):  # names the event
+        assert f"traceEvents[{i}] ({doc['traceEvents'][i]['name']!r})" in problems[0], problems
 
 
 def test_broken_actor_graph_is_rejected(recorder_text):
@@ -97,6 +109,15 @@ def test_validate_cli_reports_problems_with_exit_2(recorder_text, tmp_path):
     assert done.stderr.startswith(f"{path}: traceEvents[") and "Traceback" not in done.stderr
 
 
+def _replace_first_time(text, key, value):
+    """The text with the number after the first complete event's `key` replaced by `value`."""
+    start = text.index(key, text.index('"ph":"X"')) + len(key)
+    end = start
+    while text[end] in "0123456789.-e":
+        end += 1
+    return text[:start] + value + text[end:]
+
+
 def broken_files(recorder_text, tmp_path):
     """name -> (path, expected words in the error)."""
     files = {
@@ -113,6 +134,11 @@ def broken_files(recorder_text, tmp_path):
         "negative dur": ('{"traceEvents": [{"ph":"X","name":"a","pid":0,"tid":0,"ts":1,"dur":-2}]}',
                          "negative \"dur\""),
         "binary": ("\udcff\udcfe\x00garbage", "not UTF-8"),
+        # In the recorder's own layout (the compiled fast reader's path) and not.
+        "NaN ts": (_replace_first_time(recorder_text, '"ts":', "NaN"), "numeric \"ts\" and \"dur\""),
+        "infinite dur": (_replace_first_time(recorder_text, '"dur":', "Infinity"), "numeric \"ts\" and \"dur\""),
+        "negative infinite dur": ('{"traceEvents": [{"ph":"X","name":"a","pid":0,"tid":0,"ts":1,"dur":-Infinity}]}',
+                                  "numeric \"ts\" and \"dur\""),
     }
     out = {}
     for name, (text, words) in files.items():
@@ -130,7 +156,8 @@ def broken_files(recorder_text, tmp_path):
 @pytest.mark.parametrize("command", ["summary", "view", "graph", "validate"])
 def test_broken_files_give_one_clear_line_and_exit_2(recorder_text, tmp_path, command):
     for name, (path, words) in broken_files(recorder_text, tmp_path).items():
-        if command == "validate" and words.startswith(("traceEvents[0] is", "numeric", "negative")):
+        if command == "validate" and (words.startswith(("traceEvents[0] is", "numeric", "negative"))
+                                      or name in ("NaN ts", "infinite dur", "negative infinite dur")):
             continue  # validate reports these as format problems (checked above)
         extra = ["-o", tmp_path / "out.svg"] if command == "graph" else ["-o", tmp_path / "out.html"] \
             if command == "view" else []
@@ -142,6 +169,16 @@ def test_broken_files_give_one_clear_line_and_exit_2(recorder_text, tmp_path, co
         if command == "graph" and words in ("traceEvents[0] is a int", "no \"traceEvents\" key"):
             words = "neither a trace (traceEvents) nor a plan (tasks)"  # graph also reads plans
         assert str(path) in lines[0] and words in lines[0], (name, lines[0])
+
+
+@pytest.mark.parametrize("name", ["NaN ts", "infinite dur", "negative infinite dur"])
+def test_validate_cli_rejects_times_that_are_not_finite(recorder_text, tmp_path, name):
+    path, _ = broken_files(recorder_text, tmp_path)[name]
+    done = run_cli("validate", path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith(f"{path}: traceEvents[") and "finite" in first, first
+    assert "(" in first.split(":")[1], f"the line names the event: {first}"
 
 
 def test_load_raises_trace_error(recorder_text, tmp_path):

@@ -28,14 +28,31 @@ def _get(message, *names, default=None):
 def _int(value, default=0):
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # also NaN and ±Infinity
         return default
 
 
+class PlanError(ValueError):
+    """A plan whose structure is not plan.proto's (load_graph names the file)."""
+
+
+def _messages(value, what):
+    """A repeated message field: a list of objects, else PlanError."""
+    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+        raise PlanError(f"\"{what}\" must be a list of messages, got {value!r:.60}")
+    return value
+
+
 def actors_from_plan(plan):
-    """Trace-style actor entries from a plan message (dict of protobuf JSON or parsed text)."""
+    """Trace-style actor entries from a plan message (dict of protobuf JSON or parsed text);
+    PlanError when its structure is not plan.proto's."""
     actors = []
-    for task in _get(plan, "tasks", default=[]):
+    for task in _messages(_get(plan, "tasks", default=[]), "tasks"):
+        _messages(_get(task, "inputs", default=[]), "inputs")
+        for register in _messages(_get(task, "registers", default=[]), "registers"):
+            consumers = _get(register, "consumerTaskIds", "consumer_task_ids", default=[])
+            if not isinstance(consumers, list):
+                raise PlanError(f"\"consumer_task_ids\" must be a list, got {consumers!r:.60}")
         device_type = _get(task, "deviceType", "device_type", default="cpu") or "cpu"
         device_id, machine = _int(_get(task, "deviceId", "device_id")), _int(_get(task, "machineId", "machine_id"))
         kind = KINDS.get(str(_get(task, "kind", default="COMPUTE")), "compute")
@@ -113,7 +130,12 @@ def parse_text_plan(text, path):
         index += 1
         return fields
 
-    plan = message(None)
+    try:
+        plan = message(None)
+    except UnicodeDecodeError as e:
+        raise TraceError(path, f"not a plan: a string with a bad escape ({e.reason})") from None
+    except RecursionError:
+        raise TraceError(path, "not a plan: nested too deeply") from None
     if "tasks" not in plan:
         raise TraceError(path, "not a plan: no \"tasks\"")
     return plan
@@ -141,7 +163,10 @@ def load_graph(path, trace_path=None):
         stats, bottleneck = _stats(summarize(trace))
         title = trace.job or path
     elif isinstance(doc, dict) and "tasks" in doc:
-        actors = actors_from_plan(doc)
+        try:
+            actors = actors_from_plan(doc)
+        except PlanError as e:
+            raise TraceError(path, f"not a plan: {e}") from None
         title = _get(doc, "jobName", "job_name", default="") or path
     else:
         raise TraceError(path, "neither a trace (traceEvents) nor a plan (tasks)")

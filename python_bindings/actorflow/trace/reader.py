@@ -8,18 +8,20 @@ it and exits 2, never a stack dump.
 
 import gzip
 import json
+import math
 import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
-# Event kinds in the columns. Waits are split by reason because the two mean opposite things:
+# Event kinds in the columns. Waits are split by reason because they mean different things:
 # input not ready = the actor is starved by upstream; output registers full = it is held back
-# by downstream (backpressure).
-ACT, WAIT_INPUT, WAIT_BACKPRESSURE, OTHER = 0, 1, 2, 3
-REASONS = {"input not ready": WAIT_INPUT, "output registers full": WAIT_BACKPRESSURE}
+# by downstream (backpressure); worker busy = it could act, but every worker thread was
+# running other actors (the workers are saturated, not its neighbours slow).
+ACT, WAIT_INPUT, WAIT_BACKPRESSURE, OTHER, WAIT_WORKER = 0, 1, 2, 3, 4
+REASONS = {"input not ready": WAIT_INPUT, "output registers full": WAIT_BACKPRESSURE, "worker busy": WAIT_WORKER}
 KIND_NAMES = {ACT: "act", WAIT_INPUT: "input not ready", WAIT_BACKPRESSURE: "output registers full",
-              OTHER: "other"}
+              WAIT_WORKER: "worker busy", OTHER: "other"}
 
 
 class TraceError(Exception):
@@ -65,6 +67,7 @@ class Trace:
     num_events: int
     start: float                # µs, first event start
     end: float                  # µs, last event end
+    workers: int = 0            # the runtime's worker threads ("actorflow".workers); 0: not recorded
 
     @property
     def span(self):
@@ -138,6 +141,11 @@ def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _finite(value):
+    """A JSON number that is a real time: not NaN or ±Infinity (which json.loads accepts)."""
+    return _number(value) and math.isfinite(value)
+
+
 def load(path):
     """Reads a trace file into a Trace (per-lane columns sorted by start time)."""
     data = read_bytes(path)
@@ -164,8 +172,9 @@ def _read_recorder_layout(data):
 def _metadata(ev, process_names, thread_names, sort_indexes, lane_ids):
     """Takes one metadata (ph M) event into the name tables."""
     name, args = ev.get("name"), ev.get("args")
-    if not isinstance(args, dict):
-        return
+    if not isinstance(args, dict) or not isinstance(ev.get("pid"), (int, str)) \
+            or not isinstance(ev.get("tid", 0), (int, str)):
+        return  # ids that cannot name a lane (validate reports them)
     if name == "process_name":
         process_names[ev.get("pid")] = str(args.get("name", ""))
     elif name == "thread_name":
@@ -182,7 +191,33 @@ def _actorflow_key(path, doc):
     actors = meta.get("actors", [])
     if not isinstance(actors, list) or not all(isinstance(a, dict) for a in actors):
         raise TraceError(path, "\"actorflow\".\"actors\" is not an array of objects")
+    for k, actor in enumerate(actors):
+        problem = _actor_problem(actor)
+        if problem:
+            raise TraceError(path, f"\"actorflow\".actors[{k}]: {problem}")
     return meta, actors
+
+
+def _is_id(value):
+    return (type(value) is int) or isinstance(value, str)
+
+
+def _actor_problem(actor):
+    """What makes an actor entry unusable (ids that are no ids, lists that are no lists), or None."""
+    for key in ("id", "pid"):
+        if key in actor and not _is_id(actor[key]):
+            return f"\"{key}\" is {actor[key]!r}, expected an integer"
+    for key in ("name", "kind", "op", "device", "source_location"):
+        if key in actor and not isinstance(actor[key], str):
+            return f"\"{key}\" is {actor[key]!r}, expected a string"
+    inputs, registers = actor.get("inputs", []), actor.get("registers", [])
+    if not isinstance(inputs, list) or not all(isinstance(e, dict) and _is_id(e.get("producer", 0)) for e in inputs):
+        return "\"inputs\" must be an array of {\"producer\": <id>, ...}"
+    if not isinstance(registers, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("consumers", []), list)
+            and all(_is_id(c) for c in r.get("consumers", [])) for r in registers):
+        return "\"registers\" must be an array of {\"consumers\": [<id>, ...], ...}"
+    return None
 
 
 def _from_columns(path, c):
@@ -191,6 +226,8 @@ def _from_columns(path, c):
     process_names, thread_names, sort_indexes, lane_ids = {}, {}, {}, {}
     for line in c["metadata"]:
         _metadata(json.loads(line), process_names, thread_names, sort_indexes, lane_ids)
+    if not (np.isfinite(c["ts"]).all() and np.isfinite(c["dur"]).all()):
+        raise ValueError("a time that is not finite: the general path names the event")
     pid, tid = c["pid"], c["tid"]
     lane_col = np.zeros(len(pid), dtype=np.int32)
     if len(pid):
@@ -219,17 +256,24 @@ def from_document(path, doc):
         ph = ev.get("ph")
         if ph == "X":
             pid, tid, ts, dur = ev.get("pid"), ev.get("tid"), ev.get("ts"), ev.get("dur")
-            if not (_number(ts) and _number(dur)):
-                raise TraceError(path, f"traceEvents[{index}]: a complete event (ph X) needs numeric "
-                                       f"\"ts\" and \"dur\", got ts={ts!r} dur={dur!r}")
+            if not (_finite(ts) and _finite(dur)):
+                raise TraceError(path, f"traceEvents[{index}] ({ev.get('name')!r}): a complete event (ph X) "
+                                       f"needs numeric \"ts\" and \"dur\" (finite), got ts={ts!r} dur={dur!r}")
+            if dur < 0:
+                raise TraceError(path, f"traceEvents[{index}] ({ev.get('name')!r}): a complete event with a "
+                                       f"negative \"dur\" ({dur!r})")
             key = (pid, tid)
             lane = lane_ids.get(key) if type(pid) is int and type(tid) is int else None
             if lane is None:
                 if not (isinstance(pid, (int, str)) and isinstance(tid, (int, str))):
                     raise TraceError(path, f"traceEvents[{index}]: \"pid\" and \"tid\" must be integers, "
                                            f"got pid={pid!r} tid={tid!r}")
-                lane = lane_ids[key] = len(lane_ids)
+                lane = lane_ids.get(key)  # a str id, or a key that metadata named first
+                if lane is None:
+                    lane = lane_ids[key] = len(lane_ids)
             name = ev.get("name", "")
+            if not isinstance(name, str):
+                name = json.dumps(name)
             name_id = name_ids.get(name)
             if name_id is None:
                 name_id = name_ids[name] = len(names)
@@ -240,9 +284,10 @@ def from_document(path, doc):
             kind = ACT if cat == "act" else OTHER
             if isinstance(args, dict):
                 iteration = args.get("iteration", -1)
-                if cat == "wait":
-                    kind = REASONS.get(args.get("reason"), OTHER)
-                if not isinstance(iteration, int):
+                reason = args.get("reason")
+                if cat == "wait" and isinstance(reason, str):
+                    kind = REASONS.get(reason, OTHER)
+                if type(iteration) is not int or not -2**63 <= iteration < 2**63:
                     iteration = -1
             col_lane.append(lane)
             col_ts.append(ts)
@@ -288,7 +333,9 @@ def _assemble(path, meta, actors, process_names, thread_names, sort_indexes, lan
     lanes.sort(key=lambda l: (_sortable(l.pid), l.sort_index, _sortable(l.tid)))
     start = float(ts_col.min()) if len(ts_col) else 0.0
     end = float((ts_col + dur_col).max()) if len(ts_col) else 0.0
-    return Trace(path, lanes, names, str(meta.get("job", "")), actors, len(ts_col), start, end)
+    workers = meta.get("workers")
+    workers = workers if isinstance(workers, int) and not isinstance(workers, bool) and workers > 0 else 0
+    return Trace(path, lanes, names, str(meta.get("job", "")), actors, len(ts_col), start, end, workers)
 
 
 def _sortable(value):

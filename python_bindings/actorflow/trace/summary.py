@@ -7,13 +7,21 @@ graph (the trace's "actorflow" key) - an input wait upstream to the busiest prod
 backpressure stall downstream to the busiest consumer - past actors that are themselves mostly
 waiting the same way. The actor blamed for the most waiting time is the bottleneck. Without
 the graph (a foreign trace) the busiest actor is.
+
+Actors share worker threads, so an actor may be able to act and still not run: the recorder
+marks that time as a "worker busy" wait, which is blamed on no actor. Per device, the workers'
+busy share is the actors' act time over span x workers; when it is saturated and no single actor
+is, the workers are the bottleneck (more workers, or less work, raise throughput).
+
+Every percentage is a share of something whole (the span, one actor's time, the workers' time),
+so none exceeds 100: shares of several actors' waits are averaged over those actors, not added.
 """
 
 import json
 
 import numpy as np
 
-from .reader import ACT, WAIT_BACKPRESSURE, WAIT_INPUT
+from .reader import ACT, WAIT_BACKPRESSURE, WAIT_INPUT, WAIT_WORKER
 
 HOST = "the host (the caller feeding the job)"
 
@@ -59,6 +67,11 @@ def graph_of(trace):
     return producers, consumers, register_num
 
 
+def _pct(part, whole):
+    """100 * part / whole, never above 100 (overlapping events of a foreign trace, rounding)."""
+    return min(100.0, 100.0 * part / whole) if whole > 0 else 0.0
+
+
 def actor_stats(trace):
     span = trace.span or 1.0
     rows = []
@@ -68,12 +81,13 @@ def actor_stats(trace):
         busy = float(act_dur.sum())
         starved = float(lane.dur[lane.kind == WAIT_INPUT].sum())
         stalled = float(lane.dur[lane.kind == WAIT_BACKPRESSURE].sum())
+        worker = float(lane.dur[lane.kind == WAIT_WORKER].sum())
         regs = lane.actor.get("registers", [])
         rows.append({
             "actor": lane.name, "id": lane.actor.get("id", lane.tid), "pid": lane.pid, "tid": lane.tid,
             "group": lane.group, "kind": lane.kind_name, "op": lane.op or _common_name(trace, lane),
-            "busy_pct": 100.0 * busy / span, "input_wait_pct": 100.0 * starved / span,
-            "backpressure_pct": 100.0 * stalled / span, "acts": int(acts.sum()),
+            "busy_pct": _pct(busy, span), "input_wait_pct": _pct(starved, span),
+            "backpressure_pct": _pct(stalled, span), "worker_wait_pct": _pct(worker, span), "acts": int(acts.sum()),
             "mean_act_us": float(act_dur.mean()) if len(act_dur) else 0.0,
             "p99_act_us": float(np.percentile(act_dur, 99)) if len(act_dur) else 0.0,
             "registers": [{"name": r.get("name", ""), "register_num": r.get("register_num")} for r in regs],
@@ -119,6 +133,43 @@ def blame(rows, graph):
     return blamed
 
 
+def _max_concurrency(starts, ends):
+    """The most intervals [start, end) open at once (an end at t closes before a start at t)."""
+    if not len(starts):
+        return 0
+    times = np.concatenate((ends, starts))
+    steps = np.concatenate((-np.ones(len(ends), np.int64), np.ones(len(starts), np.int64)))
+    order = np.lexsort((steps, times))  # at equal times, -1 (ends) first
+    return int(np.cumsum(steps[order]).max())
+
+
+def worker_saturation(trace):
+    """Per device (the lanes' process group, the host excluded): how busy the worker threads
+    were. workers: the runtime's count when the trace records it, else the most acts seen
+    running at once (a lower bound, so busy_pct is then an upper bound)."""
+    span = trace.span
+    devices = {}
+    for lane in trace.lanes:
+        if lane.kind_name == "host":
+            continue
+        d = devices.setdefault(lane.group, {"starts": [], "ends": [], "busy": 0.0, "worker_wait": 0.0, "actors": 0})
+        acts = lane.kind == ACT
+        d["starts"].append(lane.ts[acts])
+        d["ends"].append(lane.ts[acts] + lane.dur[acts])
+        d["busy"] += float(lane.dur[acts].sum())
+        d["worker_wait"] += float(lane.dur[lane.kind == WAIT_WORKER].sum())
+        d["actors"] += 1
+    result = []
+    for device, d in devices.items():
+        seen = _max_concurrency(np.concatenate(d["starts"]), np.concatenate(d["ends"]))
+        workers = trace.workers or max(seen, 1)
+        result.append({"device": device, "workers": workers, "workers_recorded": bool(trace.workers),
+                       "busy_pct": _pct(d["busy"], span * workers),
+                       # the mean over the device's actors of their share of time ready but not running
+                       "worker_wait_pct": _pct(d["worker_wait"], span * d["actors"])})
+    return result
+
+
 def iteration_rate(trace):
     """(iterations, iterations per second): distinct iterations acted on, over the span."""
     seen = [lane.iteration[(lane.kind == ACT) & (lane.iteration >= 0)] for lane in trace.lanes]
@@ -128,15 +179,27 @@ def iteration_rate(trace):
 
 
 def summarize(trace):
-    """A JSON-ready dict: actors, iterations/s, bottleneck, advice."""
+    """A JSON-ready dict: actors, devices (worker saturation), iterations/s, bottleneck, advice."""
     rows = actor_stats(trace)
     iterations, rate = iteration_rate(trace)
+    devices = worker_saturation(trace)
     result = {"path": trace.path, "job": trace.job, "events": trace.num_events, "span_us": trace.span,
-              "iterations": iterations, "iterations_per_second": rate, "actors": rows,
+              "iterations": iterations, "iterations_per_second": rate, "actors": rows, "devices": devices,
               "bottleneck": None, "advice": []}
     active = [i for i, r in enumerate(rows) if r["acts"]]
     if not active:
         result["advice"].append("the trace holds no acts: nothing ran while it was recorded")
+        return result
+    busiest = max((i for i in active if rows[i]["kind"] != "host"), key=lambda i: rows[i]["busy_pct"], default=None)
+    saturated_devices = [d for d in devices if d["busy_pct"] >= 100 * SATURATED]
+    if saturated_devices and (busiest is None or rows[busiest]["busy_pct"] < 100 * SATURATED):
+        # No one actor is saturated, but together they keep the workers busy: the actors that
+        # wait do so for a worker (or for actors that wait for one), not for a slow neighbour.
+        d = max(saturated_devices, key=lambda d: d["busy_pct"])
+        result["bottleneck"] = {"actor": None, "device": d["device"], "busy_pct": d["busy_pct"],
+                                "waited_on_pct": d["worker_wait_pct"],
+                                "how": "the worker threads are saturated (no single actor is)"}
+        result["advice"] = advise_workers(rows, d)
         return result
     graph = graph_of(trace)
     if graph is None:
@@ -148,16 +211,35 @@ def summarize(trace):
         return result
     blamed = blame(rows, graph)
     host = blamed.pop(None)
+    others = max(len(rows) - 1, 1)
     b = max(active, key=lambda i: (blamed.get(i, 0.0), rows[i]["busy_pct"]))
     if host > blamed.get(b, 0.0) and rows[b]["busy_pct"] < 50:
-        result["bottleneck"] = {"actor": HOST, "busy_pct": None, "waited_on_pct": host,
+        result["bottleneck"] = {"actor": HOST, "busy_pct": None, "waited_on_pct": min(100.0, host / others),
                                 "how": "input waits lead back to the sources"}
     else:
         result["bottleneck"] = {"actor": rows[b]["actor"], "busy_pct": rows[b]["busy_pct"],
-                                "waited_on_pct": blamed.get(b, 0.0),
+                                "waited_on_pct": min(100.0, blamed.get(b, 0.0) / others),
                                 "how": "the actor the others' waits lead to"}
     result["advice"] = advise(rows, graph, b, host, blamed)
+    for d in devices:
+        if d["worker_wait_pct"] >= 100 * NOTABLE:
+            result["advice"].append(f"the actors of {d['device']} wait {d['worker_wait_pct']:.0f}% of their time for "
+                                    f"one of its {d['workers']} worker thread(s) (busy {d['busy_pct']:.0f}%)")
     return result
+
+
+def advise_workers(rows, device):
+    n = device["workers"]
+    heavy = sorted((r for r in rows if r["group"] == device["device"] and r["kind"] != "host"),
+                   key=lambda r: -r["busy_pct"])[:3]
+    workers = f"{n} worker thread{'s' if n != 1 else ''}" + ("" if device["workers_recorded"] else " (seen)")
+    text = (f"the {workers} of {device['device']} {'is' if n == 1 else 'are'} saturated: busy {device['busy_pct']:.0f}% of the time, and "
+            f"its actors wait {device['worker_wait_pct']:.0f}% of their time for a worker while others run; "
+            f"no single actor is saturated (the busiest: "
+            + ", ".join(f"{r['actor']} {r['busy_pct']:.0f}%" for r in heavy) + ")")
+    advice = [text, "more worker threads (num_workers, if cores are free) would let these actors run at once; "
+                    "otherwise make the busiest ones cheaper"]
+    return advice
 
 
 def _registers_text(graph, p, c):
@@ -222,19 +304,25 @@ def format_text(result):
                  f"span {_time(result['span_us'])}")
     lines.append(f"iterations: {result['iterations']} ({result['iterations_per_second']:.1f}/s)")
     lines.append("")
-    header = ("actor", "device", "op", "busy%", "input%", "backpr%", "acts", "mean", "p99")
+    header = ("actor", "device", "op", "busy%", "input%", "backpr%", "worker%", "acts", "mean", "p99")
     table = [header]
     for r in result["actors"]:
         table.append((r["actor"], r["group"], r["op"], f"{r['busy_pct']:.1f}", f"{r['input_wait_pct']:.1f}",
-                      f"{r['backpressure_pct']:.1f}", str(r["acts"]), _time(r["mean_act_us"]),
+                      f"{r['backpressure_pct']:.1f}", f"{r.get('worker_wait_pct', 0.0):.1f}", str(r["acts"]),
+                      _time(r["mean_act_us"]),
                       _time(r["p99_act_us"])))
     widths = [max(len(row[k]) for row in table) for k in range(len(header))]
     for row in table:
         cells = [cell.ljust(w) if k < 3 else cell.rjust(w) for k, (cell, w) in enumerate(zip(row, widths))]
         lines.append("  ".join(cells).rstrip())
     lines.append("")
+    for d in result.get("devices", []):
+        seen = "" if d["workers_recorded"] else " (as many as seen running at once)"
+        lines.append(f"workers of {d['device']}: {d['workers']}{seen}, busy {d['busy_pct']:.1f}%; actors waiting "
+                     f"for a worker {d['worker_wait_pct']:.1f}% of their time")
     if result["bottleneck"]:
-        lines.append(f"bottleneck: {result['bottleneck']['actor']}")
+        b = result["bottleneck"]
+        lines.append(f"bottleneck: {b['actor'] or 'the worker threads of ' + b['device']}")
     for advice in result["advice"]:
         lines.append(f"  - {advice}")
     return "\n".join(lines)

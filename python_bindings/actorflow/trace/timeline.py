@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from .reader import ACT, OTHER, WAIT_BACKPRESSURE, WAIT_INPUT
+from .reader import ACT, OTHER, WAIT_BACKPRESSURE, WAIT_INPUT, WAIT_WORKER
 from .summary import summarize
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -116,7 +116,8 @@ def page_data(trace, max_events=4_000_000):
             "ts": _b64(cat("ts", np.float64), np.float64), "dur": _b64(cat("dur", np.float32), np.float32),
             "iter": _b64(cat("iter", np.int32), np.int32), "name": _b64(cat("name", np.uint16), np.uint16),
             "kind": _b64(cat("kind", np.uint8), np.uint8)},
-        "kinds": {"act": ACT, "input": WAIT_INPUT, "backpressure": WAIT_BACKPRESSURE, "other": OTHER},
+        "kinds": {"act": ACT, "input": WAIT_INPUT, "backpressure": WAIT_BACKPRESSURE, "worker": WAIT_WORKER,
+                  "other": OTHER},
     }
     if len(trace.names) > 65535:
         raise ValueError("more than 65535 distinct event names")

@@ -8,6 +8,8 @@ conventions (docs/trace_format.md: cat act/wait, args.iteration, the wait reason
 "actorflow" key) are checked when the document claims to be actorflow's (has that key).
 """
 
+import math
+
 from .reader import REASONS
 
 # Every phase of the format's spec, deprecated ones (S T p F) included: Perfetto accepts them.
@@ -19,7 +21,16 @@ ACTOR_KINDS = {"source", "compute", "sink", "variable", "host"}
 
 
 def _number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A JSON number fit for a time: json.loads also yields NaN and ±Infinity, which no trace means."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _in(value, collection):
+    """Membership that an unhashable value (a list where an id belongs) answers with False."""
+    try:
+        return value in collection
+    except TypeError:
+        return False
 
 
 def _id(v):
@@ -73,7 +84,7 @@ def validate(doc, max_problems=20):
 
 def _check_metadata(ev, where, problem):
     name = ev.get("name")
-    if name not in METADATA:
+    if not isinstance(name, str) or name not in METADATA:
         return problem(f"{where}: metadata event named {name!r}, expected one of {', '.join(sorted(METADATA))}")
     if not _id(ev.get("pid")):
         return problem(f"{where}: {name} needs an integer \"pid\"")
@@ -90,9 +101,14 @@ def _check_metadata(ev, where, problem):
     return False
 
 
+def _named(ev):
+    name = ev.get("name")
+    return f" ({name!r})" if isinstance(name, str) else ""
+
+
 def _check_event(ev, ph, where, problem, strict):
     if not _number(ev.get("ts")):
-        return problem(f"{where}: \"ts\" is {ev.get('ts')!r}, expected a number (microseconds)")
+        return problem(f"{where}{_named(ev)}: \"ts\" is {ev.get('ts')!r}, expected a finite number (microseconds)")
     if not _id(ev.get("pid")) or not _id(ev.get("tid")):
         return problem(f"{where}: \"pid\" and \"tid\" must be integers, got pid={ev.get('pid')!r} "
                        f"tid={ev.get('tid')!r}")
@@ -101,16 +117,17 @@ def _check_event(ev, ph, where, problem, strict):
     if ph == "X":
         dur = ev.get("dur")
         if not _number(dur) or dur < 0:
-            return problem(f"{where}: a complete event (ph X) needs a non-negative numeric \"dur\", got {dur!r}")
+            return problem(f"{where}{_named(ev)}: a complete event (ph X) needs a non-negative numeric \"dur\" "
+                           f"(finite), got {dur!r}")
     if "args" in ev and not isinstance(ev["args"], dict):
         return problem(f"{where}: \"args\" must be an object")
     if strict and ph == "X":
         cat, args = ev.get("cat"), ev.get("args") or {}
-        if cat not in ("act", "wait"):
+        if not _in(cat, ("act", "wait")):
             return problem(f"{where}: actorflow events have \"cat\" act or wait, got {cat!r}")
         if not isinstance(args.get("iteration"), int):
             return problem(f"{where}: actorflow events carry an integer args.iteration")
-        if cat == "wait" and args.get("reason") not in REASONS:
+        if cat == "wait" and not _in(args.get("reason"), REASONS):
             return problem(f"{where}: a wait's args.reason must be one of {sorted(REASONS)}, "
                            f"got {args.get('reason')!r}")
         if cat == "wait" and ev.get("name") != "wait: " + str(args.get("reason")):
@@ -124,10 +141,14 @@ def _check_actorflow(meta, problem):
     if meta.get("version") != 1:
         if problem(f"\"actorflow\".version is {meta.get('version')!r}; this viewer reads version 1"):
             return True
+    workers = meta.get("workers")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        if problem(f"\"actorflow\".workers is {workers!r}, expected a positive integer (worker threads)"):
+            return True
     actors = meta.get("actors")
     if not isinstance(actors, list):
         return problem("\"actorflow\".actors must be an array")
-    ids = {a.get("id") for a in actors if isinstance(a, dict)}
+    ids = {a.get("id") for a in actors if isinstance(a, dict) and _id(a.get("id"))}
     for k, actor in enumerate(actors):
         where = f"actorflow.actors[{k}]"
         if not isinstance(actor, dict):
@@ -135,20 +156,20 @@ def _check_actorflow(meta, problem):
                 return True
             continue
         for field, ok in (("id", isinstance(actor.get("id"), int)), ("name", isinstance(actor.get("name"), str)),
-                          ("kind", actor.get("kind") in ACTOR_KINDS), ("pid", isinstance(actor.get("pid"), int)),
+                          ("kind", _in(actor.get("kind"), ACTOR_KINDS)), ("pid", isinstance(actor.get("pid"), int)),
                           ("inputs", isinstance(actor.get("inputs"), list)),
                           ("registers", isinstance(actor.get("registers"), list))):
             if not ok and problem(f"{where}: bad or missing \"{field}\" ({actor.get(field)!r})"):
                 return True
-        for edge in actor.get("inputs") or []:
-            if not isinstance(edge, dict) or edge.get("producer") not in ids:
+        for edge in actor["inputs"] if isinstance(actor.get("inputs"), list) else []:
+            if not isinstance(edge, dict) or not _in(edge.get("producer"), ids):
                 if problem(f"{where}: input {edge!r} names no actor of the trace"):
                     return True
-        for reg in actor.get("registers") or []:
+        for reg in actor["registers"] if isinstance(actor.get("registers"), list) else []:
             if not isinstance(reg, dict) or not isinstance(reg.get("register_num"), int) or reg["register_num"] < 1:
                 if problem(f"{where}: register {reg!r} needs a positive integer register_num"):
                     return True
-            elif any(c not in ids for c in reg.get("consumers", [])):
+            elif not isinstance(reg.get("consumers", []), list) or any(not _in(c, ids) for c in reg.get("consumers", [])):
                 if problem(f"{where}: register {reg.get('name')!r} names a consumer that is no actor of the trace"):
                     return True
     return False

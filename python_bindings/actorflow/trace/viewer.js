@@ -10,6 +10,7 @@
   const EVENTS_PER_FRAME = 300000;
   const INPUT_COLOR = "#c3cedc";        // waiting: input not ready (starved by upstream)
   const BACKPRESSURE_COLOR = "#ef6f4c"; // stalled: output registers full (held back downstream)
+  const WORKER_COLOR = "#e8c547";       // ready to act, but every worker thread was busy
   const D = JSON.parse(document.getElementById("trace-data").textContent);
   const K = D.kinds;
 
@@ -81,6 +82,7 @@
   }
   key(INPUT_COLOR, "waiting: input not ready");
   key(BACKPRESSURE_COLOR, "stalled: output registers full (backpressure)");
+  key(WORKER_COLOR, "ready, waiting for a worker thread");
 
   const rows = [];  // {group} or {lane}
   const labels = $("labels");
@@ -172,7 +174,8 @@
         const x0 = xOf(E.ts[e]), x1 = xOf(E.ts[e] + E.dur[e]);
         if (x1 < 0 || x0 > W) continue;
         const w = Math.max(x1 - x0, isAct ? 1 : 0.5);
-        ctx.fillStyle = isAct ? actColor(i, E.name[e]) : kind === K.input ? INPUT_COLOR : BACKPRESSURE_COLOR;
+        ctx.fillStyle = isAct ? actColor(i, E.name[e]) : kind === K.input ? INPUT_COLOR
+          : kind === K.worker ? WORKER_COLOR : BACKPRESSURE_COLOR;
         if (isAct) ctx.fillRect(x0, top, w, h);
         else ctx.fillRect(x0, top + h * 0.25, w, h * 0.75);  // waits lower: acts stand out
         if (isAct && w > 6) {
@@ -187,7 +190,8 @@
     const share = [new Float64Array(W), new Float64Array(W), new Float64Array(W)];
     const perPixel = (t1 - t0) / W;
     for (let e = lo; e < hi; e++) {
-      const kind = E.kind[e], c = kind === K.input ? 1 : kind === K.backpressure ? 2 : 0;
+      const kind = E.kind[e], c = kind === K.input ? 1 : kind === K.backpressure ? 2 : kind === K.worker ? -1 : 0;
+      if (c < 0) continue;  // worker waits are drawn as events only (the occupancy has no channel for them)
       let s = Math.max(E.ts[e], t0);
       const end = Math.min(E.ts[e] + E.dur[e], t1);
       while (s < end) {  // spread the event's time over the columns it covers
@@ -310,7 +314,9 @@
     if (e >= 0) {
       const kind = E.kind[e];
       const what = kind === K.act || kind === K.other ? `act: ${D.names[E.name[e]]}`
-        : kind === K.input ? "wait: input not ready" : "wait: output registers full (backpressure)";
+        : kind === K.input ? "wait: input not ready"
+        : kind === K.worker ? "wait: worker busy (ready to act, every worker thread was running other actors)"
+        : "wait: output registers full (backpressure)";
       return [head, what, E.iter[e] >= 0 ? `iteration ${E.iter[e]}` : "", `start ${fmt(E.ts[e])}`,
         `duration ${fmt(E.dur[e])}`, regs, inputs].filter(Boolean).join("\n");
     }

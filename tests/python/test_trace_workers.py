@@ -1,0 +1,96 @@
+"""Waiting for input vs waiting for a worker, on real jobs whose bottleneck is known.
+
+Compiled jobs run their actors on one worker thread by default: an actor that could act while
+another runs waits for the worker, and the summary must say the workers are saturated rather
+than blame a neighbour or the host, with no percentage above 100. With two workers and one
+stage much heavier, that stage is the bottleneck."""
+
+import threading
+
+import numpy as np
+
+import actorflow as flow
+import actorflow.typing as tp
+from actorflow.trace import load, summarize
+
+ROWS, DEPTH = 128, 512
+CALLS = 40
+
+
+def run_matmul_chain(path, workers, second_width):
+    """x @ w1 (DEPTH x DEPTH) -> @ w2 (DEPTH x second_width), called asynchronously CALLS times
+    (the host keeps pushing until backpressure blocks it); returns the loaded trace."""
+    flow.clear_default_session()
+    flow.config.enable_trace(str(path))
+    try:
+        config = flow.function_config()
+        config.num_workers(workers)
+
+        @flow.global_function(type="predict", function_config=config)
+        def chain(x: tp.Numpy.Placeholder((ROWS, DEPTH))) -> tp.Callback[tp.Numpy]:
+            w1 = flow.get_variable("w1", shape=(DEPTH, DEPTH), initializer=flow.random_normal_initializer(seed=1))
+            w2 = flow.get_variable("w2", shape=(DEPTH, second_width),
+                                   initializer=flow.random_normal_initializer(seed=2))
+            return flow.matmul(flow.matmul(x, w1, name="first"), w2, name="second")
+
+        done = threading.Event()
+        results = []
+
+        def on_result(value):
+            results.append(value)
+            if len(results) == CALLS:
+                done.set()
+
+        x = np.ones((ROWS, DEPTH), np.float32)
+        for _ in range(CALLS):
+            chain(x)(on_result)
+        assert done.wait(timeout=120), f"only {len(results)} of {CALLS} callbacks arrived"
+        assert all(isinstance(r, np.ndarray) and r.shape == (ROWS, second_width) for r in results)
+        flow.clear_default_session()  # ends the job's actors and writes its trace
+    finally:
+        flow.config.enable_trace("")
+    return load(str(path))
+
+
+def percentages(result):
+    rows = [v for r in result["actors"] for k, v in r.items() if k.endswith("_pct")]
+    rows += [v for d in result["devices"] for k, v in d.items() if k.endswith("_pct")]
+    b = result["bottleneck"]
+    rows += [v for k, v in b.items() if k.endswith("_pct") and v is not None]
+    return rows
+
+
+def actor_row(result, name):
+    return next(r for r in result["actors"] if r["actor"] == name)
+
+
+def test_two_heavy_stages_on_one_worker_saturate_the_worker(tmp_path):
+    trace = run_matmul_chain(tmp_path / "one_worker.json", workers=1, second_width=DEPTH)
+    assert trace.workers == 1
+    result = summarize(trace)
+    assert all(0.0 <= p <= 100.0 for p in percentages(result)), percentages(result)
+    device = result["devices"][0]
+    assert device["workers"] == 1 and device["workers_recorded"]
+    assert device["busy_pct"] >= 85, result["devices"]
+    b = result["bottleneck"]
+    assert b["actor"] is None and b["device"] == device["device"], b
+    assert "saturated" in result["advice"][0] and "worker" in result["advice"][0], result["advice"]
+    # The four shares partition each actor's time; some of it is spent ready but not running
+    # (e.g. the sink, ready after `second` while the worker runs `first` on the next batch).
+    for row in result["actors"]:
+        shares = row["busy_pct"] + row["input_wait_pct"] + row["backpressure_pct"] + row["worker_wait_pct"]
+        assert shares <= 100.5, row
+    assert actor_row(result, "output")["worker_wait_pct"] > 5, result["actors"]
+    assert device["worker_wait_pct"] > 1, device
+    assert result["bottleneck"]["actor"] != "the host (the caller feeding the job)"
+
+
+def test_one_much_heavier_stage_on_two_workers_is_the_bottleneck(tmp_path):
+    trace = run_matmul_chain(tmp_path / "two_workers.json", workers=2, second_width=4 * DEPTH)
+    assert trace.workers == 2
+    result = summarize(trace)
+    assert all(0.0 <= p <= 100.0 for p in percentages(result)), percentages(result)
+    second, first = actor_row(result, "second"), actor_row(result, "first")
+    assert second["busy_pct"] > 2 * first["busy_pct"], (first, second)
+    assert result["bottleneck"]["actor"] == "second", (result["bottleneck"], result["advice"])
+    assert result["devices"][0]["workers"] == 2 and result["devices"][0]["busy_pct"] < 85, result["devices"]
