@@ -163,6 +163,29 @@ TEST(OrderingTest, OutputsAndWatchesOfAnUpdatedVariableReadASnapshotBeforeTheUpd
   EXPECT_EQ(sinks_reading_copy, 2);
 }
 
+// Batch normalization writes its moving statistics in place (a predict job with training
+// on, no optimizer): watching and returning moving_mean also read a snapshot before the write.
+TEST(OrderingTest, MovingStatisticsWatchedAndReturnedReadASnapshot) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("bn", "predict"));
+  std::string x = ValueOrDie(b.AddInput("x", {4, 2}, DType::kFloat32, "bn.py:1"));
+  std::vector<std::string> in = {x};
+  for (const char* name : {"gamma", "beta", "moving_mean", "moving_variance"})
+    in.push_back(ValueOrDie(b.AddVariable(name, {2}, DType::kFloat32, "bn.py:2", false)));
+  const Node* bn = ValueOrDie(b.AddOp("batch_normalization", "bn", in, Attrs{{"axis", int64_t{1}}, {"training", true}}, "bn.py:3"));
+  const std::string out = bn->output_ref(0), moving_mean = in[3];
+  AF_ASSERT_OK(b.SetOutputs({out, moving_mean}));
+  AF_ASSERT_OK(b.AddWatch(moving_mean, "mean_watch", false, "bn.py:4"));
+  Graph g = b.graph();
+  ValueOrDie(CompileGraph(g, CompileOptions{}));  // includes VerifyInPlaceOrder
+  const Node* copy = g.FindNode(SplitRef(g.outputs()[1])->first);
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->type, "identity");
+  EXPECT_EQ(g.watches()[0].ref, g.outputs()[1]);
+  const Node* writer = g.FindNode("bn");
+  ASSERT_NE(writer, nullptr);
+  EXPECT_NE(std::find(writer->control_inputs.begin(), writer->control_inputs.end(), copy->name), writer->control_inputs.end());
+}
+
 // The check CompileGraph runs on every plan: lowering a train graph without the ordering pass
 // leaves the readers of W2 (the backward matmul, the sinks) unordered with its update.
 TEST(VerifyInPlaceOrderTest, AnUnorderedReaderIsAnInternalError) {

@@ -120,6 +120,7 @@ void RegisterUnary(OpRegistry& registry, const std::string& type, Unary f) {
     });
   };
   grad.doc = "dx = dy * d" + type + "/dx";
+  grad.sbp_signatures = {"S(i),S(i)->S(i)", "B,B->B"};
   registry.Register(std::move(grad));
 }
 

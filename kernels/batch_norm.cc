@@ -173,6 +173,7 @@ void RegisterBatchNormOps(OpRegistry& registry) {
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return BackwardKernel<T>(s, training); });
   };
   grad.doc = "dx, dgamma(C), dbeta(C) of batch_normalization (same attrs)";
+  grad.sbp_signatures = {"B,B,B,B,B->B,B,B", "S(0),S(0),B,B,B->S(0),P,P (channel axis not 0)"};
   registry.Register(std::move(grad));
 }
 

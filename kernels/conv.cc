@@ -261,6 +261,7 @@ void RegisterConvOps(OpRegistry& registry) {
     return MakeConvKernel(ConvPass::kBackwardData, g, init.inputs[0].dtype, init.num_threads, 100, 1, 0);
   };
   data.doc = "dx(N,C,H,W) = transposed conv of dy with filter (same attrs as conv2d); like gives x's shape";
+  data.sbp_signatures = {"S(0),B,S(0)->S(0)", "B,B,B->B"};
   registry.Register(std::move(data));
 
   OpDef filter;
@@ -279,6 +280,7 @@ void RegisterConvOps(OpRegistry& registry) {
     return MakeConvKernel(ConvPass::kBackwardFilter, g, init.inputs[0].dtype, init.num_threads, 1, 100, 0);
   };
   filter.doc = "dfilter(O,C/groups,KH,KW) = correlation of x with dy (same attrs as conv2d); like gives filter's shape";
+  filter.sbp_signatures = {"S(0),S(0),B->P", "B,B,B->B"};
   registry.Register(std::move(filter));
 }
 

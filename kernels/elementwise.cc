@@ -236,6 +236,7 @@ void RegisterElementwiseOps(OpRegistry& registry) {
     return Status::Ok();
   };
   add_n.doc = "out = sum of inputs (same shape)";
+  add_n.sbp_signatures = {"S(i),...->S(i)", "B,...->B", "P,...->P"};
   registry.Register(std::move(add_n));
 }
 

@@ -259,6 +259,7 @@ void RegisterBiasAdd(OpRegistry& registry) {
     });
   };
   grad.doc = "dbias(C) = dy summed over every axis but `axis`";
+  grad.sbp_signatures = {"S(i)->P for i != axis", "S(i)->S(0) for i == axis", "B->B"};
   registry.Register(std::move(grad));
 }
 

@@ -100,6 +100,7 @@ void RegisterPad(OpRegistry& registry, const std::string& type, bool reflect) {
     });
   };
   grad.doc = "gradient of " + type;
+  grad.sbp_signatures = {"S(0),S(0)->S(0)", "S(1),S(1)->S(1)", "B,B->B"};
   registry.Register(std::move(grad));
 }
 

@@ -207,6 +207,8 @@ void RegisterPool(OpRegistry& registry, const std::string& type, bool max) {
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return PoolBackward<T>(g, max); });
   };
   grad.doc = "gradient of " + type + " (same attrs)";
+  grad.sbp_signatures = max ? std::vector<std::string>{"S(0),S(0),S(0)->S(0)", "S(1),S(1),S(1)->S(1)", "B,B,B->B"}
+                            : std::vector<std::string>{"S(0),S(0)->S(0)", "S(1),S(1)->S(1)", "B,B->B"};
   registry.Register(std::move(grad));
 }
 

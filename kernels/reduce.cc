@@ -172,6 +172,7 @@ void RegisterReduceOps(OpRegistry& registry) {
     });
   };
   max_grad.doc = "dx = dy where x equals the (kept-shape) max y (or both are NaN), else 0; ties all receive dy";
+  max_grad.sbp_signatures = {"S(i),S(i),S(i)->S(i) for i not reduced", "B,B,B->B"};
   registry.Register(std::move(max_grad));
 
   // Gradient clipping by global norm: one op per gradient instead of square + reduce + reshape.
@@ -234,6 +235,7 @@ void RegisterReduceOps(OpRegistry& registry) {
     return Status::Ok();
   };
   like.doc = "out(like.shape) = x summed over the dimensions along which like broadcasts to x";
+  like.sbp_signatures = {"S(i),S(i)->S(i) for i kept in like", "S(i),B->P for i summed", "B,B->B"};
   registry.Register(std::move(like));
 
   OpDef bcast;
@@ -274,6 +276,7 @@ void RegisterReduceOps(OpRegistry& registry) {
     return Status::Ok();
   };
   bcast.doc = "out(like.shape) = x broadcast to like's shape";
+  bcast.sbp_signatures = {"S(i),S(i)->S(i) for i along which x is not broadcast", "B,B->B"};
   registry.Register(std::move(bcast));
 }
 

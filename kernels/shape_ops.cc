@@ -187,7 +187,7 @@ void RegisterTranspose(OpRegistry& registry) {
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(perm[i])->S(i)", "B->B", "P->P"};
+  def.sbp_signatures = {"S(j)->S(i) for j = perm[i]", "B->B", "P->P"};
   def.doc = "out = x with axes permuted: out.shape[i] = x.shape[perm[i]]";
   registry.Register(std::move(def));
 }
@@ -359,6 +359,7 @@ void RegisterSlice(OpRegistry& registry) {
     });
   };
   grad.doc = "dx(like.shape) = zeros with dy scattered into the slice (same attrs as slice)";
+  grad.sbp_signatures = {"S(i),S(i)->S(i) for unsliced i", "B,B->B"};
   registry.Register(std::move(grad));
 }
 

@@ -92,6 +92,7 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
     });
   };
   grad.doc = "dlogits(N,C) = (prob - onehot(labels)) * dloss(N)";
+  grad.sbp_signatures = {"S(0),S(0),S(0)->S(0)", "B,B,B->B"};
   registry.Register(std::move(grad));
 }
 
@@ -157,6 +158,7 @@ void RegisterSoftmax(OpRegistry& registry, bool log) {
     return Status::Ok();
   };
   def.doc = std::string(log ? "log_softmax" : "softmax") + " over attr `axis` (default -1, the last)";
+  def.sbp_signatures = {"S(i)->S(i) for i != axis", "B->B"};
   registry.Register(std::move(def));
 }
 
