@@ -1,6 +1,7 @@
 // Passes and lowering: autodiff, optimizer, ordering, pruning, and a golden plan.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -127,6 +128,96 @@ TEST(OrderingTest, UpdatesRunAfterEveryReaderOfTheirVariable) {
     for (const auto& in : reader->inputs) ordered |= in == m.w2;
   }
   EXPECT_TRUE(ordered);
+}
+
+// `return w` and `flow.watch(w)` of a variable an optimizer updates read one snapshot copy
+// that the update is ordered after, so both see the value the forward pass read.
+TEST(OrderingTest, OutputsAndWatchesOfAnUpdatedVariableReadASnapshotBeforeTheUpdate) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
+  AF_ASSERT_OK(m.builder.SetOutputs({m.loss, m.w2}));
+  AF_ASSERT_OK(m.builder.AddWatch(m.w2, "w2_watch", false, "mlp.py:6"));
+  Graph g = m.builder.graph();
+  plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  ASSERT_EQ(g.outputs().size(), 2u);
+  const std::string snapshot = g.outputs()[1];
+  EXPECT_NE(snapshot, m.w2);
+  EXPECT_EQ(g.watches().at(0).ref, snapshot) << "the watch and the return share one copy";
+  const Node* copy = g.FindNode(SplitRef(snapshot)->first);
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->type, "identity");
+  EXPECT_EQ(copy->inputs, std::vector<std::string>{m.w2});
+  const Node* update = g.FindNode("output-weight-update");
+  ASSERT_NE(update, nullptr);
+  const auto& control = update->control_inputs;
+  EXPECT_NE(std::find(control.begin(), control.end(), copy->name), control.end());
+  // The plan: both sinks read the copy's task, never the variable's register.
+  int sinks_reading_copy = 0;
+  for (const auto& t : plan.tasks()) {
+    if (t.kind() != plan::SINK) continue;
+    for (const auto& in : t.inputs()) {
+      if (in.control()) continue;
+      EXPECT_NE(plan.tasks(in.producer_task_id()).kind(), plan::VARIABLE) << t.name();
+      sinks_reading_copy += plan.tasks(in.producer_task_id()).name() == copy->name;
+    }
+  }
+  EXPECT_EQ(sinks_reading_copy, 2);
+}
+
+// Batch normalization writes its moving statistics in place (a predict job with training
+// on, no optimizer): watching and returning moving_mean also read a snapshot before the write.
+TEST(OrderingTest, MovingStatisticsWatchedAndReturnedReadASnapshot) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("bn", "predict"));
+  std::string x = ValueOrDie(b.AddInput("x", {4, 2}, DType::kFloat32, "bn.py:1"));
+  std::vector<std::string> in = {x};
+  for (const char* name : {"gamma", "beta", "moving_mean", "moving_variance"})
+    in.push_back(ValueOrDie(b.AddVariable(name, {2}, DType::kFloat32, "bn.py:2", false)));
+  const Node* bn = ValueOrDie(b.AddOp("batch_normalization", "bn", in, Attrs{{"axis", int64_t{1}}, {"training", true}}, "bn.py:3"));
+  const std::string out = bn->output_ref(0), moving_mean = in[3];
+  AF_ASSERT_OK(b.SetOutputs({out, moving_mean}));
+  AF_ASSERT_OK(b.AddWatch(moving_mean, "mean_watch", false, "bn.py:4"));
+  Graph g = b.graph();
+  ValueOrDie(CompileGraph(g, CompileOptions{}));  // includes VerifyInPlaceOrder
+  const Node* copy = g.FindNode(SplitRef(g.outputs()[1])->first);
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->type, "identity");
+  EXPECT_EQ(g.watches()[0].ref, g.outputs()[1]);
+  const Node* writer = g.FindNode("bn");
+  ASSERT_NE(writer, nullptr);
+  EXPECT_NE(std::find(writer->control_inputs.begin(), writer->control_inputs.end(), copy->name), writer->control_inputs.end());
+}
+
+// The check CompileGraph runs on every plan: lowering a train graph without the ordering pass
+// leaves the readers of W2 (the backward matmul, the sinks) unordered with its update.
+TEST(VerifyInPlaceOrderTest, AnUnorderedReaderIsAnInternalError) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
+  AF_ASSERT_OK(m.builder.SetOutputs({m.loss, m.w2}));
+  Graph g = m.builder.graph();
+  AF_ASSERT_OK(MakeAutodiffPass()->Run(g));
+  AF_ASSERT_OK(MakeOptimizerPass()->Run(g));
+  plan::Plan unordered = ValueOrDie(LowerToPlan(g, CompileOptions{}));
+  Status s = VerifyInPlaceOrder(unordered);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s.message();
+  EXPECT_NE(s.message().find("in-place writer"), std::string::npos) << s.message();
+  // Only the sink unordered: ordering ran, then a sink reads the variable directly.
+  Graph ordered = m.builder.graph();
+  plan::Plan good = ValueOrDie(CompileGraph(ordered, CompileOptions{}));
+  AF_ASSERT_OK(VerifyInPlaceOrder(good));
+  plan::Task* sink = nullptr;
+  int variable = -1;
+  for (auto& t : *good.mutable_tasks()) {
+    if (t.kind() == plan::SINK && t.sink_name().empty()) sink = &t;
+    if (t.kind() == plan::VARIABLE && t.name() == SplitRef(m.w2)->first) variable = static_cast<int>(t.id());
+  }
+  ASSERT_NE(sink, nullptr);
+  ASSERT_GE(variable, 0);
+  plan::InputDesc* direct = sink->add_inputs();
+  direct->set_producer_task_id(variable);
+  direct->set_producer_register(0);
+  s = VerifyInPlaceOrder(good);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'output' reads register 0 of task '" + SplitRef(m.w2)->first + "'"), std::string::npos)
+      << s.message();
 }
 
 // A variable the job never writes is lowered read-only (read in place at run time); one an

@@ -1,5 +1,6 @@
 #include "graph/graph.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -83,6 +84,14 @@ Node& Graph::Append(Node node) {
   index_[node.name] = nodes_.size();
   nodes_.push_back(std::move(node));
   return nodes_.back();
+}
+
+void Graph::MoveAfter(const std::string& name, const std::string& after) {
+  const size_t from = index_.at(name), to = index_.at(after) + 1;
+  if (from < to) throw std::logic_error("graph: MoveAfter expects " + name + " after " + after);
+  std::rotate(nodes_.begin() + static_cast<std::ptrdiff_t>(to), nodes_.begin() + static_cast<std::ptrdiff_t>(from),
+              nodes_.begin() + static_cast<std::ptrdiff_t>(from) + 1);
+  for (size_t i = to; i <= from; ++i) index_[nodes_[i].name] = i;
 }
 
 void Graph::Retain(const std::vector<bool>& keep) {

@@ -95,6 +95,9 @@ class Graph {
   std::string UniqueName(const std::string& base) const;
   // Appends a node whose name is already unique and whose inputs exist (CHECKed).
   Node& Append(Node node);
+  // Moves node `name` to just after node `after` (both must exist, `name` after `after`); the
+  // caller keeps the order topological (nothing between them may feed `name`).
+  void MoveAfter(const std::string& name, const std::string& after);
   // Keeps the nodes with keep[i] true (order preserved); control inputs to dropped nodes go too.
   void Retain(const std::vector<bool>& keep);
 

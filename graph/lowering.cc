@@ -32,10 +32,47 @@ std::set<std::string> Ancestors(const Graph& graph, const std::string& name) {
   return seen;
 }
 
+// Refs some op writes in place (variables under an optimizer, batch-norm moving statistics).
+std::set<std::string> InPlaceWrittenRefs(const Graph& graph) {
+  std::set<std::string> written;
+  for (const Node& n : graph.nodes())
+    for (int m : n.mutable_inputs)
+      if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) written.insert(n.inputs[m]);
+  return written;
+}
+
+// Outputs and watches of an in-place-written ref read an identity copy ("snapshot") placed
+// right after the ref's producer. The copy is an ordinary reader, so the ordering below runs
+// the writer after it: a return and a watch both see the value this iteration's forward read,
+// never the update's result nor a torn mix of both.
+Status SnapshotSinkReads(Graph& graph) {
+  const std::set<std::string> written = InPlaceWrittenRefs(graph);
+  std::map<std::string, std::string> snapshot_of;  // written ref -> its copy's ref
+  auto redirect = [&](std::string& ref, const std::string& location) -> Status {
+    if (!written.count(ref)) return Status::Ok();
+    auto it = snapshot_of.find(ref);
+    if (it == snapshot_of.end()) {
+      const std::string producer = ProducerOf(ref);
+      AF_ASSIGN_OR_RETURN(const Node* copy, graph.AddOp("identity", producer + "-snapshot", {ref}, {}, location,
+                                                        graph.FindNode(producer)->placement));
+      const std::string copy_name = copy->name, copy_ref = copy->output_ref(0);
+      graph.MoveAfter(copy_name, producer);
+      it = snapshot_of.emplace(ref, copy_ref).first;
+    }
+    ref = it->second;
+    return Status::Ok();
+  };
+  for (std::string& ref : graph.outputs()) AF_RETURN_IF_ERROR(redirect(ref, ""));
+  for (Watch& w : graph.watches())
+    if (!w.diff) AF_RETURN_IF_ERROR(redirect(w.ref, w.location));
+  return Status::Ok();
+}
+
 class OrderingPass : public Pass {
  public:
   std::string name() const override { return "ordering"; }
   Status Run(Graph& graph) override {
+    AF_RETURN_IF_ERROR(SnapshotSinkReads(graph));
     std::map<std::string, size_t> position;
     for (size_t i = 0; i < graph.nodes().size(); ++i) position[graph.nodes()[i].name] = i;
     for (size_t m = 0; m < graph.nodes().size(); ++m) {
@@ -114,6 +151,51 @@ plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
 
 }  // namespace
 
+Status VerifyInPlaceOrder(const plan::Plan& plan) {
+  const int n = plan.tasks_size();
+  // ancestors[t]: tasks t waits for this iteration (data and control edges), transitively.
+  // Tasks are in topological order (every input's producer has a smaller id).
+  std::vector<std::vector<bool>> ancestors(n, std::vector<bool>(n, false));
+  for (int t = 0; t < n; ++t) {
+    for (const plan::InputDesc& in : plan.tasks(t).inputs()) {
+      const int64_t p = in.producer_task_id();
+      if (p < 0 || p >= t)
+        return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
+                        std::to_string(p) + ", which is not before it");
+      ancestors[t][p] = true;
+      for (int a = 0; a < p; ++a)
+        if (ancestors[p][a]) ancestors[t][a] = true;
+    }
+  }
+  for (int w = 0; w < n; ++w) {
+    const plan::Task& writer = plan.tasks(w);
+    for (int m : writer.mutable_inputs()) {
+      if (m < 0 || m >= writer.inputs_size())
+        return Internal("plan '" + plan.job_name() + "': task '" + writer.name() + "' writes input " +
+                        std::to_string(m) + " of " + std::to_string(writer.inputs_size()));
+      const plan::InputDesc& target = writer.inputs(m);
+      for (int r = 0; r < n; ++r) {
+        if (r == w) continue;
+        const plan::Task& reader = plan.tasks(r);
+        for (int i = 0; i < reader.inputs_size(); ++i) {
+          const plan::InputDesc& in = reader.inputs(i);
+          if (in.control() || in.producer_task_id() != target.producer_task_id() ||
+              in.producer_register() != target.producer_register())
+            continue;
+          bool also_writes = false;  // two writers of one register: ordered either way
+          for (int k : reader.mutable_inputs()) also_writes |= k == i;
+          if (!ancestors[w][r] && !(also_writes && ancestors[r][w]))
+            return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(r).name() + "' reads register " +
+                            std::to_string(target.producer_register()) + " of task '" +
+                            plan.tasks(target.producer_task_id()).name() + "' unordered with its in-place writer '" +
+                            writer.name() + "' (the reader must run before the writer)");
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 std::unique_ptr<Pass> MakeOrderingPass() { return std::make_unique<OrderingPass>(); }
 std::unique_ptr<Pass> MakePrunePass() { return std::make_unique<PrunePass>(); }
 
@@ -141,14 +223,10 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     TensorDesc desc;
   };
   std::map<std::string, View> views;  // view op output ref -> what it reads
-  std::set<std::string> written;      // refs some op writes in place (variables under an optimizer)
+  const std::set<std::string> written = InPlaceWrittenRefs(graph);
   {
     std::set<std::string> control_targets;
-    for (const Node& n : graph.nodes()) {
-      control_targets.insert(n.control_inputs.begin(), n.control_inputs.end());
-      for (int m : n.mutable_inputs)
-        if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) written.insert(n.inputs[m]);
-    }
+    for (const Node& n : graph.nodes()) control_targets.insert(n.control_inputs.begin(), n.control_inputs.end());
     for (const Node& n : graph.nodes()) {
       if (n.kind != NodeKind::kOp || (n.type != "reshape" && n.type != "flatten") || n.inputs.size() != 1 ||
           n.output_names.size() != 1 ||
@@ -311,6 +389,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
     }
   }
   AF_ASSIGN_OR_RETURN(plan::Plan plan, LowerToPlan(graph, options));
+  AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "plan.dot", PlanToDot(plan)));
   return plan;
 }

@@ -29,7 +29,9 @@ std::unique_ptr<Pass> MakeAutodiffPass();
 // norm, and one update op per trainable variable with its state variables (zeros if missing).
 std::unique_ptr<Pass> MakeOptimizerPass();
 // Control edges: every op that writes a variable in place runs after every other reader of
-// that variable in the same iteration.
+// that variable in the same iteration. Outputs and watches of such a variable first read an
+// identity copy placed before the writer: `return w` and `flow.watch(w)` both see the value
+// this iteration's forward pass read (the pre-update value), whatever the worker count.
 std::unique_ptr<Pass> MakeOrderingPass();
 // Drops ops nothing needs (outputs, watches, in-place writers and their inputs are needed).
 std::unique_ptr<Pass> MakePrunePass();
@@ -48,6 +50,13 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options);
 // Lowering alone (expects the passes to have run): one SOURCE per feed, one VARIABLE per
 // variable, one COMPUTE per op, the main SINK over the outputs and a SINK per watch.
 StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& options);
+
+// Internal error unless every task reading a register that some task writes in place (sinks
+// included) runs before that writer in the same iteration (is its ancestor through data and
+// control edges): an unordered reader races with the write, and one after it would see this
+// iteration's update where every other reader saw the value before it. Two writers of one
+// register need only be ordered. CompileGraph runs it on every plan.
+Status VerifyInPlaceOrder(const plan::Plan& plan);
 
 // Graphviz text of a plan: tasks, registers (register_num), data and control edges.
 std::string PlanToDot(const plan::Plan& plan);

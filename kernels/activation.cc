@@ -13,7 +13,7 @@ enum class Unary { kRelu, kSigmoid, kTanh, kGelu, kExp, kLog, kSqrt, kSquare, kN
 template <typename T>
 inline T Forward(Unary f, T x) {
   switch (f) {
-    case Unary::kRelu: return x > T(0) ? x : T(0);
+    case Unary::kRelu: return NanRelu(x);
     case Unary::kSigmoid: return T(1) / (T(1) + std::exp(-x));
     case Unary::kTanh: return std::tanh(x);
     case Unary::kGelu: return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2)));
@@ -59,14 +59,14 @@ void RegisterUnary(OpRegistry& registry, const std::string& type, Unary f) {
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [f](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [f](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
       return KernelFn([f, n](KernelContext& c) {
         const T* __restrict x = c.input(0).as<T>();
         T* __restrict y = c.output(0).as<T>();
         if (f == Unary::kRelu) {
-          for (int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+          for (int64_t i = 0; i < n; ++i) y[i] = NanRelu(x[i]);
         } else {
           for (int64_t i = 0; i < n; ++i) y[i] = Forward(f, x[i]);
         }
@@ -100,7 +100,7 @@ void RegisterUnary(OpRegistry& registry, const std::string& type, Unary f) {
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
-  grad.make_cpu_kernel = [f](const KernelInit& init) -> StatusOr<KernelFn> {
+  grad.kernel_factories[kCpuDevice] = [f](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
       return KernelFn([f, n](KernelContext& c) {
@@ -120,6 +120,7 @@ void RegisterUnary(OpRegistry& registry, const std::string& type, Unary f) {
     });
   };
   grad.doc = "dx = dy * d" + type + "/dx";
+  grad.sbp_signatures = {"S(i),S(i)->S(i)", "B,B->B"};
   registry.Register(std::move(grad));
 }
 

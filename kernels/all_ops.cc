@@ -19,6 +19,9 @@ void RegisterConvOps(OpRegistry& registry);
 void RegisterPoolOps(OpRegistry& registry);
 void RegisterBatchNormOps(OpRegistry& registry);
 void RegisterDropoutOps(OpRegistry& registry);
+#ifdef ACTORFLOW_WITH_CUDA
+void RegisterCudaKernels(OpRegistry& registry);  // kernels/cuda/: "cuda" factories of registered ops
+#endif
 
 void RegisterAllOps() {
   static std::once_flag once;
@@ -38,6 +41,9 @@ void RegisterAllOps() {
     RegisterPoolOps(registry);
     RegisterBatchNormOps(registry);
     RegisterDropoutOps(registry);
+#ifdef ACTORFLOW_WITH_CUDA
+    RegisterCudaKernels(registry);
+#endif
   });
 }
 

@@ -135,7 +135,7 @@ void RegisterBatchNormOps(OpRegistry& registry) {
     ctx.outputs = {ctx.inputs[0], stats, stats};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(AxisSplit s, ReadBatchNorm(init.inputs, init.attrs, 1));
     bool training = init.attrs.GetBoolOr("training", false);
     double epsilon = init.attrs.GetFloatOr("epsilon", 1e-5), momentum = init.attrs.GetFloatOr("momentum", 0.99);
@@ -167,12 +167,13 @@ void RegisterBatchNormOps(OpRegistry& registry) {
     ctx.outputs = {ctx.inputs[0], stats, stats};
     return Status::Ok();
   };
-  grad.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  grad.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(AxisSplit s, ReadBatchNorm(init.inputs, init.attrs, 2));
     bool training = init.attrs.GetBoolOr("training", false);
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return BackwardKernel<T>(s, training); });
   };
   grad.doc = "dx, dgamma(C), dbeta(C) of batch_normalization (same attrs)";
+  grad.sbp_signatures = {"B,B,B,B,B->B,B,B", "S(0),S(0),B,B,B->S(0),P,P (channel axis not 0)"};
   registry.Register(std::move(grad));
 }
 

@@ -23,7 +23,7 @@ TEST(BatchNorm, InferenceAndTrainingForward) {
   for (auto& t : in) ic.inputs.push_back(t.desc);
   ic.attrs = train;
   ASSERT_TRUE(def->infer(ic).ok());
-  auto kernel = def->make_cpu_kernel(KernelInit{ic.inputs, ic.outputs, train, 1});
+  auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, train, 1});
   ASSERT_TRUE(kernel.ok());
   std::vector<HostTensor> out;
   for (auto& d : ic.outputs) out.push_back(HostTensor::Of(d.shape, d.dtype, {}));

@@ -226,7 +226,7 @@ void RegisterConvOps(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{OutShape(g), ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[0], init.inputs[1], init.attrs));
     return MakeConvKernel(ConvPass::kForward, g, init.inputs[0].dtype, init.num_threads, 0, 1, 100);
   };
@@ -256,11 +256,12 @@ void RegisterConvOps(OpRegistry& registry) {
     ctx.outputs = {ctx.inputs[2]};
     return Status::Ok();
   };
-  data.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  data.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[2], init.inputs[1], init.attrs));
     return MakeConvKernel(ConvPass::kBackwardData, g, init.inputs[0].dtype, init.num_threads, 100, 1, 0);
   };
   data.doc = "dx(N,C,H,W) = transposed conv of dy with filter (same attrs as conv2d); like gives x's shape";
+  data.sbp_signatures = {"S(0),B,S(0)->S(0)", "B,B,B->B"};
   registry.Register(std::move(data));
 
   OpDef filter;
@@ -274,11 +275,12 @@ void RegisterConvOps(OpRegistry& registry) {
     ctx.outputs = {ctx.inputs[2]};
     return Status::Ok();
   };
-  filter.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  filter.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[1], init.inputs[2], init.attrs));
     return MakeConvKernel(ConvPass::kBackwardFilter, g, init.inputs[0].dtype, init.num_threads, 1, 100, 0);
   };
   filter.doc = "dfilter(O,C/groups,KH,KW) = correlation of x with dy (same attrs as conv2d); like gives filter's shape";
+  filter.sbp_signatures = {"S(0),S(0),B->P", "B,B,B->B"};
   registry.Register(std::move(filter));
 }
 

@@ -29,7 +29,7 @@ void RegisterDropoutOps(OpRegistry& registry) {
     ctx.outputs = {ctx.inputs[0], ctx.inputs[0]};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     double rate = init.attrs.GetFloatOr("rate", 0.5);
     uint64_t seed = static_cast<uint64_t>(init.attrs.GetIntOr("seed", 0));
     int64_t n = init.inputs[0].num_elements();

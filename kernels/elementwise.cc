@@ -132,7 +132,7 @@ void RegisterBinary(OpRegistry& registry, const std::string& type, BinaryOp op) 
   def.input_names = {"x", "y"};
   def.output_names = {"out"};
   def.infer = InferBinary;
-  def.make_cpu_kernel = [op, type](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [op, type](const KernelInit& init) -> StatusOr<KernelFn> {
     const Shape &a = init.inputs[0].shape, &b = init.inputs[1].shape, &o = init.outputs[0].shape;
     DType dtype = init.inputs[0].dtype;
     switch (op) {
@@ -164,7 +164,7 @@ void RegisterScalar(OpRegistry& registry, const std::string& type, bool multiply
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [multiply](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [multiply](const KernelInit& init) -> StatusOr<KernelFn> {
     double s = init.attrs.GetFloatOr("scalar", 0);
     int64_t n = init.inputs[0].num_elements();
     return DispatchNumeric(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
@@ -216,7 +216,7 @@ void RegisterElementwiseOps(OpRegistry& registry) {
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
-  add_n.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  add_n.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.outputs[0].num_elements();
     return DispatchNumeric(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
       return KernelFn([n](KernelContext& c) {
@@ -236,6 +236,7 @@ void RegisterElementwiseOps(OpRegistry& registry) {
     return Status::Ok();
   };
   add_n.doc = "out = sum of inputs (same shape)";
+  add_n.sbp_signatures = {"S(i),...->S(i)", "B,...->B", "P,...->P"};
   registry.Register(std::move(add_n));
 }
 

@@ -17,7 +17,7 @@ KernelFn ArgmaxKernel(AxisSplit s) {
         int64_t best = 0;
         T best_value = base[0];
         for (int64_t ch = 1; ch < s.channels; ++ch)
-          if (base[ch * s.inner] > best_value) {
+          if (NanBeats(base[ch * s.inner], best_value)) {
             best_value = base[ch * s.inner];
             best = ch;
           }
@@ -42,7 +42,7 @@ void RegisterArgmax(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{out, DType::kInt64}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     const TensorDesc& x = init.inputs[0];
     AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(init.attrs.GetIntOr("axis", -1), x.shape.size(), "axis"));
     AxisSplit s = SplitAt(x.shape, axis);
@@ -55,7 +55,7 @@ void RegisterArgmax(OpRegistry& registry) {
     }
   };
   def.sbp_signatures = {"S(i)->S(i') for i != axis", "B->B"};
-  def.doc = "out(int64) = index of the first maximum of x along attr axis (default -1)";
+  def.doc = "out(int64) = index of the first maximum of x along attr axis (default -1); a NaN is the maximum, as in NumPy";
   registry.Register(std::move(def));
 }
 
@@ -104,7 +104,7 @@ void RegisterOneHot(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{out, dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements(), depth = init.outputs[0].shape.back();
     double on = init.attrs.GetFloatOr("on_value", 1), off = init.attrs.GetFloatOr("off_value", 0);
     if (init.inputs[0].dtype == DType::kInt64) return OneHotFor<int64_t>(init.outputs[0].dtype, n, depth, on, off);
@@ -149,7 +149,7 @@ void RegisterCast(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{ctx.inputs[0].shape, dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
     DType to = init.outputs[0].dtype;
     switch (init.inputs[0].dtype) {

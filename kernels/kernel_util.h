@@ -25,6 +25,24 @@ inline Status ExpectRank(const TensorDesc& desc, size_t rank, const char* what) 
                          ShapeToString(desc.shape));
 }
 
+// NaN semantics follow NumPy: max, max pooling and relu of a NaN are NaN (NaN compares false,
+// so `a > b ? a : b` alone would drop it). Both are selects, so loops still vectorize.
+// max(a, b), NaN if either is NaN (np.maximum).
+template <typename T>
+inline T NanMax(T a, T b) {
+  return (a > b || a != a) ? a : b;
+}
+// Whether `v` replaces `best` in an argmax scan: larger, or the first NaN (np.argmax).
+template <typename T>
+inline bool NanBeats(T v, T best) {
+  return v > best || (v != v && best == best);
+}
+// relu that keeps NaN (np.maximum(x, 0)); -0.0 stays -0.0.
+template <typename T>
+inline T NanRelu(T x) {
+  return x < T(0) ? T(0) : x;
+}
+
 // A tensor viewed as (outer, C, inner) around `axis`.
 struct AxisSplit {
   int64_t outer = 1, channels = 1, inner = 1;

@@ -22,7 +22,7 @@ void Run(const Case& c, int threads) {
   auto def = OpRegistry::Global().Find(c.type);
   InferContext ic{c.inputs, c.attrs, {}};
   Status s = def.ok() ? def.value()->infer(ic) : def.status();
-  auto kernel = s.ok() ? def.value()->make_cpu_kernel(KernelInit{c.inputs, ic.outputs, c.attrs, threads}) : StatusOr<KernelFn>(s);
+  auto kernel = s.ok() ? def.value()->kernel_factories.at(kCpuDevice)(KernelInit{c.inputs, ic.outputs, c.attrs, threads}) : StatusOr<KernelFn>(s);
   if (!kernel.ok()) {
     std::printf("%-40s error: %s\n", c.label.c_str(), kernel.status().message().c_str());
     return;

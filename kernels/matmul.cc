@@ -103,7 +103,7 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
     for (int64_t r = 0; r < rows; ++r) {
       T* __restrict row = out + r * n;
       if (fuse_relu)
-        for (int64_t j = 0; j < n; ++j) { T v = row[j] + bias[j]; row[j] = v > T(0) ? v : T(0); }
+        for (int64_t j = 0; j < n; ++j) { T v = row[j] + bias[j]; row[j] = NanRelu(v); }
       else
         for (int64_t j = 0; j < n; ++j) row[j] += bias[j];
     }
@@ -176,7 +176,7 @@ void RegisterBiasAdd(OpRegistry& registry) {
     ctx.outputs = {x};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t axis = init.attrs.GetIntOr("axis", 1);
     if (axis < 0) axis += static_cast<int64_t>(init.inputs[0].shape.size());
     AxisSplit s = SplitAt(init.inputs[0].shape, axis);
@@ -190,7 +190,7 @@ void RegisterBiasAdd(OpRegistry& registry) {
           for (int64_t o = 0; o < s.outer; ++o) {
             const T* __restrict xr = x + o * s.channels;
             T* __restrict yr = y + o * s.channels;
-            if (relu) for (int64_t ch = 0; ch < s.channels; ++ch) { T v = xr[ch] + b[ch]; yr[ch] = v > T(0) ? v : T(0); }
+            if (relu) for (int64_t ch = 0; ch < s.channels; ++ch) { T v = xr[ch] + b[ch]; yr[ch] = NanRelu(v); }
             else for (int64_t ch = 0; ch < s.channels; ++ch) yr[ch] = xr[ch] + b[ch];
           }
           return Status::Ok();
@@ -199,7 +199,7 @@ void RegisterBiasAdd(OpRegistry& registry) {
           for (int64_t ch = 0; ch < s.channels; ++ch) {
             int64_t base = (o * s.channels + ch) * s.inner;
             T bv = b[ch];
-            if (relu) for (int64_t i = 0; i < s.inner; ++i) { T v = x[base + i] + bv; y[base + i] = v > T(0) ? v : T(0); }
+            if (relu) for (int64_t i = 0; i < s.inner; ++i) { T v = x[base + i] + bv; y[base + i] = NanRelu(v); }
             else for (int64_t i = 0; i < s.inner; ++i) y[base + i] = x[base + i] + bv;
           }
         return Status::Ok();
@@ -230,7 +230,7 @@ void RegisterBiasAdd(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{{ctx.inputs[0].shape[axis]}, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  grad.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  grad.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t axis = init.attrs.GetIntOr("axis", 1);
     if (axis < 0) axis += static_cast<int64_t>(init.inputs[0].shape.size());
     AxisSplit s = SplitAt(init.inputs[0].shape, axis);
@@ -259,6 +259,7 @@ void RegisterBiasAdd(OpRegistry& registry) {
     });
   };
   grad.doc = "dbias(C) = dy summed over every axis but `axis`";
+  grad.sbp_signatures = {"S(i)->P for i != axis", "S(i)->S(0) for i == axis", "B->B"};
   registry.Register(std::move(grad));
 }
 
@@ -270,7 +271,7 @@ void RegisterMatmulOps(OpRegistry& registry) {
   def.input_names = {"a", "b"};
   def.output_names = {"out"};
   def.infer = InferMatmul;
-  def.make_cpu_kernel = MakeMatmul;
+  def.kernel_factories[kCpuDevice] = MakeMatmul;
   def.grad = GradMatmul;
   def.sbp_signatures = {"S(0),B->S(0)", "B,S(1)->S(1)", "S(1),S(0)->P", "B,B->B"};
   def.doc = "out([B,]M,N) = op(a)([B,]M,K) . op(b)([B,]K,N); attrs transpose_a, transpose_b; the fusion pass adds "

@@ -59,7 +59,7 @@ TEST(Matmul, TwoThreadsAndConvTwoThreads) {
     const OpDef* def = OpRegistry::Global().Find(type).value();
     InferContext ic{{in[0].desc, in[1].desc}, attrs, {}};
     ASSERT_TRUE(def->infer(ic).ok());
-    auto kernel = def->make_cpu_kernel(KernelInit{ic.inputs, ic.outputs, attrs, 2});
+    auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, 2});
     ASSERT_TRUE(kernel.ok());
     HostTensor two = HostTensor::Of(ic.outputs[0].shape, ic.outputs[0].dtype, {});
     std::vector<TensorView> iv = {in[0].view(), in[1].view()}, ov = {two.view()};

@@ -38,7 +38,7 @@ void RegisterLike(OpRegistry& registry, const std::string& type, double value) {
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [value](const KernelInit& init) -> StatusOr<KernelFn> { return Fill(init.outputs[0], value); };
+  def.kernel_factories[kCpuDevice] = [value](const KernelInit& init) -> StatusOr<KernelFn> { return Fill(init.outputs[0], value); };
   def.grad = [](GradBuilder&) { return Status::Ok(); };  // constant in `like`: no gradient flows
   def.sbp_signatures = {"S(i)->S(i)", "B->B"};
   def.doc = "out = " + std::to_string(static_cast<int>(value)) + "s with like's shape and dtype";
@@ -69,7 +69,7 @@ void RegisterMiscOps(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{shape, dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     return Fill(init.outputs[0], init.attrs.GetFloatOr("value", 0));
   };
   def.sbp_signatures = {"->B"};

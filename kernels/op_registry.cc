@@ -93,6 +93,15 @@ void OpRegistry::Register(OpDef def) {
   defs_[type] = std::move(def);
 }
 
+Status OpRegistry::AddKernelFactory(const std::string& type, const std::string& device_type, KernelFactory factory) {
+  auto it = defs_.find(type);
+  if (it == defs_.end()) return NotFound("cannot add a '" + device_type + "' kernel to unknown op type '" + type + "'");
+  if (it->second.kernel_factories.count(device_type))
+    return InvalidArgument("op '" + type + "' already has a '" + device_type + "' kernel");
+  it->second.kernel_factories[device_type] = std::move(factory);
+  return Status::Ok();
+}
+
 StatusOr<const OpDef*> OpRegistry::Find(const std::string& type) const {
   auto it = defs_.find(type);
   if (it != defs_.end()) return &it->second;
@@ -108,11 +117,23 @@ std::vector<std::string> OpRegistry::Types() const {
   return types;
 }
 
-StatusOr<KernelFn> MakeCpuKernel(const std::string& type, const KernelInit& init) {
+StatusOr<KernelFn> MakeKernel(const std::string& type, const KernelInit& init) {
   RegisterAllOps();
   AF_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(type));
-  if (!def->make_cpu_kernel) return Unimplemented("op '" + type + "' has no CPU kernel");
-  return def->make_cpu_kernel(init);
+  auto factory = def->kernel_factories.find(init.device_type);
+  if (factory == def->kernel_factories.end() || !factory->second) {
+    std::string devices;
+    for (const auto& [device, unused] : def->kernel_factories) devices += (devices.empty() ? "" : ", ") + device;
+    return Unimplemented("op '" + type + "' has no kernel for device type '" + init.device_type + "' (has: " +
+                         (devices.empty() ? "none" : devices) + ")");
+  }
+  return factory->second(init);
+}
+
+StatusOr<KernelFn> MakeCpuKernel(const std::string& type, const KernelInit& init) {
+  KernelInit cpu = init;
+  cpu.device_type = kCpuDevice;
+  return MakeKernel(type, cpu);
 }
 
 }  // namespace actorflow

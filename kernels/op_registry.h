@@ -1,5 +1,5 @@
 // The op registry: every op type's definition (inputs, outputs, attributes, shape/dtype
-// inference, SBP signatures, gradient rule) and its CPU kernel. One file per op family
+// inference, SBP signatures, gradient rule) and its kernels by device type. One file per op family
 // (kernels/<family>.cc) fills it through Register<Family>Ops(); all_ops.cc lists them.
 // The compiler (graph/) reads the registry; the runtime never sees it (it gets KernelFn).
 //
@@ -54,12 +54,24 @@ struct InferContext {
   std::vector<TensorDesc> outputs;  // to fill, one per OpDef::output_names (or more if variadic)
 };
 
+// Device types a kernel factory is registered for (OpDef::kernel_factories keys).
+inline constexpr const char kCpuDevice[] = "cpu";
+inline constexpr const char kCudaDevice[] = "cuda";
+
 struct KernelInit {
   std::vector<TensorDesc> inputs;
   std::vector<TensorDesc> outputs;
   Attrs attrs;
   int num_threads = 1;  // intra-op threads this kernel may use
+  std::string device_type = kCpuDevice;
+  int device_id = 0;
+  // The device's stream or queue the kernel enqueues on (a cudaStream_t for "cuda"; nullptr on
+  // the CPU, and the default stream is never used implicitly). Opaque so that this header
+  // needs no device toolkit.
+  void* stream = nullptr;
 };
+
+using KernelFactory = std::function<StatusOr<KernelFn>(const KernelInit&)>;
 
 // The autodiff pass's view of one forward op while its gradient rule runs. Tensor references
 // are strings "op_name/output_name". Implemented by graph/.
@@ -93,7 +105,8 @@ struct OpDef {
   bool variadic_inputs = false;     // e.g. concat: any number of inputs named input_names[0]_i
   std::vector<int> mutable_inputs;  // inputs written in place (optimizer updates, moving stats)
   std::function<Status(InferContext&)> infer;
-  std::function<StatusOr<KernelFn>(const KernelInit&)> make_cpu_kernel;
+  // Kernel factories by device type (kCpuDevice, kCudaDevice); every op has a CPU one.
+  std::map<std::string, KernelFactory> kernel_factories;
   std::function<Status(GradBuilder&)> grad;  // empty: not differentiable
   // SBP signatures, declared now, used by the parallelism pass later; e.g. "S(0),B->S(0)".
   std::vector<std::string> sbp_signatures;
@@ -104,6 +117,9 @@ class OpRegistry {
  public:
   static OpRegistry& Global();
   void Register(OpDef def);
+  // Adds the kernel factory of `device_type` to a registered op (device families register
+  // after the op families); NotFound for an unknown op, InvalidArgument if one is already there.
+  Status AddKernelFactory(const std::string& type, const std::string& device_type, KernelFactory factory);
   // NotFound naming the type (and listing near matches) if unknown.
   StatusOr<const OpDef*> Find(const std::string& type) const;
   std::vector<std::string> Types() const;
@@ -115,7 +131,10 @@ class OpRegistry {
 // Fills OpRegistry::Global() with every op family once.
 void RegisterAllOps();
 
-// Builds the CPU kernel of a registered op (runs inference-independent validation too).
+// Builds the kernel of a registered op for init.device_type (runs inference-independent
+// validation too); Unimplemented naming op and device type when none is registered.
+StatusOr<KernelFn> MakeKernel(const std::string& type, const KernelInit& init);
+// MakeKernel on the CPU.
 StatusOr<KernelFn> MakeCpuKernel(const std::string& type, const KernelInit& init);
 
 }  // namespace actorflow

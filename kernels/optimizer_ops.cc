@@ -36,7 +36,7 @@ void Register(OpRegistry& registry, const std::string& type, std::vector<std::st
   def.input_names = std::move(inputs);
   def.mutable_inputs = std::move(mutable_inputs);
   def.infer = [names = def.input_names, rate_sizes](InferContext& ctx) { return InferUpdate(ctx, names, rate_sizes); };
-  def.make_cpu_kernel = std::move(make);
+  def.kernel_factories[kCpuDevice] = std::move(make);
   def.doc = doc;
   // Data-parallel: every replica applies the same (all-reduced) gradient to its full copy.
   def.sbp_signatures = {"B,...->", "S(i),...->"};

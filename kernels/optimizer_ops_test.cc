@@ -12,7 +12,7 @@ void Apply(const std::string& type, std::vector<HostTensor>& state, const Attrs&
   ic.attrs = attrs;
   ASSERT_TRUE(def->infer(ic).ok()) << type;
   EXPECT_TRUE(ic.outputs.empty());
-  auto kernel = def->make_cpu_kernel(KernelInit{ic.inputs, {}, attrs, 1});
+  auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, {}, attrs, 1});
   ASSERT_TRUE(kernel.ok());
   std::vector<TensorView> views, outs;
   for (auto& t : state) views.push_back(t.view());

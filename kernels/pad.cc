@@ -43,7 +43,7 @@ void RegisterPad(OpRegistry& registry, const std::string& type, bool reflect) {
     ctx.outputs = {TensorDesc{{s[0], s[1], s[2] + p.top + p.bottom, s[3] + p.left + p.right}, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [reflect](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [reflect](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(Pads p, ReadPads(init.attrs));
     Shape in = init.inputs[0].shape, out = init.outputs[0].shape;
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
@@ -79,7 +79,7 @@ void RegisterPad(OpRegistry& registry, const std::string& type, bool reflect) {
     ctx.outputs = {ctx.inputs[1]};
     return Status::Ok();
   };
-  grad.make_cpu_kernel = [reflect](const KernelInit& init) -> StatusOr<KernelFn> {
+  grad.kernel_factories[kCpuDevice] = [reflect](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(Pads p, ReadPads(init.attrs));
     Shape in = init.inputs[1].shape, out = init.inputs[0].shape;
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
@@ -100,6 +100,7 @@ void RegisterPad(OpRegistry& registry, const std::string& type, bool reflect) {
     });
   };
   grad.doc = "gradient of " + type;
+  grad.sbp_signatures = {"S(0),S(0)->S(0)", "S(1),S(1)->S(1)", "B,B->B"};
   registry.Register(std::move(grad));
 }
 

@@ -49,8 +49,7 @@ Status PoolForwardLoop(const Window2d& g, const T* x, T* y) {
         for (int64_t ow = lo; ow < hi; ++ow) {
           T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
           if constexpr (kMax) {
-            T m0 = a > b ? a : b, m1 = c > d ? c : d;
-            out[ow] = m0 > m1 ? m0 : m1;
+            out[ow] = NanMax(NanMax(a, b), NanMax(c, d));
           } else {
             out[ow] = (a + b + c + d) * T(0.25);
           }
@@ -63,7 +62,7 @@ Status PoolForwardLoop(const Window2d& g, const T* x, T* y) {
           int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.w);
           T acc = kMax ? -std::numeric_limits<T>::infinity() : T(0);
           for (int64_t ih = hb; ih < he; ++ih)
-            for (int64_t iw = wb; iw < we; ++iw) acc = kMax ? (xp[ih * g.w + iw] > acc ? xp[ih * g.w + iw] : acc) : acc + xp[ih * g.w + iw];
+            for (int64_t iw = wb; iw < we; ++iw) acc = kMax ? NanMax(xp[ih * g.w + iw], acc) : acc + xp[ih * g.w + iw];
           out[ow] = kMax ? acc : acc / static_cast<T>(std::max<int64_t>((he - hb) * (we - wb), 1));
         }
         continue;
@@ -74,7 +73,7 @@ Status PoolForwardLoop(const Window2d& g, const T* x, T* y) {
         T acc = kMax ? -std::numeric_limits<T>::infinity() : T(0);
         for (int64_t ih = hb; ih < he; ++ih) {
           const T* row = xp + ih * g.w;
-          for (int64_t iw = wb; iw < we; ++iw) acc = kMax ? (row[iw] > acc ? row[iw] : acc) : acc + row[iw];
+          for (int64_t iw = wb; iw < we; ++iw) acc = kMax ? NanMax(row[iw], acc) : acc + row[iw];
         }
         int64_t count = (he - hb) * (we - wb);
         yp[oh * g.ow + ow] = kMax ? acc : acc / static_cast<T>(std::max<int64_t>(count, 1));
@@ -96,7 +95,7 @@ inline void PoolBackwardAt(const Window2d& g, const T* xp, T y, T dy, T* dxp, in
   if constexpr (kMax) {
     bool routed = false;
     ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) {
-      if (!routed && xp[ih * g.w + iw] == y) {
+      if (!routed && (xp[ih * g.w + iw] == y || (y != y && xp[ih * g.w + iw] != xp[ih * g.w + iw]))) {
         dxp[ih * g.w + iw] += dy;
         routed = true;
       }
@@ -137,9 +136,9 @@ Status PoolBackwardLoop(const Window2d& g, const T* x, const T* y, const T* dy, 
               T a = r0[2 * q], b = r0[2 * q + 1], c = r1[2 * q], e = r1[2 * q + 1];
               int best = 0;
               T m = a;
-              if (b > m) m = b, best = 1;
-              if (c > m) m = c, best = 2;
-              if (e > m) best = 3;
+              if (NanBeats(b, m)) m = b, best = 1;
+              if (NanBeats(c, m)) m = c, best = 2;
+              if (NanBeats(e, m)) best = 3;
               d0[2 * q] = best == 0 ? d : T(0);
               d0[2 * q + 1] = best == 1 ? d : T(0);
               d1[2 * q] = best == 2 ? d : T(0);
@@ -180,7 +179,7 @@ void RegisterPool(OpRegistry& registry, const std::string& type, bool max) {
     ctx.outputs = {TensorDesc{{g.n, g.c, g.oh, g.ow}, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [type, max](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [type, max](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(Window2d g, ReadPool(init.inputs[0], init.attrs, type));
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return PoolForward<T>(g, max); });
   };
@@ -203,11 +202,13 @@ void RegisterPool(OpRegistry& registry, const std::string& type, bool max) {
     ctx.outputs = {ctx.inputs[max ? 0 : 1]};
     return Status::Ok();
   };
-  grad.make_cpu_kernel = [type, max](const KernelInit& init) -> StatusOr<KernelFn> {
+  grad.kernel_factories[kCpuDevice] = [type, max](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(Window2d g, ReadPool(init.inputs[max ? 0 : 1], init.attrs, type));
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return PoolBackward<T>(g, max); });
   };
   grad.doc = "gradient of " + type + " (same attrs)";
+  grad.sbp_signatures = max ? std::vector<std::string>{"S(0),S(0),S(0)->S(0)", "S(1),S(1),S(1)->S(1)", "B,B,B->B"}
+                            : std::vector<std::string>{"S(0),S(0)->S(0)", "S(1),S(1)->S(1)", "B,B->B"};
   registry.Register(std::move(grad));
 }
 

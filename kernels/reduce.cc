@@ -70,7 +70,7 @@ KernelFn ReduceKernel(Reduce kind, StridedLoop loop, int64_t n_in, int64_t n_out
     for (int64_t i = 0; i < n_out; ++i) z[i] = init;
     if (kind == Reduce::kMax) {
       RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t, int64_t len, int64_t sa, int64_t sb) {
-        for (int64_t j = 0; j < len; ++j) z[ob + j * sb] = std::max(z[ob + j * sb], x[oa + j * sa]);
+        for (int64_t j = 0; j < len; ++j) z[ob + j * sb] = NanMax(x[oa + j * sa], z[ob + j * sb]);
       });
     } else {
       RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t, int64_t len, int64_t sa, int64_t sb) {
@@ -102,7 +102,7 @@ void RegisterReduce(OpRegistry& registry, const std::string& type, Reduce kind) 
     ctx.outputs = {TensorDesc{out, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [kind](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [kind](const KernelInit& init) -> StatusOr<KernelFn> {
     const Shape& in = init.inputs[0].shape;
     AF_ASSIGN_OR_RETURN(Shape keep, KeptShape(in, init.attrs));
     AF_ASSIGN_OR_RETURN(StridedLoop loop, BigSmallLoop(in, keep));
@@ -152,7 +152,7 @@ void RegisterReduceOps(OpRegistry& registry) {
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
-  max_grad.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  max_grad.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(StridedLoop loop, BigSmallLoop(init.inputs[0].shape, init.inputs[1].shape));
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
       return KernelFn([loop](KernelContext& c) {
@@ -161,13 +161,18 @@ void RegisterReduceOps(OpRegistry& registry) {
         const T* dy = c.input(2).as<T>();
         T* dx = c.output(0).as<T>();
         RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t, int64_t len, int64_t sa, int64_t sb) {
-          for (int64_t j = 0; j < len; ++j) dx[oa + j * sa] = x[oa + j * sa] == y[ob + j * sb] ? dy[ob + j * sb] : T(0);
+          for (int64_t j = 0; j < len; ++j) {
+            // A NaN max came from the NaN entries: they receive dy.
+            T xv = x[oa + j * sa], yv = y[ob + j * sb];
+            dx[oa + j * sa] = (xv == yv || (xv != xv && yv != yv)) ? dy[ob + j * sb] : T(0);
+          }
         });
         return Status::Ok();
       });
     });
   };
-  max_grad.doc = "dx = dy where x equals the (kept-shape) max y, else 0; ties all receive dy";
+  max_grad.doc = "dx = dy where x equals the (kept-shape) max y (or both are NaN), else 0; ties all receive dy";
+  max_grad.sbp_signatures = {"S(i),S(i),S(i)->S(i) for i not reduced", "B,B,B->B"};
   registry.Register(std::move(max_grad));
 
   // Gradient clipping by global norm: one op per gradient instead of square + reduce + reshape.
@@ -180,7 +185,7 @@ void RegisterReduceOps(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{{1}, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  squares.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  squares.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
       return KernelFn([n](KernelContext& c) {
@@ -215,7 +220,7 @@ void RegisterReduceOps(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{ctx.inputs[1].shape, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  like.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  like.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(StridedLoop loop, BigSmallLoop(init.inputs[0].shape, init.inputs[1].shape));
     int64_t n_in = init.inputs[0].num_elements(), n_out = init.outputs[0].num_elements();
     return DispatchFloat(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
@@ -230,6 +235,7 @@ void RegisterReduceOps(OpRegistry& registry) {
     return Status::Ok();
   };
   like.doc = "out(like.shape) = x summed over the dimensions along which like broadcasts to x";
+  like.sbp_signatures = {"S(i),S(i)->S(i) for i kept in like", "S(i),B->P for i summed", "B,B->B"};
   registry.Register(std::move(like));
 
   OpDef bcast;
@@ -244,7 +250,7 @@ void RegisterReduceOps(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{ctx.inputs[1].shape, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  bcast.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  bcast.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(StridedLoop loop, BigSmallLoop(init.outputs[0].shape, init.inputs[0].shape));
     return DispatchFloat(init.outputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
       return KernelFn([loop](KernelContext& c) {
@@ -270,6 +276,7 @@ void RegisterReduceOps(OpRegistry& registry) {
     return Status::Ok();
   };
   bcast.doc = "out(like.shape) = x broadcast to like's shape";
+  bcast.sbp_signatures = {"S(i),S(i)->S(i) for i along which x is not broadcast", "B,B->B"};
   registry.Register(std::move(bcast));
 }
 

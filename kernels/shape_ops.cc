@@ -88,7 +88,7 @@ void RegisterReshape(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{shape, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> { return CopyKernel(init.inputs[0].byte_size()); };
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> { return CopyKernel(init.inputs[0].byte_size()); };
   def.grad = GradReshapeBack;
   def.sbp_signatures = {"S(0)->S(0) when dim 0 is kept", "B->B"};
   def.doc = "out = x with attr `shape` (one -1 allowed)";
@@ -118,7 +118,7 @@ void RegisterFlattenIdentity(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{out, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> { return CopyKernel(init.inputs[0].byte_size()); };
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> { return CopyKernel(init.inputs[0].byte_size()); };
   def.grad = GradReshapeBack;
   def.sbp_signatures = {"S(0)->S(0)", "B->B"};
   def.doc = "out = x with dims start_dim..end_dim (defaults 0, -1) merged";
@@ -132,7 +132,7 @@ void RegisterFlattenIdentity(OpRegistry& registry) {
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
-  id.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> { return CopyKernel(init.inputs[0].byte_size()); };
+  id.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> { return CopyKernel(init.inputs[0].byte_size()); };
   id.grad = [](GradBuilder& g) -> Status {
     g.SetInputGrad(0, g.output_grad(0));
     return Status::Ok();
@@ -170,7 +170,7 @@ void RegisterTranspose(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{out, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     const Shape& s = init.inputs[0].shape;
     AF_ASSIGN_OR_RETURN(std::vector<int64_t> perm, ReadPerm(init.attrs, s.size()));
     std::vector<int64_t> in_strides = Strides(s), src(s.size());
@@ -187,7 +187,7 @@ void RegisterTranspose(OpRegistry& registry) {
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(perm[i])->S(i)", "B->B", "P->P"};
+  def.sbp_signatures = {"S(j)->S(i) for j = perm[i]", "B->B", "P->P"};
   def.doc = "out = x with axes permuted: out.shape[i] = x.shape[perm[i]]";
   registry.Register(std::move(def));
 }
@@ -216,7 +216,7 @@ void RegisterConcat(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{out, first.dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(init.attrs.GetIntOr("axis", 0), init.outputs[0].shape.size(), "axis"));
     // Each input contributes one contiguous chunk of chunk[i] bytes per outer index.
     std::vector<size_t> chunk;
@@ -301,7 +301,7 @@ void RegisterSlice(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{spec.out, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     const Shape& in = init.inputs[0].shape;
     AF_ASSIGN_OR_RETURN(SliceSpec spec, ReadSlice(in, init.attrs));
     std::vector<int64_t> st = Strides(in), src(in.size());
@@ -334,7 +334,7 @@ void RegisterSlice(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{ctx.inputs[1].shape, ctx.inputs[0].dtype}};
     return Status::Ok();
   };
-  grad.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  grad.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     const Shape& in = init.inputs[1].shape;
     AF_ASSIGN_OR_RETURN(SliceSpec spec, ReadSlice(in, init.attrs));
     std::vector<int64_t> st = Strides(in), dst(in.size());
@@ -359,6 +359,7 @@ void RegisterSlice(OpRegistry& registry) {
     });
   };
   grad.doc = "dx(like.shape) = zeros with dy scattered into the slice (same attrs as slice)";
+  grad.sbp_signatures = {"S(i),S(i)->S(i) for unsliced i", "B,B->B"};
   registry.Register(std::move(grad));
 }
 

@@ -26,7 +26,7 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
     ctx.outputs = {TensorDesc{{logits.shape[0]}, logits.dtype}, logits};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[1].shape[0], classes = init.inputs[1].shape[1];
     bool labels64 = init.inputs[0].dtype == DType::kInt64;
     return DispatchFloat(init.inputs[1].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
@@ -73,7 +73,7 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
     ctx.outputs = {ctx.inputs[1]};
     return Status::Ok();
   };
-  grad.make_cpu_kernel = [](const KernelInit& init) -> StatusOr<KernelFn> {
+  grad.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[1].shape[0], classes = init.inputs[1].shape[1];
     bool labels64 = init.inputs[0].dtype == DType::kInt64;
     return DispatchFloat(init.inputs[1].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
@@ -92,6 +92,7 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
     });
   };
   grad.doc = "dlogits(N,C) = (prob - onehot(labels)) * dloss(N)";
+  grad.sbp_signatures = {"S(0),S(0),S(0)->S(0)", "B,B,B->B"};
   registry.Register(std::move(grad));
 }
 
@@ -107,7 +108,7 @@ void RegisterSoftmax(OpRegistry& registry, bool log) {
     ctx.outputs = {ctx.inputs[0]};
     return Status::Ok();
   };
-  def.make_cpu_kernel = [log](const KernelInit& init) -> StatusOr<KernelFn> {
+  def.kernel_factories[kCpuDevice] = [log](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(init.attrs.GetIntOr("axis", -1), init.inputs[0].shape.size(), "axis"));
     const AxisSplit s = SplitAt(init.inputs[0].shape, axis);
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
@@ -157,6 +158,7 @@ void RegisterSoftmax(OpRegistry& registry, bool log) {
     return Status::Ok();
   };
   def.doc = std::string(log ? "log_softmax" : "softmax") + " over attr `axis` (default -1, the last)";
+  def.sbp_signatures = {"S(i)->S(i) for i != axis", "B->B"};
   registry.Register(std::move(def));
 }
 

@@ -41,7 +41,7 @@ StatusOr<std::vector<HostTensor>> RunOp(const std::string& type, std::vector<Hos
   infer.attrs = attrs;
   AF_RETURN_IF_ERROR(def->infer(infer));
   KernelInit init{infer.inputs, infer.outputs, attrs, 1};
-  AF_ASSIGN_OR_RETURN(KernelFn kernel, def->make_cpu_kernel(init));
+  AF_ASSIGN_OR_RETURN(KernelFn kernel, def->kernel_factories.at(kCpuDevice)(init));
   std::vector<HostTensor> outputs;
   for (const TensorDesc& d : infer.outputs) outputs.push_back(HostTensor::Of(d.shape, d.dtype, {}));
   std::vector<TensorView> in_views, out_views;
