@@ -15,7 +15,7 @@
 #include <mutex>
 #include <set>
 
-#include "graph/session.h"
+#include "session/session.h"
 #include "python_bindings/conversions.h"
 #include "python_bindings/trace_reader.h"
 #include "python_bindings/dispatcher.h"
@@ -34,7 +34,7 @@ class PyJob;
 std::mutex g_jobs_mu;
 std::set<PyJob*> g_jobs;  // live jobs, for the exit hook
 
-py::list DescList(const std::vector<graph::NamedDesc>& descs) {
+py::list DescList(const std::vector<NamedDesc>& descs) {
   py::list out;
   for (const auto& d : descs) out.append(py::make_tuple(d.name, ShapeToList(d.desc.shape), DTypeName(d.desc.dtype)));
   return out;
@@ -66,7 +66,7 @@ class PyJob {
   // The watch callback given to the session at compile: copies the views (valid only during
   // the call) and hands them to the dispatcher. Runs on an actor thread; no GIL.
   // `handlers` belongs to the PyJob, which outlives the runtime (Shutdown destroys it first).
-  static graph::SinkCallback WatchForwarder(std::shared_ptr<Dispatcher> dispatcher, py::dict* handlers) {
+  static SinkCallback WatchForwarder(std::shared_ptr<Dispatcher> dispatcher, py::dict* handlers) {
     return [dispatcher, handlers](const std::string& name, int64_t, const std::vector<TensorView>& views) {
       if (views.empty()) return;
       TensorDesc desc = views[0].desc;
@@ -89,7 +89,7 @@ class PyJob {
     };
   }
 
-  void Attach(std::shared_ptr<graph::CompiledJob> job) { job_ = std::move(job); }
+  void Attach(std::shared_ptr<CompiledJob> job) { job_ = std::move(job); }
   py::dict* handlers() { return &handlers_; }
   std::shared_ptr<Dispatcher> dispatcher() const { return dispatcher_; }
   const void* owner() const { return owner_; }
@@ -113,7 +113,7 @@ class PyJob {
     return outputs;
   }
 
-  void Views(const std::vector<py::array>& arrays, const std::vector<graph::NamedDesc>& descs,
+  void Views(const std::vector<py::array>& arrays, const std::vector<NamedDesc>& descs,
              std::vector<TensorView>* views) const {
     for (size_t i = 0; i < arrays.size(); ++i) views->push_back(ViewOf(arrays[i], descs[i].desc));
   }
@@ -213,19 +213,19 @@ class PyJob {
   std::string PlanText() const { return job().plan().DebugString(); }
 
  private:
-  const graph::CompiledJob& job() const {
+  const CompiledJob& job() const {
     if (!job_) throw std::runtime_error("job is not compiled");
     return *job_;
   }
   const void* owner_;  // the PySession that compiled it
-  std::shared_ptr<graph::CompiledJob> job_;
+  std::shared_ptr<CompiledJob> job_;
   py::dict handlers_;
   std::shared_ptr<Dispatcher> dispatcher_;
 };
 
 class PySession {
  public:
-  PySession() : session_(std::make_shared<graph::Session>()) {}
+  PySession() : session_(std::make_shared<Session>()) {}
 
   bool HasVariable(const std::string& name) const { return session_->HasVariable(name); }
 
@@ -262,7 +262,7 @@ class PySession {
   std::vector<std::string> VariableNames() const { return session_->VariableNames(); }
 
   std::unique_ptr<PyJob> Compile(const graph::JobBuilder& builder, const py::dict& options) {
-    graph::JobOptions job_options;
+    JobOptions job_options;
     for (auto [key, value] : options) {
       std::string k = py::str(key).cast<std::string>();
       if (value.is_none()) continue;
@@ -277,8 +277,8 @@ class PySession {
     }
     if (job_options.register_num < 1) throw py::value_error("compile: register_num must be >= 1");
     auto job = std::make_unique<PyJob>(this);
-    graph::SinkCallback forward = PyJob::WatchForwarder(job->dispatcher(), job->handlers());
-    StatusOr<std::shared_ptr<graph::CompiledJob>> compiled = Status(StatusCode::kInternal, "not compiled");
+    SinkCallback forward = PyJob::WatchForwarder(job->dispatcher(), job->handlers());
+    StatusOr<std::shared_ptr<CompiledJob>> compiled = Status(StatusCode::kInternal, "not compiled");
     {
       py::gil_scoped_release release;
       compiled = session_->Compile(builder, job_options, forward);
@@ -305,7 +305,7 @@ class PySession {
   }
 
  private:
-  std::shared_ptr<graph::Session> session_;
+  std::shared_ptr<Session> session_;
 };
 
 PySession& DefaultSession() {
