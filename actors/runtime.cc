@@ -12,8 +12,9 @@
 #include <thread>
 #include <unordered_map>
 
+#include "actors/plan_dtype.h"
 #include "actors/task_state.h"
-#include "graph/proto/plan.pb.h"
+#include "actors/proto/plan.pb.h"
 
 namespace actorflow {
 namespace {
@@ -25,7 +26,7 @@ size_t AlignUp(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment
 TensorDesc DescOf(const plan::BlobDesc& blob) {
   TensorDesc desc;
   desc.shape.assign(blob.shape().begin(), blob.shape().end());
-  desc.dtype = static_cast<DType>(blob.dtype());
+  desc.dtype = FromProtoDType(blob.dtype());
   return desc;
 }
 

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <thread>
 
-#include "graph/proto/plan.pb.h"
+#include "actors/proto/plan.pb.h"
 
 namespace actorflow {
 

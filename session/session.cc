@@ -6,7 +6,7 @@
 
 #include "actors/trace_recorder.h"
 #include "graph/attr_convert.h"
-#include "graph/proto/plan.pb.h"
+#include "actors/proto/plan.pb.h"
 
 namespace actorflow {
 
@@ -26,7 +26,7 @@ std::shared_ptr<void> AllocateZeros(size_t bytes) {
 }
 
 TensorDesc DescOfBlob(const plan::BlobDesc& blob) {
-  return TensorDesc{Shape(blob.shape().begin(), blob.shape().end()), graph::FromProtoDType(blob.dtype())};
+  return TensorDesc{Shape(blob.shape().begin(), blob.shape().end()), FromProtoDType(blob.dtype())};
 }
 
 bool Intersects(const std::set<std::string>& a, const std::set<std::string>& b) {
