@@ -12,7 +12,6 @@ from . import _C, _dtypes, _trace_ctx
 from . import typing as tp
 from ._trace_ctx import BlobDef
 
-_last_job = [None]  # the job whose iterations may be in flight (variables are shared)
 
 # Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
 # schedule and Adam's bias correction) is saved as the pseudo-variable STEP_PREFIX + name.
@@ -204,9 +203,7 @@ class JobFunction:
         if self._compiled is None:
             self._compile()
         feeds = self._feeds(args)
-        if _last_job[0] is not None and _last_job[0] is not self and _last_job[0]._compiled is not None:
-            _last_job[0]._compiled.drain()  # jobs share variables: finish the other job's iterations first
-        _last_job[0] = self
+        # Jobs sharing variables are ordered by the session (per variable); others overlap.
         if self._result.is_async:
             result = self._result
 
