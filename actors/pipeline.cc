@@ -5,7 +5,8 @@
 #include <map>
 
 #include "actors/trace_recorder.h"
-#include "graph/proto/plan.pb.h"
+#include "actors/plan_dtype.h"
+#include "actors/proto/plan.pb.h"
 
 namespace actorflow {
 
@@ -33,7 +34,7 @@ plan::RegisterDesc MakeRegister(const std::string& name, const std::vector<Tenso
     plan::BlobDesc* blob = reg.add_blobs();
     blob->set_name(name + "/" + std::to_string(b));
     for (int64_t d : blobs[b].shape) blob->add_shape(d);
-    blob->set_dtype(static_cast<plan::DataType>(blobs[b].dtype));
+    blob->set_dtype(ToProtoDType(blobs[b].dtype));
     blob->set_byte_size(static_cast<int64_t>(blobs[b].byte_size()));
   }
   return reg;

@@ -12,8 +12,9 @@
 #include <thread>
 #include <unordered_map>
 
+#include "actors/plan_dtype.h"
 #include "actors/task_state.h"
-#include "graph/proto/plan.pb.h"
+#include "actors/proto/plan.pb.h"
 
 namespace actorflow {
 namespace {
@@ -25,34 +26,9 @@ size_t AlignUp(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment
 TensorDesc DescOf(const plan::BlobDesc& blob) {
   TensorDesc desc;
   desc.shape.assign(blob.shape().begin(), blob.shape().end());
-  desc.dtype = static_cast<DType>(blob.dtype());
+  desc.dtype = FromProtoDType(blob.dtype());
   return desc;
 }
-
-int DefaultThreads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 2 : static_cast<int>(n);
-}
-
-// Hands each CAF thread its share of the thread budget (see RuntimeOptions::on_worker_start).
-class WorkerStartHook : public caf::thread_hook {
- public:
-  WorkerStartHook(std::function<void(int)> on_start, int kernel_threads)
-      : on_start_(std::move(on_start)), kernel_threads_(kernel_threads) {}
-  // The actor system is gone when the hook is destroyed, so every thread_started call has
-  // returned; CAF's joins of some threads are invisible to TSan, hence the explicit edge.
-  ~WorkerStartHook() override { HappensAfterReceive(this); }
-  void init(caf::actor_system&) override {}
-  void thread_started() override {
-    on_start_(kernel_threads_);
-    HappensBeforeSend(this);
-  }
-  void thread_terminates() override {}
-
- private:
-  const std::function<void(int)> on_start_;
-  const int kernel_threads_;
-};
 
 // A variable no task of the plan writes: readers use its buffer in place (plan.proto read_only).
 bool IsReadOnlyVariable(const plan::Task& task) { return task.kind() == plan::VARIABLE && task.read_only(); }
@@ -61,8 +37,8 @@ bool IsReadOnlyVariable(const plan::Task& task) { return task.kind() == plan::VA
 
 class Runtime::Impl : public RuntimeCore {
  public:
-  Impl(const plan::Plan& plan, RuntimeHooks hooks, RuntimeOptions options)
-      : plan_(plan), hooks_(std::move(hooks)), options_(options) {}
+  Impl(const plan::Plan& plan, RuntimeHooks hooks, RuntimeOptions options, std::shared_ptr<ActorEnvironment> environment)
+      : plan_(plan), hooks_(std::move(hooks)), options_(options), environment_(std::move(environment)) {}
 
   ~Impl() override { Shutdown(); }
 
@@ -120,8 +96,7 @@ class Runtime::Impl : public RuntimeCore {
   const plan::Plan plan_;
   RuntimeHooks hooks_;
   RuntimeOptions options_;
-  std::unique_ptr<caf::actor_system_config> config_;
-  std::unique_ptr<caf::actor_system> system_;
+  std::shared_ptr<ActorEnvironment> environment_;  // null once shut down
   std::vector<std::unique_ptr<TaskState>> states_;
   std::vector<caf::actor> actors_;
   std::vector<void*> allocations_;
@@ -278,22 +253,14 @@ Status Runtime::Impl::Instantiate() {
   for (int s : sources_) input_descs.push_back(states_[s]->outputs()[0].blob_descs[0]);
   for (auto& state : states_) state->FinishSetup();
 
-  int threads = options_.num_threads > 0 ? options_.num_threads : DefaultThreads();
-  int workers = options_.num_workers > 0 ? options_.num_workers : threads;
-  int kernel_threads = options_.kernel_threads > 0 ? options_.kernel_threads : std::max(1, threads / workers);
-  config_ = std::make_unique<caf::actor_system_config>();
-  if (options_.on_worker_start) config_->add_thread_hook<WorkerStartHook>(options_.on_worker_start, kernel_threads);
-  config_->set("scheduler.max-threads", static_cast<size_t>(workers));
-  // CAF's default polling adds latency between actors; poll aggressively, then sleep.
-  config_->set("work-stealing.moderate-poll-attempts", static_cast<size_t>(0));
-  // And keep polling for ~100 us after the last message before sleeping: a caller's next call
-  // usually comes within that, and waking a sleeping worker costs ~10 us here (MLP batch-1
-  // inference 95 -> 56 us, empty job round trip 20 -> 13 us; ~100 us of CPU per idle gap).
-  config_->set("work-stealing.aggressive-poll-attempts", static_cast<size_t>(10000));
-  // An idle worker that fell asleep checks for stealable actors every relaxed-sleep-duration
-  // (CAF's default, 10 ms, lets a ready actor wait behind a long kernel that long).
-  config_->set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
-  config_->set("logger.console", caf::atom("none"));
+  if (!environment_) {
+    EnvironmentOptions own;
+    own.num_threads = options_.num_threads;
+    own.num_workers = options_.num_workers;
+    own.kernel_threads = options_.kernel_threads;
+    own.on_worker_start = options_.on_worker_start;
+    AF_ASSIGN_OR_RETURN(environment_, ActorEnvironment::Create(own));
+  }
   // Before any actor exists, so observers need no lock to set up their buffers.
   if (options_.observer != nullptr) {
     options_.observer->OnPlan(plan_);
@@ -301,8 +268,7 @@ Status Runtime::Impl::Instantiate() {
     for (auto& state : states_) state->set_trace_lane(options_.observer->LaneFor(state->task().id()));
     host_lane_ = options_.observer->LaneFor(RuntimeObserver::kHostLane);
   }
-  system_ = std::make_unique<caf::actor_system>(*config_);
-  for (auto& state : states_) actors_.push_back(system_->spawn(TaskActor, state.get()));
+  for (auto& state : states_) actors_.push_back(environment_->system().spawn(TaskActor, state.get()));
   // Handles are set before any message flows; the spawn/enqueue of the first message orders
   // these writes before the actors read them.
   for (auto& state : states_) {
@@ -399,7 +365,8 @@ void Runtime::Impl::SinkDelivered(int64_t iteration) {
 }
 
 void Runtime::Impl::Shutdown() {
-  if (!system_) {
+  if (actors_.empty()) {
+    environment_.reset();
     for (void* p : allocations_) std::free(p);
     allocations_.clear();
     return;
@@ -424,6 +391,12 @@ void Runtime::Impl::Shutdown() {
     if (!all)
       for (auto& actor : actors_) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
+  {
+    // The scheduler outlives this runtime: wait until every actor has terminated (its last
+    // handler returned) before the states it points at go.
+    caf::scoped_actor self{environment_->system()};
+    self->wait_for(actors_);
+  }
   actors_.clear();
   for (auto& state : states_) {
     for (InputSlots& in : state->in_edges()) in.producer = caf::actor();
@@ -431,8 +404,7 @@ void Runtime::Impl::Shutdown() {
       for (auto& c : out.consumers) c.actor = caf::actor();
     state->clear_tick_targets();
   }
-  system_.reset();  // waits for every actor to be done
-  config_.reset();
+  environment_.reset();  // joins its threads if this runtime made it
   for (auto& state : states_) HappensAfterReceive(state.get());  // each actor's last handler
   states_.clear();
   for (void* p : allocations_) std::free(p);
@@ -444,8 +416,9 @@ void Runtime::Impl::Shutdown() {
 Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Runtime::~Runtime() = default;
 
-StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const plan::Plan& plan, RuntimeHooks hooks, RuntimeOptions options) {
-  auto impl = std::make_unique<Impl>(plan, std::move(hooks), options);
+StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const plan::Plan& plan, RuntimeHooks hooks, RuntimeOptions options,
+                                                   std::shared_ptr<ActorEnvironment> environment) {
+  auto impl = std::make_unique<Impl>(plan, std::move(hooks), options, std::move(environment));
   Status status = impl->Instantiate();
   if (!status.ok()) return status.WithContext("instantiating plan '" + plan.job_name() + "'");
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));

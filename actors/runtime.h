@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/environment.h"
 #include "actors/kernel.h"
 #include "actors/status.h"
 #include "actors/tensor.h"
@@ -26,16 +27,11 @@ namespace actorflow {
 namespace plan { class Plan; class Task; }
 
 struct RuntimeOptions {
-  // Total thread budget (CAF workers + kernel threads). 0 = number of cores.
+  // The thread budget of the environment the runtime makes for itself when Create is given
+  // none (see EnvironmentOptions); ignored when it is given one, whose budget holds.
   int num_threads = 0;
-  // CAF scheduler workers. 0 = derived from num_threads (= num_threads: kernels run on the
-  // worker that acts).
   int num_workers = 0;
-  // Threads one kernel may use (oneDNN/OpenMP inside it). 0 = num_threads / num_workers, at
-  // least 1, so workers x kernel threads stays within the budget.
   int kernel_threads = 0;
-  // Called on every runtime thread as it starts, with the resolved kernel_threads, e.g. to
-  // call omp_set_num_threads (the runtime itself knows no threading library). Thread-safe.
   std::function<void(int kernel_threads)> on_worker_start;
   // Optional observer (e.g. ChromeTraceRecorder). Not owned; must outlive the Runtime.
   RuntimeObserver* observer = nullptr;
@@ -58,8 +54,11 @@ using Completion = std::function<void(int64_t iteration, const Status& status)>;
 
 class Runtime {
  public:
+  // Runs the plan's actors on `environment`'s scheduler, shared with other runtimes; without
+  // one (the C++ Pipeline, tests) the runtime makes its own from options' thread budget.
   static StatusOr<std::unique_ptr<Runtime>> Create(const plan::Plan& plan, RuntimeHooks hooks,
-                                                   RuntimeOptions options = {});
+                                                   RuntimeOptions options = {},
+                                                   std::shared_ptr<ActorEnvironment> environment = nullptr);
   ~Runtime();
 
   // Starts one iteration. `inputs[k]` feeds the SOURCE task with feed_index k (desc must match

@@ -16,7 +16,7 @@
 #include "actorflow/pipeline.h"
 #include "actors/runtime.h"
 #include "actors/trace_recorder.h"
-#include "graph/proto/plan.pb.h"
+#include "actors/proto/plan.pb.h"
 
 namespace actorflow {
 namespace {

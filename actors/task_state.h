@@ -12,7 +12,7 @@
 #include "actors/kernel.h"
 #include "actors/tensor.h"
 #include "actors/trace.h"
-#include "graph/proto/plan.pb.h"
+#include "actors/proto/plan.pb.h"
 
 namespace actorflow {
 

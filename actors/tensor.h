@@ -9,7 +9,8 @@
 
 namespace actorflow {
 
-// Numbering is part of the plan format (graph/proto/plan.proto, DataType); keep in sync.
+// The C++ spelling of the plan's DataType (actors/proto/plan.proto); actors/plan_dtype.h
+// converts between them and fails to compile if they ever disagree.
 enum class DType : int32_t { kInvalid = 0, kFloat32 = 1, kFloat64 = 2, kInt8 = 3, kInt32 = 4, kInt64 = 5, kUInt8 = 6 };
 
 size_t DTypeSize(DType dtype);

@@ -18,7 +18,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "graph/proto/plan.pb.h"
+#include "actors/proto/plan.pb.h"
 
 namespace actorflow {
 

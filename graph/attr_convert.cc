@@ -37,8 +37,6 @@ Attrs AttrsFromProto(const google::protobuf::Map<std::string, plan::AttrValue>& 
   return out;
 }
 
-plan::DataType ToProtoDType(DType dtype) { return static_cast<plan::DataType>(static_cast<int>(dtype)); }
-DType FromProtoDType(plan::DataType dtype) { return static_cast<DType>(static_cast<int>(dtype)); }
 
 StatusOr<DType> ParseDType(const std::string& name) {
   for (DType d : {DType::kFloat32, DType::kFloat64, DType::kInt8, DType::kInt32, DType::kInt64, DType::kUInt8})

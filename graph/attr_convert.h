@@ -5,7 +5,8 @@
 #include <google/protobuf/map.h>
 
 #include "actors/tensor.h"
-#include "graph/proto/plan.pb.h"
+#include "actors/plan_dtype.h"
+#include "actors/proto/plan.pb.h"
 #include "kernels/op_registry.h"
 
 namespace actorflow {
@@ -16,8 +17,6 @@ AttrValue FromProtoAttr(const plan::AttrValue& value);
 void AttrsToProto(const Attrs& attrs, google::protobuf::Map<std::string, plan::AttrValue>* out);
 Attrs AttrsFromProto(const google::protobuf::Map<std::string, plan::AttrValue>& attrs);
 
-plan::DataType ToProtoDType(DType dtype);
-DType FromProtoDType(plan::DataType dtype);
 // "float32" -> kFloat32; InvalidArgument naming the string and the accepted ones otherwise.
 StatusOr<DType> ParseDType(const std::string& name);
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "graph/graph.h"
-#include "graph/proto/plan.pb.h"
+#include "actors/proto/plan.pb.h"
 
 namespace actorflow {
 namespace graph {

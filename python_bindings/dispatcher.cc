@@ -7,55 +7,83 @@ namespace py = pybind11;
 namespace actorflow {
 namespace python {
 
-Dispatcher::Dispatcher() : thread_([this] { Loop(); }) {}
+Dispatcher::Dispatcher() : state_(std::make_shared<State>()), thread_(&Dispatcher::Loop, state_) {
+  thread_id_ = thread_.get_id();
+}
 
-Dispatcher::~Dispatcher() { Stop(); }
+Dispatcher::~Dispatcher() {
+  Stop();
+  if (!thread_.joinable()) return;
+  if (on_dispatcher_thread()) thread_.detach();  // destroyed by one of its items: it ends on its own
+  else thread_.join();
+}
+
+void Dispatcher::AbandonAfterFork() {
+  new std::shared_ptr<State>(std::move(state_));  // its mutex may be held by a thread of the parent
+  new std::thread(std::move(thread_));             // not joinable here; never destroyed
+  state_ = std::make_shared<State>();
+  thread_ = std::thread(&Dispatcher::Loop, state_);
+  thread_id_ = thread_.get_id();
+}
 
 void Dispatcher::Enqueue(Item item) {
-  std::lock_guard<std::mutex> lock(mu_);
-  queue_.push_back(std::move(item));
-  ++enqueued_;
-  cv_.notify_all();
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->queue.push_back(std::move(item));
+  ++state_->enqueued;
+  state_->cv.notify_all();
 }
 
 void Dispatcher::WaitIdle() {
   if (on_dispatcher_thread()) return;
-  std::unique_lock<std::mutex> lock(mu_);
-  int64_t target = enqueued_;
-  cv_.wait(lock, [&] { return done_ >= target || !thread_.joinable(); });
+  std::unique_lock<std::mutex> lock(state_->mu);
+  int64_t target = state_->enqueued;
+  state_->cv.wait(lock, [&] { return state_->done >= target || state_->finished; });
 }
 
 void Dispatcher::BeginCall(int64_t limit) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!on_dispatcher_thread()) cv_.wait(lock, [&] { return pending_calls_ < limit || stopping_; });
-  ++pending_calls_;
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (!on_dispatcher_thread()) state_->cv.wait(lock, [&] { return state_->pending_calls < limit || state_->stopping; });
+  ++state_->pending_calls;
+}
+
+bool Dispatcher::TryBeginCall(int64_t limit, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (!on_dispatcher_thread() &&
+      !state_->cv.wait_for(lock, timeout, [&] { return state_->pending_calls < limit || state_->stopping; }))
+    return false;
+  ++state_->pending_calls;
+  return true;
 }
 
 void Dispatcher::EndCall() {
-  std::lock_guard<std::mutex> lock(mu_);
-  --pending_calls_;
-  cv_.notify_all();
+  std::lock_guard<std::mutex> lock(state_->mu);
+  --state_->pending_calls;
+  state_->cv.notify_all();
 }
 
 void Dispatcher::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
-    stopping_ = true;
-    cv_.notify_all();
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->stopping) return;
+    state_->stopping = true;
+    state_->cv.notify_all();
   }
   if (thread_.joinable() && !on_dispatcher_thread()) thread_.join();
 }
 
-void Dispatcher::Loop() {
+void Dispatcher::Loop(std::shared_ptr<State> state) {
   for (;;) {
     Item item;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-      if (queue_.empty()) return;  // stopping and nothing left
-      item = std::move(queue_.front());
-      queue_.pop_front();
+      std::unique_lock<std::mutex> lock(state->mu);
+      state->cv.wait(lock, [&] { return !state->queue.empty() || state->stopping; });
+      if (state->queue.empty()) {  // stopping and nothing left
+        state->finished = true;
+        state->cv.notify_all();
+        return;
+      }
+      item = std::move(state->queue.front());
+      state->queue.pop_front();
     }
     // Python may already be finalizing if the owner forgot to Stop() us at exit; never touch
     // the interpreter then (the items leak, which is the lesser evil at exit).
@@ -67,9 +95,9 @@ void Dispatcher::Loop() {
     } else {
       new Item(std::move(item));  // deliberately leaked: its Python objects cannot be released now
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    ++done_;
-    cv_.notify_all();
+    std::lock_guard<std::mutex> lock(state->mu);
+    ++state->done;
+    state->cv.notify_all();
   }
 }
 

@@ -7,10 +7,12 @@
 // Thread-safety: Enqueue from any thread; Stop/WaitIdle/WaitPending without holding the GIL.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -35,19 +37,33 @@ class Dispatcher {
   // Counts calls between BeginCall (caller) and EndCall (after its callback ran); BeginCall
   // blocks while `limit` calls are pending, unless called from the dispatcher thread.
   void BeginCall(int64_t limit);
+  // BeginCall giving up after `timeout` (false then, nothing counted), so a caller can check
+  // for signals between tries.
+  bool TryBeginCall(int64_t limit, std::chrono::milliseconds timeout);
   void EndCall();
-  // Runs what is queued, then ends the thread. Idempotent. Must not hold the GIL.
+  // Runs what is queued, then ends the thread. Idempotent. Must not hold the GIL. Called on
+  // the dispatcher thread itself (a callback clearing the session), it returns at once and the
+  // thread ends after the item running now and what is queued.
   void Stop();
-  bool on_dispatcher_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  bool on_dispatcher_thread() const { return std::this_thread::get_id() == thread_id_; }
+  // After fork() the thread does not exist in the child: never join it or touch its state
+  // (it may be locked). Call in the child only; the old state is leaked.
+  void AbandonAfterFork();
 
  private:
-  void Loop();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;
-  int64_t enqueued_ = 0, done_ = 0, pending_calls_ = 0;
-  bool stopping_ = false;
+  // Shared with the thread, which may outlive the Dispatcher (destroyed from one of its own
+  // items: the thread is detached then and finishes on this state alone).
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Item> queue;
+    int64_t enqueued = 0, done = 0, pending_calls = 0;
+    bool stopping = false, finished = false;
+  };
+  static void Loop(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
   std::thread thread_;
+  std::thread::id thread_id_;
 };
 
 }  // namespace python

@@ -9,13 +9,17 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 
-#include "graph/session.h"
+#include "session/session.h"
 #include "python_bindings/conversions.h"
 #include "python_bindings/trace_reader.h"
 #include "python_bindings/dispatcher.h"
@@ -30,11 +34,25 @@ namespace py = pybind11;
 // which bounds memory however fast the caller pushes.
 constexpr int64_t kMaxPendingCalls = 64;
 
+// How often a caller blocked in run() or push() checks for signals (Ctrl-C), so that
+// KeyboardInterrupt reaches the user within this time.
+constexpr std::chrono::milliseconds kSignalCheckInterval{50};
+
+// A run() call's wait for its iteration, shared with the completion.
+struct RunWait {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<bool> finished{false};
+  bool abandoned = false;          // the caller left on a signal; under mu
+  Status status;
+  std::vector<py::array> keep;     // the abandoned call's arrays, released by the dispatcher
+};
+
 class PyJob;
 std::mutex g_jobs_mu;
 std::set<PyJob*> g_jobs;  // live jobs, for the exit hook
 
-py::list DescList(const std::vector<graph::NamedDesc>& descs) {
+py::list DescList(const std::vector<NamedDesc>& descs) {
   py::list out;
   for (const auto& d : descs) out.append(py::make_tuple(d.name, ShapeToList(d.desc.shape), DTypeName(d.desc.dtype)));
   return out;
@@ -51,7 +69,8 @@ struct PendingCall {
 
 class PyJob {
  public:
-  explicit PyJob(const void* owner) : owner_(owner), dispatcher_(std::make_shared<Dispatcher>()) {
+  explicit PyJob(const void* owner)
+      : owner_(owner), dispatcher_(std::make_shared<Dispatcher>()), generation_(Environment::generation()) {
     std::lock_guard<std::mutex> lock(g_jobs_mu);
     g_jobs.insert(this);
   }
@@ -66,7 +85,7 @@ class PyJob {
   // The watch callback given to the session at compile: copies the views (valid only during
   // the call) and hands them to the dispatcher. Runs on an actor thread; no GIL.
   // `handlers` belongs to the PyJob, which outlives the runtime (Shutdown destroys it first).
-  static graph::SinkCallback WatchForwarder(std::shared_ptr<Dispatcher> dispatcher, py::dict* handlers) {
+  static SinkCallback WatchForwarder(std::shared_ptr<Dispatcher> dispatcher, py::dict* handlers) {
     return [dispatcher, handlers](const std::string& name, int64_t, const std::vector<TensorView>& views) {
       if (views.empty()) return;
       TensorDesc desc = views[0].desc;
@@ -89,7 +108,7 @@ class PyJob {
     };
   }
 
-  void Attach(std::shared_ptr<graph::CompiledJob> job) { job_ = std::move(job); }
+  void Attach(std::shared_ptr<CompiledJob> job) { job_ = std::move(job); }
   py::dict* handlers() { return &handlers_; }
   std::shared_ptr<Dispatcher> dispatcher() const { return dispatcher_; }
   const void* owner() const { return owner_; }
@@ -113,25 +132,76 @@ class PyJob {
     return outputs;
   }
 
-  void Views(const std::vector<py::array>& arrays, const std::vector<graph::NamedDesc>& descs,
+  void Views(const std::vector<py::array>& arrays, const std::vector<NamedDesc>& descs,
              std::vector<TensorView>* views) const {
     for (size_t i = 0; i < arrays.size(); ++i) views->push_back(ViewOf(arrays[i], descs[i].desc));
   }
 
+  // In a child of fork(): the dispatcher's thread stayed in the parent; start a fresh one (the
+  // compiled job rebuilds its runtime itself, session.h). Callbacks of calls in flight in the
+  // parent at fork time are not delivered here.
+  void RefreshAfterFork() {
+    if (generation_ == Environment::generation()) return;
+    dispatcher_->AbandonAfterFork();
+    generation_ = Environment::generation();
+  }
+
   py::list Run(const py::sequence& inputs) {
+    RefreshAfterFork();
     std::vector<py::array> in = CheckInputs(inputs);
     std::vector<py::array> out = AllocateOutputs();
     std::vector<TensorView> in_views, out_views;
     Views(in, job().input_descs(), &in_views);
     Views(out, job().output_descs(), &out_views);
-    Status status;
+    // Shared with the completion: a signal (Ctrl-C) may end the wait before the iteration does.
+    auto wait = std::make_shared<RunWait>();
+    std::shared_ptr<Dispatcher> dispatcher = dispatcher_;
+    StatusOr<int64_t> pushed = Status(StatusCode::kInternal, "not pushed");
     {
       py::gil_scoped_release release;
-      status = job_->Run(in_views, out_views);
-      // Watch handlers of this iteration run before run() returns.
-      dispatcher_->WaitIdle();
+      pushed = job_->Push(in_views, out_views, [wait, dispatcher](int64_t, const Status& status) {
+        std::unique_lock<std::mutex> lock(wait->mu);
+        wait->status = status;
+        wait->finished.store(true, std::memory_order_release);
+        if (!wait->abandoned) {
+          wait->cv.notify_all();
+          return;
+        }
+        lock.unlock();
+        // The caller left (KeyboardInterrupt); release the arrays the runtime used, with the GIL.
+        dispatcher->Enqueue({nullptr, [wait] { wait->keep.clear(); }});
+      });
+      // A short call comes back in tens of microseconds: poll briefly before blocking.
+      const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+      while (pushed.ok() && !wait->finished.load(std::memory_order_acquire) &&
+             std::chrono::steady_clock::now() < spin_until)
+        std::this_thread::yield();
     }
-    Check(status);
+    Check(pushed.status());
+    for (;;) {
+      {
+        py::gil_scoped_release release;
+        std::unique_lock<std::mutex> lock(wait->mu);
+        if (wait->cv.wait_for(lock, kSignalCheckInterval, [&] { return wait->finished.load(); })) break;
+      }
+      if (PyErr_CheckSignals() != 0) {
+        std::lock_guard<std::mutex> lock(wait->mu);
+        if (!wait->finished.load()) {
+          // The iteration still runs: its arrays live until it completes; the error goes up.
+          wait->abandoned = true;
+          wait->keep = std::move(in);
+          for (auto& a : out) wait->keep.push_back(std::move(a));
+          throw py::error_already_set();
+        }
+        PyErr_Clear();  // it finished meanwhile: deliver the result, the signal was handled
+        break;
+      }
+    }
+    {
+      py::gil_scoped_release release;
+      dispatcher_->WaitIdle();  // watch handlers of this iteration run before run() returns
+    }
+    Check(wait->status);
     py::list result;
     for (auto& a : out) result.append(a);
     return result;
@@ -139,6 +209,7 @@ class PyJob {
 
   void Push(const py::sequence& inputs, py::object callback) {
     if (!PyCallable_Check(callback.ptr())) throw py::value_error("push: callback is not callable");
+    RefreshAfterFork();
     auto call = std::make_unique<PendingCall>();
     call->callback = std::move(callback);
     call->inputs = CheckInputs(inputs);
@@ -146,12 +217,21 @@ class PyJob {
     std::vector<TensorView> in_views, out_views;
     Views(call->inputs, job().input_descs(), &in_views);
     Views(call->outputs, job().output_descs(), &out_views);
-    PendingCall* raw = call.release();
     std::shared_ptr<Dispatcher> dispatcher = dispatcher_;
+    // Waits while kMaxPendingCalls are pending, checking for signals (Ctrl-C) between tries.
+    for (;;) {
+      bool began;
+      {
+        py::gil_scoped_release release;
+        began = dispatcher->TryBeginCall(kMaxPendingCalls, kSignalCheckInterval);
+      }
+      if (began) break;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // nothing was pushed
+    }
+    PendingCall* raw = call.release();
     StatusOr<int64_t> pushed = Status(StatusCode::kInternal, "not pushed");
     {
       py::gil_scoped_release release;
-      dispatcher->BeginCall(kMaxPendingCalls);
       pushed = job_->Push(in_views, out_views, [dispatcher, raw](int64_t, const Status& status) {
         raw->status = status;
         dispatcher->Enqueue({[raw]() { Deliver(*raw); },
@@ -193,6 +273,7 @@ class PyJob {
   }
 
   void Drain() {
+    RefreshAfterFork();
     py::gil_scoped_release release;
     if (job_) job_->Drain();
     dispatcher_->WaitIdle();
@@ -201,6 +282,7 @@ class PyJob {
   // Drains, destroys the runtime, runs what the dispatcher holds and stops it. Needs the GIL
   // on entry (released inside); idempotent.
   void Shutdown() {
+    RefreshAfterFork();
     {
       py::gil_scoped_release release;
       if (job_) job_->Shutdown();
@@ -213,19 +295,20 @@ class PyJob {
   std::string PlanText() const { return job().plan().DebugString(); }
 
  private:
-  const graph::CompiledJob& job() const {
+  const CompiledJob& job() const {
     if (!job_) throw std::runtime_error("job is not compiled");
     return *job_;
   }
   const void* owner_;  // the PySession that compiled it
-  std::shared_ptr<graph::CompiledJob> job_;
+  std::shared_ptr<CompiledJob> job_;
   py::dict handlers_;
   std::shared_ptr<Dispatcher> dispatcher_;
+  uint64_t generation_;  // Environment::generation() the dispatcher's thread belongs to
 };
 
 class PySession {
  public:
-  PySession() : session_(std::make_shared<graph::Session>()) {}
+  PySession() : session_(std::make_shared<Session>()) {}
 
   bool HasVariable(const std::string& name) const { return session_->HasVariable(name); }
 
@@ -262,7 +345,7 @@ class PySession {
   std::vector<std::string> VariableNames() const { return session_->VariableNames(); }
 
   std::unique_ptr<PyJob> Compile(const graph::JobBuilder& builder, const py::dict& options) {
-    graph::JobOptions job_options;
+    JobOptions job_options;
     for (auto [key, value] : options) {
       std::string k = py::str(key).cast<std::string>();
       if (value.is_none()) continue;
@@ -277,8 +360,8 @@ class PySession {
     }
     if (job_options.register_num < 1) throw py::value_error("compile: register_num must be >= 1");
     auto job = std::make_unique<PyJob>(this);
-    graph::SinkCallback forward = PyJob::WatchForwarder(job->dispatcher(), job->handlers());
-    StatusOr<std::shared_ptr<graph::CompiledJob>> compiled = Status(StatusCode::kInternal, "not compiled");
+    SinkCallback forward = PyJob::WatchForwarder(job->dispatcher(), job->handlers());
+    StatusOr<std::shared_ptr<CompiledJob>> compiled = Status(StatusCode::kInternal, "not compiled");
     {
       py::gil_scoped_release release;
       compiled = session_->Compile(builder, job_options, forward);
@@ -305,7 +388,7 @@ class PySession {
   }
 
  private:
-  std::shared_ptr<graph::Session> session_;
+  std::shared_ptr<Session> session_;
 };
 
 PySession& DefaultSession() {

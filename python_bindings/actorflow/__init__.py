@@ -4,6 +4,7 @@
     import actorflow.typing as tp
 """
 import contextlib as _contextlib
+import os as _os
 import types as _types
 
 from . import _C
@@ -73,8 +74,19 @@ def get_all_variables():
 
 
 def clear_default_session():
+    """Shuts down every compiled job (later calls of them raise) and drops every variable.
+    Safe from any thread, including a tp.Callback or watch handler of one of the jobs."""
     _C.default_session().reset()
     checkpoint.clear_pending()
+
+
+def _drain_before_fork():
+    # fork() copies the variables into the child: let the calls in flight finish first so the
+    # child starts from values between iterations (see C_API.md, "fork").
+    _C.default_session().wait_all()
+
+
+_os.register_at_fork(before=_drain_before_fork)
 
 
 def __getattr__(name):

@@ -12,7 +12,6 @@ from . import _C, _dtypes, _snapshot, _trace_ctx
 from . import typing as tp
 from ._trace_ctx import BlobDef
 
-_last_job = [None]  # the job whose iterations may be in flight (variables are shared)
 
 # Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
 # schedule and Adam's bias correction) is saved as the pseudo-variable STEP_PREFIX + name.
@@ -205,11 +204,6 @@ class JobFunction:
             self._step += 1
         return feeds
 
-    def _before_push(self):
-        if _last_job[0] is not None and _last_job[0] is not self and _last_job[0]._compiled is not None:
-            _last_job[0]._compiled.drain()  # jobs share variables: finish the other job's iterations first
-        _last_job[0] = self
-
     def __call__(self, *args, **kwargs):
         if kwargs:
             names = [n for n, _ in self._specs]
@@ -219,6 +213,7 @@ class JobFunction:
         if self._compiled is None:
             self._compile()
         feeds = self._feeds(args)
+        # Jobs sharing variables are ordered by the session (per variable); others overlap.
         # From taking the train step until the runtime accepted the iteration, snapshots
         # (checkpoint saves, loads) wait: the saved step always matches the saved weights.
         if self._result.is_async:
@@ -233,14 +228,12 @@ class JobFunction:
                     callback(result.build(arrays))
                 _snapshot.gate.enter_call()
                 try:
-                    self._before_push()
                     self._compiled.push(self._take_step(feeds), deliver)
                 finally:
                     _snapshot.gate.exit_call()
             return register
         _snapshot.gate.enter_call()
         try:
-            self._before_push()
             return self._result.build(self._compiled.run(self._take_step(feeds)))
         finally:
             _snapshot.gate.exit_call()

@@ -1,6 +1,6 @@
 """`graph`: the actor graph as graphviz, from a trace's "actorflow" key or from a plan.
 
-A plan is accepted as protobuf JSON of graph/proto/plan.proto (lowerCamelCase or the original
+A plan is accepted as protobuf JSON of actors/proto/plan.proto (lowerCamelCase or the original
 field names; int64 as strings or numbers) or protobuf text format (Pipeline::PlanText()). All
 forms are normalized to the trace's actor entries (docs/trace_format.md), so one renderer
 serves both. Nodes are coloured by measured busy % when a trace is given.

@@ -2,9 +2,18 @@
 // _C.Session / _C.CompiledJob (python_bindings/C_API.md); no Python in here.
 //
 // Variables are aligned host buffers keyed by name, shared by every job of the session (a
-// predict job defining the same layers reads what a train job learned). Jobs sharing
-// variables must not race: before a call of one job starts, every other job of the session
-// with iterations in flight is drained.
+// predict job defining the same layers reads what a train job learned). Jobs are ordered per
+// variable they share, not per session: a call of a job that writes variable v starts once no
+// other job reading or writing v has iterations in flight, and a call of a job reading v once
+// no other job writing v has; jobs sharing nothing, or only reading, run concurrently. Waiting
+// callers are served in arrival order (a job pushing asynchronously cannot starve another).
+// Variable copies in and out (Get/SetVariable) are ordered the same way.
+//
+// Every job's runtime runs on the process's Environment (session/environment.h).
+//
+// fork(): in the child, each job rebuilds its runtime on the child's environment at its next
+// call (the plan and the variables, copied by fork, are kept); what was in flight in the
+// parent at fork time is not delivered in the child.
 //
 // Thread-safety: all methods are thread-safe. Completions and sink callbacks run on actor
 // threads (see actors/runtime.h) and must not call back into the session.
@@ -18,18 +27,21 @@
 #include <string>
 #include <vector>
 
+#include <condition_variable>
+#include <set>
+
 #include "actors/runtime.h"
 #include "graph/job_builder.h"
 #include "graph/passes.h"
+#include "session/environment.h"
 
 namespace actorflow {
-namespace graph {
 
 class SessionState;
 
 struct JobOptions {
   int num_threads = 0;        // runtime thread budget (0 = number of cores)
-  int num_workers = 0;        // CAF workers (0 = the runtime's default: num_threads)
+  int num_workers = 0;        // CAF workers (0 = 1; jobs with equal counts share the scheduler)
   int kernel_threads = 0;     // intra-op threads per kernel (0 = num_threads / num_workers, >= 1)
   int register_num = 2;
   std::string dump_dot_dir;   // "" = ACTORFLOW_DUMP_DOT or nothing
@@ -51,9 +63,14 @@ class CompiledJob {
   const std::vector<NamedDesc>& input_descs() const { return input_descs_; }
   const std::vector<NamedDesc>& output_descs() const { return output_descs_; }
   const plan::Plan& plan() const { return plan_; }
-  const Graph& graph() const { return graph_; }
+  const graph::Graph& graph() const { return graph_; }
+  // Variables the plan reads without writing them, and variables it writes (in place).
+  const std::set<std::string>& reads() const { return reads_; }
+  const std::set<std::string>& writes() const { return writes_; }
+  // True when this job and `other` may not have iterations in flight at the same time.
+  bool ConflictsWith(const CompiledJob& other) const;
 
-  // One iteration (see Runtime::Push); first drains the other jobs of the session. `inputs`
+  // One iteration (see Runtime::Push); first waits for the jobs it conflicts with. `inputs`
   // must match input_descs exactly (InvalidArgument naming the input otherwise); `outputs`
   // are caller buffers matching output_descs, valid until `done` ran. Blocks under
   // backpressure. FailedPrecondition after Shutdown.
@@ -71,17 +88,26 @@ class CompiledJob {
   friend class Session;
   friend class SessionState;
   CompiledJob() = default;
-  void DrainLocked();
   void WriteTrace();  // the recorder to options_.trace_path; a failure goes to stderr
+  // runtime_mu_ held. Builds the runtime on this process's environment (again after fork).
+  Status InstantiateLocked();
+  // runtime_mu_ held. After fork, abandons the parent's runtime and builds a fresh one.
+  Status RefreshAfterForkLocked();
+  void Finished();  // an iteration's completion ran
 
   std::shared_ptr<SessionState> session_;
-  Graph graph_;
+  graph::Graph graph_;
   plan::Plan plan_;
   JobOptions options_;
   std::vector<NamedDesc> input_descs_, output_descs_;
   std::vector<std::shared_ptr<void>> variables_;  // keeps the store's buffers alive
   std::unique_ptr<RuntimeObserver> recorder_;
+  std::set<std::string> reads_, writes_;
+  RuntimeHooks hooks_;            // kept to rebuild the runtime after fork
+  RuntimeOptions runtime_options_;
   std::unique_ptr<Runtime> runtime_;
+  uint64_t generation_ = 0;       // Environment::generation() when runtime_ was built
+  bool shut_down_ = false;
   std::atomic<int64_t> in_flight_{0};
   std::mutex runtime_mu_;  // guards runtime_ against Shutdown during a call
 };
@@ -103,7 +129,7 @@ class Session {
   // Runs the passes on a copy of the builder's graph, creates missing optimizer state
   // (zeros), checks every variable the job reads exists with the declared shape/dtype, and
   // instantiates the runtime.
-  StatusOr<std::shared_ptr<CompiledJob>> Compile(const JobBuilder& builder, const JobOptions& options,
+  StatusOr<std::shared_ptr<CompiledJob>> Compile(const graph::JobBuilder& builder, const JobOptions& options,
                                                  SinkCallback on_watch = nullptr);
   void WaitAll();
   // Shuts down every job (they fail later calls) and drops all variables.
@@ -113,5 +139,4 @@ class Session {
   std::shared_ptr<SessionState> state_;
 };
 
-}  // namespace graph
 }  // namespace actorflow

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <mutex>
 
-#include "graph/session.h"
+#include "session/session.h"
 #include "graph/test_util.h"
 
 namespace actorflow {

@@ -1,16 +1,19 @@
-#include "graph/session.h"
+#include "session/session.h"
 
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <cstring>
 #include <thread>
 
 #include "actors/trace_recorder.h"
 #include "graph/attr_convert.h"
+#include "actors/proto/plan.pb.h"
 
 namespace actorflow {
-namespace graph {
+
+using graph::Graph;
+using graph::Node;
+using graph::NodeKind;
 
 namespace {
 constexpr size_t kVariableAlignment = 64;
@@ -26,6 +29,12 @@ std::shared_ptr<void> AllocateZeros(size_t bytes) {
 TensorDesc DescOfBlob(const plan::BlobDesc& blob) {
   return TensorDesc{Shape(blob.shape().begin(), blob.shape().end()), FromProtoDType(blob.dtype())};
 }
+
+bool Intersects(const std::set<std::string>& a, const std::set<std::string>& b) {
+  for (const std::string& name : a)
+    if (b.count(name)) return true;
+  return false;
+}
 }  // namespace
 
 struct StoredVariable {
@@ -35,12 +44,25 @@ struct StoredVariable {
 
 class SessionState {
  public:
+  std::shared_ptr<Environment> environment = Environment::Global();
   mutable std::mutex mu;  // guards variables and jobs
   std::map<std::string, StoredVariable> variables;
   std::vector<std::weak_ptr<CompiledJob>> jobs;
-  // Serializes "drain the other jobs, then push" so two jobs never have iterations in flight
-  // at once, and keeps pushes out while variables are copied in or out.
-  std::mutex call_mu;
+
+  // Ordering of calls between jobs (see session.h). A caller takes a ticket and waits until
+  // no conflicting job has iterations in flight, no variable it touches is being copied, and
+  // no conflicting caller with an older ticket waits (arrival order, so no starvation).
+  std::mutex order_mu;
+  std::condition_variable order_cv;
+  uint64_t next_ticket = 0;
+  struct Waiter {
+    const CompiledJob* job;                      // null: a variable copy
+    const std::set<std::string>* reads;
+    const std::set<std::string>* writes;
+  };
+  std::map<uint64_t, Waiter> waiters;          // by ticket
+  std::set<const CompiledJob*> ordered_jobs;   // live jobs, under order_mu
+  std::map<std::string, int> copying;          // variables being copied in or out
 
   std::vector<std::shared_ptr<CompiledJob>> LiveJobs() {
     std::lock_guard<std::mutex> lock(mu);
@@ -54,16 +76,71 @@ class SessionState {
     jobs = std::move(kept);
     return live;
   }
-  // call_mu held.
-  void DrainOthers(const CompiledJob* self) {
-    for (auto& job : LiveJobs())
-      if (job.get() != self && job->in_flight() > 0) job->DrainLocked();
+
+  static bool Conflict(const std::set<std::string>& reads_a, const std::set<std::string>& writes_a,
+                       const std::set<std::string>& reads_b, const std::set<std::string>& writes_b) {
+    return Intersects(writes_a, writes_b) || Intersects(writes_a, reads_b) || Intersects(reads_a, writes_b);
+  }
+
+  // order_mu held. Whether the caller holding `ticket` (job `self`, or a copy when null) may start.
+  bool MayStart(uint64_t ticket, const CompiledJob* self, const std::set<std::string>& reads,
+                const std::set<std::string>& writes) {
+    for (const CompiledJob* other : ordered_jobs)
+      if (other != self && other->in_flight() > 0 && Conflict(reads, writes, other->reads(), other->writes()))
+        return false;
+    for (const auto& [name, count] : copying)
+      if (count > 0 && (writes.count(name) || (self != nullptr && reads.count(name)))) return false;
+    for (const auto& [older, waiter] : waiters) {
+      if (older >= ticket) break;
+      if (waiter.job != self && Conflict(reads, writes, *waiter.reads, *waiter.writes)) return false;
+    }
+    return true;
+  }
+
+  // Waits for the turn of a caller touching reads/writes; returns with order_mu held.
+  void WaitTurn(std::unique_lock<std::mutex>& lock, const CompiledJob* self, const std::set<std::string>& reads,
+                const std::set<std::string>& writes) {
+    const uint64_t ticket = next_ticket++;
+    if (MayStart(ticket, self, reads, writes)) return;
+    waiters.emplace(ticket, Waiter{self, &reads, &writes});
+    order_cv.wait(lock, [&] { return MayStart(ticket, self, reads, writes); });
+    waiters.erase(ticket);
+    order_cv.notify_all();  // callers behind this one may be free now
+  }
+
+  // Copies variable `name` in or out once no job conflicting with the copy has iterations in
+  // flight; jobs touching it wait for the copy.
+  template <typename Fn>
+  Status WithVariable(const std::string& name, bool writing, Fn&& copy) {
+    std::set<std::string> none, names{name};
+    {
+      std::unique_lock<std::mutex> lock(order_mu);
+      WaitTurn(lock, nullptr, writing ? none : names, writing ? names : none);
+      ++copying[name];
+    }
+    Status status;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      status = copy();
+    }
+    std::lock_guard<std::mutex> lock(order_mu);
+    if (--copying[name] == 0) copying.erase(name);
+    order_cv.notify_all();
+    return status;
   }
 };
 
 // ---------------------------------------------------------------------------------- CompiledJob
 
-CompiledJob::~CompiledJob() { Shutdown(); }
+CompiledJob::~CompiledJob() {
+  Shutdown();
+  std::lock_guard<std::mutex> lock(session_->order_mu);
+  session_->ordered_jobs.erase(this);
+}
+
+bool CompiledJob::ConflictsWith(const CompiledJob& other) const {
+  return SessionState::Conflict(reads_, writes_, other.reads_, other.writes_);
+}
 
 Status CompiledJob::CheckInputs(const std::vector<TensorView>& inputs) const {
   if (inputs.size() != input_descs_.size())
@@ -79,6 +156,34 @@ Status CompiledJob::CheckInputs(const std::vector<TensorView>& inputs) const {
   return Status::Ok();
 }
 
+void CompiledJob::Finished() {
+  if (in_flight_.fetch_sub(1) != 1) return;
+  // The last iteration in flight: callers of conflicting jobs may start now.
+  std::lock_guard<std::mutex> lock(session_->order_mu);
+  session_->order_cv.notify_all();
+}
+
+Status CompiledJob::InstantiateLocked() {
+  AF_ASSIGN_OR_RETURN(std::shared_ptr<ActorEnvironment> actors, session_->environment->ActorsFor(runtime_options_.num_workers));
+  generation_ = Environment::generation();
+  AF_ASSIGN_OR_RETURN(runtime_, Runtime::Create(plan_, hooks_, runtime_options_, std::move(actors)));
+  return Status::Ok();
+}
+
+Status CompiledJob::RefreshAfterForkLocked() {
+  if (generation_ == Environment::generation()) return Status::Ok();
+  // The parent's runtime has no threads here and cannot be drained or destroyed: abandon it.
+  (void)runtime_.release();
+  in_flight_.store(0);  // the parent's iterations are not delivered in this process
+  if (recorder_) (void)recorder_.release();  // its lanes belong to the abandoned runtime
+  if (!options_.trace_path.empty()) {
+    recorder_ = std::make_unique<ChromeTraceRecorder>();
+    runtime_options_.observer = recorder_.get();
+  }
+  if (shut_down_) return Status::Ok();
+  return InstantiateLocked();
+}
+
 StatusOr<int64_t> CompiledJob::Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
                                     Completion done) {
   AF_RETURN_IF_ERROR(CheckInputs(inputs));
@@ -89,16 +194,23 @@ StatusOr<int64_t> CompiledJob::Push(const std::vector<TensorView>& inputs, const
     if (outputs[i].desc != output_descs_[i].desc)
       return InvalidArgument("job '" + name() + "', output '" + output_descs_[i].name + "': buffer is " +
                              outputs[i].desc.ToString() + ", expected " + output_descs_[i].desc.ToString());
-  std::lock_guard<std::mutex> call(session_->call_mu);
-  session_->DrainOthers(this);
+  {
+    std::unique_lock<std::mutex> order(session_->order_mu);
+    session_->WaitTurn(order, this, reads_, writes_);
+    in_flight_.fetch_add(1);  // from here on conflicting callers wait for this job
+  }
   std::lock_guard<std::mutex> lock(runtime_mu_);
-  if (!runtime_) return FailedPrecondition("job '" + name() + "' was shut down (session reset or interpreter exit)");
-  in_flight_.fetch_add(1);
+  Status refreshed = RefreshAfterForkLocked();
+  if (!refreshed.ok() || !runtime_) {
+    Finished();
+    if (!refreshed.ok()) return refreshed.WithContext("job '" + name() + "': rebuilding the runtime after fork()");
+    return FailedPrecondition("job '" + name() + "' was shut down (session reset or interpreter exit)");
+  }
   auto result = runtime_->Push(inputs, outputs, [this, done = std::move(done)](int64_t iteration, const Status& status) {
     done(iteration, status);
-    in_flight_.fetch_sub(1);
+    Finished();
   });
-  if (!result.ok()) in_flight_.fetch_sub(1);
+  if (!result.ok()) Finished();
   return result;
 }
 
@@ -132,20 +244,21 @@ void CompiledJob::WriteTrace() {
   if (!written.ok()) std::fprintf(stderr, "actorflow: the trace was not written: %s\n", written.ToString().c_str());
 }
 
-void CompiledJob::DrainLocked() {
-  std::lock_guard<std::mutex> lock(runtime_mu_);
-  if (runtime_) runtime_->Drain();
-}
-
 void CompiledJob::Drain() {
   std::lock_guard<std::mutex> lock(runtime_mu_);
-  if (!runtime_) return;
+  if (!RefreshAfterForkLocked().ok() || !runtime_) return;
   runtime_->Drain();
   if (recorder_ && !options_.trace_path.empty()) WriteTrace();
 }
 
 void CompiledJob::Shutdown() {
   std::lock_guard<std::mutex> lock(runtime_mu_);
+  shut_down_ = true;
+  if (generation_ != Environment::generation()) {
+    // In a forked child: nothing of the parent's runtime can be waited for here.
+    (void)RefreshAfterForkLocked();
+    return;
+  }
   if (!runtime_) return;
   runtime_->Drain();
   runtime_.reset();  // ends every actor before the variables and the recorder go
@@ -186,26 +299,24 @@ StatusOr<TensorDesc> Session::VariableDesc(const std::string& name) const {
 }
 
 Status Session::GetVariable(const std::string& name, void* out, size_t bytes) {
-  std::lock_guard<std::mutex> call(state_->call_mu);
-  for (auto& job : state_->LiveJobs()) job->DrainLocked();
-  std::lock_guard<std::mutex> lock(state_->mu);
-  auto it = state_->variables.find(name);
-  if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
-  if (bytes != it->second.desc.byte_size()) return InvalidArgument("variable '" + name + "': wrong buffer size");
-  std::memcpy(out, it->second.data.get(), bytes);
-  return Status::Ok();
+  return state_->WithVariable(name, /*writing=*/false, [&]() -> Status {
+    auto it = state_->variables.find(name);
+    if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
+    if (bytes != it->second.desc.byte_size()) return InvalidArgument("variable '" + name + "': wrong buffer size");
+    std::memcpy(out, it->second.data.get(), bytes);
+    return Status::Ok();
+  });
 }
 
 Status Session::SetVariable(const std::string& name, const TensorDesc& desc, const void* data) {
-  std::lock_guard<std::mutex> call(state_->call_mu);
-  for (auto& job : state_->LiveJobs()) job->DrainLocked();
-  std::lock_guard<std::mutex> lock(state_->mu);
-  auto it = state_->variables.find(name);
-  if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
-  if (desc != it->second.desc)
-    return InvalidArgument("variable '" + name + "' is " + it->second.desc.ToString() + ", got " + desc.ToString());
-  std::memcpy(it->second.data.get(), data, desc.byte_size());
-  return Status::Ok();
+  return state_->WithVariable(name, /*writing=*/true, [&]() -> Status {
+    auto it = state_->variables.find(name);
+    if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
+    if (desc != it->second.desc)
+      return InvalidArgument("variable '" + name + "' is " + it->second.desc.ToString() + ", got " + desc.ToString());
+    std::memcpy(it->second.data.get(), data, desc.byte_size());
+    return Status::Ok();
+  });
 }
 
 std::vector<std::string> Session::VariableNames() const {
@@ -215,13 +326,13 @@ std::vector<std::string> Session::VariableNames() const {
   return names;
 }
 
-StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builder, const JobOptions& options,
+StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder& builder, const JobOptions& options,
                                                         SinkCallback on_watch) {
   std::shared_ptr<CompiledJob> job(new CompiledJob());
   job->session_ = state_;
   job->graph_ = builder.graph();
   job->options_ = options;
-  CompileOptions compile_options;
+  graph::CompileOptions compile_options;
   compile_options.register_num = options.register_num;
   compile_options.dump_dot_dir = options.dump_dot_dir;
   AF_ASSIGN_OR_RETURN(job->plan_, CompileGraph(job->graph_, compile_options));
@@ -261,7 +372,11 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builde
   // (measured on 2 cores: MLP train step 1.5 ms vs 2.1-2.5 ms with 2 workers x 1 thread).
   const int workers = options.num_workers > 0 ? options.num_workers : 1;
   const int kernel_threads = options.kernel_threads > 0 ? options.kernel_threads : std::max(1, budget / workers);
-  RuntimeHooks hooks;
+  for (const plan::Task& task : job->plan_.tasks()) {
+    if (task.kind() != plan::VARIABLE) continue;
+    (task.read_only() ? job->reads_ : job->writes_).insert(task.variable_name());
+  }
+  RuntimeHooks& hooks = job->hooks_;
   hooks.make_kernel = [plan, kernel_threads](const plan::Task& task) -> StatusOr<KernelFn> {
     KernelInit init;
     for (const plan::InputDesc& in : task.inputs()) {
@@ -273,7 +388,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builde
     }
     for (const plan::RegisterDesc& r : task.registers())
       for (const plan::BlobDesc& b : r.blobs()) init.outputs.push_back(DescOfBlob(b));
-    init.attrs = AttrsFromProto(task.attrs());
+    init.attrs = graph::AttrsFromProto(task.attrs());
     init.num_threads = kernel_threads;
     return MakeCpuKernel(task.op_type(), init);
   };
@@ -286,7 +401,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builde
     if (on_watch) on_watch(name, iteration, views);
     return Status::Ok();
   };
-  RuntimeOptions runtime_options;
+  RuntimeOptions& runtime_options = job->runtime_options_;
   runtime_options.num_threads = options.num_threads;
   runtime_options.num_workers = workers;
   runtime_options.kernel_threads = kernel_threads;
@@ -295,7 +410,14 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const JobBuilder& builde
     job->recorder_ = std::make_unique<ChromeTraceRecorder>();
     runtime_options.observer = job->recorder_.get();
   }
-  AF_ASSIGN_OR_RETURN(job->runtime_, Runtime::Create(job->plan_, std::move(hooks), runtime_options));
+  {
+    std::lock_guard<std::mutex> lock(job->runtime_mu_);
+    AF_RETURN_IF_ERROR(job->InstantiateLocked());
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_->order_mu);
+    state_->ordered_jobs.insert(job.get());
+  }
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->jobs.push_back(job);
   return job;
@@ -312,5 +434,4 @@ void Session::Reset() {
   state_->variables.clear();  // buffers live on while a (shut down) job still holds them
 }
 
-}  // namespace graph
 }  // namespace actorflow
