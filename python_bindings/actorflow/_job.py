@@ -375,7 +375,8 @@ def _cast_input(value, dtype, pname):
     target = dtype.numpy
     if not np.can_cast(value.dtype, target, "same_kind"):
         raise TypeError("argument '%s' must have dtype %s, got %s" % (pname, dtype.name, value.dtype))
-    cast = value.astype(target)
+    with np.errstate(all="ignore"):  # overflow is reported below, naming the argument
+        cast = value.astype(target)
     if value.size == 0:
         return cast
     if np.issubdtype(target, np.integer) and not np.issubdtype(value.dtype, np.bool_):
