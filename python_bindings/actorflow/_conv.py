@@ -137,13 +137,13 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
     channels = (inputs.shape[axis],)
     dtype = inputs.dtype
     gamma = layers.variable(name + "-gamma", channels, dtype, gamma_initializer or initializers.ones_initializer(),
-                                trainable and scale)
+                            trainable and scale)
     beta = layers.variable(name + "-beta", channels, dtype, beta_initializer or initializers.zeros_initializer(),
-                               trainable and center)
+                           trainable and center)
     moving_mean = layers.variable(name + "-moving_mean", channels, dtype,
-                                      moving_mean_initializer or initializers.zeros_initializer(), False)
+                                  moving_mean_initializer or initializers.zeros_initializer(), False)
     moving_variance = layers.variable(name + "-moving_variance", channels, dtype,
-                                          moving_variance_initializer or initializers.ones_initializer(), False)
+                                      moving_variance_initializer or initializers.ones_initializer(), False)
     training = bool(training) and ctx.job_type == "train"
     attrs = {"axis": axis, "epsilon": float(epsilon), "momentum": float(momentum), "training": training}
     out, _mean, _inv_std = add_op("batch_normalization", [inputs, gamma, beta, moving_mean, moving_variance], attrs,
