@@ -264,7 +264,7 @@ Status Runtime::Impl::Instantiate() {
   // Before any actor exists, so observers need no lock to set up their buffers.
   if (options_.observer != nullptr) {
     options_.observer->OnPlan(plan_);
-    options_.observer->OnWorkers(workers);
+    options_.observer->OnWorkers(environment_->num_workers());
     for (auto& state : states_) state->set_trace_lane(options_.observer->LaneFor(state->task().id()));
     host_lane_ = options_.observer->LaneFor(RuntimeObserver::kHostLane);
   }

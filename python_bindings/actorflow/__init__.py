@@ -14,8 +14,8 @@ from . import _losses  # noqa: F401  (adds flow.nn.*_cross_entropy_with_logits, 
 from . import _conv  # noqa: F401,E402  (adds flow.nn.conv2d/pools/dropout, flow.layers.conv2d/batch_normalization)
 from ._array_ops import argmax, cast, concat, identity, one_hot, slice, slice_v2, transpose  # noqa: F401,A004
 from ._dtypes import DType, double, float, float32, float64, int8, int32, int64, uint8  # noqa: F401,A004
-from ._job import FunctionConfig, function_config, global_function  # noqa: F401
-from ._trace_ctx import BlobDef, current as _current, user_location as _user_location
+from ._job import FunctionConfig, JobError, function_config, global_function  # noqa: F401
+from ._trace_ctx import BlobDef, check_blob as _check_blob, current as _current, user_location as _user_location
 from .initializers import (constant_initializer, glorot_uniform_initializer, kaiming_initializer,  # noqa: F401
                            ones_initializer, random_normal_initializer, random_uniform_initializer, truncated_normal,
                            truncated_normal_initializer, xavier_uniform_initializer, zeros_initializer)
@@ -46,9 +46,7 @@ scope = _types.SimpleNamespace(placement=_placement, consistent_view=lambda: "co
 
 def _watch(blob, handler, diff):
     ctx = _current("flow.watch_diff" if diff else "flow.watch")
-    if not isinstance(blob, BlobDef):
-        raise TypeError("flow.watch%s: the first argument must be a Blob, got %s" % ("_diff" if diff else "",
-                                                                                     type(blob).__name__))
+    _check_blob(blob, ctx, "flow.watch%s's first argument" % ("_diff" if diff else ""))
     if not callable(handler):
         raise TypeError("flow.watch%s: the handler must be callable" % ("_diff" if diff else ""))
     name = ctx.unique(("watch_diff_" if diff else "watch_") + blob.name)

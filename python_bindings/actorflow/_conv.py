@@ -14,11 +14,12 @@ _NCHW = ("NCHW", "channels_first")
 
 def _pair(value, what):
     """An int or a pair (h, w) as [h, w]; ValueError naming the argument otherwise."""
-    if isinstance(value, int):
-        return [value, value]
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        return [int(v) for v in value]
-    raise ValueError("%s must be an int or a pair of ints (h, w), got %r" % (what, value))
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return [layers.positive_int(v, what) for v in value]
+    if isinstance(value, (list, tuple)):
+        raise ValueError("%s must be an int or a pair of ints (h, w), got %r" % (what, value))
+    value = layers.positive_int(value, what)
+    return [value, value]
 
 
 def _padding(padding):
@@ -47,6 +48,7 @@ def conv2d(input, filters, strides=1, padding="VALID", data_format="NCHW", dilat
            name=None):
     """out(N,O,OH,OW) = conv of input(N,C,H,W) with filters(O,C/groups,KH,KW)."""
     _check_format(data_format, "conv2d")
+    groups = layers.positive_int(groups, "conv2d groups")
     attrs = {"strides": _pair(strides, "conv2d strides"), "padding": _padding(padding),
              "dilation_rate": _pair(1 if dilations is None else dilations, "conv2d dilations"),
              "groups": int(groups), "data_format": "NCHW"}
@@ -71,7 +73,7 @@ def avg_pool2d(input, ksize, strides, padding="VALID", data_format="NCHW", name=
 def dropout(x, rate, noise_shape=None, seed=None, name=None):
     """Zeroes each element with probability `rate` and scales the rest by 1/(1-rate) in train
     jobs; predict jobs evaluate the model, so dropout is the identity there (as in OneFlow)."""
-    if not 0.0 <= float(rate) < 1.0:
+    if isinstance(rate, (bool, str)) or not isinstance(rate, (int, float)) or not 0.0 <= float(rate) < 1.0:
         raise ValueError("dropout rate must be in [0, 1), got %r" % (rate,))
     if noise_shape is not None:
         raise ValueError("dropout: noise_shape is not supported")
@@ -93,19 +95,23 @@ def conv2d_layer(inputs, filters, kernel_size=1, strides=1, padding="VALID", dat
     _check_format(data_format, "layers.conv2d")
     if not isinstance(inputs, BlobDef) or len(inputs.shape) != 4:
         raise ValueError("layers.conv2d: inputs must be a 4-D (N, C, H, W) Blob, got %r" % (inputs,))
+    filters = layers.positive_int(filters, "layers.conv2d filters")
+    groups = layers.positive_int(groups, "layers.conv2d groups")
+    activation = layers.check_activation(activation, "layers.conv2d")
+    layers.not_supported("layers.conv2d", kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer)
     if inputs.shape[1] % int(groups) != 0:
         raise ValueError("layers.conv2d: groups=%d must divide the %d input channels" % (groups, inputs.shape[1]))
     name = layers._layer_name("Conv2d", name)
     kh, kw = _pair(kernel_size, "layers.conv2d kernel_size")
-    weight = layers.get_variable(weight_name or name + "-weight", (int(filters), inputs.shape[1] // int(groups), kh, kw),
-                                 inputs.dtype, kernel_initializer or initializers.xavier_uniform_initializer(), trainable)
+    weight = layers.variable(weight_name or name + "-weight", (filters, inputs.shape[1] // groups, kh, kw),
+                            inputs.dtype, kernel_initializer or initializers.xavier_uniform_initializer(), trainable)
     out = conv2d(inputs, weight, strides, padding, "NCHW", dilation_rate, groups, name=name + "_conv2d")
     if use_bias:
-        bias = layers.get_variable(bias_name or name + "-bias", (int(filters),), inputs.dtype,
-                                   bias_initializer or initializers.zeros_initializer(), trainable)
+        bias = layers.variable(bias_name or name + "-bias", (filters,), inputs.dtype,
+                               bias_initializer or initializers.zeros_initializer(), trainable)
         out, activation = layers.bias_add_activation(out, bias, activation, name)
     if activation is not None:
-        out = activation(out, name=name + "_activation")
+        out = layers.apply_activation(activation, out, name, "layers.conv2d")
     return out
 
 
@@ -118,6 +124,10 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
     moving = momentum * moving + (1 - momentum) * batch); predict jobs use the moving ones."""
     if not isinstance(inputs, BlobDef):
         raise TypeError("layers.batch_normalization: inputs must be a Blob, got %s" % type(inputs).__name__)
+    layers.not_supported("layers.batch_normalization", beta_regularizer=beta_regularizer,
+                         gamma_regularizer=gamma_regularizer)
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise TypeError("layers.batch_normalization: axis must be an int, got %r" % (axis,))
     rank = len(inputs.shape)
     if not -rank <= axis < rank:
         raise ValueError("layers.batch_normalization: axis %d is out of range for shape %s" % (axis, inputs.shape))
@@ -126,14 +136,14 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
     ctx = current("flow.layers.batch_normalization")
     channels = (inputs.shape[axis],)
     dtype = inputs.dtype
-    gamma = layers.get_variable(name + "-gamma", channels, dtype, gamma_initializer or initializers.ones_initializer(),
-                                trainable and scale)
-    beta = layers.get_variable(name + "-beta", channels, dtype, beta_initializer or initializers.zeros_initializer(),
-                               trainable and center)
-    moving_mean = layers.get_variable(name + "-moving_mean", channels, dtype,
-                                      moving_mean_initializer or initializers.zeros_initializer(), False)
-    moving_variance = layers.get_variable(name + "-moving_variance", channels, dtype,
-                                          moving_variance_initializer or initializers.ones_initializer(), False)
+    gamma = layers.variable(name + "-gamma", channels, dtype, gamma_initializer or initializers.ones_initializer(),
+                            trainable and scale)
+    beta = layers.variable(name + "-beta", channels, dtype, beta_initializer or initializers.zeros_initializer(),
+                           trainable and center)
+    moving_mean = layers.variable(name + "-moving_mean", channels, dtype,
+                                  moving_mean_initializer or initializers.zeros_initializer(), False)
+    moving_variance = layers.variable(name + "-moving_variance", channels, dtype,
+                                      moving_variance_initializer or initializers.ones_initializer(), False)
     training = bool(training) and ctx.job_type == "train"
     attrs = {"axis": axis, "epsilon": float(epsilon), "momentum": float(momentum), "training": training}
     out, _mean, _inv_std = add_op("batch_normalization", [inputs, gamma, beta, moving_mean, moving_variance], attrs,

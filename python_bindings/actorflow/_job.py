@@ -3,8 +3,9 @@ fetch. Arguments are checked here so mistakes get Python errors naming the argum
 import functools
 import inspect
 import os
-import sys
+import threading
 import typing as _pytyping
+import warnings
 
 import numpy as np
 
@@ -30,6 +31,24 @@ def forget_train_steps():
     _pending_steps.clear()
 
 
+class JobError(RuntimeError):
+    """A call of a job function failed while it ran (a kernel error such as a label out of
+    range). The message names the job, the op and the user's file:line of that op. An
+    asynchronous job (-> tp.Callback[...]) passes this to its callback in place of the result."""
+
+    def __init__(self, job_name, message):
+        super().__init__("job '%s' failed: %s" % (job_name, message))
+        self.job_name = job_name
+
+
+def _with_location(error, location):
+    """Appends " (at file:line)" to a trace-time error's message unless it names it already."""
+    if (location and type(error).__str__ is BaseException.__str__ and len(error.args) == 1
+            and isinstance(error.args[0], str) and location not in error.args[0]):
+        error.args = ("%s (at %s)" % (error.args[0], location),)
+    return error
+
+
 def set_train_step(job_name, step):
     if job_name in _train_jobs:
         _train_jobs[job_name]._step = int(step)
@@ -37,8 +56,21 @@ def set_train_step(job_name, step):
         _pending_steps[job_name] = int(step)
 
 
+def _int_setting(value, what, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError("%s must be an int, got %r (%s)" % (what, value, type(value).__name__))
+    if value < minimum:
+        raise ValueError("%s must be >= %d, got %d" % (what, minimum, value))
+    return int(value)
+
+
+_warned_config = set()
+
+
 class FunctionConfig:
-    """flow.function_config(): per-job settings (OneFlow's names are accepted)."""
+    """flow.function_config(): per-job settings. Supported: default_data_type,
+    default_logical_view (consistent only), num_threads, num_workers, register_num, seed / random_seed.
+    Other OneFlow switches are accepted but not supported yet: each warns once, naming itself."""
 
     def __init__(self):
         self.data_type = _dtypes.float32
@@ -49,12 +81,38 @@ class FunctionConfig:
         self.data_type = _dtypes.as_dtype(dtype, "default_data_type")
 
     def default_logical_view(self, view):
-        self.logical_view = getattr(view, "name", str(view))
+        name = getattr(view, "name", str(view))
+        if "mirrored" in name:
+            raise NotImplementedError("function_config().default_logical_view: the mirrored view is not supported yet "
+                                      "(one device: use the default consistent view)")
+        self.logical_view = name
 
-    def __getattr__(self, name):  # other OneFlow switches are accepted and recorded
+    def num_threads(self, n):
+        self.options["num_threads"] = _int_setting(n, "function_config().num_threads", 1)
+
+    def num_workers(self, n):
+        """Actor worker threads for this job (default 1: the whole thread budget inside each kernel)."""
+        self.options["num_workers"] = _int_setting(n, "function_config().num_workers", 1)
+
+    def register_num(self, n):
+        self.options["register_num"] = _int_setting(n, "function_config().register_num", 1)
+
+    def seed(self, n):
+        self.options["seed"] = _int_setting(n, "function_config().seed", 0)
+
+    random_seed = seed
+
+    def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        return lambda *args, **kwargs: self.options.__setitem__(name, args[0] if args else True)
+
+        def unsupported(*args, **kwargs):
+            if name not in _warned_config:
+                _warned_config.add(name)
+                warnings.warn("function_config().%s is not supported yet and is ignored" % name, UserWarning,
+                              stacklevel=2)
+            self.options[name] = args[0] if args else True
+        return unsupported
 
 
 def function_config():
@@ -64,10 +122,11 @@ def function_config():
 class _Result:
     """How to turn the list of fetched arrays back into what the job function returned."""
 
-    def __init__(self, annotation, value, job_name):
+    def __init__(self, annotation, value, job_name, ctx=None):
         self.is_async = isinstance(annotation, tp._CallbackOf)
         inner = annotation.inner if self.is_async else annotation
         self.blobs = []
+        self._ctx = ctx
         self.structure = self._parse(inner, value, job_name)
 
     def _parse(self, annotation, value, job_name):
@@ -85,6 +144,8 @@ class _Result:
             if not isinstance(value, BlobDef):
                 raise TypeError("job function '%s' is annotated -> %s but returns %s" % (
                     job_name, annotation.__name__, type(value).__name__))
+            if self._ctx is not None:
+                _trace_ctx.check_blob(value, self._ctx, "the result of job function '%s'" % job_name)
             self.blobs.append(value)
             return ("list" if annotation is tp.ListNumpy else "blob", len(self.blobs) - 1)
         if origin is tuple:
@@ -114,24 +175,44 @@ class _Result:
 
 
 class JobFunction:
+    """A traced-and-compiled job. Thread-safe: concurrent first calls trace once (the others
+    wait), and calls from several threads may overlap.
+
+    Train step: the step a call is fed (its learning rate, Adam's bias correction) is the
+    number of successful calls before it, counting the calls still in flight as successful.
+    Only a call that succeeds advances the step (the value checkpoints save). A failed
+    synchronous call changes nothing; a failed asynchronous call leaves the steps already
+    given to the calls pushed after it (they were fed before the failure was known), and
+    calls pushed after its callback ran continue from the number of successful calls."""
+
     def __init__(self, fn, job_type, config):
         if job_type not in ("train", "predict"):
             raise ValueError("global_function type must be 'train' or 'predict', got %r" % (job_type,))
+        if not callable(fn):
+            raise TypeError("global_function decorates a function, got %r" % (fn,))
+        if config is not None and not isinstance(config, FunctionConfig):
+            raise TypeError("global_function: function_config must be a flow.function_config(), got %r" % (config,))
         self._fn = fn
         self._type = job_type
         self._config = config or FunctionConfig()
         self._signature = inspect.signature(fn)
+        self._location = "%s:%d" % (os.path.basename(fn.__code__.co_filename), fn.__code__.co_firstlineno)
         self._specs = []
         for pname, param in self._signature.parameters.items():
             spec = param.annotation
             if not isinstance(spec, tp._PlaceholderSpec):
-                raise TypeError("job function '%s': parameter '%s' must be annotated with tp.Numpy.Placeholder(shape, dtype), "
-                                "got %r" % (fn.__name__, pname, spec))
+                raise TypeError("job function '%s' at %s: parameter '%s' must be annotated with "
+                                "tp.Numpy.Placeholder(shape, dtype), got %r" % (fn.__name__, self._location, pname, spec))
+            if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+                raise TypeError("job function '%s' at %s: parameter '%s' must be a plain positional parameter"
+                                % (fn.__name__, self._location, pname))
             self._specs.append((pname, spec))
         self._compiled = None
         self._result = None
         self._optimizer = None
-        self._step = 0
+        self._step = 0  # successful calls (what checkpoints save)
+        self._in_flight = 0  # calls fed but not finished
+        self._step_lock = threading.Lock()
         functools.update_wrapper(self, fn)
         if job_type == "train":
             _train_jobs[fn.__name__] = self
@@ -139,44 +220,66 @@ class JobFunction:
 
     # -- tracing and compiling (first call) --
     def _compile(self):
+        from . import checkpoint
         from . import config as _config
-        builder = _C.JobBuilder(self._fn.__name__, self._type)
-        ctx = _trace_ctx.TraceContext(builder, self._type)
+        name = self._fn.__name__
+        builder = _C.JobBuilder(name, self._type)
+        ctx = _trace_ctx.TraceContext(builder, self._type, name, self._location)
         ctx.default_dtype = self._config.data_type  # function_config().default_data_type(...)
-        location = "%s:%d" % (os.path.basename(self._fn.__code__.co_filename), self._fn.__code__.co_firstlineno)
         blobs = []
         for pname, spec in self._specs:
-            ref = builder.add_input(pname, list(spec.shape), spec.dtype.name, location)
+            ref = builder.add_input(pname, list(spec.shape), spec.dtype.name, self._location)
             blobs.append(BlobDef(ref, spec.shape, spec.dtype, ctx))
-        seed = self._config.options.get("seed", self._config.options.get("random_seed"))
+        seed = self._config.options.get("seed")
         if seed is not None:  # config.seed(n): this job's new variables initialize reproducibly
             from . import initializers
             initializers.seed(seed)
-        previous, _trace_ctx._current = _trace_ctx._current, ctx
+        previous = _trace_ctx.get_current()
+        _trace_ctx.set_current(ctx)
         try:
-            value = self._fn(*blobs)
-        finally:
-            _trace_ctx._current = previous
-        self._result = _Result(self._signature.return_annotation, value, self._fn.__name__)
-        builder.set_outputs([b.ref for b in self._result.blobs])
-        if self._type == "train" and ctx.optimizer is None:
-            raise ValueError("train job '%s' has no optimizer: call flow.optimizer.X(...).minimize(loss) inside it"
-                             % self._fn.__name__)
-        self._optimizer = ctx.optimizer
-        options = dict(_config.compile_options(self._fn.__name__))
+            try:
+                value = self._fn(*blobs)
+            finally:
+                _trace_ctx.set_current(previous)
+            result = _Result(self._signature.return_annotation, value, name, ctx)
+            builder.set_outputs([b.ref for b in result.blobs])
+            if self._type == "train" and ctx.optimizer is None:
+                raise ValueError("train job '%s' at %s has no optimizer: call flow.optimizer.X(...).minimize(loss) "
+                                 "inside it" % (name, self._location))
+        except Exception as error:
+            # Nothing of the failed trace stays: its new variables were never created, and
+            # values loaded for them wait for the corrected program.
+            for var_name, (_shape, _dtype, var_value, from_checkpoint) in ctx.new_variables.items():
+                if from_checkpoint:
+                    checkpoint._pending.setdefault(var_name, var_value)
+            raise _with_location(error, _trace_ctx.traceback_location(error.__traceback__) or self._location)
+        session = _C.default_session()
+        for var_name, (shape, dtype, var_value, _from_checkpoint) in ctx.new_variables.items():
+            session.create_variable(var_name, list(shape), np.dtype(dtype).name, var_value)
+        options = dict(_config.compile_options(name))
         options.update({k: v for k, v in self._config.options.items() if k in ("num_threads", "num_workers", "register_num")})
-        self._compiled = _C.default_session().compile(builder, options)
-        from . import checkpoint
+        compiled = session.compile(builder, options)
         checkpoint.apply_pending()  # values loaded before this first call for compiler-made variables
         for handler_name, fn in ctx.watch_handlers.items():
-            self._compiled.set_watch_handler(handler_name, _snapshot.as_callback(fn))
-        self._input_descs = self._compiled.input_descs
+            compiled.set_watch_handler(handler_name, _snapshot.as_callback(fn))
+        self._input_descs = compiled.input_descs
+        self._result = result
+        self._optimizer = ctx.optimizer
+        self._compiled = compiled  # last: other threads take a non-None _compiled as ready
+
+    def _ensure_compiled(self):
+        if self._compiled is None:
+            with _trace_ctx.trace_lock:
+                if _trace_ctx.get_current() is not None:
+                    raise RuntimeError("job function '%s' called while job '%s' is traced: a job function cannot "
+                                       "call another one (at %s)" % (self._fn.__name__,
+                                                                     _trace_ctx.get_current().job_name,
+                                                                     _trace_ctx.user_location()))
+                if self._compiled is None:
+                    self._compile()
 
     # -- every call --
     def _feeds(self, args):
-        if len(args) != len(self._specs):
-            raise TypeError("job function '%s' takes %d argument(s) (%s), got %d" % (
-                self._fn.__name__, len(self._specs), ", ".join(n for n, _ in self._specs), len(args)))
         feeds = []
         for (pname, spec), value in zip(self._specs, args):
             if spec.kind == "list_numpy":
@@ -190,53 +293,124 @@ class JobFunction:
             if value.shape != spec.shape:
                 raise ValueError("argument '%s' must have shape %s, got %s" % (pname, spec.shape, value.shape))
             if value.dtype != spec.dtype.numpy:
-                if not np.can_cast(value.dtype, spec.dtype.numpy, "same_kind"):
-                    raise TypeError("argument '%s' must have dtype %s, got %s" % (pname, spec.dtype.name, value.dtype))
-                value = value.astype(spec.dtype.numpy)
+                value = _cast_input(value, spec.dtype, pname)
             # np.ascontiguousarray would turn a 0-d array into shape (1,)
             feeds.append(value if value.flags.c_contiguous else np.array(value, order="C"))
         return feeds
 
-    def _take_step(self, feeds):
-        """Appends a train job's learning-rate feed and counts the step (snapshot gate held)."""
-        if self._optimizer is not None:
-            feeds = feeds + [np.array(self._optimizer.rate_feed(self._step), dtype=np.float32)]
-            self._step += 1
-        return feeds
+    def _bind(self, args, kwargs):
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise TypeError("job function '%s' takes %d argument(s) (%s): %s" % (
+                self._fn.__name__, len(self._specs), ", ".join(n for n, _ in self._specs), error)) from None
+        return [bound.arguments[n] for n, _ in self._specs]
+
+    def _begin_step(self, feeds):
+        """Reserves this call's step and appends its learning-rate feed (train jobs)."""
+        if self._optimizer is None:
+            return
+        with self._step_lock:
+            step = self._step + self._in_flight
+            self._in_flight += 1
+        feeds.append(np.array(self._optimizer.rate_feed(step), dtype=np.float32))
+
+    def _end_step(self, succeeded):
+        if self._optimizer is None:
+            return
+        with self._step_lock:
+            self._in_flight -= 1
+            if succeeded:
+                self._step += 1
 
     def __call__(self, *args, **kwargs):
-        if kwargs:
-            names = [n for n, _ in self._specs]
-            args = list(args) + [kwargs.pop(n) for n in names[len(args):] if n in kwargs]
-            if kwargs:
-                raise TypeError("job function '%s' got unexpected keyword argument(s) %s" % (self._fn.__name__, list(kwargs)))
-        if self._compiled is None:
-            self._compile()
+        args = self._bind(args, kwargs)
+        self._ensure_compiled()
         feeds = self._feeds(args)
         # Jobs sharing variables are ordered by the session (per variable); others overlap.
         # From taking the train step until the runtime accepted the iteration, snapshots
         # (checkpoint saves, loads) wait: the saved step always matches the saved weights.
         if self._result.is_async:
-            result = self._result
-
-            def register(callback):
-                @_snapshot.as_callback
-                def deliver(arrays):
-                    if isinstance(arrays, BaseException):
-                        print("actorflow: job '%s' failed: %s" % (self._fn.__name__, arrays), file=sys.stderr)
-                        return
-                    callback(result.build(arrays))
-                _snapshot.gate.enter_call()
-                try:
-                    self._compiled.push(self._take_step(feeds), deliver)
-                finally:
-                    _snapshot.gate.exit_call()
-            return register
+            return self._register_callback(feeds)
         _snapshot.gate.enter_call()
         try:
-            return self._result.build(self._compiled.run(self._take_step(feeds)))
+            self._begin_step(feeds)
+            try:
+                arrays = self._compiled.run(feeds)
+            except BaseException:
+                self._end_step(False)
+                raise
+            self._end_step(True)
         finally:
             _snapshot.gate.exit_call()
+        return self._result.build(arrays)
+
+    def _register_callback(self, feeds):
+        result = self._result
+        job_name = self._fn.__name__
+        registered = []
+
+        def register(callback):
+            """Runs the call; callback(result) on the job's dispatcher thread when it finishes,
+            or callback(JobError) if it fails."""
+            if not callable(callback):
+                raise TypeError("job function '%s' returns a tp.Callback: pass a callable to the function it returns, "
+                                "got %r (at %s)" % (job_name, callback, _trace_ctx.user_location()))
+            if registered:
+                raise RuntimeError("job function '%s': this call's callback is already registered (each call of "
+                                   "an asynchronous job takes one callback)" % job_name)
+            registered.append(callback)
+
+            @_snapshot.as_callback
+            def deliver(arrays):
+                # The step is settled and the gate left before the user's callback runs, so a
+                # callback that raises cannot leave either unsettled (the raised error goes to
+                # sys.unraisablehook), and a snapshot never sees a step its weights lack.
+                failed = isinstance(arrays, BaseException)
+                self._end_step(not failed)
+                _snapshot.gate.exit_call()
+                if failed:
+                    error = JobError(job_name, str(arrays))
+                    error.__cause__ = arrays
+                    callback(error)
+                else:
+                    callback(result.build(arrays))
+            # An asynchronous call holds the snapshot gate until it was delivered.
+            _snapshot.gate.enter_call()
+            self._begin_step(feeds)
+            try:
+                self._compiled.push(feeds, deliver)
+            except BaseException:
+                self._end_step(False)
+                _snapshot.gate.exit_call()
+                raise
+        return register
+
+
+def _cast_input(value, dtype, pname):
+    """Same-kind conversion of a feed (int64 -> int32, float64 -> float32); values the target
+    cannot hold are an error naming the argument, never wrapped or turned into inf. Runs only
+    when the dtypes differ, so matching feeds cost nothing."""
+    target = dtype.numpy
+    if not np.can_cast(value.dtype, target, "same_kind"):
+        raise TypeError("argument '%s' must have dtype %s, got %s" % (pname, dtype.name, value.dtype))
+    with np.errstate(all="ignore"):  # overflow is reported below, naming the argument
+        cast = value.astype(target)
+    if value.size == 0:
+        return cast
+    if np.issubdtype(target, np.integer) and not np.issubdtype(value.dtype, np.bool_):
+        info = np.iinfo(target)
+        low, high = value.min(), value.max()
+        if low < info.min or high > info.max:
+            raise ValueError("argument '%s': values in [%s, %s] do not fit in %s (range [%d, %d])" % (
+                pname, low, high, dtype.name, info.min, info.max))
+    elif np.issubdtype(target, np.floating) and np.issubdtype(value.dtype, np.floating):
+        overflow = np.isinf(cast) & np.isfinite(value)
+        if overflow.any():
+            index = tuple(int(i) for i in np.argwhere(overflow)[0])
+            raise ValueError("argument '%s': value %r at index %s does not fit in %s (max %g)" % (
+                pname, value[index].item(), index, dtype.name, np.finfo(target).max))
+    return cast
 
 
 def global_function(type="predict", function_config=None):  # noqa: A002 (OneFlow's argument name)

@@ -1,7 +1,8 @@
 """The gate between job calls and consistent snapshots of the session's variables.
 
-A job call holds the gate (shared) from the moment it takes its train step until the runtime
-has accepted the iteration (for a synchronous call: until it returned). A snapshot (checkpoint
+A job call holds the gate (shared) from the moment it takes its train step until its step is
+settled: a synchronous call until it returned, an asynchronous one until its result (or
+failure) was delivered, which is when its train step counts. A snapshot (checkpoint
 save, flow.get_all_variables, flow.load_variables) holds it exclusively: it waits for the calls
 inside, keeps new ones out, drains the runtimes and copies. So a snapshot always lies between
 iterations, and each train step count agrees with the weights it is saved with.

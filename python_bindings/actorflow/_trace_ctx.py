@@ -2,34 +2,74 @@
 placeholder-like handle a traced op returns."""
 import os
 import sys
+import threading
 
 import numpy as np
 
 from . import _dtypes
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_current = None  # the TraceContext of the job function being traced, if any
+
+# The TraceContext of the job function this thread is tracing, if any. Per thread, so a job
+# traced on one thread never receives the ops of a job traced on another.
+_local = threading.local()
+
+# Held while a job function is traced and compiled. Tracing reads and creates session
+# variables by name, so two first calls (of one job or of two jobs sharing variables) run one
+# after the other: the first traces, the others wait and then find the job compiled.
+# Re-entrant: a job function may call another job's first call only through this thread.
+trace_lock = threading.RLock()
+
+
+def get_current():
+    return getattr(_local, "context", None)
+
+
+def set_current(context):
+    _local.context = context
+
+
+def _is_package_file(filename):
+    return os.path.abspath(filename).startswith(_PACKAGE_DIR)
 
 
 def user_location():
     """file:line of the innermost caller outside this package (the user's source line)."""
     frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+    while frame is not None and _is_package_file(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return ""
     return "%s:%d" % (os.path.basename(frame.f_code.co_filename), frame.f_lineno)
 
 
+def traceback_location(tb):
+    """file:line of the innermost frame of traceback `tb` outside this package (the user's
+    line an exception passed through), or "" if none."""
+    location = ""
+    while tb is not None:
+        if not _is_package_file(tb.tb_frame.f_code.co_filename):
+            location = "%s:%d" % (os.path.basename(tb.tb_frame.f_code.co_filename), tb.tb_lineno)
+        tb = tb.tb_next
+    return location
+
+
 class TraceContext:
-    def __init__(self, builder, job_type):
+    def __init__(self, builder, job_type, job_name=None, location=""):
         self.builder = builder
         self.job_type = job_type
+        self.job_name = job_name if job_name is not None else builder.name
+        self.location = location  # file:line of the job function's definition
         self.names = {}
         self.watch_handlers = {}
         self.optimizer = None
+        self.optimizer_location = ""
         self.placement = ("cpu", "0:0")
         self.default_dtype = _dtypes.float32
+        # Variables this trace declares that the session does not hold yet: name -> (shape,
+        # dtype, initial value, value came from checkpoint.load_variables). They are created
+        # only when the trace succeeds, so a failed trace leaves the session as it was.
+        self.new_variables = {}
 
     def unique(self, base):
         n = self.names.get(base, 0)
@@ -38,9 +78,24 @@ class TraceContext:
 
 
 def current(what):
-    if _current is None:
+    context = get_current()
+    if context is None:
         raise RuntimeError("%s can only be used inside a job function (@flow.global_function) while it is traced" % what)
-    return _current
+    return context
+
+
+def check_blob(x, ctx, what):
+    """x must be a Blob of the job `ctx` traces: a Blob kept from another job's trace (say in a
+    global) names an op of that job, and binding it by name here would read another tensor."""
+    if not isinstance(x, BlobDef):
+        raise TypeError("%s must be a Blob of the job function, got %s (at %s)" % (what, type(x).__name__,
+                                                                                 user_location()))
+    if x._ctx is not ctx:
+        raise ValueError("%s is Blob '%s' of job '%s', used at %s while tracing job '%s': a Blob belongs to the job "
+                         "whose trace made it; pass values between jobs as numpy arrays or share a variable" % (
+                             what, x.ref, x._ctx.job_name if x._ctx is not None else "?", user_location(),
+                             ctx.job_name))
+    return x
 
 
 class BlobDef:
@@ -106,15 +161,31 @@ def add_op(op_type, inputs, attrs=None, name=None, num_outputs=1):
     """Adds one op to the traced job; shape inference runs now, so a mistake is reported
     against the user's line. Returns the output BlobDefs (a single one if num_outputs == 1)."""
     ctx = current("actorflow op '%s'" % op_type)
+    if name is not None and not isinstance(name, str):
+        raise TypeError("op '%s': name must be a str, got %s (at %s)" % (op_type, type(name).__name__, user_location()))
     for i, x in enumerate(inputs):
-        if not isinstance(x, BlobDef):
-            raise TypeError("op '%s': input %d must be a Blob of the job function, got %s" % (
-                name or op_type, i, type(x).__name__))
+        check_blob(x, ctx, "op '%s': input %d" % (name or op_type, i))
     location = user_location()
     op_name = ctx.unique(name or op_type)
     outs = ctx.builder.add_op(op_type, op_name, [x.ref for x in inputs], attrs or {}, location)
     blobs = [BlobDef(ref, shape, dtype, ctx) for ref, shape, dtype in outs]
     return blobs[0] if num_outputs == 1 else blobs[:num_outputs] if num_outputs else blobs
+
+
+def integer(value, what):
+    """value as an int; a float (2.7 would silently become 2), a bool or a string is a
+    TypeError naming `what` and the user's line."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError("%s must be an int, got %r (%s) (at %s)" % (what, value, type(value).__name__, user_location()))
+    return int(value)
+
+
+def number(value, what):
+    """value as a float (a Python or NumPy number; a string such as "4" is a TypeError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError("%s must be a number, got %r (%s) (at %s)" % (what, value, type(value).__name__,
+                                                                    user_location()))
+    return float(value)
 
 
 def as_blob(x, like, what):

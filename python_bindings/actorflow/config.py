@@ -5,6 +5,17 @@ import os
 _settings = {"trace_path": os.environ.get("ACTORFLOW_TRACE", ""), "num_threads": 0}
 
 
+def _int_setting(value, what, minimum, maximum=None):
+    """value as an int in [minimum, maximum]; TypeError/ValueError naming `what` otherwise (no
+    silent truncation of 2.5, no negative thread counts)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("%s must be an int, got %r (%s)" % (what, value, type(value).__name__))
+    value = value.__index__()
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ValueError("%s must be in [%d, %s], got %d" % (what, minimum, "inf" if maximum is None else maximum, value))
+    return value
+
+
 def enable_trace(path):
     """Record an actor trace (Chrome trace event JSON) of the jobs compiled after this call;
     "" turns tracing off. The first job compiled takes `path` itself; each other job writes
@@ -14,7 +25,9 @@ def enable_trace(path):
     is cleared (flow.clear_default_session) and at process exit.
     A path that cannot be written (a directory, a missing or read-only directory) is an error
     here; ACTORFLOW_TRACE is checked when the first job is compiled."""
-    path = str(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError("flow.config.enable_trace: path must be a str or path, got %r" % (path,))
+    path = os.fspath(path)
     if path:
         problem = _unwritable(path)
         if problem:
@@ -54,26 +67,28 @@ def trace_path_for(job_name):
 
 
 def num_threads(n):
-    _settings["num_threads"] = int(n)
+    """Threads of each job compiled after this call (0: the default)."""
+    _settings["num_threads"] = _int_setting(n, "flow.config.num_threads", 0)
 
 
 def cpu_device_num(n):
-    if int(n) != 1:
+    if _int_setting(n, "flow.config.cpu_device_num", 0) != 1:
         raise ValueError("cpu_device_num(%d): only one CPU device is supported so far" % n)
 
 
 def gpu_device_num(n):
-    if int(n) != 0:
+    if _int_setting(n, "flow.config.gpu_device_num", 0) != 0:
         raise ValueError("gpu_device_num(%d): GPU devices are not supported yet (CPU only)" % n)
 
 
 def machine_num(n):
-    if int(n) != 1:
+    if _int_setting(n, "flow.config.machine_num", 0) != 1:
         raise ValueError("machine_num(%d): only one machine is supported so far" % n)
 
 
 def ctrl_port(port):
-    _settings["ctrl_port"] = int(port)
+    """Accepted for OneFlow programs; one machine needs no control port, so it is unused."""
+    _settings["ctrl_port"] = _int_setting(port, "flow.config.ctrl_port", 1, 65535)
 
 
 def compile_options(job_name):

@@ -1,16 +1,16 @@
 """Thin op wrappers with OneFlow's names and arguments: each adds one registered op."""
 import types
 
-from ._trace_ctx import BlobDef, add_op
+from ._trace_ctx import BlobDef, add_op, integer, number
 
 
 def _binary(op_type, scalar_form, x, y, name):
     if isinstance(x, BlobDef) and isinstance(y, BlobDef):
         return add_op(op_type, [x, y], name=name)
     if isinstance(x, BlobDef):
-        return scalar_form(x, float(y), name)
+        return scalar_form(x, number(y, "%s's second operand" % op_type), name)
     if isinstance(y, BlobDef):
-        return _scalar_left(op_type, float(x), y, name)
+        return _scalar_left(op_type, number(x, "%s's first operand" % op_type), y, name)
     raise TypeError("%s: at least one operand must be a Blob, got %s and %s" % (op_type, type(x).__name__, type(y).__name__))
 
 
@@ -58,7 +58,9 @@ exp, log, sqrt, square, negative = _unary("exp"), _unary("log"), _unary("sqrt"),
 def _axis_list(axis):
     if axis is None:
         return []
-    return [int(a) for a in axis] if isinstance(axis, (list, tuple)) else [int(axis)]
+    if isinstance(axis, (list, tuple)):
+        return [integer(a, "axis entry") for a in axis]
+    return [integer(axis, "axis")]
 
 
 def reduce_sum(x, axis=None, keepdims=False, name=None):
@@ -75,31 +77,44 @@ def reduce_max(x, axis=None, keepdims=False, name=None):
 
 def softmax(logits, axis=None, name=None):
     """softmax over `axis` (default: the last)."""
-    return add_op("softmax", [logits], attrs={"axis": -1 if axis is None else int(axis)}, name=name)
+    return add_op("softmax", [logits], attrs={"axis": -1 if axis is None else integer(axis, "axis")}, name=name)
 
 
 def log_softmax(logits, axis=None, name=None):
     """log(softmax) over `axis` (default: the last), computed stably."""
-    return add_op("log_softmax", [logits], attrs={"axis": -1 if axis is None else int(axis)}, name=name)
+    return add_op("log_softmax", [logits], attrs={"axis": -1 if axis is None else integer(axis, "axis")}, name=name)
 
 
 def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None):
     """Per-sample loss (N,), as OneFlow: labels (N,) int, logits (N, C)."""
+    if labels is None or logits is None:
+        raise TypeError("sparse_softmax_cross_entropy_with_logits needs labels= and logits=")
     loss, _prob = add_op("sparse_softmax_cross_entropy", [labels, logits], name=name, num_outputs=2)
     return loss
 
 
 def bias_add(value, bias, data_format=None, name=None):
+    if data_format not in (None, "NCHW", "channels_first", "NHWC", "channels_last"):
+        raise ValueError("bias_add: data_format must be 'NCHW' or 'NHWC', got %r" % (data_format,))
     axis = -1 if data_format in ("NHWC", "channels_last") else 1
     return add_op("bias_add", [value, bias], {"axis": axis}, name)
 
 
 def reshape(x, shape, name=None):
-    return add_op("reshape", [x], {"shape": [int(d) for d in shape]}, name)
+    if not isinstance(shape, (list, tuple)):
+        raise TypeError("reshape: shape must be a list of ints, got %r" % (shape,))
+    return add_op("reshape", [x], {"shape": [integer(d, "reshape shape entry") for d in shape]}, name)
 
 
 def flatten(x, start_dim=0, end_dim=-1, name=None):
+    if not isinstance(x, BlobDef):
+        raise TypeError("flatten: x must be a Blob, got %s" % type(x).__name__)
     shape = list(x.shape)
+    rank = len(shape)
+    start_dim, end_dim = integer(start_dim, "flatten start_dim"), integer(end_dim, "flatten end_dim")
+    if not (-rank <= start_dim < rank and -rank <= end_dim < rank):
+        raise ValueError("flatten: start_dim %d / end_dim %d out of range for shape %s" % (start_dim, end_dim, x.shape))
+    start_dim %= rank
     end = end_dim % len(shape)
     merged = 1
     for d in shape[start_dim:end + 1]:

@@ -50,7 +50,16 @@ class _CallbackOf:
 
 
 class Callback(metaclass=_CallbackMeta):
-    """`-> tp.Callback[tp.Numpy]`: the job returns at once; job(x)(callback) gets the result."""
+    """`-> tp.Callback[R]`: the job returns at once; job(x)(callback) runs the call, and the
+    callback gets its result (shaped as R: tp.Numpy, Tuple[...], Dict[str, ...]) on the job's
+    dispatcher thread, in call order.
+
+    A call that fails (a kernel error such as a label out of range) passes a flow.JobError
+    instance to the callback in place of the result, whatever R is; its message names the
+    job, the op and the user's file:line of that op. A callback must be callable (TypeError at
+    job(x)(callback) otherwise) and is registered once per call. An exception the callback
+    raises goes to sys.unraisablehook (printed to stderr by default); the dispatcher goes on
+    and later callbacks still run."""
 
 
 Tuple = _typing.Tuple
