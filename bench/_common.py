@@ -250,7 +250,8 @@ def summary(values):
 
 class Row:
     """One benchmark: actorflow, the PyTorch variants, references; after measure(): the best
-    variant (lowest median) and per-round ratios variant time / actorflow time."""
+    variant (lowest median over the rounds of all candidates), then a head-to-head of actorflow
+    and that variant with per-round ratios variant time / actorflow time."""
 
     def __init__(self, name, candidates):
         self.name, self.candidates = name, candidates
@@ -264,14 +265,23 @@ class Row:
         self.actorflow = next((c for c in self.candidates if c.kind == "actorflow"), None)
         peers = [c for c in self.candidates if c.kind == "peer"]
         self.best = min(peers, key=lambda c: statistics.median(c.samples)) if peers else None
-        self.ratios = ([p / a for p, a in zip(self.best.samples, self.actorflow.samples)]
-                       if self.best and self.actorflow else None)
+        self.head_to_head, self.ratios = None, None
+        if self.best and self.actorflow:
+            # Head to head: the selection rounds put up to 2n blocks between the two; here each
+            # round's two blocks are adjacent (ABBA across rounds), so the ratio sees one load.
+            pair, times = [self.actorflow, self.best], {self.actorflow.name: [], self.best.name: []}
+            for r in range(args.rounds):
+                for c in (pair if r % 2 == 0 else reversed(pair)):
+                    times[c.name].append(c.block(c.calls_per_block))
+            self.head_to_head = times
+            self.ratios = [p / a for p, a in zip(times[self.best.name], times[self.actorflow.name])]
         print("  measured %s" % self.name, file=sys.stderr)
         sys.stderr.flush()
         return self
 
     def to_json(self):
         return {"benchmark": self.name, "best_peer": self.best.name if self.best else None,
+                "head_to_head": self.head_to_head,
                 "ratio_best_peer_over_actorflow": summary(self.ratios) if self.ratios else None,
                 "candidates": [{"name": c.name, "kind": c.kind, "calls_per_block": c.calls_per_block,
                                 **summary(c.samples), "samples": c.samples} for c in self.candidates],
@@ -308,10 +318,13 @@ def report(title, rows, args, notes=()):
     print(header)
     print("-" * len(header))
     for row in rows:
-        af = fmt_range(row.actorflow.samples, fmt_time) if row.actorflow else "-"
-        best = fmt_range(row.best.samples, fmt_time) if row.best else "-"
+        pair = row.head_to_head or {}
+        af = fmt_range(pair.get("actorflow") or row.actorflow.samples, fmt_time) if row.actorflow else "-"
+        best = fmt_range(pair.get(row.best.name) or row.best.samples, fmt_time) if row.best else "-"
         ratio = fmt_range(row.ratios, ratio_fmt) if row.ratios else "-"
         print("%-34s%26s%26s  %-18s%22s" % (row.name, af, best, row.best.name if row.best else "", ratio))
+    print("(the best variant is chosen by its median over the interleaved rounds of every candidate; the times"
+          " and ratios above come from as many further ABBA rounds of actorflow and that variant alone)")
     print("every candidate, median per call (tN/bM: torch.set_num_threads(N), openblas_set_num_threads(M)):")
     for row in rows:
         print("  %s: %s" % (row.name, ", ".join("%s %s" % (c.name, fmt_time(statistics.median(c.samples)))
