@@ -1,17 +1,19 @@
-"""MLP 784-512-10 side by side with PyTorch eager and torch.jit, same thread count:
-inference at batch 1 and 100, an empty job function's round trip, and one SGD train step
-(batch 100, lr 0.1, the seed 000 model).
+"""MLP 784-512-10 side by side with PyTorch at its best, same thread budget: inference at batch
+1 and 100, an empty job function's round trip, and one SGD train step (batch 100, lr 0.1).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_mlp.py [--threads N] [--json out.json]
 
-Targets (issues 3, 4): batch-100 inference at least as fast as PyTorch eager; empty round trip
-<= 30 us; train step >= 1.25x faster than PyTorch eager and within 2x of its GEMM lower bound
-(forward + backward matmul FLOPs at the sgemm rate measured here)."""
+PyTorch runs with OpenBLAS's core pinned when its detection is below the CPU's (see
+_common.pin_blas_core), each variant (eager, torch.jit, matmul + add) under each split of the
+threads between its OpenMP and OpenBLAS pools; the fastest variant per row is compared. All
+candidates are interleaved ABBA in one process. The train step is also stated as a multiple of
+its GEMM lower bound: forward + backward matmul FLOPs at the sgemm rate measured in the same
+rounds with the same threads (the best of oneDNN through actorflow and OpenBLAS through torch)."""
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402  (sets the thread environment before numpy loads)
+import _common  # noqa: E402  (sets the BLAS environment before numpy loads)
 
 ARGS = _common.parse_args(__doc__.splitlines()[0])
 
@@ -21,10 +23,10 @@ import torch  # noqa: E402
 import actorflow as flow  # noqa: E402
 import actorflow.typing as tp  # noqa: E402
 
-torch.set_num_threads(ARGS.threads)
 flow.config.num_threads(ARGS.threads)
 flow.random.seed(0)
-IN, HIDDEN, OUT = 784, 512, 10
+IN, HIDDEN, OUT, BATCH = 784, 512, 10, 100
+GEMM_N = 1024  # the sgemm rate's square size: large enough to reach the machine's peak
 
 
 def mlp(images):
@@ -47,12 +49,17 @@ def empty_job(x: tp.Numpy.Placeholder((1,), dtype=flow.float)) -> tp.Numpy:
 
 
 @flow.global_function(type="train")
-def train_job(images: tp.Numpy.Placeholder((100, 1, 28, 28), dtype=flow.float),
-              labels: tp.Numpy.Placeholder((100,), dtype=flow.int32)) -> tp.Numpy:
+def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float),
+              labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
     logits = mlp(images)
     loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="softmax_loss")
     flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
     return loss
+
+
+@flow.global_function(type="predict")
+def gemm_job(x: tp.Numpy.Placeholder((GEMM_N, GEMM_N)), y: tp.Numpy.Placeholder((GEMM_N, GEMM_N))) -> tp.Numpy:
+    return flow.matmul(x, y)
 
 
 def torch_model():
@@ -62,9 +69,8 @@ def torch_model():
 
 
 class MatmulMLP(torch.nn.Module):
-    """The same MLP with matmul + add instead of nn.Linear: Debian's torch (BLAS_INFO=generic)
-    sends Linear's addmm to a slow reference path, while matmul reaches its oneDNN GEMM. This
-    column shows torch with that handicap removed."""
+    """The same MLP with matmul + add instead of nn.Linear's fused addmm: another dispatch path
+    (mm, then a broadcast add) to the same OpenBLAS sgemm, sometimes the faster one."""
 
     def __init__(self):
         super().__init__()
@@ -77,73 +83,81 @@ class MatmulMLP(torch.nn.Module):
         return torch.matmul(h, self.w2.t()) + self.b2
 
 
-def torch_predict(model):
-    def call(x):
-        with torch.no_grad():
-            return model(torch.from_numpy(x)).numpy()
-    return call
+def inference_row(batch, rng):
+    x = rng.random((batch, 1, 28, 28), dtype=np.float32)
+    predict = actorflow_predict(batch)
+    eager = _common.torch_predict(torch, torch_model().eval())
+    jit = _common.torch_predict(torch, _common.torch_jit_for_inference(torch, torch_model(), x))
+    matmul = _common.torch_predict(torch, MatmulMLP().eval())
+    variants = [("eager", lambda: eager(x)), ("jit", lambda: jit(x)), ("matmul+add", lambda: matmul(x))]
+    return _common.Row("MLP inference, batch %d" % batch,
+                       [_common.Candidate("actorflow", lambda: predict(x), "actorflow")]
+                       + _common.torch_variants(torch, ARGS.blas, ARGS.threads, variants))
 
 
-def sgemm_rate():
-    """FLOP/s of a large float32 GEMM with the same threads, the best of numpy's BLAS, torch.mm
-    and an actorflow matmul job (oneDNN): the machine's practical peak."""
-    n = 1024
-    a = np.random.default_rng(1).random((n, n), dtype=np.float32)
+def train_row(rng):
+    x = rng.random((BATCH, 1, 28, 28), dtype=np.float32)
+    y = rng.integers(0, OUT, size=(BATCH,)).astype(np.int32)
+    y64 = y.astype(np.int64)
+    eager_step = _common.torch_train_step(torch, torch_model())
+    jit_step = _common.torch_train_step(torch, torch.jit.trace(torch_model(), torch.from_numpy(x)))
+    mm_step = _common.torch_train_step(torch, MatmulMLP())
+    variants = [("eager", lambda: eager_step(x, y64)), ("jit", lambda: jit_step(x, y64)),
+                ("matmul+add", lambda: mm_step(x, y64))]
+    a = np.random.default_rng(1).random((GEMM_N, GEMM_N), dtype=np.float32)
     ta = torch.from_numpy(a)
 
-    @flow.global_function(type="predict")
-    def gemm(x: tp.Numpy.Placeholder((n, n)), y: tp.Numpy.Placeholder((n, n))) -> tp.Numpy:
-        return flow.matmul(x, y)
+    def all_threads_to_blas():
+        torch.set_num_threads(ARGS.threads)
+        ARGS.blas.set_threads(ARGS.threads)
+    references = [_common.Candidate("sgemm oneDNN (actorflow matmul job)", lambda: gemm_job(a, a), "reference"),
+                  _common.Candidate("sgemm OpenBLAS (torch.mm)", lambda: torch.mm(ta, ta), "reference",
+                                    all_threads_to_blas)]
+    return _common.Row("MLP train step (SGD), batch 100",
+                       [_common.Candidate("actorflow", lambda: train_job(x, y), "actorflow")]
+                       + _common.torch_variants(torch, ARGS.blas, ARGS.threads, variants) + references)
 
-    seconds = min(_common.time_call(fn, ARGS.rounds, ARGS.min_time)
-                  for fn in (lambda: a @ a, lambda: torch.mm(ta, ta), lambda: gemm(a, a)))
-    return 2 * n ** 3 / seconds
+
+def gemm_bound(row):
+    """Per round: the train step's GEMM FLOPs at that round's best sgemm rate, and the step as a
+    multiple of it (actorflow and the best PyTorch variant)."""
+    # forward: x.W1, h.W2; backward: dW1, dW2, dh (no gradient w.r.t. the input images)
+    flops = 2 * BATCH * (IN * HIDDEN + HIDDEN * OUT) + 2 * BATCH * (IN * HIDDEN + 2 * HIDDEN * OUT)
+    gemm_flops = 2 * GEMM_N ** 3
+    onednn = [gemm_flops / s for s in row.get("sgemm oneDNN (actorflow matmul job)").samples]
+    openblas = [gemm_flops / s for s in row.get("sgemm OpenBLAS (torch.mm)").samples]
+    bounds = [flops / max(r1, r2) for r1, r2 in zip(onednn, openblas)]
+    row.extra = {"train_gemm_mflop": flops / 1e6,
+                 "sgemm_gflops_onednn": _common.summary([r / 1e9 for r in onednn]),
+                 "sgemm_gflops_openblas": _common.summary([r / 1e9 for r in openblas]),
+                 "actorflow_over_bound": _common.summary([t / b for t, b in zip(row.actorflow.samples, bounds)]),
+                 "best_peer_over_bound": _common.summary([t / b for t, b in zip(row.best.samples, bounds)])}
+    gflops = lambda r: "%.0f" % r  # noqa: E731
+    multiple = lambda r: "%.2fx" % r  # noqa: E731
+    return ["sgemm %dx%d, %d threads, GFLOP/s: oneDNN %s, OpenBLAS %s"
+            % (GEMM_N, GEMM_N, ARGS.threads, _common.fmt_range([r / 1e9 for r in onednn], gflops),
+               _common.fmt_range([r / 1e9 for r in openblas], gflops)),
+            "MLP train step: %.1f MFLOP of GEMMs; lower bound at the round's best sgemm rate %s; "
+            "actorflow step = %s the bound, best PyTorch (%s) = %s"
+            % (flops / 1e6, _common.fmt_range(bounds, _common.fmt_time),
+               _common.fmt_range([t / b for t, b in zip(row.actorflow.samples, bounds)], multiple), row.best.name,
+               _common.fmt_range([t / b for t, b in zip(row.best.samples, bounds)], multiple))]
 
 
 def main():
     rng = np.random.default_rng(0)
-    rows = []
-    t = lambda fn: _common.time_call(fn, ARGS.rounds, ARGS.min_time)  # noqa: E731
-    for batch in (1, 100):
-        x = rng.random((batch, 1, 28, 28), dtype=np.float32)
-        predict = actorflow_predict(batch)
-        eager = torch_predict(torch_model().eval())
-        jit = torch_predict(torch.jit.trace(torch_model().eval(), torch.from_numpy(x)))
-        mm = torch_predict(MatmulMLP().eval())
-        rows.append(("MLP inference, batch %d" % batch, {
-            "actorflow": t(lambda: predict(x)),
-            "torch eager": t(lambda: eager(x)),
-            "torch.jit": t(lambda: jit(x)),
-            "torch mm": t(lambda: mm(x)),
-        }))
-
+    rows = [inference_row(1, rng).measure(ARGS), inference_row(100, rng).measure(ARGS)]
     one = np.zeros((1,), np.float32)
-    rows.append(("empty job round trip", {"actorflow": t(lambda: empty_job(one)),
-                                          "torch eager": t(lambda: torch.from_numpy(one).clone().numpy())}))
-
-    x = rng.random((100, 1, 28, 28), dtype=np.float32)
-    y = rng.integers(0, OUT, size=(100,)).astype(np.int32)
-    y64 = y.astype(np.int64)
-    eager_step = _common.torch_train_step(torch, torch_model())
-    jit_model = torch.jit.trace(torch_model(), torch.from_numpy(x))
-    jit_step = _common.torch_train_step(torch, jit_model)
-    mm_step = _common.torch_train_step(torch, MatmulMLP())
-    train = {"actorflow": t(lambda: train_job(x, y)),
-             "torch eager": t(lambda: eager_step(x, y64)),
-             "torch.jit": t(lambda: jit_step(x, y64)),
-             "torch mm": t(lambda: mm_step(x, y64))}
-    rows.append(("MLP train step (SGD), batch 100", train))
-
-    rate = sgemm_rate()
-    # forward: x.W1, h.W2; backward: dW1, dW2, dh (no gradient w.r.t. the input images)
-    flops = 2 * 100 * (IN * HIDDEN + HIDDEN * OUT) + 2 * 100 * (IN * HIDDEN + 2 * HIDDEN * OUT)
-    bound = flops / rate
-    notes = ["sgemm rate here: %.1f GFLOP/s; MLP train step GEMM lower bound %.1f us; actorflow step = %.2fx the bound"
-             % (rate / 1e9, bound * 1e6, train["actorflow"] / bound),
-             "torch mm: the torch eager MLP written with matmul + add (avoids Linear's reference-BLAS addmm)",
-             "empty round trip's torch column: torch.from_numpy(x).clone().numpy() (no job system to compare with)",
-             "ratios: peer time / actorflow time (> 1 means actorflow is faster)",
-             "torch %s: %s" % (torch.__version__, _common.torch_blas(torch))]
+    rows.append(_common.Row("empty job round trip", [
+        _common.Candidate("actorflow", lambda: empty_job(one), "actorflow"),
+        _common.Candidate("from_numpy.clone.numpy", lambda: torch.from_numpy(one).clone().numpy())]).measure(ARGS))
+    train = train_row(rng).measure(ARGS)
+    rows.append(train)
+    notes = gemm_bound(train)
+    notes += ["empty round trip's PyTorch column: torch.from_numpy(x).clone().numpy() (no job system to compare with)",
+              "jit: inference traced, frozen and optimize_for_inference'd; train traced",
+              "ratios: PyTorch time / actorflow time per round (> 1 means actorflow is faster)",
+              "torch %s (%d cores, statistics over %d rounds)" % (torch.__version__, os.cpu_count(), ARGS.rounds)]
     _common.report("bench_mlp", rows, ARGS, notes)
 
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every benchmark against a build directory: bench/run_all.sh [build-dir]
 # Results (JSON, one file per benchmark) go to $BENCH_OUT (default <build-dir>/bench-results).
-# The machine is shared and noisy: C++ benchmarks report medians over repetitions.
+# The machine is shared and noisy: C++ benchmarks report medians over repetitions; Python ones
+# interleave the frameworks ABBA in one process and report median [min-max] over rounds
+# ($BENCH_ROUNDS, default 10; $BENCH_BLAS_CORE: auto, keep or an OpenBLAS core, see _common.py).
 # To add a benchmark, append a line below.
 set -euo pipefail
 BUILD_DIR=${1:-build}
@@ -18,7 +20,7 @@ run_cpp() {  # run_cpp <binary relative to the build dir> [benchmark args...]
 run_python() {  # run_python <script in bench/> [args...]: side by side with PyTorch, same threads
   local script=$1; shift
   PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 "$(dirname "$0")/$script" \
-    --rounds "$REPETITIONS" --json "$OUT/${script%.py}.json" "$@"
+    --json "$OUT/${script%.py}.json" "$@"
 }
 
 if [[ -x $BUILD_DIR/bench/runtime_bench ]]; then
