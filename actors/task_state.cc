@@ -1,6 +1,8 @@
 #include "actors/task_state.h"
 
 #include <cstring>
+#include <exception>
+#include <string>
 
 namespace actorflow {
 
@@ -80,6 +82,7 @@ void TaskState::Act(caf::event_based_actor* self) {
   size_t v = 0;
   for (size_t o = 0; o < outputs_.size(); ++o) {
     OutputSlots& out = outputs_[o];
+    AF_CHECK(out.has_free()) << "act of '" << task_.name() << "' without a free output register";
     int reg = out.free_registers.back();
     out.free_registers.pop_back();
     chosen_registers_[o] = reg;
@@ -94,7 +97,15 @@ void TaskState::Act(caf::event_based_actor* self) {
         ctx.inputs = &input_views_;
         ctx.outputs = &output_views_;
         ctx.iteration = iteration;
-        status = kernel_(ctx);
+        // An exception fails the iteration like an error status (it must not reach CAF, which
+        // would end the actor and leave the iteration unfinished).
+        try {
+          status = kernel_(ctx);
+        } catch (const std::exception& e) {
+          status = Internal(std::string("kernel threw an exception: ") + e.what());
+        } catch (...) {
+          status = Internal("kernel threw an exception of unknown type");
+        }
         break;
       }
       case plan::SINK:
@@ -160,6 +171,7 @@ void TaskState::OnReady(caf::event_based_actor* self, int in_edge, int reg, int6
 
 void TaskState::OnAck(caf::event_based_actor* self, int output, int reg) {
   OutputSlots& out = outputs_[output];
+  AF_CHECK_GT(out.pending_acks[reg], 0) << "ack of register " << reg << " of '" << task_.name() << "' nobody holds";
   if (--out.pending_acks[reg] > 0) return;
   if (task_.kind() == plan::SOURCE) {
     core_->ReleaseSourceRegister(index_, reg);
@@ -217,11 +229,21 @@ void TaskState::TryFinish(caf::event_based_actor* self) {
 
 namespace {
 
-// Brackets one handler with the happens-before edges CAF provides (see HappensBeforeSend).
+thread_local bool in_actor_handler = false;
+
+// Brackets one handler: marks the thread as running a handler (InActorHandler), and states the
+// happens-before edges CAF provides (see HappensBeforeSend).
 struct HandlerScope {
-  explicit HandlerScope(const TaskState* state) : state(state) { HappensAfterReceive(state); }
-  ~HandlerScope() { HappensBeforeSend(state); }
+  explicit HandlerScope(const TaskState* state) : state(state), outer(in_actor_handler) {
+    HappensAfterReceive(state);
+    in_actor_handler = true;
+  }
+  ~HandlerScope() {
+    in_actor_handler = outer;
+    HappensBeforeSend(state);
+  }
   const TaskState* state;
+  const bool outer;
 };
 
 // A behaviour's closures (which hold `self` and `state`) are written on the worker that
@@ -231,6 +253,8 @@ struct HandlerScope {
 char behaviors_published;
 
 }  // namespace
+
+bool InActorHandler() { return in_actor_handler; }
 
 // Arguments are taken by reference and read only after HandlerScope's acquire: they live in
 // the message, which TSan must see as published by the sender (see Send).

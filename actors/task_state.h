@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/check.h"
 #include "actors/kernel.h"
 #include "actors/tensor.h"
 #include "actors/trace.h"
@@ -21,6 +22,10 @@ using ack_atom = caf::atom_constant<caf::atom("ack")>;
 using fill_atom = caf::atom_constant<caf::atom("fill")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using eos_atom = caf::atom_constant<caf::atom("eos")>;
+
+// True while this thread runs an actor's handler: kernels, sink handlers and completions all
+// run inside one, and the runtime's blocking calls (Push, Run, Drain) must not wait there.
+bool InActorHandler();
 
 class RuntimeCore;  // Runtime::Impl's face towards actors (completions, errors, sources)
 
@@ -100,8 +105,17 @@ struct InputSlots {
 
   bool ready() const { return size > 0; }
   const Ready& front() const { return ring[head]; }
-  void push(const Ready& r) { ring[(head + size) % ring.size()] = r; ++size; }
-  void pop() { head = (head + 1) % static_cast<int>(ring.size()); --size; }
+  // The producer never has more registers in flight than it owns (its acks gate reuse).
+  void push(const Ready& r) {
+    AF_CHECK_LT(size, static_cast<int>(ring.size())) << "more ready registers than the producer owns";
+    ring[(head + size) % ring.size()] = r;
+    ++size;
+  }
+  void pop() {
+    AF_CHECK_GT(size, 0) << "pop of an empty input ring";
+    head = (head + 1) % static_cast<int>(ring.size());
+    --size;
+  }
 };
 
 // A data input of the kernel: which in-edge, which blob of its register. in_edge -1: a blob of a
