@@ -337,13 +337,9 @@ Status Runtime::Impl::Instantiate() {
   for (auto& state : states_) {
     for (InputSlots& in : state->in_edges()) {
       in.producer = actors_[in.producer_index];
-      in.producer_state = states_[in.producer_index].get();
     }
     for (OutputSlots& out : state->outputs())
-      for (OutputSlots::Consumer& c : out.consumers) {
-        c.actor = actors_[c.task_index];
-        c.state = states_[c.task_index].get();
-      }
+      for (OutputSlots::Consumer& c : out.consumers) c.actor = actors_[c.task_index];
     if (!sources_.empty() && state == states_[sources_[0]])
       for (int r : roots_) state->add_tick_target(actors_[r], states_[r].get());
     HappensBeforeSend(state.get());  // the wiring above, before the actor's first message
@@ -406,10 +402,10 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
   for (size_t k = 0; k < sources_.size(); ++k) {
     const OutputSlots& out = states_[sources_[k]]->outputs()[0];
     std::memcpy(out.blob(regs[k], 0), inputs[k].data, inputs[k].byte_size());
-    Send(nullptr, actors_[sources_[k]], states_[sources_[k]].get(), fill_atom::value, regs[k], iteration);
+    Send(nullptr, actors_[sources_[k]], out.channel(regs[k]), fill_atom::value, regs[k], iteration);
   }
   if (sources_.empty())  // otherwise the first source passes the tick on (Instantiate)
-    for (int r : roots_) Send(nullptr, actors_[r], states_[r].get(), tick_atom::value, iteration);
+    for (int r : roots_) Send(nullptr, actors_[r], states_[r]->tick_channel(), tick_atom::value, iteration);
   if (trace) host_lane_->Act(iteration, true, wait_start, WaitReason::kOutputRegistersFull, act_start, trace_clock::Now());
   return iteration;
 }
@@ -467,7 +463,7 @@ Status Runtime::Impl::Shutdown() {
   // registers are all back.
   if (drained)
     for (size_t i = 0; i < states_.size(); ++i)
-      if (states_[i]->is_root()) Send(nullptr, actors_[i], states_[i].get(), eos_atom::value, -1);
+      if (states_[i]->is_root()) Send(nullptr, actors_[i], states_[i]->tick_channel(), eos_atom::value, -1);
   std::map<int64_t, Iteration> abandoned;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -494,7 +490,7 @@ Status Runtime::Impl::Shutdown() {
     // still ends actors whose kernels return. Those that stay stuck one more timeout are killed.
     if (!drained)
       for (size_t i = 0; i < states_.size(); ++i)
-        if (states_[i]->is_root()) Send(nullptr, actors_[i], states_[i].get(), eos_atom::value, -1);
+        if (states_[i]->is_root()) Send(nullptr, actors_[i], states_[i]->tick_channel(), eos_atom::value, -1);
     std::unique_lock<std::mutex> lock(mu_);
     bool all = finished_cv_.wait_for(lock, options_.shutdown_timeout, [&] {
       return finished_actors_ == static_cast<int>(states_.size());

@@ -133,7 +133,8 @@ void TaskState::Act(caf::event_based_actor* self) {
 
   Emit(self, chosen_registers_, iteration, failed);
   for (InputSlots& in : in_edges_) {
-    Send(self, in.producer, in.producer_state, ack_atom::value, in.producer_output, in.front().register_index);
+    const int reg = in.front().register_index;
+    Send(self, in.producer, in.producer_slots->channel(reg), ack_atom::value, in.producer_output, reg);
     in.pop();
   }
   if (task_.kind() == plan::SINK) core_->SinkDelivered(iteration);
@@ -159,18 +160,20 @@ void TaskState::Emit(caf::event_based_actor* self, const std::vector<int>& regs,
     }
     out.pending_acks[reg] = static_cast<int>(out.consumers.size());
     for (const OutputSlots::Consumer& c : out.consumers) {
-      Send(self, c.actor, c.state, ready_atom::value, c.in_edge, reg, iteration, failed);
+      Send(self, c.actor, out.channel(reg), ready_atom::value, c.in_edge, reg, iteration, failed);
     }
   }
 }
 
 void TaskState::OnReady(caf::event_based_actor* self, int in_edge, int reg, int64_t iteration, bool failed) {
+  HappensAfterReceive(in_edges_[in_edge].producer_slots->channel(reg));
   in_edges_[in_edge].push(InputSlots::Ready{reg, iteration, failed});
   TryAct(self);
 }
 
 void TaskState::OnAck(caf::event_based_actor* self, int output, int reg) {
   OutputSlots& out = outputs_[output];
+  HappensAfterReceive(out.channel(reg));
   AF_CHECK_GT(out.pending_acks[reg], 0) << "ack of register " << reg << " of '" << task_.name() << "' nobody holds";
   if (--out.pending_acks[reg] > 0) return;
   if (task_.kind() == plan::SOURCE) {
@@ -183,21 +186,24 @@ void TaskState::OnAck(caf::event_based_actor* self, int output, int reg) {
 }
 
 void TaskState::OnFill(caf::event_based_actor* self, int reg, int64_t iteration) {
+  HappensAfterReceive(outputs_[0].channel(reg));  // the host's copy into the register
   if (tracing()) RecordAct(iteration, trace_clock::Now());
   next_iteration_ = iteration + 1;
-  for (const TickTarget& t : tick_targets_) Send(self, t.actor, t.state, tick_atom::value, iteration);
+  for (const TickTarget& t : tick_targets_) Send(self, t.actor, t.state->tick_channel(), tick_atom::value, iteration);
   chosen_registers_[0] = reg;  // a source has exactly one output
   Emit(self, chosen_registers_, iteration, false);
   NoteIdle(true);
 }
 
 void TaskState::OnTick(caf::event_based_actor* self, int64_t iteration) {
+  HappensAfterReceive(tick_channel());
   if (pending_ticks_ == 0) next_tick_iteration_ = iteration;
   ++pending_ticks_;
   TryAct(self);
 }
 
 void TaskState::OnEndOfStream(caf::event_based_actor* self, int in_edge) {
+  HappensAfterReceive(in_edge >= 0 ? static_cast<const void*>(in_edges_[in_edge].producer_slots) : tick_channel());
   if (in_edge >= 0) in_edges_[in_edge].end_of_stream = true;
   ++end_of_stream_seen_;
   TryFinish(self);
@@ -221,7 +227,7 @@ void TaskState::TryFinish(caf::event_based_actor* self) {
   }
   for (const OutputSlots& out : outputs_)
     for (const OutputSlots::Consumer& c : out.consumers) {
-      Send(self, c.actor, c.state, eos_atom::value, c.in_edge);
+      Send(self, c.actor, &out, eos_atom::value, c.in_edge);
     }
   core_->ActorFinished();
   self->quit();
@@ -231,8 +237,8 @@ namespace {
 
 thread_local bool in_actor_handler = false;
 
-// Brackets one handler: marks the thread as running a handler (InActorHandler), and states the
-// happens-before edges CAF provides (see HappensBeforeSend).
+// Brackets one handler: marks the thread as running a handler (InActorHandler), and orders it
+// after the actor's previous handler (CAF runs them one at a time; see HappensBeforeSend).
 struct HandlerScope {
   explicit HandlerScope(const TaskState* state) : state(state), outer(in_actor_handler) {
     HappensAfterReceive(state);
@@ -256,34 +262,39 @@ char behaviors_published;
 
 bool InActorHandler() { return in_actor_handler; }
 
-// Arguments are taken by reference and read only after HandlerScope's acquire: they live in
-// the message, which TSan must see as published by the sender (see Send).
+// Arguments are taken by reference and copied by MessageArgs: they live in CAF's message, whose
+// publication TSan cannot see (see HappensBeforeSend).
 caf::behavior TaskActor(caf::event_based_actor* self, TaskState* state) {
   caf::behavior behavior{
       [=](ready_atom, const int& in_edge, const int& reg, const int64_t& iteration, const bool& failed) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnReady(self, in_edge, reg, iteration, failed);
+        auto [e, r, i, f] = MessageArgs(in_edge, reg, iteration, failed);
+        state->OnReady(self, e, r, i, f);
       },
       [=](ack_atom, const int& output, const int& reg) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnAck(self, output, reg);
+        auto [o, r] = MessageArgs(output, reg);
+        state->OnAck(self, o, r);
       },
       [=](fill_atom, const int& reg, const int64_t& iteration) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnFill(self, reg, iteration);
+        auto [r, i] = MessageArgs(reg, iteration);
+        state->OnFill(self, r, i);
       },
       [=](tick_atom, const int64_t& iteration) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnTick(self, iteration);
+        auto [i] = MessageArgs(iteration);
+        state->OnTick(self, i);
       },
       [=](eos_atom, const int& in_edge) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnEndOfStream(self, in_edge);
+        auto [e] = MessageArgs(in_edge);
+        state->OnEndOfStream(self, e);
       },
   };
   HappensBeforeSend(&behaviors_published);
