@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <exception>
-#include <iostream>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
