@@ -29,13 +29,14 @@ bench:
 	@$(MAKE) --no-print-directory build
 	bash bench/run_all.sh $(BUILD_DIR)
 
-# The runtime's tests under ASan+UBSan and under TSan.
+# Under ASan+UBSan: the runtime's, the kernels' and the compiler's tests (ctest labels runtime,
+# kernels, graph). Under TSan: the runtime's (the kernels and compiler are single-threaded).
 sanitize: sanitize-address sanitize-thread
 
 sanitize-address: setup
 	cmake -S . -B build-asan -DACTORFLOW_SANITIZE=address -DACTORFLOW_BUILD_PYTHON=OFF -DACTORFLOW_BUILD_BENCH=OFF
-	cmake --build build-asan -j $(JOBS) --target actorflow_runtime_tests
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -L runtime --timeout 600
+	cmake --build build-asan -j $(JOBS) --target actorflow_runtime_tests kernels_test graph_test
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -L 'runtime|kernels|graph' --timeout 600
 
 sanitize-thread: setup
 	cmake -S . -B build-tsan -DACTORFLOW_SANITIZE=thread -DACTORFLOW_BUILD_PYTHON=OFF -DACTORFLOW_BUILD_BENCH=OFF

@@ -22,6 +22,10 @@ struct Pipeline::Impl {
   Status build_error;
 
   plan::Task& task(int node) { return *plan.mutable_tasks(node); }
+  // Keeps the first build error: Start reports it.
+  void Fail(Status status) {
+    if (build_error.ok()) build_error = std::move(status);
+  }
 };
 
 namespace {
@@ -46,6 +50,10 @@ Pipeline::Pipeline() : impl_(std::make_unique<Impl>()) { impl_->plan.set_job_nam
 Pipeline::~Pipeline() { impl_->runtime.reset(); }
 
 Port Pipeline::AddInput(const std::string& name, TensorDesc desc, int register_num) {
+  if (impl_->runtime) impl_->Fail(FailedPrecondition("AddInput('" + name + "') after Start"));
+  impl_->Fail(ValidateTensorDesc(desc, "AddInput('" + name + "')"));
+  if (register_num < 1)
+    impl_->Fail(InvalidArgument("AddInput('" + name + "'): register_num must be >= 1, got " + std::to_string(register_num)));
   int node = impl_->plan.tasks_size();
   plan::Task* task = impl_->plan.add_tasks();
   task->set_id(node);
@@ -59,6 +67,12 @@ Port Pipeline::AddInput(const std::string& name, TensorDesc desc, int register_n
 
 Port Pipeline::AddStage(const std::string& name, std::vector<Port> inputs, std::vector<TensorDesc> outputs, StageFn fn,
                         int register_num, const std::string& op) {
+  if (impl_->runtime) impl_->Fail(FailedPrecondition("AddStage('" + name + "') after Start"));
+  if (!fn) impl_->Fail(InvalidArgument("AddStage('" + name + "'): the stage function is empty"));
+  if (register_num < 1)
+    impl_->Fail(InvalidArgument("AddStage('" + name + "'): register_num must be >= 1, got " + std::to_string(register_num)));
+  for (size_t k = 0; k < outputs.size(); ++k)
+    impl_->Fail(ValidateTensorDesc(outputs[k], "AddStage('" + name + "') output " + std::to_string(k)));
   int node = impl_->plan.tasks_size();
   plan::Task* task = impl_->plan.add_tasks();
   task->set_id(node);
@@ -68,8 +82,7 @@ Port Pipeline::AddStage(const std::string& name, std::vector<Port> inputs, std::
   task->set_device_type("cpu");
   for (const Port& in : inputs) {
     if (in.node < 0 || in.node >= node || in.output >= impl_->task(in.node).registers_size()) {
-      if (impl_->build_error.ok())
-        impl_->build_error = InvalidArgument("stage '" + name + "': input refers to an unknown node or output");
+      impl_->Fail(InvalidArgument("stage '" + name + "': input refers to an unknown node or output"));
       continue;
     }
     plan::InputDesc* desc = task->add_inputs();
@@ -80,8 +93,8 @@ Port Pipeline::AddStage(const std::string& name, std::vector<Port> inputs, std::
   for (size_t k = 0; k < outputs.size(); ++k)
     *task->add_registers() = MakeRegister(name + "/out" + std::to_string(k), {outputs[k]}, register_num);
   if (outputs.empty()) *task->add_registers() = MakeRegister(name + "/done", {}, register_num);  // control only
-  if (!impl_->stages.emplace(name, std::move(fn)).second && impl_->build_error.ok())
-    impl_->build_error = InvalidArgument("stage name '" + name + "' is used twice");
+  if (!impl_->stages.emplace(name, std::move(fn)).second)
+    impl_->Fail(InvalidArgument("stage name '" + name + "' is used twice"));
   return Port{node, 0};
 }
 
@@ -121,6 +134,8 @@ Status Pipeline::Start(PipelineOptions options) {
   RuntimeOptions runtime_options;
   runtime_options.num_threads = options.num_threads;
   runtime_options.on_worker_start = options.on_worker_start;
+  runtime_options.shutdown_timeout = options.shutdown_timeout;
+  runtime_options.on_forced_shutdown = options.on_forced_shutdown;
   if (!options.trace_path.empty()) {
     AF_RETURN_IF_ERROR(ChromeTraceRecorder::CheckWritable(options.trace_path));
     impl_->recorder = std::make_unique<ChromeTraceRecorder>();
@@ -163,6 +178,11 @@ Status Pipeline::Run(const std::vector<TensorView>& inputs, const std::vector<Te
 
 void Pipeline::Drain() {
   if (impl_->runtime) impl_->runtime->Drain();
+}
+
+Status Pipeline::Shutdown() {
+  if (!impl_->runtime) return Status::Ok();
+  return impl_->runtime->Shutdown();
 }
 
 Status Pipeline::Finish() {

@@ -3,10 +3,13 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -30,6 +33,14 @@ TensorDesc DescOf(const plan::BlobDesc& blob) {
   return desc;
 }
 
+std::atomic<int64_t> forced_shutdowns{0};
+
+Status CalledFromActor(const char* call) {
+  return FailedPrecondition(std::string("Runtime::") + call +
+                            " called from a completion, sink handler or kernel (an actor thread): it could wait for "
+                            "the very thread it blocks; call it from another thread");
+}
+
 // A variable no task of the plan writes: readers use its buffer in place (plan.proto read_only).
 bool IsReadOnlyVariable(const plan::Task& task) { return task.kind() == plan::VARIABLE && task.read_only(); }
 
@@ -46,12 +57,16 @@ class Runtime::Impl : public RuntimeCore {
   StatusOr<int64_t> Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
                          Completion done);
   void Drain() {
+    if (InActorHandler()) {
+      ReportOnce(&drain_reported_, CalledFromActor("Drain").message() + "; it returned without waiting");
+      return;
+    }
     std::unique_lock<std::mutex> lock(mu_);
     // Not while a completion runs: its node already left in_flight_, but the caller may read
     // what the completion writes as soon as Drain returns.
     drained_.wait(lock, [&] { return in_flight_.empty() && !delivering_; });
   }
-  void Shutdown();
+  Status Shutdown();
 
   // RuntimeCore
   void ReleaseSourceRegister(int task_index, int reg) override {
@@ -73,7 +88,13 @@ class Runtime::Impl : public RuntimeCore {
   }
   Status NamedSink(const std::string& name, int64_t iteration, const std::vector<TensorView>& blobs) override {
     if (!hooks_.sink_handler) return FailedPrecondition("no sink handler for sink '" + name + "'");
-    return hooks_.sink_handler(name, iteration, blobs);
+    try {
+      return hooks_.sink_handler(name, iteration, blobs);
+    } catch (const std::exception& e) {
+      return Internal("sink handler of '" + name + "' threw an exception: " + e.what());
+    } catch (...) {
+      return Internal("sink handler of '" + name + "' threw an exception of unknown type");
+    }
   }
   void SinkDelivered(int64_t iteration) override;
   void ActorFinished() override {
@@ -85,6 +106,11 @@ class Runtime::Impl : public RuntimeCore {
   std::vector<TensorDesc> input_descs, output_descs;
 
  private:
+  // Prints `message` on stderr the first time `*reported` is false (per runtime).
+  static void ReportOnce(std::atomic<bool>* reported, const std::string& message) {
+    if (!reported->exchange(true)) std::cerr << "actorflow: " << message << std::endl;
+  }
+
   struct Iteration {
     std::vector<TensorView> outputs;
     Completion done;
@@ -111,8 +137,11 @@ class Runtime::Impl : public RuntimeCore {
   std::map<int64_t, Iteration> in_flight_;
   int64_t next_iteration_ = 0;
   bool delivering_ = false;
-  bool shut_down_ = false;
+  std::atomic<bool> shut_down_{false};  // written under mu_; Push peeks at it before validating
   int finished_actors_ = 0;
+  bool forced_shutdown_ = false;  // in-flight iterations were abandoned (under mu_)
+  Status shutdown_status_;  // Shutdown's result, kept for repeated calls
+  std::atomic<bool> drain_reported_{false}, completion_threw_reported_{false};
 };
 
 Status Runtime::Impl::Instantiate() {
@@ -132,6 +161,7 @@ Status Runtime::Impl::Instantiate() {
       size_t bytes = 0;
       for (const plan::BlobDesc& blob : reg.blobs()) {
         TensorDesc desc = DescOf(blob);
+        AF_RETURN_IF_ERROR(ValidateTensorDesc(desc, "plan: task '" + task.name() + "' blob '" + blob.name() + "'"));
         if (desc.byte_size() != static_cast<size_t>(blob.byte_size()) && blob.byte_size() != 0)
           return InvalidArgument("plan: task '" + task.name() + "' blob '" + blob.name() + "' declares " +
                                  std::to_string(blob.byte_size()) + " bytes but " + desc.ToString() + " needs " +
@@ -274,13 +304,9 @@ Status Runtime::Impl::Instantiate() {
   for (auto& state : states_) {
     for (InputSlots& in : state->in_edges()) {
       in.producer = actors_[in.producer_index];
-      in.producer_state = states_[in.producer_index].get();
     }
     for (OutputSlots& out : state->outputs())
-      for (OutputSlots::Consumer& c : out.consumers) {
-        c.actor = actors_[c.task_index];
-        c.state = states_[c.task_index].get();
-      }
+      for (OutputSlots::Consumer& c : out.consumers) c.actor = actors_[c.task_index];
     if (!sources_.empty() && state == states_[sources_[0]])
       for (int r : roots_) state->add_tick_target(actors_[r], states_[r].get());
     HappensBeforeSend(state.get());  // the wiring above, before the actor's first message
@@ -290,6 +316,8 @@ Status Runtime::Impl::Instantiate() {
 
 StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
                                       Completion done) {
+  if (InActorHandler()) return CalledFromActor("Push");
+  if (shut_down_.load(std::memory_order_acquire)) return FailedPrecondition("runtime is shut down");
   if (inputs.size() != sources_.size())
     return InvalidArgument("expected " + std::to_string(sources_.size()) + " inputs, got " + std::to_string(inputs.size()));
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -302,10 +330,14 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
   if (outputs.size() != output_descs.size())
     return InvalidArgument("expected " + std::to_string(output_descs.size()) + " output buffers, got " +
                            std::to_string(outputs.size()));
-  for (size_t k = 0; k < outputs.size(); ++k)
+  for (size_t k = 0; k < outputs.size(); ++k) {
     if (outputs[k].desc != output_descs[k])
       return InvalidArgument("output " + std::to_string(k) + ": expected " + output_descs[k].ToString() + ", got " +
                              outputs[k].desc.ToString());
+    if (outputs[k].data == nullptr && output_descs[k].byte_size() > 0)
+      return InvalidArgument("output " + std::to_string(k) + ": the buffer is null (expected " +
+                             std::to_string(output_descs[k].byte_size()) + " writable bytes)");
+  }
 
   std::lock_guard<std::mutex> push_lock(push_mu_);
   const bool trace = host_lane_ != nullptr && options_.observer->recording();
@@ -337,10 +369,10 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
   for (size_t k = 0; k < sources_.size(); ++k) {
     const OutputSlots& out = states_[sources_[k]]->outputs()[0];
     std::memcpy(out.blob(regs[k], 0), inputs[k].data, inputs[k].byte_size());
-    Send(nullptr, actors_[sources_[k]], states_[sources_[k]].get(), fill_atom::value, regs[k], iteration, act_start);
+    Send(nullptr, actors_[sources_[k]], out.channel(regs[k]), fill_atom::value, regs[k], iteration, act_start);
   }
   if (sources_.empty())  // otherwise the first source passes the tick on (Instantiate)
-    for (int r : roots_) Send(nullptr, actors_[r], states_[r].get(), tick_atom::value, iteration, act_start);
+    for (int r : roots_) Send(nullptr, actors_[r], states_[r]->tick_channel(), tick_atom::value, iteration, act_start);
   if (trace) host_lane_->Act(iteration, true, wait_start, WaitReason::kOutputRegistersFull, act_start, trace_clock::Now());
   return iteration;
 }
@@ -349,7 +381,11 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
 // thread at a time delivers, others just mark their iteration finished.
 void Runtime::Impl::SinkDelivered(int64_t iteration) {
   std::unique_lock<std::mutex> lock(mu_);
-  Iteration& record = in_flight_[iteration];
+  auto found = in_flight_.find(iteration);
+  if (found == in_flight_.end() && forced_shutdown_) return;  // abandoned by the forced shutdown
+  AF_CHECK(found != in_flight_.end()) << "sink delivered iteration " << iteration << ", which is not in flight";
+  Iteration& record = found->second;
+  AF_CHECK_GT(record.sinks_remaining, 0) << "iteration " << iteration << " delivered by more sinks than the plan has";
   if (--record.sinks_remaining > 0) return;
   record.finished = true;
   if (delivering_) return;
@@ -357,39 +393,85 @@ void Runtime::Impl::SinkDelivered(int64_t iteration) {
   while (!in_flight_.empty() && in_flight_.begin()->second.finished) {
     auto node = in_flight_.extract(in_flight_.begin());
     lock.unlock();
-    if (node.mapped().done) node.mapped().done(node.key(), node.mapped().status);
+    if (node.mapped().done) {
+      // A throwing completion must not end the sink's actor (the runtime would wedge).
+      try {
+        node.mapped().done(node.key(), node.mapped().status);
+      } catch (const std::exception& e) {
+        ReportOnce(&completion_threw_reported_, "a completion threw an exception (ignored; reported once): " +
+                                                    std::string(e.what()));
+      } catch (...) {
+        ReportOnce(&completion_threw_reported_, "a completion threw an exception of unknown type (ignored; reported once)");
+      }
+    }
     lock.lock();
   }
   delivering_ = false;
   if (in_flight_.empty()) drained_.notify_all();  // under mu_: Drain cannot miss it
 }
 
-void Runtime::Impl::Shutdown() {
+Status Runtime::Impl::Shutdown() {
   if (actors_.empty()) {
     environment_.reset();
     for (void* p : allocations_) std::free(p);
     allocations_.clear();
-    return;
+    return shutdown_status_;
   }
+  const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
+  bool drained;
   {
     std::lock_guard<std::mutex> push_lock(push_mu_);
-    Drain();
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    // As Drain, bounded: an iteration that never completes must not hang the caller silently.
+    drained = drained_.wait_until(lock, deadline, [&] { return in_flight_.empty() && !delivering_; });
     shut_down_ = true;
   }
   source_free_.notify_all();
   // End of stream enters at the roots and flows downstream; each actor quits once its
   // registers are all back.
-  for (size_t i = 0; i < states_.size(); ++i)
-    if (states_[i]->is_root()) {
-      Send(nullptr, actors_[i], states_[i].get(), eos_atom::value, -1);
-    }
+  if (drained)
+    for (size_t i = 0; i < states_.size(); ++i)
+      if (states_[i]->is_root()) Send(nullptr, actors_[i], states_[i]->tick_channel(), eos_atom::value, -1);
+  std::map<int64_t, Iteration> abandoned;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    bool all = finished_cv_.wait_for(lock, std::chrono::seconds(30),
-                                     [&] { return finished_actors_ == static_cast<int>(states_.size()); });
+    bool all = drained && finished_cv_.wait_until(lock, deadline, [&] {
+      return finished_actors_ == static_cast<int>(states_.size());
+    });
+    if (!all) {
+      shutdown_status_ = Internal(
+          "runtime of plan '" + plan_.job_name() + "' did not shut down within " +
+          std::to_string(options_.shutdown_timeout.count()) + " ms (" +
+          (drained ? std::to_string(states_.size() - finished_actors_) + " of " + std::to_string(states_.size()) +
+                         " actors did not finish end of stream"
+                   : std::to_string(in_flight_.size()) + " iterations still in flight") +
+          "); its iterations were abandoned and its actors stopped");
+      forced_shutdowns.fetch_add(1);
+      std::cerr << "actorflow: " << shutdown_status_.message() << std::endl;
+      abandoned.swap(in_flight_);
+      forced_shutdown_ = true;
+    }
+  }
+  if (!shutdown_status_.ok()) {
+    if (options_.on_forced_shutdown) options_.on_forced_shutdown(shutdown_status_);
+    // The iterations are abandoned (their completions get the error below); end of stream
+    // still ends actors whose kernels return. Those that stay stuck one more timeout are killed.
+    if (!drained)
+      for (size_t i = 0; i < states_.size(); ++i)
+        if (states_[i]->is_root()) Send(nullptr, actors_[i], states_[i]->tick_channel(), eos_atom::value, -1);
+    std::unique_lock<std::mutex> lock(mu_);
+    bool all = finished_cv_.wait_for(lock, options_.shutdown_timeout, [&] {
+      return finished_actors_ == static_cast<int>(states_.size());
+    });
+    lock.unlock();
     if (!all)
       for (auto& actor : actors_) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
+  {
+    // The scheduler outlives this runtime: wait until every actor has terminated (its last
+    // handler returned) before the states it points at go.
+    caf::scoped_actor self{environment_->system()};
+    self->wait_for(actors_);
   }
   {
     // The scheduler outlives this runtime: wait until every actor has terminated (its last
@@ -406,9 +488,13 @@ void Runtime::Impl::Shutdown() {
   }
   environment_.reset();  // joins its threads if this runtime made it
   for (auto& state : states_) HappensAfterReceive(state.get());  // each actor's last handler
+  // Iterations the killed actors never finished: their callers still hear of them.
+  for (auto& [iteration, record] : abandoned)
+    if (record.done) record.done(iteration, shutdown_status_.WithContext("iteration " + std::to_string(iteration)));
   states_.clear();
   for (void* p : allocations_) std::free(p);
   allocations_.clear();
+  return shutdown_status_;
 }
 
 // ---- Runtime ----
@@ -430,6 +516,7 @@ StatusOr<int64_t> Runtime::Push(const std::vector<TensorView>& inputs, const std
 }
 
 Status Runtime::Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
+  if (InActorHandler()) return CalledFromActor("Run");
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
@@ -447,6 +534,8 @@ Status Runtime::Run(const std::vector<TensorView>& inputs, const std::vector<Ten
 }
 
 void Runtime::Drain() { impl_->Drain(); }
+Status Runtime::Shutdown() { return impl_->Shutdown(); }
+int64_t Runtime::forced_shutdown_count() { return forced_shutdowns.load(); }
 const std::vector<TensorDesc>& Runtime::input_descs() const { return impl_->input_descs; }
 const std::vector<TensorDesc>& Runtime::output_descs() const { return impl_->output_descs; }
 

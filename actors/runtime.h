@@ -7,9 +7,17 @@
 //  - each Push is one iteration; many may be in flight; completions run in iteration order;
 //  - a failing kernel fails its iteration only (the error names the task, op and the user's
 //    source line); later iterations run normally;
-//  - destroying the Runtime drains in-flight iterations, ends every actor, leaks nothing.
+//  - destroying the Runtime (or Shutdown) drains in-flight iterations, ends every actor, leaks
+//    nothing; if that takes longer than RuntimeOptions::shutdown_timeout, it is an error
+//    (Shutdown's Status, stderr, forced_shutdown_count(), on_forced_shutdown), never silent;
+//  - completions, sink handlers and kernels run on actor threads: Push, Run and Drain called
+//    from one of them would wait for the thread they block, so Push and Run fail at once with
+//    FailedPrecondition and Drain returns without waiting (push from another thread instead);
+//  - a kernel or sink handler that throws fails its iteration like a failing kernel; a
+//    completion that throws is reported once on stderr and the runtime carries on.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,6 +43,14 @@ struct RuntimeOptions {
   std::function<void(int kernel_threads)> on_worker_start;
   // Optional observer (e.g. ChromeTraceRecorder). Not owned; must outlive the Runtime.
   RuntimeObserver* observer = nullptr;
+  // How long Shutdown (and the destructor) waits for in-flight iterations to drain and for
+  // end-of-stream to end every actor. Past it Shutdown returns an error (a healthy runtime
+  // never gets there): unfinished iterations are abandoned (their completions get the error),
+  // end of stream is sent anyway, and actors still running one more timeout later are killed.
+  std::chrono::milliseconds shutdown_timeout{30000};
+  // Called (on the thread running Shutdown) when the shutdown timeout fired, with the error,
+  // before the actors are killed. Shutdown still waits for a kernel that is running to return.
+  std::function<void(const Status&)> on_forced_shutdown;
 };
 
 struct RuntimeHooks {
@@ -48,8 +64,9 @@ struct RuntimeHooks {
 };
 
 // Called once per iteration, in iteration order, after every sink of the iteration delivered
-// (or with the iteration's error). Runs on an actor thread: keep it short, never block on the
-// runtime from it.
+// (or with the iteration's error). Runs on an actor thread: keep it short; Push, Run and Drain
+// do not wait from it (see the contract above): hand further pushes to another thread. An
+// exception thrown from it is caught and reported on stderr (once per runtime).
 using Completion = std::function<void(int64_t iteration, const Status& status)>;
 
 class Runtime {
@@ -69,8 +86,14 @@ class Runtime {
                          Completion done);
   // Convenience: Push and wait for this iteration's completion.
   Status Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
-  // Blocks until every pushed iteration completed.
+  // Blocks until every pushed iteration completed. From a completion, sink handler or kernel it
+  // returns at once (it would wait for itself).
   void Drain();
+  // Drains, then ends every actor (the destructor calls it). Idempotent; Push fails afterwards.
+  // An error when shutdown_timeout expired and the actors had to be killed.
+  Status Shutdown();
+  // Process-wide number of shutdowns that timed out and killed actors (tests assert it is 0).
+  static int64_t forced_shutdown_count();
 
   // Descriptions of the feeds (by feed_index) and of the main sink's blobs.
   const std::vector<TensorDesc>& input_descs() const;

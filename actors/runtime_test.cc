@@ -15,6 +15,7 @@
 
 #include "actorflow/pipeline.h"
 #include "actors/runtime.h"
+#include "actors/runtime_testing.h"
 #include "actors/trace_recorder.h"
 #include "actors/proto/plan.pb.h"
 

@@ -3,10 +3,11 @@
 // Thread-safety: value types; safe to copy between threads.
 #pragma once
 
-#include <cassert>
 #include <optional>
 #include <string>
 #include <utility>
+
+#include "actors/check.h"
 
 namespace actorflow {
 
@@ -42,18 +43,28 @@ inline Status Unimplemented(std::string m) { return Status(StatusCode::kUnimplem
 template <typename T>
 class StatusOr {
  public:
-  StatusOr(Status status) : status_(std::move(status)) { assert(!status_.ok()); }  // NOLINT
-  StatusOr(T value) : value_(std::move(value)) {}                                  // NOLINT
+  // A StatusOr holds a value or an error, never an OK status without a value.
+  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
+    AF_CHECK(!status_.ok()) << "StatusOr constructed from an OK status without a value";
+  }
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() { return *value_; }
+  // Reading the value of an error is a bug in the caller: it CHECK-fails with the error.
+  T& value() & { return CheckedValue(); }
+  const T& value() const& { return CheckedValue(); }
+  T&& value() && { return std::move(CheckedValue()); }
+  T* operator->() { return &CheckedValue(); }
+  const T* operator->() const { return &CheckedValue(); }
+  T& operator*() { return CheckedValue(); }
+  const T& operator*() const { return CheckedValue(); }
 
  private:
+  T& CheckedValue() const {
+    AF_CHECK(value_.has_value()) << "value() of a StatusOr holding an error: " << status_.ToString();
+    return const_cast<T&>(*value_);
+  }
+
   Status status_;
   std::optional<T> value_;
 };

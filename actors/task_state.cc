@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <string>
 
 namespace actorflow {
 
@@ -81,6 +83,7 @@ void TaskState::Act(caf::event_based_actor* self) {
   size_t v = 0;
   for (size_t o = 0; o < outputs_.size(); ++o) {
     OutputSlots& out = outputs_[o];
+    AF_CHECK(out.has_free()) << "act of '" << task_.name() << "' without a free output register";
     int reg = out.free_registers.back();
     out.free_registers.pop_back();
     chosen_registers_[o] = reg;
@@ -95,7 +98,15 @@ void TaskState::Act(caf::event_based_actor* self) {
         ctx.inputs = &input_views_;
         ctx.outputs = &output_views_;
         ctx.iteration = iteration;
-        status = kernel_(ctx);
+        // An exception fails the iteration like an error status (it must not reach CAF, which
+        // would end the actor and leave the iteration unfinished).
+        try {
+          status = kernel_(ctx);
+        } catch (const std::exception& e) {
+          status = Internal(std::string("kernel threw an exception: ") + e.what());
+        } catch (...) {
+          status = Internal("kernel threw an exception of unknown type");
+        }
         break;
       }
       case plan::SINK:
@@ -123,8 +134,8 @@ void TaskState::Act(caf::event_based_actor* self) {
 
   Emit(self, chosen_registers_, iteration, failed);
   for (InputSlots& in : in_edges_) {
-    Send(self, in.producer, in.producer_state, ack_atom::value, in.producer_output, in.front().register_index,
-         last_act_end_);
+    const int reg = in.front().register_index;
+    Send(self, in.producer, in.producer_slots->channel(reg), ack_atom::value, in.producer_output, reg, last_act_end_);
     in.pop();
   }
   if (task_.kind() == plan::SINK) core_->SinkDelivered(iteration);
@@ -164,19 +175,22 @@ void TaskState::Emit(caf::event_based_actor* self, const std::vector<int>& regs,
     }
     out.pending_acks[reg] = static_cast<int>(out.consumers.size());
     for (const OutputSlots::Consumer& c : out.consumers) {
-      Send(self, c.actor, c.state, ready_atom::value, c.in_edge, reg, iteration, failed, last_act_end_);
+      Send(self, c.actor, out.channel(reg), ready_atom::value, c.in_edge, reg, iteration, failed, last_act_end_);
     }
   }
 }
 
 void TaskState::OnReady(caf::event_based_actor* self, int in_edge, int reg, int64_t iteration, bool failed,
                         int64_t sent) {
+  HappensAfterReceive(in_edges_[in_edge].producer_slots->channel(reg));
   in_edges_[in_edge].push(InputSlots::Ready{reg, iteration, failed, sent});
   TryAct(self);
 }
 
 void TaskState::OnAck(caf::event_based_actor* self, int output, int reg, int64_t sent) {
   OutputSlots& out = outputs_[output];
+  HappensAfterReceive(out.channel(reg));
+  AF_CHECK_GT(out.pending_acks[reg], 0) << "ack of register " << reg << " of '" << task_.name() << "' nobody holds";
   if (--out.pending_acks[reg] > 0) return;
   if (task_.kind() == plan::SOURCE) {
     core_->ReleaseSourceRegister(index_, reg);
@@ -189,15 +203,18 @@ void TaskState::OnAck(caf::event_based_actor* self, int output, int reg, int64_t
 }
 
 void TaskState::OnFill(caf::event_based_actor* self, int reg, int64_t iteration, int64_t sent) {
+  HappensAfterReceive(outputs_[0].channel(reg));  // the host's copy into the register
   if (tracing()) RecordAct(iteration, trace_clock::Now(), sent);
   next_iteration_ = iteration + 1;
-  for (const TickTarget& t : tick_targets_) Send(self, t.actor, t.state, tick_atom::value, iteration, last_act_end_);
+  for (const TickTarget& t : tick_targets_)
+    Send(self, t.actor, t.state->tick_channel(), tick_atom::value, iteration, last_act_end_);
   chosen_registers_[0] = reg;  // a source has exactly one output
   Emit(self, chosen_registers_, iteration, false);
   NoteIdle(true);
 }
 
 void TaskState::OnTick(caf::event_based_actor* self, int64_t iteration, int64_t sent) {
+  HappensAfterReceive(tick_channel());
   if (pending_ticks_ == 0) {
     next_tick_iteration_ = iteration;
     tick_sent_at_ = sent;
@@ -207,6 +224,7 @@ void TaskState::OnTick(caf::event_based_actor* self, int64_t iteration, int64_t 
 }
 
 void TaskState::OnEndOfStream(caf::event_based_actor* self, int in_edge) {
+  HappensAfterReceive(in_edge >= 0 ? static_cast<const void*>(in_edges_[in_edge].producer_slots) : tick_channel());
   if (in_edge >= 0) in_edges_[in_edge].end_of_stream = true;
   ++end_of_stream_seen_;
   TryFinish(self);
@@ -230,7 +248,7 @@ void TaskState::TryFinish(caf::event_based_actor* self) {
   }
   for (const OutputSlots& out : outputs_)
     for (const OutputSlots::Consumer& c : out.consumers) {
-      Send(self, c.actor, c.state, eos_atom::value, c.in_edge);
+      Send(self, c.actor, &out, eos_atom::value, c.in_edge);
     }
   core_->ActorFinished();
   self->quit();
@@ -238,11 +256,21 @@ void TaskState::TryFinish(caf::event_based_actor* self) {
 
 namespace {
 
-// Brackets one handler with the happens-before edges CAF provides (see HappensBeforeSend).
+thread_local bool in_actor_handler = false;
+
+// Brackets one handler: marks the thread as running a handler (InActorHandler), and orders it
+// after the actor's previous handler (CAF runs them one at a time; see HappensBeforeSend).
 struct HandlerScope {
-  explicit HandlerScope(const TaskState* state) : state(state) { HappensAfterReceive(state); }
-  ~HandlerScope() { HappensBeforeSend(state); }
+  explicit HandlerScope(const TaskState* state) : state(state), outer(in_actor_handler) {
+    HappensAfterReceive(state);
+    in_actor_handler = true;
+  }
+  ~HandlerScope() {
+    in_actor_handler = outer;
+    HappensBeforeSend(state);
+  }
   const TaskState* state;
+  const bool outer;
 };
 
 // A behaviour's closures (which hold `self` and `state`) are written on the worker that
@@ -253,35 +281,42 @@ char behaviors_published;
 
 }  // namespace
 
-// Arguments are taken by reference and read only after HandlerScope's acquire: they live in
-// the message, which TSan must see as published by the sender (see Send).
+bool InActorHandler() { return in_actor_handler; }
+
+// Arguments are taken by reference and copied by MessageArgs: they live in CAF's message, whose
+// publication TSan cannot see (see HappensBeforeSend).
 caf::behavior TaskActor(caf::event_based_actor* self, TaskState* state) {
   caf::behavior behavior{
       [=](ready_atom, const int& in_edge, const int& reg, const int64_t& iteration, const bool& failed,
           const int64_t& sent) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnReady(self, in_edge, reg, iteration, failed, sent);
+        auto [e, r, i, f, t] = MessageArgs(in_edge, reg, iteration, failed, sent);
+        state->OnReady(self, e, r, i, f, t);
       },
       [=](ack_atom, const int& output, const int& reg, const int64_t& sent) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnAck(self, output, reg, sent);
+        auto [o, r, t] = MessageArgs(output, reg, sent);
+        state->OnAck(self, o, r, t);
       },
       [=](fill_atom, const int& reg, const int64_t& iteration, const int64_t& sent) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnFill(self, reg, iteration, sent);
+        auto [r, i, t] = MessageArgs(reg, iteration, sent);
+        state->OnFill(self, r, i, t);
       },
       [=](tick_atom, const int64_t& iteration, const int64_t& sent) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnTick(self, iteration, sent);
+        auto [i, t] = MessageArgs(iteration, sent);
+        state->OnTick(self, i, t);
       },
       [=](eos_atom, const int& in_edge) {
         HappensAfterReceive(&behaviors_published);
         HandlerScope scope(state);
-        state->OnEndOfStream(self, in_edge);
+        auto [e] = MessageArgs(in_edge);
+        state->OnEndOfStream(self, e);
       },
   };
   HappensBeforeSend(&behaviors_published);

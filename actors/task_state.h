@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <tuple>
 #include <vector>
 
+#include "actors/check.h"
 #include "actors/kernel.h"
 #include "actors/tensor.h"
 #include "actors/trace.h"
@@ -22,41 +24,59 @@ using fill_atom = caf::atom_constant<caf::atom("fill")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using eos_atom = caf::atom_constant<caf::atom("eos")>;
 
+// True while this thread runs an actor's handler: kernels, sink handlers and completions all
+// run inside one, and the runtime's blocking calls (Push, Run, Drain) must not wait there.
+bool InActorHandler();
+
 class RuntimeCore;  // Runtime::Impl's face towards actors (completions, errors, sources)
 
 // ThreadSanitizer cannot see the happens-before that CAF's mailboxes provide (Debian's libcaf
-// is not built with TSan). We state exactly the edges CAF guarantees: a send releases on the
-// receiving actor's state, a handler acquires its own state on entry and releases it on exit
-// (successive handlers of one actor may run on different workers). Everything else stays
-// checked. No-ops in other builds.
+// is not built with TSan). We state the edges the protocol relies on, each on its own channel,
+// so that an access the protocol does not order stays visible as a race:
+//  - a register slot (OutputSlots::channel(reg)): a producer releases it when it announces the
+//    register (ready, fill), a consumer acquires it on receipt; the consumer releases it when it
+//    acks, the producer acquires it on the ack. Data in one register is thus ordered only by
+//    that register's own handover, never by traffic about other registers;
+//  - an input stream's end (the producer's OutputSlots), a root's ticks (TaskState::
+//    tick_channel);
+//  - one actor's own handlers (its TaskState): CAF runs them one at a time, maybe on different
+//    workers.
+// The arguments of a message are published by CAF too; their reads are excluded from checking
+// (MessageArgs) and nothing else is. No-ops in other builds.
 #if defined(__SANITIZE_THREAD__)
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
-inline void HappensBeforeSend(const void* receiver) { __tsan_release(const_cast<void*>(receiver)); }
-inline void HappensAfterReceive(const void* self) { __tsan_acquire(const_cast<void*>(self)); }
+extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
+inline void HappensBeforeSend(const void* channel) { __tsan_release(const_cast<void*>(channel)); }
+inline void HappensAfterReceive(const void* channel) { __tsan_acquire(const_cast<void*>(channel)); }
+// Copies a message's arguments out of CAF's storage, unchecked (CAF's mailbox orders them).
+template <typename... Ts>
+std::tuple<Ts...> MessageArgs(const Ts&... args) {
+  AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+  std::tuple<Ts...> copy(args...);
+  AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+  return copy;
+}
 #else
 inline void HappensBeforeSend(const void*) {}
 inline void HappensAfterReceive(const void*) {}
+template <typename... Ts>
+std::tuple<Ts...> MessageArgs(const Ts&... args) {
+  return std::tuple<Ts...>(args...);
+}
 #endif
 
-// Sends `args` to `receiver` (whose TaskState is `receiver_state`) from `self`, or from the
-// host when `self` is null. Under TSan the message is built first, then published by a release
-// on the receiver's state, so its contents are ordered before the receiver's handler.
+// Sends `args` to `receiver` from `self`, or from the host when `self` is null, after releasing
+// `channel` (see above): what the sender did before is ordered before the receiver's acquire of
+// the same channel.
 template <typename... Ts>
-void Send(caf::event_based_actor* self, const caf::actor& receiver, const void* receiver_state, Ts&&... args) {
-#if defined(__SANITIZE_THREAD__)
-  caf::message message = caf::make_message(std::forward<Ts>(args)...);
-  HappensBeforeSend(receiver_state);
-  if (self != nullptr)
-    self->send(receiver, std::move(message));
-  else
-    caf::anon_send(receiver, std::move(message));
-#else
+void Send(caf::event_based_actor* self, const caf::actor& receiver, const void* channel, Ts&&... args) {
+  HappensBeforeSend(channel);
   if (self != nullptr)
     self->send(receiver, std::forward<Ts>(args)...);
   else
     caf::anon_send(receiver, std::forward<Ts>(args)...);
-#endif
 }
 
 // Pre-allocated registers of one output of a task, and who must ack each before reuse.
@@ -71,11 +91,12 @@ struct OutputSlots {
     int task_index;  // the consumer's index in the plan
     int in_edge;     // index of the matching InputSlots in the consumer
     caf::actor actor;
-    const void* state = nullptr;  // the consumer's TaskState (HappensBeforeSend)
   };
   std::vector<Consumer> consumers;
 
   void* blob(int reg, int b) const { return register_memory[reg] + blob_offsets[b]; }
+  // TSan channel of one register's handover (ready/fill and ack); stable after instantiation.
+  const void* channel(int reg) const { return &pending_acks[reg]; }
   bool has_free() const { return !free_registers.empty(); }
   bool all_free() const { return static_cast<int>(free_registers.size()) == register_num; }
 };
@@ -85,7 +106,6 @@ struct OutputSlots {
 // register_num, which is the backpressure.
 struct InputSlots {
   caf::actor producer;
-  const void* producer_state = nullptr;  // HappensBeforeSend
   int producer_index = 0;
   int producer_output = 0;
   const OutputSlots* producer_slots = nullptr;  // layout is immutable after instantiation
@@ -101,8 +121,17 @@ struct InputSlots {
 
   bool ready() const { return size > 0; }
   const Ready& front() const { return ring[head]; }
-  void push(const Ready& r) { ring[(head + size) % ring.size()] = r; ++size; }
-  void pop() { head = (head + 1) % static_cast<int>(ring.size()); --size; }
+  // The producer never has more registers in flight than it owns (its acks gate reuse).
+  void push(const Ready& r) {
+    AF_CHECK_LT(size, static_cast<int>(ring.size())) << "more ready registers than the producer owns";
+    ring[(head + size) % ring.size()] = r;
+    ++size;
+  }
+  void pop() {
+    AF_CHECK_GT(size, 0) << "pop of an empty input ring";
+    head = (head + 1) % static_cast<int>(ring.size());
+    --size;
+  }
 };
 
 // A data input of the kernel: which in-edge, which blob of its register. in_edge -1: a blob of a
@@ -134,6 +163,8 @@ class TaskState {
   // A source that passes each iteration's tick on to the roots (variables, constants), so the
   // host sends one message per iteration instead of one per root.
   void add_tick_target(caf::actor actor, const TaskState* state) { tick_targets_.push_back({std::move(actor), state}); }
+  // TSan channel of the ticks and the host's end of stream a root receives.
+  const void* tick_channel() const { return &pending_ticks_; }
   void clear_tick_targets() { tick_targets_.clear(); }
 
   // Message handlers (owning actor).

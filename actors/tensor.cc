@@ -43,6 +43,16 @@ std::string ShapeToString(const Shape& shape) {
   return out.str();
 }
 
+Status ValidateTensorDesc(const TensorDesc& desc, const std::string& what) {
+  if (DTypeSize(desc.dtype) == 0)
+    return InvalidArgument(what + ": unknown dtype " + std::to_string(static_cast<int32_t>(desc.dtype)));
+  for (size_t i = 0; i < desc.shape.size(); ++i)
+    if (desc.shape[i] < 0)
+      return InvalidArgument(what + ": dimension " + std::to_string(i) + " of shape " + ShapeToString(desc.shape) +
+                             " is negative (expected >= 0)");
+  return Status::Ok();
+}
+
 std::string TensorDesc::ToString() const { return std::string(DTypeName(dtype)) + ShapeToString(shape); }
 
 }  // namespace actorflow

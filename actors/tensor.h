@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/status.h"
+
 namespace actorflow {
 
 // The C++ spelling of the plan's DataType (actors/proto/plan.proto); actors/plan_dtype.h
@@ -29,6 +31,10 @@ struct TensorDesc {
   bool operator==(const TensorDesc& o) const { return shape == o.shape && dtype == o.dtype; }
   bool operator!=(const TensorDesc& o) const { return !(*this == o); }
 };
+
+// OK when `desc` has a known dtype and no negative dimension; otherwise an InvalidArgument
+// naming `what` ("input 'x'"), what was expected and what came.
+Status ValidateTensorDesc(const TensorDesc& desc, const std::string& what);
 
 // A view of contiguous, row-major tensor memory. Does not own `data`.
 struct TensorView {

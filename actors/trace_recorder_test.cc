@@ -1,4 +1,5 @@
 // The recorder's JSON against docs/trace_format.md: the trace viewer reads exactly this.
+#include "actors/runtime_testing.h"
 #include "actors/trace_recorder.h"
 
 #include <gtest/gtest.h>

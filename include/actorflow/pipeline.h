@@ -12,8 +12,21 @@
 // Thread-safety: build (Add*, SetOutputs, EnableTrace, Start) from one thread; after Start,
 // Push/Run/Drain are thread-safe. Stage functions run on runtime threads, one call at a time
 // per stage, iterations in order.
+//
+// Errors: a bad argument to Add*/SetOutputs (a negative dimension, an unknown dtype,
+// register_num < 1, an empty stage function, an unknown port) is reported by Start; a bad
+// Push (wrong count, desc or a null buffer) fails that Push and the next one still works.
+// A stage that returns an error or throws fails that iteration only (the error names the stage
+// and, for an exception, its what()); later iterations run normally.
+//
+// Completions (and stages) run on runtime threads. Push, PushAsync and Run called from a
+// completion or a stage fail at once with FailedPrecondition (they could wait for the thread
+// they block); Drain returns at once there. To push from a completion, hand the work to
+// another thread. A completion that throws is caught and reported on stderr (once per
+// pipeline); the pipeline carries on.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <future>
 #include <memory>
@@ -48,6 +61,10 @@ struct PipelineOptions {
   // Called on each runtime thread as it starts with the threads a stage may use, e.g.
   // [](int n) { omp_set_num_threads(n); } for stages calling oneDNN/BLAS.
   std::function<void(int kernel_threads)> on_worker_start;
+  // See RuntimeOptions: how long Shutdown/the destructor waits before abandoning in-flight
+  // iterations and stopping the actors (an error, never silent), and who hears of it.
+  std::chrono::milliseconds shutdown_timeout{30000};
+  std::function<void(const Status&)> on_forced_shutdown;
 };
 
 class Pipeline {
@@ -75,6 +92,9 @@ class Pipeline {
   std::future<Status> PushAsync(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
   Status Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
   void Drain();
+  // Drains and stops every actor (the destructor does it too); an error if that needed longer
+  // than shutdown_timeout. Push fails afterwards.
+  Status Shutdown();
   // Drains and, if tracing, writes the trace file.
   Status Finish();
   // Pauses (false) or resumes (true) trace recording, e.g. to skip warm-up iterations; acts

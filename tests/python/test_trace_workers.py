@@ -13,8 +13,8 @@ import actorflow as flow
 import actorflow.typing as tp
 from actorflow.trace import load, summarize
 
-ROWS, DEPTH = 128, 512
-CALLS = 40
+ROWS, DEPTH = 128, 768
+CALLS = 100
 
 
 def run_matmul_chain(path, workers, second_width):
@@ -76,11 +76,12 @@ def test_two_heavy_stages_on_one_worker_saturate_the_worker(tmp_path):
     assert b["actor"] is None and b["device"] == device["device"], b
     assert "saturated" in result["advice"][0] and "worker" in result["advice"][0], result["advice"]
     # The four shares partition each actor's time; some of it is spent ready but not running
-    # (e.g. the sink, ready after `second` while the worker runs `first` on the next batch).
+    # (e.g. `second` or the sink, ready while the worker runs `first` on the next batch; which
+    # actor waits depends on the order the worker picks them).
     for row in result["actors"]:
         shares = row["busy_pct"] + row["input_wait_pct"] + row["backpressure_pct"] + row["worker_wait_pct"]
         assert shares <= 100.5, row
-    assert actor_row(result, "output")["worker_wait_pct"] > 5, result["actors"]
+    assert max(row["worker_wait_pct"] for row in result["actors"]) > 5, result["actors"]
     assert device["worker_wait_pct"] > 1, device
     assert result["bottleneck"]["actor"] != "the host (the caller feeding the job)"
 
