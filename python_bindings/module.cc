@@ -311,6 +311,7 @@ class PySession {
   PySession() : session_(std::make_shared<Session>()) {}
 
   bool HasVariable(const std::string& name) const { return session_->HasVariable(name); }
+  void DeleteVariable(const std::string& name) { Check(session_->DeleteVariable(name)); }
 
   void CreateVariable(const std::string& name, const py::iterable& shape, const std::string& dtype, const py::object& initial) {
     TensorDesc desc{ToShape(shape, "variable '" + name + "'"), ParseDTypeOrThrow(dtype)};
@@ -529,6 +530,7 @@ PYBIND11_MODULE(_C, m) {
   py::class_<PySession>(m, "Session")
       .def(py::init<>())  // an isolated session (tests); programs use default_session()
       .def("has_variable", &PySession::HasVariable)
+      .def("delete_variable", &PySession::DeleteVariable, py::arg("name"))
       .def("create_variable", &PySession::CreateVariable, py::arg("name"), py::arg("shape"), py::arg("dtype"),
            py::arg("initial"))
       .def("get_variable", &PySession::GetVariable)

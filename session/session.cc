@@ -291,6 +291,18 @@ Status Session::CreateVariable(const std::string& name, const TensorDesc& desc, 
   return Status::Ok();
 }
 
+Status Session::DeleteVariable(const std::string& name) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto it = state_->variables.find(name);
+  if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
+  // Compiled jobs keep the buffers they use alive; the store being the only owner means no job
+  // reads or writes this variable.
+  if (it->second.data.use_count() > 1)
+    return FailedPrecondition("variable '" + name + "' is used by a compiled job and cannot be deleted");
+  state_->variables.erase(it);
+  return Status::Ok();
+}
+
 StatusOr<TensorDesc> Session::VariableDesc(const std::string& name) const {
   std::lock_guard<std::mutex> lock(state_->mu);
   auto it = state_->variables.find(name);

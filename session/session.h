@@ -120,6 +120,9 @@ class Session {
   bool HasVariable(const std::string& name) const;
   // InvalidArgument if it exists (with another shape/dtype) or the data size is wrong.
   Status CreateVariable(const std::string& name, const TensorDesc& desc, const void* initial);
+  // Removes a variable no compiled job holds (FailedPrecondition if one does, NotFound if it
+  // does not exist): what a job that failed to compile created is rolled back this way.
+  Status DeleteVariable(const std::string& name);
   StatusOr<TensorDesc> VariableDesc(const std::string& name) const;
   // Copies out/in after draining every job; sizes must match VariableDesc.
   Status GetVariable(const std::string& name, void* out, size_t bytes);

@@ -135,6 +135,20 @@ TEST(SessionTest, MissingVariableAndShutdown) {
   EXPECT_EQ(after.code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(SessionTest, DeleteVariableOnlyWhenNoJobHoldsIt) {
+  Session session;
+  std::vector<float> w(3, 0.f);
+  EXPECT_EQ(session.DeleteVariable("w").code(), StatusCode::kNotFound);
+  AF_ASSERT_OK(session.CreateVariable("w", {{3, 1}, DType::kFloat32}, w.data()));
+  AF_ASSERT_OK(session.DeleteVariable("w"));
+  EXPECT_FALSE(session.HasVariable("w"));
+  AF_ASSERT_OK(session.CreateVariable("w", {{3, 1}, DType::kFloat32}, w.data()));
+  auto job = ValueOrDie(session.Compile(BuildRegression("predict", "reg"), JobOptions{}));
+  Status held = session.DeleteVariable("w");
+  EXPECT_EQ(held.code(), StatusCode::kFailedPrecondition) << held.message();
+  EXPECT_TRUE(session.HasVariable("w"));
+}
+
 }  // namespace
 }  // namespace graph
 }  // namespace actorflow

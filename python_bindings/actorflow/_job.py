@@ -254,11 +254,26 @@ class JobFunction:
                     checkpoint._pending.setdefault(var_name, var_value)
             raise _with_location(error, _trace_ctx.traceback_location(error.__traceback__) or self._location)
         session = _C.default_session()
-        for var_name, (shape, dtype, var_value, _from_checkpoint) in ctx.new_variables.items():
-            session.create_variable(var_name, list(shape), np.dtype(dtype).name, var_value)
-        options = dict(_config.compile_options(name))
-        options.update({k: v for k, v in self._config.options.items() if k in ("num_threads", "num_workers", "register_num")})
-        compiled = session.compile(builder, options)
+        existing = set(session.variable_names())
+        try:
+            for var_name, (shape, dtype, var_value, _from_checkpoint) in ctx.new_variables.items():
+                session.create_variable(var_name, list(shape), np.dtype(dtype).name, var_value)
+            options = dict(_config.compile_options(name))
+            options.update({k: v for k, v in self._config.options.items()
+                            if k in ("num_threads", "num_workers", "register_num")})
+            compiled = session.compile(builder, options)
+        except Exception:
+            # A job that does not compile leaves nothing behind either: the variables it created
+            # (its own and the compiler's optimizer states) go, loaded values wait again.
+            for var_name in set(session.variable_names()) - existing:
+                try:
+                    session.delete_variable(var_name)
+                except (ValueError, RuntimeError, KeyError):
+                    pass  # held by a job compiled meanwhile: it is that job's now
+            for var_name, (_shape, _dtype, var_value, from_checkpoint) in ctx.new_variables.items():
+                if from_checkpoint:
+                    checkpoint._pending.setdefault(var_name, var_value)
+            raise
         checkpoint.apply_pending()  # values loaded before this first call for compiler-made variables
         for handler_name, fn in ctx.watch_handlers.items():
             compiled.set_watch_handler(handler_name, _snapshot.as_callback(fn))

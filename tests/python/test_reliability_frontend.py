@@ -356,6 +356,31 @@ def test_failed_trace_leaves_no_variables_and_the_corrected_program_runs():
     assert corrected(np.ones((2, 3), np.float32)).shape == (2, 4)
 
 
+def test_failed_compile_leaves_no_variables_and_the_corrected_program_runs(tmp_path):
+    from actorflow import config
+    config._settings["trace_path"] = str(tmp_path)  # a directory: compiling refuses it
+
+    @flow.global_function(type="train")
+    def uncompilable(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        loss = flow.math.reduce_sum(flow.layers.dense(x, 5, name="compile_rollback"))
+        flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    try:
+        with pytest.raises(ValueError, match="trace"):
+            uncompilable(np.ones((2, 3), np.float32))
+    finally:
+        config._settings["trace_path"] = ""
+    # Neither the traced variables nor the compiler's optimizer states stay behind.
+    assert not [n for n in flow.get_all_variables() if "compile_rollback" in n]
+
+    @flow.global_function()
+    def corrected(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.layers.dense(x, 4, name="compile_rollback")  # another shape under the same name
+
+    assert corrected(np.ones((2, 3), np.float32)).shape == (2, 4)
+
+
 def test_failed_trace_keeps_values_loaded_for_its_variables():
     flow.load_variables({"loaded_w": np.full((3,), 7.0, np.float32)})
 
