@@ -7,9 +7,7 @@ namespace py = pybind11;
 namespace actorflow {
 namespace python {
 
-Dispatcher::Dispatcher() : state_(std::make_shared<State>()), thread_(&Dispatcher::Loop, state_) {
-  thread_id_ = thread_.get_id();
-}
+Dispatcher::Dispatcher() : state_(std::make_shared<State>()) {}
 
 Dispatcher::~Dispatcher() {
   Stop();
@@ -18,16 +16,26 @@ Dispatcher::~Dispatcher() {
   else thread_.join();
 }
 
+// A job that never delivers a callback never gets a thread: sync-only jobs cost no OS thread.
+void Dispatcher::StartLocked() {
+  if (started_) return;
+  started_ = true;
+  thread_ = std::thread(&Dispatcher::Loop, state_);
+  thread_id_.store(thread_.get_id());
+}
+
 void Dispatcher::AbandonAfterFork() {
   new std::shared_ptr<State>(std::move(state_));  // its mutex may be held by a thread of the parent
   new std::thread(std::move(thread_));             // not joinable here; never destroyed
   state_ = std::make_shared<State>();
-  thread_ = std::thread(&Dispatcher::Loop, state_);
-  thread_id_ = thread_.get_id();
+  thread_ = std::thread();
+  thread_id_.store(std::thread::id());
+  started_ = false;
 }
 
 void Dispatcher::Enqueue(Item item) {
   std::lock_guard<std::mutex> lock(state_->mu);
+  StartLocked();  // also after Stop: what is queued still runs (and releases its objects)
   state_->queue.push_back(std::move(item));
   ++state_->enqueued;
   state_->cv.notify_all();
@@ -67,7 +75,9 @@ void Dispatcher::Stop() {
     if (state_->stopping) return;
     state_->stopping = true;
     state_->cv.notify_all();
+    if (!started_) return;
   }
+  // started_ is set once, and thread_ only with it: no lock needed from here on.
   if (thread_.joinable() && !on_dispatcher_thread()) thread_.join();
 }
 

@@ -1,4 +1,5 @@
-// Dispatcher: the one thread per compiled job that runs Python callbacks (push completions,
+// Dispatcher: the one thread per compiled job (started by the job's first callback; jobs
+// without callbacks have none) that runs Python callbacks (push completions,
 // watch handlers) holding the GIL, in the order the runtime produced them. Actor threads only
 // enqueue (never touch Python objects, never wait for the GIL), so a slow or blocked Python
 // thread never stalls the actors; memory stays bounded because callers of push wait while
@@ -7,6 +8,7 @@
 // Thread-safety: Enqueue from any thread; Stop/WaitIdle/WaitPending without holding the GIL.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -45,7 +47,7 @@ class Dispatcher {
   // the dispatcher thread itself (a callback clearing the session), it returns at once and the
   // thread ends after the item running now and what is queued.
   void Stop();
-  bool on_dispatcher_thread() const { return std::this_thread::get_id() == thread_id_; }
+  bool on_dispatcher_thread() const { return std::this_thread::get_id() == thread_id_.load(); }
   // After fork() the thread does not exist in the child: never join it or touch its state
   // (it may be locked). Call in the child only; the old state is leaked.
   void AbandonAfterFork();
@@ -61,9 +63,11 @@ class Dispatcher {
     bool stopping = false, finished = false;
   };
   static void Loop(std::shared_ptr<State> state);
+  void StartLocked();  // state_->mu held
   std::shared_ptr<State> state_;
-  std::thread thread_;
-  std::thread::id thread_id_;
+  std::thread thread_;               // set once, with started_
+  bool started_ = false;             // guarded by state_->mu
+  std::atomic<std::thread::id> thread_id_{};
 };
 
 }  // namespace python

@@ -264,3 +264,4 @@ def test_sigint_during_blocking_runs(attempt):
         np.testing.assert_allclose(slow(A), np.full((N, N), 1.0 / N), rtol=1e-3)  # the next call works
     """)
     assert "INTERRUPTED" in out.stdout
+
