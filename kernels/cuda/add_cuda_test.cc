@@ -1,4 +1,7 @@
-// The CUDA add against the CPU add on a GPU; skips, saying why, where there is none.
+// The CUDA add: registered for "cuda", a clear error without a device, and equal to the CPU add
+// on a GPU (that comparison skips, saying why, where there is none).
+#include <cstdio>
+
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -30,6 +33,25 @@ TEST(CudaKernelTest, AddIsRegisteredForCuda) {
   ASSERT_FALSE(relu.ok());
   EXPECT_NE(relu.status().message().find("'relu' has no kernel for device type 'cuda'"), std::string::npos)
       << relu.status().message();
+}
+
+// Without a device (CI), running the kernel must be a clear error naming the CUDA call, never a
+// crash or a silent success; the comparison with the CPU kernel needs a GPU.
+TEST(CudaKernelTest, AddFailsClearlyWithoutADevice) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+    std::printf("a CUDA device is present: AddMatchesTheCpuKernel checks the kernel instead\n");
+    return;
+  }
+  TensorDesc d{{4}, DType::kFloat32};
+  // The legacy default stream handle: a valid non-null stream that needs no device to name.
+  auto kernel = MakeKernel("add", KernelInit{{d, d}, {d}, {}, 1, kCudaDevice, 0, cudaStreamLegacy});
+  ASSERT_TRUE(kernel.ok()) << kernel.status().ToString();
+  std::vector<TensorView> in = {TensorView{nullptr, d}, TensorView{nullptr, d}}, out = {TensorView{nullptr, d}};
+  KernelContext ctx{&in, &out, 0};
+  Status ran = kernel.value()(ctx);
+  ASSERT_FALSE(ran.ok());
+  EXPECT_NE(ran.message().find("add on cuda: cudaSetDevice(0): cudaError"), std::string::npos) << ran.message();
 }
 
 TEST(CudaKernelTest, AddMatchesTheCpuKernel) {

@@ -3,8 +3,10 @@ when the job compiles (ACTORFLOW_TRACE), naming the path and the OS error, never
 silently lost at exit; a directory is never replaced by a trace."""
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -12,22 +14,53 @@ import pytest
 import actorflow as flow
 
 
-@pytest.mark.parametrize("where", ["directory", "missing directory", "read-only directory"])
+@pytest.mark.parametrize("where", ["directory", "missing directory"])
 def test_enable_trace_rejects_an_unwritable_path(tmp_path, where):
     if where == "directory":
         path, words = tmp_path, "Is a directory"
-    elif where == "missing directory":
-        path, words = tmp_path / "no" / "trace.json", "No such file or directory"
     else:
-        if os.geteuid() == 0:
-            pytest.skip("root writes into read-only directories")
-        locked = tmp_path / "locked"
-        locked.mkdir(mode=0o500)
-        path, words = locked / "trace.json", "Permission denied"
+        path, words = tmp_path / "no" / "trace.json", "No such file or directory"
     with pytest.raises(ValueError) as error:
         flow.config.enable_trace(str(path))
     assert repr(str(path)) in str(error.value) and words in str(error.value), str(error.value)
     assert "trace_path" not in flow.config.compile_options("job")  # the bad path was not taken
+
+
+READ_ONLY_PROGRAM = textwrap.dedent("""
+    import os, sys
+    if os.geteuid() == 0:  # root writes anywhere: check as an unprivileged user
+        os.setgid(65534)
+        os.setuid(65534)
+    import actorflow as flow
+    try:
+        flow.config.enable_trace(sys.argv[1])
+    except ValueError as e:
+        print("ERROR:", e)
+        print("taken:", "trace_path" in flow.config.compile_options("job"))
+        raise SystemExit(3)
+    print("accepted")
+""")
+
+
+def test_enable_trace_rejects_a_read_only_directory():
+    """As the user the process runs as (an unprivileged one when the tests run as root)."""
+    parent = tempfile.mkdtemp(prefix="actorflow-trace-")
+    try:
+        os.chmod(parent, 0o755)  # the unprivileged child may enter it, not write into `locked`
+        locked = os.path.join(parent, "locked")
+        os.mkdir(locked, 0o555)
+        os.chmod(locked, 0o555)
+        path = os.path.join(locked, "trace.json")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+        done = subprocess.run([sys.executable, "-c", READ_ONLY_PROGRAM, path], env=env, capture_output=True,
+                              text=True, timeout=120, cwd=parent)
+        assert done.returncode == 3, (done.stdout, done.stderr)
+        assert repr(path) in done.stdout and "Permission denied" in done.stdout, done.stdout
+        assert "taken: False" in done.stdout, done.stdout
+        assert os.listdir(locked) == []
+    finally:
+        os.chmod(os.path.join(parent, "locked"), 0o755)
+        shutil.rmtree(parent)
 
 
 PROGRAM = textwrap.dedent("""
