@@ -26,21 +26,9 @@ struct Observed {
 };
 
 StatusOr<Observed> RunObserved(const std::string& type, std::vector<HostTensor> inputs, const Attrs& attrs) {
-  RegisterAllOps();
-  AF_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(type));
-  InferContext infer;
-  for (const HostTensor& t : inputs) infer.inputs.push_back(t.desc);
-  infer.attrs = attrs;
-  AF_RETURN_IF_ERROR(def->infer(infer));
-  AF_ASSIGN_OR_RETURN(KernelFn kernel, def->kernel_factories.at(kCpuDevice)(KernelInit{infer.inputs, infer.outputs, attrs, 1}));
   Observed observed;
-  for (const TensorDesc& d : infer.outputs) observed.outputs.push_back(HostTensor::Of(d.shape, d.dtype, {}));
   observed.inputs = std::move(inputs);
-  std::vector<TensorView> in_views, out_views;
-  for (HostTensor& t : observed.inputs) in_views.push_back(t.view());
-  for (HostTensor& t : observed.outputs) out_views.push_back(t.view());
-  KernelContext ctx{&in_views, &out_views, 0};
-  AF_RETURN_IF_ERROR(kernel(ctx));
+  AF_ASSIGN_OR_RETURN(observed.outputs, RunOpInPlace(type, observed.inputs, attrs));
   return observed;
 }
 

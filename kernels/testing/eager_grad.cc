@@ -34,6 +34,10 @@ void HostTensor::set(int64_t i, double v) {
 }
 
 StatusOr<std::vector<HostTensor>> RunOp(const std::string& type, std::vector<HostTensor> inputs, const Attrs& attrs) {
+  return RunOpInPlace(type, inputs, attrs);
+}
+
+StatusOr<std::vector<HostTensor>> RunOpInPlace(const std::string& type, std::vector<HostTensor>& inputs, const Attrs& attrs) {
   RegisterAllOps();
   AF_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(type));
   InferContext infer;

@@ -22,6 +22,9 @@ struct HostTensor {
 
 // Runs `type` forward; returns outputs or an error.
 StatusOr<std::vector<HostTensor>> RunOp(const std::string& type, std::vector<HostTensor> inputs, const Attrs& attrs);
+// RunOp on `inputs` themselves: what an in-place op writes (optimizer updates, moving
+// statistics) stays visible in them.
+StatusOr<std::vector<HostTensor>> RunOpInPlace(const std::string& type, std::vector<HostTensor>& inputs, const Attrs& attrs);
 
 // Max relative error between the gradient rule's input gradients and central differences of
 // L = sum_k sum(output_k * weight_k) with fixed pseudo-random weights, over `check_inputs`.
