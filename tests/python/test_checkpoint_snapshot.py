@@ -11,6 +11,8 @@ import pytest
 import actorflow as flow
 import actorflow.typing as tp
 
+import sgd_known_state
+
 ONES = np.ones((4,), np.float32)
 TIMEOUT = 120
 
@@ -21,26 +23,14 @@ _names = iter(range(10 ** 6))
 def make_job(asynchronous=False):
     """Two jobs (a synchronous and an asynchronous one) share the variables; each counts its
     own steps, so the state is that of their sum."""
-    annotation = tp.Callback[tp.Numpy] if asynchronous else tp.Numpy
-
-    def snapshot_job(x: tp.Numpy.Placeholder((4,))) -> annotation:
-        a = flow.get_variable("snap-a", shape=(4,), initializer=flow.zeros_initializer())
-        b = flow.get_variable("snap-b", shape=(4,), initializer=flow.zeros_initializer())
-        loss = flow.math.reduce_sum(a * x + b * (x + x))
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
-        return loss
-    snapshot_job.__annotations__["return"] = annotation
     # train steps are kept per job name for the process's lifetime: a fresh name per job
-    snapshot_job.__name__ = "snapshot_%s_%d" % ("async" if asynchronous else "sync", next(_names))
-    return flow.global_function(type="train")(snapshot_job)
+    name = "snapshot_%s_%d" % ("async" if asynchronous else "sync", next(_names))
+    return sgd_known_state.train_job("snap", name, asynchronous)
 
 
 def check_consistent(values, *jobs):
     """The total step of `jobs`, after checking the variables hold the state after it."""
-    step = sum(int(values["System-Train-TrainStep-" + job.__name__][0]) for job in jobs)
-    np.testing.assert_array_equal(values["snap-a"], np.full(4, -0.5 * step, np.float32), err_msg="step %d" % step)
-    np.testing.assert_array_equal(values["snap-b"], np.full(4, -1.0 * step, np.float32), err_msg="step %d" % step)
-    return step
+    return sgd_known_state.check_state(values, "snap", jobs)
 
 
 def run_threads(targets):

@@ -12,23 +12,15 @@ import numpy as np
 import actorflow as flow
 import actorflow.typing as tp
 
+import sgd_known_state
+
 ONES = np.ones((4,), np.float32)
 TIMEOUT = 120
 CALLS = 150
 
 
 def train_job(name, asynchronous):
-    annotation = tp.Callback[tp.Numpy] if asynchronous else tp.Numpy
-
-    def job(x: tp.Numpy.Placeholder((4,))) -> annotation:
-        a = flow.get_variable("stress-a", shape=(4,), initializer=flow.zeros_initializer())
-        b = flow.get_variable("stress-b", shape=(4,), initializer=flow.zeros_initializer())
-        loss = flow.math.reduce_sum(a * x + b * (x + x))
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
-        return loss
-    job.__annotations__["return"] = annotation
-    job.__name__ = name
-    return flow.global_function(type="train")(job)
+    return sgd_known_state.train_job("stress", name, asynchronous)
 
 
 def reader_job(name):
@@ -50,9 +42,7 @@ def own_variable_job(name):
 
 
 def check_state(values, jobs):
-    step = sum(int(values["System-Train-TrainStep-" + job.__name__][0]) for job in jobs)
-    np.testing.assert_array_equal(values["stress-a"], np.full(4, -0.5 * step, np.float32), err_msg="step %d" % step)
-    np.testing.assert_array_equal(values["stress-b"], np.full(4, -1.0 * step, np.float32), err_msg="step %d" % step)
+    step = sgd_known_state.check_state(values, "stress", jobs)
     if "stress-c" in values:  # a snapshot may precede the first compile of `own`
         np.testing.assert_array_equal(values["stress-c"], np.full(4, 3.0, np.float32))
     return step
