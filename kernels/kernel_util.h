@@ -37,6 +37,11 @@ template <typename T>
 inline bool NanBeats(T v, T best) {
   return v > best || (v != v && best == best);
 }
+// Whether `x` is the maximum `y` a max chose (equal, or both NaN): where its gradient goes.
+template <typename T>
+inline bool NanSame(T x, T y) {
+  return x == y || (x != x && y != y);
+}
 // relu that keeps NaN (np.maximum(x, 0)); -0.0 stays -0.0.
 template <typename T>
 inline T NanRelu(T x) {

@@ -95,7 +95,7 @@ inline void PoolBackwardAt(const Window2d& g, const T* xp, T y, T dy, T* dxp, in
   if constexpr (kMax) {
     bool routed = false;
     ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) {
-      if (!routed && (xp[ih * g.w + iw] == y || (y != y && xp[ih * g.w + iw] != xp[ih * g.w + iw]))) {
+      if (!routed && NanSame(xp[ih * g.w + iw], y)) {
         dxp[ih * g.w + iw] += dy;
         routed = true;
       }

@@ -161,11 +161,8 @@ void RegisterReduceOps(OpRegistry& registry) {
         const T* dy = c.input(2).as<T>();
         T* dx = c.output(0).as<T>();
         RunLoop(loop, [&](int64_t oa, int64_t ob, int64_t, int64_t len, int64_t sa, int64_t sb) {
-          for (int64_t j = 0; j < len; ++j) {
-            // A NaN max came from the NaN entries: they receive dy.
-            T xv = x[oa + j * sa], yv = y[ob + j * sb];
-            dx[oa + j * sa] = (xv == yv || (xv != xv && yv != yv)) ? dy[ob + j * sb] : T(0);
-          }
+          // A NaN max came from the NaN entries: they receive dy.
+          for (int64_t j = 0; j < len; ++j) dx[oa + j * sa] = NanSame(x[oa + j * sa], y[ob + j * sb]) ? dy[ob + j * sb] : T(0);
         });
         return Status::Ok();
       });
