@@ -73,8 +73,6 @@ class OrderingPass : public Pass {
   std::string name() const override { return "ordering"; }
   Status Run(Graph& graph) override {
     AF_RETURN_IF_ERROR(SnapshotSinkReads(graph));
-    std::map<std::string, size_t> position;
-    for (size_t i = 0; i < graph.nodes().size(); ++i) position[graph.nodes()[i].name] = i;
     for (size_t m = 0; m < graph.nodes().size(); ++m) {
       if (graph.nodes()[m].mutable_inputs.empty()) continue;
       std::set<std::string> ancestors = Ancestors(graph, graph.nodes()[m].name);
