@@ -48,12 +48,6 @@ void Dispatcher::WaitIdle() {
   state_->cv.wait(lock, [&] { return state_->done >= target || state_->finished; });
 }
 
-void Dispatcher::BeginCall(int64_t limit) {
-  std::unique_lock<std::mutex> lock(state_->mu);
-  if (!on_dispatcher_thread()) state_->cv.wait(lock, [&] { return state_->pending_calls < limit || state_->stopping; });
-  ++state_->pending_calls;
-}
-
 bool Dispatcher::TryBeginCall(int64_t limit, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(state_->mu);
   if (!on_dispatcher_thread() &&

@@ -36,10 +36,9 @@ class Dispatcher {
   void Enqueue(Item item);
   // Blocks until every item enqueued so far has run (returns at once on the dispatcher thread).
   void WaitIdle();
-  // Counts calls between BeginCall (caller) and EndCall (after its callback ran); BeginCall
-  // blocks while `limit` calls are pending, unless called from the dispatcher thread.
-  void BeginCall(int64_t limit);
-  // BeginCall giving up after `timeout` (false then, nothing counted), so a caller can check
+  // Counts calls between TryBeginCall (caller) and EndCall (after its callback ran);
+  // TryBeginCall waits while `limit` calls are pending, unless called from the dispatcher
+  // thread, and gives up after `timeout` (false then, nothing counted), so a caller can check
   // for signals between tries.
   bool TryBeginCall(int64_t limit, std::chrono::milliseconds timeout);
   void EndCall();

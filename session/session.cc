@@ -138,10 +138,6 @@ CompiledJob::~CompiledJob() {
   session_->ordered_jobs.erase(this);
 }
 
-bool CompiledJob::ConflictsWith(const CompiledJob& other) const {
-  return SessionState::Conflict(reads_, writes_, other.reads_, other.writes_);
-}
-
 Status CompiledJob::CheckInputs(const std::vector<TensorView>& inputs) const {
   if (inputs.size() != input_descs_.size())
     return InvalidArgument("job '" + name() + "' takes " + std::to_string(input_descs_.size()) + " inputs, got " +

@@ -67,8 +67,6 @@ class CompiledJob {
   // Variables the plan reads without writing them, and variables it writes (in place).
   const std::set<std::string>& reads() const { return reads_; }
   const std::set<std::string>& writes() const { return writes_; }
-  // True when this job and `other` may not have iterations in flight at the same time.
-  bool ConflictsWith(const CompiledJob& other) const;
 
   // One iteration (see Runtime::Push); first waits for the jobs it conflicts with. `inputs`
   // must match input_descs exactly (InvalidArgument naming the input otherwise); `outputs`
