@@ -136,4 +136,32 @@ StatusOr<KernelFn> MakeCpuKernel(const std::string& type, const KernelInit& init
   return MakeKernel(type, cpu);
 }
 
+StatusOr<std::vector<SbpSignature>> CandidateSbpSignatures(const OpDef& def, const SbpContext& context) {
+  const size_t num_inputs = context.inputs.size(), num_outputs = context.outputs.size();
+  if (!def.sbp) {
+    SbpSignature whole;
+    whole.inputs.assign(num_inputs, Sbp::Broadcast());
+    whole.outputs.assign(num_outputs, Sbp::Broadcast());
+    return std::vector<SbpSignature>{whole};
+  }
+  AF_ASSIGN_OR_RETURN(std::vector<SbpSignature> signatures, def.sbp(context));
+  for (const SbpSignature& s : signatures) {
+    if (s.inputs.size() != num_inputs || s.outputs.size() != num_outputs || s.repeat_last_input ||
+        !s.condition.empty())
+      return Internal("op type '" + def.type + "': SBP function gave '" + s.ToString() + "' for " +
+                      std::to_string(num_inputs) + " inputs and " + std::to_string(num_outputs) +
+                      " outputs (a concrete signature lists each one, without condition)");
+    for (const std::vector<Sbp>* list : {&s.inputs, &s.outputs})
+      for (const Sbp& sbp : *list)
+        if (sbp.kind == SbpKind::kSplit && sbp.axis == Sbp::kEachAxis)
+          return Internal("op type '" + def.type + "': SBP function gave '" + s.ToString() + "' with an unresolved axis");
+  }
+  return signatures;
+}
+
+StatusOr<Attrs> PhysicalAttrs(const OpDef& def, const PhysicalContext& context) {
+  if (!def.physical_attrs) return context.attrs;
+  return def.physical_attrs(context);
+}
+
 }  // namespace actorflow

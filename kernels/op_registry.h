@@ -16,6 +16,7 @@
 #include "actors/kernel.h"
 #include "actors/status.h"
 #include "actors/tensor.h"
+#include "kernels/sbp.h"
 
 namespace actorflow {
 
@@ -98,6 +99,24 @@ class GradBuilder {
   StatusOr<std::string> AddOp1(const std::string& type, const std::vector<std::string>& inputs, const Attrs& attrs = {});
 };
 
+// What an op's SBP function sees: the logical descriptions of its inputs and outputs (after
+// inference), its attributes, and how many devices the op runs on (> 1).
+struct SbpContext {
+  std::vector<TensorDesc> inputs;
+  std::vector<TensorDesc> outputs;
+  Attrs attrs;
+  int64_t parts = 2;
+};
+
+// What an op's physical-attributes hook sees: one device's share of a logical op.
+struct PhysicalContext {
+  std::vector<TensorDesc> logical_inputs, logical_outputs;
+  std::vector<TensorDesc> physical_inputs, physical_outputs;  // PhysicalShape of each under `signature`
+  Attrs attrs;                                                // the logical op's
+  SbpSignature signature;                                     // concrete (no kEachAxis)
+  int64_t parts = 1, index = 0;
+};
+
 struct OpDef {
   std::string type;
   std::vector<std::string> input_names;
@@ -110,6 +129,15 @@ struct OpDef {
   std::function<Status(GradBuilder&)> grad;  // empty: not differentiable
   // SBP signatures, declared now, used by the parallelism pass later; e.g. "S(0),B->S(0)".
   std::vector<std::string> sbp_signatures;
+  // The concrete signatures this op supports for one logical instance, best first: every axis
+  // explicit (no kEachAxis, no condition), one Sbp per actual input and output. Running the
+  // op's kernel on each device's physical inputs (PhysicalShape) under any of them must give
+  // the physical outputs of the single-device result laid out as the signature says. Empty
+  // function: the op runs whole on one device (CandidateSbpSignatures falls back).
+  std::function<StatusOr<std::vector<SbpSignature>>(const SbpContext&)> sbp;
+  // Attributes of one device's share, for ops whose attributes name logical sizes (a reshape's
+  // target shape, a constant's shape, a mean's element count). Empty: the logical attributes.
+  std::function<StatusOr<Attrs>(const PhysicalContext&)> physical_attrs;
   std::string doc;  // one line: what it computes, with shape letters
 };
 
@@ -127,6 +155,12 @@ class OpRegistry {
  private:
   std::map<std::string, OpDef> defs_;
 };
+
+// The concrete signatures of `def` for one instance (OpDef::sbp), checked for arity and
+// explicit axes; an op without an SBP function gets the single all-broadcast signature.
+StatusOr<std::vector<SbpSignature>> CandidateSbpSignatures(const OpDef& def, const SbpContext& context);
+// The attributes of device `index`'s share (OpDef::physical_attrs, or the logical ones).
+StatusOr<Attrs> PhysicalAttrs(const OpDef& def, const PhysicalContext& context);
 
 // Fills OpRegistry::Global() with every op family once.
 void RegisterAllOps();
