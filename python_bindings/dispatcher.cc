@@ -1,108 +1,174 @@
 #include "python_bindings/dispatcher.h"
 
 #include <pybind11/pybind11.h>
+#include <unistd.h>
+
+#include <utility>
 
 namespace py = pybind11;
 
 namespace actorflow {
 namespace python {
+namespace {
 
-Dispatcher::Dispatcher() : state_(std::make_shared<State>()) {}
+// The process's callback thread and the queue it serves. Never destroyed (leaked on purpose):
+// a detached thread may still touch it at interpreter exit, and after fork() the child starts
+// a fresh one while the parent's may be locked by a thread that does not exist in the child.
+struct Shared {
+  std::mutex mu;
+  std::condition_variable cv;
+  struct Entry {
+    std::shared_ptr<void> job;  // Dispatcher::JobState, kept alive until its item ran
+    int64_t* done;              // &JobState::done
+    Dispatcher::Item item;
+  };
+  std::deque<Entry> queue;
+  int holders = 0;        // jobs that enqueued since they started and have not stopped
+  bool running = false;   // the current thread serves the queue
+  uint64_t generation = 0;  // of the current thread; a retired thread exits at its next check
+  std::thread thread;     // the current thread, until joined by the last Stop or detached
+  std::atomic<std::thread::id> thread_id{};
+  pid_t pid = getpid();
+};
 
-Dispatcher::~Dispatcher() {
-  Stop();
-  if (!thread_.joinable()) return;
-  if (on_dispatcher_thread()) thread_.detach();  // destroyed by one of its items: it ends on its own
-  else thread_.join();
+std::atomic<Shared*> shared_instance{nullptr};
+std::mutex shared_create_mu;
+
+// The callback state of this process (a fresh one in a child of fork()).
+Shared& TheShared() {
+  Shared* s = shared_instance.load(std::memory_order_acquire);
+  if (s != nullptr && s->pid == getpid()) return *s;
+  std::lock_guard<std::mutex> lock(shared_create_mu);
+  s = shared_instance.load(std::memory_order_acquire);
+  if (s == nullptr || s->pid != getpid()) {
+    s = new Shared();  // leaked: see Shared
+    shared_instance.store(s, std::memory_order_release);
+  }
+  return *s;
 }
 
-// A job that never delivers a callback never gets a thread: sync-only jobs cost no OS thread.
-void Dispatcher::StartLocked() {
-  if (started_) return;
-  started_ = true;
-  thread_ = std::thread(&Dispatcher::Loop, state_);
-  thread_id_.store(thread_.get_id());
+void Loop(Shared* s, uint64_t generation) {
+  std::unique_lock<std::mutex> lock(s->mu);
+  for (;;) {
+    s->cv.wait(lock, [&] { return !s->queue.empty() || s->holders == 0 || s->generation != generation; });
+    if (s->generation != generation) return;  // retired by the last Stop, which joins us
+    if (s->queue.empty()) {  // no job holds the thread and nothing is left
+      s->running = false;
+      s->thread_id.store(std::thread::id());
+      s->cv.notify_all();
+      return;
+    }
+    Shared::Entry entry = std::move(s->queue.front());
+    s->queue.pop_front();
+    lock.unlock();
+    // Python may already be finalizing if the owner forgot to Stop() at exit; never touch the
+    // interpreter then (the items leak, which is the lesser evil at exit).
+    if (Py_IsInitialized() && !_Py_IsFinalizing()) {
+      py::gil_scoped_acquire gil;
+      if (entry.item.run) entry.item.run();
+      if (entry.item.drop) entry.item.drop();
+      entry.item = Dispatcher::Item();
+    } else {
+      new Dispatcher::Item(std::move(entry.item));  // deliberately leaked
+    }
+    lock.lock();
+    ++*entry.done;
+    entry.job.reset();
+    s->cv.notify_all();
+  }
+}
+
+}  // namespace
+
+Dispatcher::Dispatcher() : job_(std::make_shared<JobState>()) {}
+
+Dispatcher::~Dispatcher() { Stop(); }
+
+bool Dispatcher::on_callback_thread() {
+  return TheShared().thread_id.load() == std::this_thread::get_id();
 }
 
 void Dispatcher::AbandonAfterFork() {
-  new std::shared_ptr<State>(std::move(state_));  // its mutex may be held by a thread of the parent
-  new std::thread(std::move(thread_));             // not joinable here; never destroyed
-  state_ = std::make_shared<State>();
-  thread_ = std::thread();
-  thread_id_.store(std::thread::id());
-  started_ = false;
+  // TheShared() is already a fresh state in the child; this job's counters may describe items
+  // that stayed in the parent.
+  job_ = std::make_shared<JobState>();
 }
 
 void Dispatcher::Enqueue(Item item) {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  StartLocked();  // also after Stop: what is queued still runs (and releases its objects)
-  state_->queue.push_back(std::move(item));
-  ++state_->enqueued;
-  state_->cv.notify_all();
+  Shared& s = TheShared();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!job_->holds_thread) {
+    job_->holds_thread = true;
+    ++s.holders;
+  }
+  if (!s.running) {
+    // A previous thread that ended (no holders) was joined or detached by the Stop that let it
+    // go; one that was detached may still be finishing its last instructions.
+    if (s.thread.joinable()) s.thread.detach();
+    s.running = true;
+    s.thread = std::thread(Loop, &s, ++s.generation);
+    s.thread_id.store(s.thread.get_id());
+  }
+  s.queue.push_back(Shared::Entry{job_, &job_->done, std::move(item)});
+  ++job_->enqueued;
+  s.cv.notify_all();
 }
 
 void Dispatcher::WaitIdle() {
-  if (on_dispatcher_thread()) return;
-  std::unique_lock<std::mutex> lock(state_->mu);
-  int64_t target = state_->enqueued;
-  state_->cv.wait(lock, [&] { return state_->done >= target || state_->finished; });
+  if (on_callback_thread()) return;
+  Shared& s = TheShared();
+  std::unique_lock<std::mutex> lock(s.mu);
+  const int64_t target = job_->enqueued;
+  std::shared_ptr<JobState> job = job_;
+  s.cv.wait(lock, [&] { return job->done >= target || !s.running; });
 }
 
 bool Dispatcher::TryBeginCall(int64_t limit, std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(state_->mu);
-  if (!on_dispatcher_thread() &&
-      !state_->cv.wait_for(lock, timeout, [&] { return state_->pending_calls < limit || state_->stopping; }))
+  Shared& s = TheShared();
+  std::unique_lock<std::mutex> lock(s.mu);
+  std::shared_ptr<JobState> job = job_;
+  if (!on_callback_thread() &&
+      !s.cv.wait_for(lock, timeout, [&] { return job->pending_calls < limit || job->stopping; }))
     return false;
-  ++state_->pending_calls;
+  ++job->pending_calls;
   return true;
 }
 
 void Dispatcher::EndCall() {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  --state_->pending_calls;
-  state_->cv.notify_all();
+  Shared& s = TheShared();
+  std::lock_guard<std::mutex> lock(s.mu);
+  --job_->pending_calls;
+  s.cv.notify_all();
 }
 
 void Dispatcher::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    if (state_->stopping) return;
-    state_->stopping = true;
-    state_->cv.notify_all();
-    if (!started_) return;
+  Shared& s = TheShared();
+  const bool on_thread = on_callback_thread();
+  std::unique_lock<std::mutex> lock(s.mu);
+  std::shared_ptr<JobState> job = job_;
+  job->stopping = true;
+  s.cv.notify_all();
+  if (!job->holds_thread) return;
+  if (on_thread) {
+    // A callback stopping its own (or any) job: this job's queued items run after the item
+    // running now; the thread ends by itself once no job holds it and the queue is empty.
+    job->holds_thread = false;
+    if (--s.holders == 0 && s.thread.joinable()) s.thread.detach();
+    s.cv.notify_all();
+    return;
   }
-  // started_ is set once, and thread_ only with it: no lock needed from here on.
-  if (thread_.joinable() && !on_dispatcher_thread()) thread_.join();
-}
-
-void Dispatcher::Loop(std::shared_ptr<State> state) {
-  for (;;) {
-    Item item;
-    {
-      std::unique_lock<std::mutex> lock(state->mu);
-      state->cv.wait(lock, [&] { return !state->queue.empty() || state->stopping; });
-      if (state->queue.empty()) {  // stopping and nothing left
-        state->finished = true;
-        state->cv.notify_all();
-        return;
-      }
-      item = std::move(state->queue.front());
-      state->queue.pop_front();
-    }
-    // Python may already be finalizing if the owner forgot to Stop() us at exit; never touch
-    // the interpreter then (the items leak, which is the lesser evil at exit).
-    if (Py_IsInitialized() && !_Py_IsFinalizing()) {
-      py::gil_scoped_acquire gil;
-      if (item.run) item.run();
-      if (item.drop) item.drop();
-      item = Item();
-    } else {
-      new Item(std::move(item));  // deliberately leaked: its Python objects cannot be released now
-    }
-    std::lock_guard<std::mutex> lock(state->mu);
-    ++state->done;
-    state->cv.notify_all();
-  }
+  s.cv.wait(lock, [&] { return job->done >= job->enqueued || !s.running; });
+  job->holds_thread = false;
+  if (--s.holders > 0 || !s.running) return;
+  // The last holder: every job's items have run, so the queue is empty. Retire the thread
+  // under the lock (a job that enqueues from now on starts a fresh one) and join it.
+  ++s.generation;
+  s.running = false;
+  s.thread_id.store(std::thread::id());
+  std::thread thread = std::move(s.thread);
+  s.cv.notify_all();
+  lock.unlock();
+  if (thread.joinable()) thread.join();
 }
 
 }  // namespace python

@@ -1,11 +1,16 @@
-// Dispatcher: the one thread per compiled job (started by the job's first callback; jobs
-// without callbacks have none) that runs Python callbacks (push completions,
-// watch handlers) holding the GIL, in the order the runtime produced them. Actor threads only
-// enqueue (never touch Python objects, never wait for the GIL), so a slow or blocked Python
-// thread never stalls the actors; memory stays bounded because callers of push wait while
-// too many calls are pending (WaitPending).
+// Dispatcher: a compiled job's queue of Python callbacks (push completions, watch handlers),
+// run holding the GIL in the order the runtime produced them. Every job's queue is served by
+// ONE callback thread per process, started by the first callback of any job and ended when the
+// last job that used it stops: the number of OS threads does not grow with compiled jobs, with
+// or without callbacks. Items of one job run in order; items of different jobs run in the
+// order they were enqueued (one GIL: running them on more threads would not run them faster).
+// Actor threads only enqueue (never touch Python objects, never wait for the GIL), so a slow
+// or blocked Python thread never stalls the actors; memory stays bounded because callers of
+// push wait while too many of their job's calls are pending (TryBeginCall).
+// On the callback thread (inside a callback), WaitIdle returns at once: a synchronous call made
+// from a callback returns before its own watch handlers run (they run after the callback).
 //
-// Thread-safety: Enqueue from any thread; Stop/WaitIdle/WaitPending without holding the GIL.
+// Thread-safety: Enqueue from any thread; Stop/WaitIdle/TryBeginCall without holding the GIL.
 #pragma once
 
 #include <atomic>
@@ -33,40 +38,33 @@ class Dispatcher {
   Dispatcher();
   ~Dispatcher();  // Stop()
 
+  // Also after Stop: what is enqueued still runs (and releases its objects).
   void Enqueue(Item item);
-  // Blocks until every item enqueued so far has run (returns at once on the dispatcher thread).
+  // Blocks until every item of this job enqueued so far has run (returns at once on the
+  // callback thread).
   void WaitIdle();
-  // Counts calls between TryBeginCall (caller) and EndCall (after its callback ran);
-  // TryBeginCall waits while `limit` calls are pending, unless called from the dispatcher
-  // thread, and gives up after `timeout` (false then, nothing counted), so a caller can check
-  // for signals between tries.
+  // Counts this job's calls between TryBeginCall (caller) and EndCall (after its callback ran);
+  // TryBeginCall waits while `limit` calls are pending, unless called from the callback thread,
+  // and gives up after `timeout` (false then, nothing counted), so a caller can check for
+  // signals between tries.
   bool TryBeginCall(int64_t limit, std::chrono::milliseconds timeout);
   void EndCall();
-  // Runs what is queued, then ends the thread. Idempotent. Must not hold the GIL. Called on
-  // the dispatcher thread itself (a callback clearing the session), it returns at once and the
-  // thread ends after the item running now and what is queued.
+  // Runs what this job has queued, then releases its hold on the callback thread (the thread
+  // ends when no job holds it; Stop of the last one joins it). Idempotent. Must not hold the
+  // GIL. Called on the callback thread itself (a callback clearing the session), it returns at
+  // once; the job's queued items still run.
   void Stop();
-  bool on_dispatcher_thread() const { return std::this_thread::get_id() == thread_id_.load(); }
-  // After fork() the thread does not exist in the child: never join it or touch its state
-  // (it may be locked). Call in the child only; the old state is leaked.
+  static bool on_callback_thread();
+  // After fork() the callback thread does not exist in the child: its state (maybe locked) is
+  // left behind and the child starts afresh on first use. Call in the child only.
   void AbandonAfterFork();
 
  private:
-  // Shared with the thread, which may outlive the Dispatcher (destroyed from one of its own
-  // items: the thread is detached then and finishes on this state alone).
-  struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<Item> queue;
+  struct JobState {  // guarded by the shared mutex
     int64_t enqueued = 0, done = 0, pending_calls = 0;
-    bool stopping = false, finished = false;
+    bool holds_thread = false, stopping = false;
   };
-  static void Loop(std::shared_ptr<State> state);
-  void StartLocked();  // state_->mu held
-  std::shared_ptr<State> state_;
-  std::thread thread_;               // set once, with started_
-  bool started_ = false;             // guarded by state_->mu
-  std::atomic<std::thread::id> thread_id_{};
+  std::shared_ptr<JobState> job_;
 };
 
 }  // namespace python
