@@ -71,7 +71,8 @@ class DelayedWorkers {
         cv_.wait(lock);
         continue;
       }
-      if (cv_.wait_until(lock, queue_.front().due) != std::cv_status::timeout && !stopping_) continue;
+      const auto due = queue_.front().due;  // a copy: the front may go while we wait
+      if (cv_.wait_until(lock, due) != std::cv_status::timeout && !stopping_) continue;
       if (stopping_) break;
       if (queue_.empty() || queue_.front().due > std::chrono::steady_clock::now()) continue;
       Item item = std::move(queue_.front());
@@ -378,6 +379,7 @@ TEST(AsyncAct, CompletionNeverCalledIsNamedAtShutdownAndRefusedAfter) {
     KernelCompletion kept;
     float* kept_output = nullptr;
     std::mutex mu;
+    std::condition_variable launched;
     Status status;
     {
       PipelineOptions options;
@@ -388,6 +390,7 @@ TEST(AsyncAct, CompletionNeverCalledIsNamedAtShutdownAndRefusedAfter) {
         std::lock_guard<std::mutex> lock(mu);
         kept = done;  // held, never called while the runtime lives
         kept_output = s.outputs[0].as<float>();
+        launched.notify_all();
         return Status::Ok();
       });
       p.SetOutputs({a});
@@ -395,6 +398,12 @@ TEST(AsyncAct, CompletionNeverCalledIsNamedAtShutdownAndRefusedAfter) {
       float in = 1, out = -1;
       Status result;
       ASSERT_TRUE(p.Push({View(&in)}, {View(&out)}, [&](int64_t, const Status& s) { result = s; }).ok());
+      {
+        // The act must be launched before the shutdown starts (a slow sanitizer build could
+        // otherwise time out before the kernel ran, and there would be nothing outstanding).
+        std::unique_lock<std::mutex> lock(mu);
+        ASSERT_TRUE(launched.wait_for(lock, std::chrono::seconds(20), [&] { return kept_output != nullptr; }));
+      }
       status = p.Shutdown();
       EXPECT_FALSE(result.ok()) << "the abandoned iteration's caller must hear of it";
     }

@@ -489,7 +489,10 @@ Status Runtime::Impl::Shutdown() {
     });
     lock.unlock();
     if (!all)
-      for (auto& actor : actors_) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+      for (size_t i = 0; i < actors_.size(); ++i) {  // ahead of what is queued, as an exit would be
+        HappensBeforeSend(states_[i].get());
+        caf::anon_send<caf::message_priority::high>(actors_[i], abandon_atom::value);
+      }
   }
   {
     // The scheduler outlives this runtime: wait until every actor has terminated (its last

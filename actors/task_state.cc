@@ -483,6 +483,15 @@ void TaskState::TryFinish(caf::event_based_actor* self) {
   self->quit();
 }
 
+// Quitting from our own handler (not by an exit message) keeps the end of the actor, which
+// destroys its behaviour, ordered after its handlers for TSan like every other handler.
+void TaskState::OnAbandon(caf::event_based_actor* self) {
+  if (finished_) return;
+  finished_ = true;
+  waiting_ = false;
+  self->quit();
+}
+
 namespace {
 
 thread_local bool in_actor_handler = false;
@@ -546,6 +555,11 @@ caf::behavior TaskActor(caf::event_based_actor* self, TaskState* state) {
         HandlerScope scope(state);
         auto [k, l] = MessageArgs(slot, launch);
         state->OnComplete(self, k, l);
+      },
+      [=](abandon_atom) {
+        HappensAfterReceive(&behaviors_published);
+        HandlerScope scope(state);
+        state->OnAbandon(self);
       },
       [=](eos_atom, const int& in_edge) {
         HappensAfterReceive(&behaviors_published);

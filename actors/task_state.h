@@ -27,6 +27,7 @@ using fill_atom = caf::atom_constant<caf::atom("fill")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using eos_atom = caf::atom_constant<caf::atom("eos")>;
 using complete_atom = caf::atom_constant<caf::atom("complete")>;
+using abandon_atom = caf::atom_constant<caf::atom("abandon")>;
 
 // True while this thread runs an actor's handler: kernels, sink handlers and completions all
 // run inside one, and the runtime's blocking calls (Push, Run, Drain) must not wait there.
@@ -238,6 +239,8 @@ class TaskState {
   void OnEndOfStream(caf::event_based_actor* self, int in_edge);          // -1: from the host
   // An asynchronous act's completion (KernelCompletion::Complete) for launch slot `slot`.
   void OnComplete(caf::event_based_actor* self, int slot, int64_t launch);
+  // A forced shutdown: end now, whatever is outstanding (its iterations were abandoned).
+  void OnAbandon(caf::event_based_actor* self);
 
  private:
   bool inputs_ready() const;
