@@ -83,11 +83,15 @@ class AllocatorRegistry {
 };
 
 // One end of a copy: the memory case and the allocator of that memory (null for the caller's
-// host buffers).
+// host buffers). Whether the CPU can reach it is asked once, here, not per copy.
 struct MemoryPlace {
+  MemoryPlace() = default;
+  MemoryPlace(MemoryCase memory_case, RegisterAllocator* allocator)
+      : memory_case(memory_case), allocator(allocator), cpu_accessible(allocator == nullptr || allocator->host_accessible()) {}
   MemoryCase memory_case;
   RegisterAllocator* allocator = nullptr;
-  bool host_accessible() const { return allocator == nullptr || allocator->host_accessible(); }
+  bool cpu_accessible = true;
+  bool host_accessible() const { return cpu_accessible; }
 };
 const MemoryPlace& HostPlace();  // the caller's host memory
 

@@ -165,7 +165,7 @@ void TaskState::TryAct(caf::event_based_actor* self) {
     while (inputs_ready() && outputs_free() && launch_count_ < launch_capacity()) {
       Launch(self);
       acted = true;
-      RetireCompletedLaunches(self);  // a launch that completed in its call, if it is the oldest
+      RetireCompletedLaunches(self, last_act_end_);  // a launch that completed in its call, if the oldest
     }
   } else {
     while (inputs_ready() && outputs_free()) {
@@ -277,7 +277,7 @@ void TaskState::Act(caf::event_based_actor* self) {
   }
   if (trace) RecordAct(iteration, start, actionable);
   next_iteration_ = iteration + 1;
-  FinishAct(self, iteration, failed, std::move(status), chosen_registers_.data());
+  FinishAct(self, iteration, failed, std::move(status), chosen_registers_.data(), last_act_end_);
 }
 
 // One asynchronous act: as Act, but the kernel launches work and the act finishes when its
@@ -289,7 +289,7 @@ void TaskState::Launch(caf::event_based_actor* self) {
   const int position = (launch_head_ + launch_count_) % launch_capacity();
   LaunchRecord& record = launches_[position];
   bool failed;
-  record.iteration = TakeInputsAndOutputs(&failed, &launch_registers_[position * outputs_.size()]);
+  record.iteration = TakeInputsAndOutputs(&failed, launch_registers_.data() + position * outputs_.size());
   record.failed = failed;
   record.done = failed;  // a failed input: nothing to launch
   record.status = Status::Ok();
@@ -321,11 +321,11 @@ void TaskState::Launch(caf::event_based_actor* self) {
   next_iteration_ = record.iteration + 1;
 }
 
-void TaskState::RetireCompletedLaunches(caf::event_based_actor* self) {
+void TaskState::RetireCompletedLaunches(caf::event_based_actor* self, int64_t sent) {
   while (launch_count_ > 0 && launches_[launch_head_].done) {
     LaunchRecord& record = launches_[launch_head_];
     FinishAct(self, record.iteration, record.failed, std::move(record.status),
-              &launch_registers_[launch_head_ * outputs_.size()]);
+              launch_registers_.data() + launch_head_ * outputs_.size(), sent);
     record.status = Status::Ok();
     launch_head_ = (launch_head_ + 1) % launch_capacity();
     --launch_count_;
@@ -345,21 +345,21 @@ void TaskState::OnComplete(caf::event_based_actor* self, int slot_index, int64_t
   AF_CHECK(!record.done) << "second completion of one act of '" << task_.name() << "'";
   if (record.status.ok()) record.status = std::move(status);  // a failed launch keeps its own error
   record.done = true;
-  RetireCompletedLaunches(self);
+  RetireCompletedLaunches(self, tracing() ? trace_clock::Now() : last_act_end_);
   TryAct(self);  // a launch slot is free again
   TryFinish(self);
 }
 
 void TaskState::FinishAct(caf::event_based_actor* self, int64_t iteration, bool failed, Status status,
-                          const int* registers) {
+                          const int* registers, int64_t sent) {
   if (!status.ok()) {
     failed = true;
     core_->RecordError(iteration, status.WithContext(where_ + ", iteration " + std::to_string(iteration)));
   }
-  Emit(self, registers, iteration, failed);
+  Emit(self, registers, iteration, failed, sent);
   for (InputSlots& in : in_edges_) {
     const int reg = in.front().register_index;
-    Send(self, in.producer, in.producer_slots->channel(reg), ack_atom::value, in.producer_output, reg, last_act_end_);
+    Send(self, in.producer, in.producer_slots->channel(reg), ack_atom::value, in.producer_output, reg, sent);
     in.pop();
   }
   if (policies_.act == ActPolicy::kDeliver) core_->SinkDelivered(iteration);
@@ -393,7 +393,7 @@ void TaskState::ReturnRegister(OutputSlots& out, int reg) {
     out.free_registers.push_back(reg);
 }
 
-void TaskState::Emit(caf::event_based_actor* self, const int* regs, int64_t iteration, bool failed) {
+void TaskState::Emit(caf::event_based_actor* self, const int* regs, int64_t iteration, bool failed, int64_t sent) {
   for (size_t o = 0; o < outputs_.size(); ++o) {
     OutputSlots& out = outputs_[o];
     int reg = regs[o];
@@ -403,7 +403,7 @@ void TaskState::Emit(caf::event_based_actor* self, const int* regs, int64_t iter
     }
     out.pending_acks[reg] = static_cast<int>(out.consumers.size());
     for (const OutputSlots::Consumer& c : out.consumers) {
-      Send(self, c.actor, out.channel(reg), ready_atom::value, c.in_edge, reg, iteration, failed, last_act_end_);
+      Send(self, c.actor, out.channel(reg), ready_atom::value, c.in_edge, reg, iteration, failed, sent);
     }
   }
 }
@@ -437,7 +437,7 @@ void TaskState::OnFill(caf::event_based_actor* self, int reg, int64_t iteration,
   for (const TickTarget& t : tick_targets_)
     Send(self, t.actor, t.state->tick_channel(), tick_atom::value, iteration, last_act_end_);
   chosen_registers_[0] = reg;  // a source has exactly one output
-  Emit(self, chosen_registers_.data(), iteration, false);
+  Emit(self, chosen_registers_.data(), iteration, false, last_act_end_);
   NoteIdle(true);
 }
 

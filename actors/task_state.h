@@ -129,7 +129,11 @@ struct InputSlots {
 
   bool ready() const { return size > taken; }
   const Ready& front() const { return ring[head]; }
-  const Ready& next() const { return ring[(head + taken) % ring.size()]; }
+  const Ready& next() const {
+    int i = head + taken;  // no division on the hot path: both are below the capacity
+    if (i >= static_cast<int>(ring.size())) i -= static_cast<int>(ring.size());
+    return ring[i];
+  }
   // The producer never has more registers in flight than it owns (its acks gate reuse).
   void push(const Ready& r) {
     AF_CHECK_LT(size, static_cast<int>(ring.size())) << "more ready registers than the producer owns";
@@ -255,10 +259,12 @@ class TaskState {
   Status RunKernel(KernelContext& ctx);
   Status Deliver(int64_t iteration);
   // The end of every act: its error recorded, outputs announced, inputs acked (oldest first).
-  void FinishAct(caf::event_based_actor* self, int64_t iteration, bool failed, Status status, const int* registers);
-  void RetireCompletedLaunches(caf::event_based_actor* self);
+  // `sent`: the trace stamp the messages carry (the act's end; a completion's arrival).
+  void FinishAct(caf::event_based_actor* self, int64_t iteration, bool failed, Status status, const int* registers,
+                 int64_t sent);
+  void RetireCompletedLaunches(caf::event_based_actor* self, int64_t sent);
   void ReturnRegister(OutputSlots& out, int reg);
-  void Emit(caf::event_based_actor* self, const int* regs, int64_t iteration, bool failed);
+  void Emit(caf::event_based_actor* self, const int* regs, int64_t iteration, bool failed, int64_t sent);
   void TryFinish(caf::event_based_actor* self);
   void NoteIdle(bool just_acted);
   void RecordAct(int64_t iteration, int64_t start, int64_t actionable);
