@@ -488,11 +488,17 @@ Status Runtime::Impl::Shutdown() {
       return finished_actors_ == static_cast<int>(states_.size());
     });
     lock.unlock();
-    if (!all)
+    if (!all) {
       for (size_t i = 0; i < actors_.size(); ++i) {  // ahead of what is queued, as an exit would be
         HappensBeforeSend(states_[i].get());
         caf::anon_send<caf::message_priority::high>(actors_[i], abandon_atom::value);
       }
+      // Every actor reports its end under mu_ (OnAbandon too): what they did, the references
+      // their messages took included, is ordered before we drop the handles below. A kernel
+      // still running delays this until it returns, as the wait for termination would.
+      lock.lock();
+      finished_cv_.wait(lock, [&] { return finished_actors_ == static_cast<int>(states_.size()); });
+    }
   }
   {
     // The scheduler outlives this runtime: wait until every actor has terminated (its last

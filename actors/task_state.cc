@@ -489,6 +489,7 @@ void TaskState::OnAbandon(caf::event_based_actor* self) {
   if (finished_) return;
   finished_ = true;
   waiting_ = false;
+  core_->ActorFinished();
   self->quit();
 }
 
