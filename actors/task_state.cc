@@ -181,7 +181,6 @@ int64_t TaskState::TakeInputsAndOutputs(bool* failed, int* registers) {
   *failed = false;
   switch (policies_.input) {
     case InputPolicy::kRegisterRing:
-      iteration = in_edges_[0].next().iteration;
       for (size_t i = 0; i < data_inputs_.size(); ++i) {
         const DataInput& d = data_inputs_[i];
         if (d.in_edge < 0) continue;  // a read-only variable: the view never changes
@@ -189,7 +188,9 @@ int64_t TaskState::TakeInputsAndOutputs(bool* failed, int* registers) {
         input_views_[i].data = in.producer_slots->blob(in.next().register_index, d.blob_index);
       }
       for (InputSlots& in : in_edges_) {
-        *failed = *failed || in.next().failed;
+        const InputSlots::Ready& ready = in.next();
+        iteration = ready.iteration;  // the same on every edge (each delivers in iteration order)
+        *failed = *failed || ready.failed;
         in.take();
       }
       break;
@@ -277,7 +278,7 @@ void TaskState::Act(caf::event_based_actor* self) {
   }
   if (trace) RecordAct(iteration, start, actionable);
   next_iteration_ = iteration + 1;
-  FinishAct(self, iteration, failed, std::move(status), chosen_registers_.data(), last_act_end_);
+  FinishAct(self, iteration, failed, status, chosen_registers_.data(), last_act_end_);
 }
 
 // One asynchronous act: as Act, but the kernel launches work and the act finishes when its
@@ -324,7 +325,7 @@ void TaskState::Launch(caf::event_based_actor* self) {
 void TaskState::RetireCompletedLaunches(caf::event_based_actor* self, int64_t sent) {
   while (launch_count_ > 0 && launches_[launch_head_].done) {
     LaunchRecord& record = launches_[launch_head_];
-    FinishAct(self, record.iteration, record.failed, std::move(record.status),
+    FinishAct(self, record.iteration, record.failed, record.status,
               launch_registers_.data() + launch_head_ * outputs_.size(), sent);
     record.status = Status::Ok();
     launch_head_ = (launch_head_ + 1) % launch_capacity();
@@ -350,7 +351,7 @@ void TaskState::OnComplete(caf::event_based_actor* self, int slot_index, int64_t
   TryFinish(self);
 }
 
-void TaskState::FinishAct(caf::event_based_actor* self, int64_t iteration, bool failed, Status status,
+void TaskState::FinishAct(caf::event_based_actor* self, int64_t iteration, bool failed, const Status& status,
                           const int* registers, int64_t sent) {
   if (!status.ok()) {
     failed = true;

@@ -260,8 +260,8 @@ class TaskState {
   Status Deliver(int64_t iteration);
   // The end of every act: its error recorded, outputs announced, inputs acked (oldest first).
   // `sent`: the trace stamp the messages carry (the act's end; a completion's arrival).
-  void FinishAct(caf::event_based_actor* self, int64_t iteration, bool failed, Status status, const int* registers,
-                 int64_t sent);
+  void FinishAct(caf::event_based_actor* self, int64_t iteration, bool failed, const Status& status,
+                 const int* registers, int64_t sent);
   void RetireCompletedLaunches(caf::event_based_actor* self, int64_t sent);
   void ReturnRegister(OutputSlots& out, int reg);
   void Emit(caf::event_based_actor* self, const int* regs, int64_t iteration, bool failed, int64_t sent);
