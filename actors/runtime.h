@@ -51,7 +51,9 @@ struct RuntimeOptions {
   // How long Shutdown (and the destructor) waits for in-flight iterations to drain and for
   // end-of-stream to end every actor. Past it Shutdown returns an error (a healthy runtime
   // never gets there): unfinished iterations are abandoned (their completions get the error),
-  // end of stream is sent anyway, and actors still running one more timeout later are killed.
+  // end of stream is sent anyway, and actors still running one more timeout later are stopped
+  // (each handles an abandon message ahead of its queued work, whatever it still holds, such
+  // as asynchronous acts whose completion never came; the error names those acts).
   std::chrono::milliseconds shutdown_timeout{30000};
   // Called (on the thread running Shutdown) when the shutdown timeout fired, with the error,
   // before the actors are killed. Shutdown still waits for a kernel that is running to return.
