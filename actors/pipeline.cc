@@ -13,6 +13,7 @@ namespace actorflow {
 struct Pipeline::Impl {
   plan::Plan plan;
   std::map<std::string, StageFn> stages;
+  std::map<std::string, AsyncStageFn> async_stages;
   std::vector<Port> outputs;
   std::unique_ptr<ChromeTraceRecorder> recorder;
   std::string trace_path;
@@ -67,12 +68,31 @@ Port Pipeline::AddInput(const std::string& name, TensorDesc desc, int register_n
 
 Port Pipeline::AddStage(const std::string& name, std::vector<Port> inputs, std::vector<TensorDesc> outputs, StageFn fn,
                         int register_num, const std::string& op) {
-  if (impl_->runtime) impl_->Fail(FailedPrecondition("AddStage('" + name + "') after Start"));
   if (!fn) impl_->Fail(InvalidArgument("AddStage('" + name + "'): the stage function is empty"));
+  Port port = AddStageTask("AddStage", name, std::move(inputs), std::move(outputs), register_num, op, false);
+  if (!impl_->stages.emplace(name, std::move(fn)).second || impl_->async_stages.count(name) > 0)
+    impl_->Fail(InvalidArgument("stage name '" + name + "' is used twice"));
+  return port;
+}
+
+Port Pipeline::AddAsyncStage(const std::string& name, std::vector<Port> inputs, std::vector<TensorDesc> outputs,
+                             AsyncStageFn fn, int register_num, const std::string& op) {
+  if (!fn) impl_->Fail(InvalidArgument("AddAsyncStage('" + name + "'): the stage function is empty"));
+  Port port = AddStageTask("AddAsyncStage", name, std::move(inputs), std::move(outputs), register_num, op, true);
+  if (!impl_->async_stages.emplace(name, std::move(fn)).second || impl_->stages.count(name) > 0)
+    impl_->Fail(InvalidArgument("stage name '" + name + "' is used twice"));
+  return port;
+}
+
+Port Pipeline::AddStageTask(const char* call, const std::string& name, std::vector<Port> inputs,
+                            std::vector<TensorDesc> outputs, int register_num, const std::string& op,
+                            bool asynchronous) {
+  const std::string where = std::string(call) + "('" + name + "')";
+  if (impl_->runtime) impl_->Fail(FailedPrecondition(where + " after Start"));
   if (register_num < 1)
-    impl_->Fail(InvalidArgument("AddStage('" + name + "'): register_num must be >= 1, got " + std::to_string(register_num)));
+    impl_->Fail(InvalidArgument(where + ": register_num must be >= 1, got " + std::to_string(register_num)));
   for (size_t k = 0; k < outputs.size(); ++k)
-    impl_->Fail(ValidateTensorDesc(outputs[k], "AddStage('" + name + "') output " + std::to_string(k)));
+    impl_->Fail(ValidateTensorDesc(outputs[k], where + " output " + std::to_string(k)));
   int node = impl_->plan.tasks_size();
   plan::Task* task = impl_->plan.add_tasks();
   task->set_id(node);
@@ -80,6 +100,7 @@ Port Pipeline::AddStage(const std::string& name, std::vector<Port> inputs, std::
   task->set_kind(plan::COMPUTE);
   task->set_op_type(op.empty() ? name : op);
   task->set_device_type("cpu");
+  task->set_asynchronous(asynchronous);
   for (const Port& in : inputs) {
     if (in.node < 0 || in.node >= node || in.output >= impl_->task(in.node).registers_size()) {
       impl_->Fail(InvalidArgument("stage '" + name + "': input refers to an unknown node or output"));
@@ -93,8 +114,6 @@ Port Pipeline::AddStage(const std::string& name, std::vector<Port> inputs, std::
   for (size_t k = 0; k < outputs.size(); ++k)
     *task->add_registers() = MakeRegister(name + "/out" + std::to_string(k), {outputs[k]}, register_num);
   if (outputs.empty()) *task->add_registers() = MakeRegister(name + "/done", {}, register_num);  // control only
-  if (!impl_->stages.emplace(name, std::move(fn)).second)
-    impl_->Fail(InvalidArgument("stage name '" + name + "' is used twice"));
   return Port{node, 0};
 }
 
@@ -148,6 +167,13 @@ Status Pipeline::Start(PipelineOptions options) {
   RuntimeHooks hooks;
   Impl* impl = impl_.get();
   hooks.make_kernel = [impl](const plan::Task& t) -> StatusOr<KernelFn> {
+    auto async = impl->async_stages.find(t.name());
+    if (async != impl->async_stages.end()) {
+      AsyncStageFn fn = async->second;
+      return KernelFn([fn](KernelContext& ctx) {
+        return fn(StageArgs{*ctx.inputs, *ctx.outputs, ctx.iteration}, ctx.TakeCompletion());
+      });
+    }
     auto it = impl->stages.find(t.name());
     if (it == impl->stages.end()) return NotFound("no stage function for '" + t.name() + "'");
     StageFn fn = it->second;

@@ -26,6 +26,10 @@ constexpr size_t kAlignment = 64;
 
 size_t AlignUp(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
+MemoryCase MemoryCaseOf(const plan::RegisterDesc& reg) {
+  return MemoryCase{static_cast<MemoryKind>(reg.memory_case().kind()), reg.memory_case().device_id()};
+}
+
 TensorDesc DescOf(const plan::BlobDesc& blob) {
   TensorDesc desc;
   desc.shape.assign(blob.shape().begin(), blob.shape().end());
@@ -125,7 +129,8 @@ class Runtime::Impl : public RuntimeCore {
   std::shared_ptr<ActorEnvironment> environment_;  // null once shut down
   std::vector<std::unique_ptr<TaskState>> states_;
   std::vector<caf::actor> actors_;
-  std::vector<void*> allocations_;
+  // Every register's memory; outstanding completions of asynchronous acts share it.
+  std::shared_ptr<RegisterMemory> register_memory_ = std::make_shared<RegisterMemory>();
   std::vector<int> sources_;  // task index by feed_index
   std::vector<int> roots_;    // non-source tasks without inputs: ticked by the first source (or the host)
   int num_sinks_ = 0;
@@ -152,11 +157,19 @@ Status Runtime::Impl::Instantiate() {
       return InvalidArgument("plan: duplicate task id " + std::to_string(plan_.tasks(i).id()));
   }
   int main_sinks = 0;
+  const AllocatorRegistry& allocators =
+      options_.allocators != nullptr ? *options_.allocators : AllocatorRegistry::Global();
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
     auto state = std::make_unique<TaskState>(task, i, this, options_.observer);
     for (const plan::RegisterDesc& reg : task.registers()) {
       OutputSlots out;
+      const MemoryCase memory_case = MemoryCaseOf(reg);
+      auto allocator = allocators.Find(memory_case);
+      if (!allocator.ok())
+        return InvalidArgument("plan: task '" + task.name() + "' register '" + reg.name() + "' lives in " +
+                               memory_case.ToString() + " memory, but " + allocator.status().message());
+      out.place = MemoryPlace{memory_case, allocator.value().get()};
       out.register_num = task.kind() == plan::VARIABLE ? 1 : std::max(1, reg.register_num());
       size_t bytes = 0;
       for (const plan::BlobDesc& blob : reg.blobs()) {
@@ -177,10 +190,10 @@ Status Runtime::Impl::Instantiate() {
           AF_ASSIGN_OR_RETURN(void* buffer, hooks_.variable_buffer(task));
           memory = static_cast<char*>(buffer);
         } else if (bytes > 0) {
-          memory = static_cast<char*>(std::aligned_alloc(kAlignment, bytes));
-          if (memory == nullptr) return Internal("out of memory allocating registers of '" + task.name() + "'");
-          std::memset(memory, 0, bytes);
-          allocations_.push_back(memory);
+          auto block = register_memory_->Allocate(allocator.value(), memory_case, bytes, kAlignment);
+          if (!block.ok())
+            return block.status().WithContext("allocating register " + std::to_string(r) + " of task '" + task.name() + "'");
+          memory = static_cast<char*>(block.value());
         }
         out.register_memory.push_back(memory);
         out.free_registers.push_back(out.register_num - 1 - r);
@@ -281,7 +294,7 @@ Status Runtime::Impl::Instantiate() {
     if (state.is_root() && task.kind() != plan::SOURCE && !IsReadOnlyVariable(task)) roots_.push_back(i);
   }
   for (int s : sources_) input_descs.push_back(states_[s]->outputs()[0].blob_descs[0]);
-  for (auto& state : states_) state->FinishSetup();
+  for (auto& state : states_) AF_RETURN_IF_ERROR(state->FinishSetup(register_memory_));
 
   if (!environment_) {
     EnvironmentOptions own;
@@ -298,7 +311,10 @@ Status Runtime::Impl::Instantiate() {
     for (auto& state : states_) state->set_trace_lane(options_.observer->LaneFor(state->task().id()));
     host_lane_ = options_.observer->LaneFor(RuntimeObserver::kHostLane);
   }
-  for (auto& state : states_) actors_.push_back(environment_->system().spawn(TaskActor, state.get()));
+  for (auto& state : states_) {
+    actors_.push_back(environment_->system().spawn(TaskActor, state.get()));
+    state->BindActor(actors_.back());  // for completions of asynchronous acts
+  }
   // Handles are set before any message flows; the spawn/enqueue of the first message orders
   // these writes before the actors read them.
   for (auto& state : states_) {
@@ -368,7 +384,11 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
   const int64_t act_start = trace ? trace_clock::Now() : 0;
   for (size_t k = 0; k < sources_.size(); ++k) {
     const OutputSlots& out = states_[sources_[k]]->outputs()[0];
-    std::memcpy(out.blob(regs[k], 0), inputs[k].data, inputs[k].byte_size());
+    // The caller's buffer is not the register: always a copy, into the register's memory case.
+    Status copied = CopyBytes(out.blob(regs[k], 0), out.place, inputs[k].data, HostPlace(), inputs[k].byte_size());
+    if (!copied.ok())  // fails this iteration only; the register still travels so it completes
+      RecordError(iteration, copied.WithContext("copying input " + std::to_string(k) + " ('" +
+                                                states_[sources_[k]]->task().name() + "') into its register"));
     Send(nullptr, actors_[sources_[k]], out.channel(regs[k]), fill_atom::value, regs[k], iteration, act_start);
   }
   if (sources_.empty())  // otherwise the first source passes the tick on (Instantiate)
@@ -412,9 +432,9 @@ void Runtime::Impl::SinkDelivered(int64_t iteration) {
 
 Status Runtime::Impl::Shutdown() {
   if (actors_.empty()) {
+    for (auto& state : states_) state->UnbindActor();  // a runtime whose Create failed after spawning none
     environment_.reset();
-    for (void* p : allocations_) std::free(p);
-    allocations_.clear();
+    register_memory_.reset();
     return shutdown_status_;
   }
   const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
@@ -439,13 +459,17 @@ Status Runtime::Impl::Shutdown() {
       return finished_actors_ == static_cast<int>(states_.size());
     });
     if (!all) {
+      std::string outstanding;
+      for (auto& state : states_)
+        for (const std::string& act : state->OutstandingCompletions())
+          outstanding += (outstanding.empty() ? "; completions never called: " : ", ") + act;
       shutdown_status_ = Internal(
           "runtime of plan '" + plan_.job_name() + "' did not shut down within " +
           std::to_string(options_.shutdown_timeout.count()) + " ms (" +
           (drained ? std::to_string(states_.size() - finished_actors_) + " of " + std::to_string(states_.size()) +
                          " actors did not finish end of stream"
                    : std::to_string(in_flight_.size()) + " iterations still in flight") +
-          "); its iterations were abandoned and its actors stopped");
+          ")" + outstanding + "; its iterations were abandoned and its actors stopped");
       forced_shutdowns.fetch_add(1);
       std::cerr << "actorflow: " << shutdown_status_.message() << std::endl;
       abandoned.swap(in_flight_);
@@ -464,8 +488,17 @@ Status Runtime::Impl::Shutdown() {
       return finished_actors_ == static_cast<int>(states_.size());
     });
     lock.unlock();
-    if (!all)
-      for (auto& actor : actors_) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    if (!all) {
+      for (size_t i = 0; i < actors_.size(); ++i) {  // ahead of what is queued, as an exit would be
+        HappensBeforeSend(states_[i].get());
+        caf::anon_send<caf::message_priority::high>(actors_[i], abandon_atom::value);
+      }
+      // Every actor reports its end under mu_ (OnAbandon too): what they did, the references
+      // their messages took included, is ordered before we drop the handles below. A kernel
+      // still running delays this until it returns, as the wait for termination would.
+      lock.lock();
+      finished_cv_.wait(lock, [&] { return finished_actors_ == static_cast<int>(states_.size()); });
+    }
   }
   {
     // The scheduler outlives this runtime: wait until every actor has terminated (its last
@@ -473,12 +506,9 @@ Status Runtime::Impl::Shutdown() {
     caf::scoped_actor self{environment_->system()};
     self->wait_for(actors_);
   }
-  {
-    // The scheduler outlives this runtime: wait until every actor has terminated (its last
-    // handler returned) before the states it points at go.
-    caf::scoped_actor self{environment_->system()};
-    self->wait_for(actors_);
-  }
+  // A completion called from now on is refused (it would message an actor that is gone); the
+  // register memory stays alive for as long as such a handle exists.
+  for (auto& state : states_) state->UnbindActor();
   actors_.clear();
   for (auto& state : states_) {
     for (InputSlots& in : state->in_edges()) in.producer = caf::actor();
@@ -492,8 +522,7 @@ Status Runtime::Impl::Shutdown() {
   for (auto& [iteration, record] : abandoned)
     if (record.done) record.done(iteration, shutdown_status_.WithContext("iteration " + std::to_string(iteration)));
   states_.clear();
-  for (void* p : allocations_) std::free(p);
-  allocations_.clear();
+  register_memory_.reset();
   return shutdown_status_;
 }
 

@@ -1,7 +1,11 @@
 // Runtime: instantiates a Plan as one persistent CAF actor per task and runs iterations.
 //
 // Contract (see ARCHITECTURE.md, "The runtime"):
-//  - registers are pre-allocated here, never per iteration;
+//  - registers are pre-allocated here, never per iteration, each from the allocator of its
+//    memory case (actors/memory.h); a memory case without one fails Create, naming the task;
+//  - a task is an input, an output and an act policy (actors/task_state.h); an asynchronous
+//    compute task (plan Task.asynchronous) holds an act's registers until the kernel's
+//    completion handle is called (actors/kernel.h); its iteration's error comes with it;
 //  - an actor acts while every input holds a ready register for its next iteration and
 //    every output has a free register; a register is free again once all consumers acked;
 //  - each Push is one iteration; many may be in flight; completions run in iteration order;
@@ -27,6 +31,7 @@
 
 #include "actors/environment.h"
 #include "actors/kernel.h"
+#include "actors/memory.h"
 #include "actors/status.h"
 #include "actors/tensor.h"
 #include "actors/trace.h"
@@ -46,11 +51,16 @@ struct RuntimeOptions {
   // How long Shutdown (and the destructor) waits for in-flight iterations to drain and for
   // end-of-stream to end every actor. Past it Shutdown returns an error (a healthy runtime
   // never gets there): unfinished iterations are abandoned (their completions get the error),
-  // end of stream is sent anyway, and actors still running one more timeout later are killed.
+  // end of stream is sent anyway, and actors still running one more timeout later are stopped
+  // (each handles an abandon message ahead of its queued work, whatever it still holds, such
+  // as asynchronous acts whose completion never came; the error names those acts).
   std::chrono::milliseconds shutdown_timeout{30000};
   // Called (on the thread running Shutdown) when the shutdown timeout fired, with the error,
   // before the actors are killed. Shutdown still waits for a kernel that is running to return.
   std::function<void(const Status&)> on_forced_shutdown;
+  // Where registers come from, by memory case (not owned; must outlive the Runtime). Null: the
+  // process-wide AllocatorRegistry::Global(), which has host memory.
+  const AllocatorRegistry* allocators = nullptr;
 };
 
 struct RuntimeHooks {
@@ -78,8 +88,9 @@ class Runtime {
                                                    std::shared_ptr<ActorEnvironment> environment = nullptr);
   ~Runtime();
 
-  // Starts one iteration. `inputs[k]` feeds the SOURCE task with feed_index k (desc must match
-  // the source's blob exactly); it is copied into a free source register, blocking while none
+  // Starts one iteration. `inputs[k]` (host memory) feeds the SOURCE task with feed_index k
+  // (desc must match the source's blob exactly); it is copied into a free source register
+  // (CopyBytes: into whatever memory case the register has), blocking while none
   // is free (backpressure reaches the caller). `outputs` are caller-owned buffers, one per blob
   // of the main SINK (sink_name ""), filled before `done` runs. Thread-safe.
   StatusOr<int64_t> Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,

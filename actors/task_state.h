@@ -7,11 +7,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "actors/check.h"
 #include "actors/kernel.h"
+#include "actors/memory.h"
 #include "actors/tensor.h"
 #include "actors/trace.h"
 #include "actors/proto/plan.pb.h"
@@ -23,6 +26,8 @@ using ack_atom = caf::atom_constant<caf::atom("ack")>;
 using fill_atom = caf::atom_constant<caf::atom("fill")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using eos_atom = caf::atom_constant<caf::atom("eos")>;
+using complete_atom = caf::atom_constant<caf::atom("complete")>;
+using abandon_atom = caf::atom_constant<caf::atom("abandon")>;
 
 // True while this thread runs an actor's handler: kernels, sink handlers and completions all
 // run inside one, and the runtime's blocking calls (Push, Run, Drain) must not wait there.
@@ -85,6 +90,7 @@ struct OutputSlots {
   std::vector<TensorDesc> blob_descs;
   std::vector<size_t> blob_offsets;   // into each register's memory
   std::vector<char*> register_memory;  // one block per register (or the variable's buffer)
+  MemoryPlace place;                   // where the blocks live (memory case, allocator)
   std::vector<int> pending_acks;       // per register
   std::vector<int> free_registers;     // stack of free register indices (actor-owned; sources: host-owned)
   struct Consumer {
@@ -103,7 +109,9 @@ struct OutputSlots {
 
 // One producer's register stream as seen by a consumer: a FIFO of ready registers, in
 // iteration order (CAF keeps per-sender order). Capacity never exceeds the producer's
-// register_num, which is the backpressure.
+// register_num, which is the backpressure. The first `taken` entries belong to acts that
+// started and have not finished (asynchronous acts hold their inputs until completion); an act
+// takes next() and the oldest act releases front().
 struct InputSlots {
   caf::actor producer;
   int producer_index = 0;
@@ -116,21 +124,28 @@ struct InputSlots {
     int64_t sent;  // trace clock: the producer's act end (for the trace's "worker busy" waits)
   };
   std::vector<Ready> ring;  // fixed capacity = producer register_num
-  int head = 0, size = 0;
+  int head = 0, size = 0, taken = 0;
   bool end_of_stream = false;
 
-  bool ready() const { return size > 0; }
+  bool ready() const { return size > taken; }
   const Ready& front() const { return ring[head]; }
+  const Ready& next() const {
+    int i = head + taken;  // no division on the hot path: both are below the capacity
+    if (i >= static_cast<int>(ring.size())) i -= static_cast<int>(ring.size());
+    return ring[i];
+  }
   // The producer never has more registers in flight than it owns (its acks gate reuse).
   void push(const Ready& r) {
     AF_CHECK_LT(size, static_cast<int>(ring.size())) << "more ready registers than the producer owns";
     ring[(head + size) % ring.size()] = r;
     ++size;
   }
+  void take() { ++taken; }
   void pop() {
-    AF_CHECK_GT(size, 0) << "pop of an empty input ring";
+    AF_CHECK_GT(taken, 0) << "release of an input register no act took";
     head = (head + 1) % static_cast<int>(ring.size());
     --size;
+    --taken;
   }
 };
 
@@ -144,21 +159,72 @@ struct DataInput {
   TensorDesc desc;
 };
 
+// An actor kind is three policies, chosen once per task at instantiation (TaskPolicies::For)
+// and switched on in the handlers; nothing on the hot path asks the task's kind again.
+//  - input: where an act's iteration comes from: a ring of ready registers per in-edge
+//    (kRegisterRing), the host's per-iteration tick (kTick: roots such as variables and
+//    input-less kernels), or nothing (kNone: sources, which the host fills);
+//  - output: who owns the free registers: the actor (kOwnPool), the host (kHostPool: sources,
+//    whose registers Push takes), or the actor over external memory it did not allocate
+//    (kExternal: variables);
+//  - act: what acting does: nothing (kNone: variables and sources, whose register already
+//    holds the data), run the kernel (kKernel), launch it and finish on its completion
+//    message (kAsyncKernel), or hand the inputs to the caller or a sink handler (kDeliver).
+enum class InputPolicy : uint8_t { kRegisterRing, kTick, kNone };
+enum class OutputPolicy : uint8_t { kOwnPool, kHostPool, kExternal };
+enum class ActPolicy : uint8_t { kNone, kKernel, kAsyncKernel, kDeliver };
+
+struct TaskPolicies {
+  InputPolicy input = InputPolicy::kNone;
+  OutputPolicy output = OutputPolicy::kOwnPool;
+  ActPolicy act = ActPolicy::kNone;
+  // InvalidArgument for a combination the runtime has no actor for (an asynchronous sink).
+  static StatusOr<TaskPolicies> For(const plan::Task& task, bool has_in_edges);
+  std::string ToString() const;  // "input=ring output=own act=kernel"
+};
+
+namespace runtime_internal {
+// One in-flight act of an asynchronous task, shared by the actor and the KernelCompletion
+// handles of that act (kernel.h). Everything is under `mu`: handles run on any thread.
+struct CompletionSlot {
+  std::mutex mu;
+  int64_t launch = -1;  // the act it serves (the actor's launch count)
+  bool armed = false;   // the kernel took a handle and nobody completed it yet
+  int holders = 0;      // live handles of `launch`
+  Status status;        // what the completion said, read by the actor
+  caf::actor actor;     // the owning actor; empty once the runtime shut down
+  int index = 0;        // in the task's slots
+  int64_t iteration = 0;
+  std::string where;    // "op 'x' (type) at file:line", for error messages
+  std::shared_ptr<const void> register_memory;  // keeps the registers alive while a handle exists
+};
+}  // namespace runtime_internal
+
 class TaskState {
  public:
-  TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer)
-      : task_(task), index_(index), core_(core), observer_(observer) {}
+  TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer);
 
   const plan::Task& task() const { return task_; }
   int index() const { return index_; }
   bool is_root() const { return in_edges_.empty(); }
+  const TaskPolicies& policies() const { return policies_; }
+  // "op 'name' (type) at file:line": how errors name this task.
+  const std::string& where() const { return where_; }
 
   // Instantiation (before any message flows).
   std::vector<OutputSlots>& outputs() { return outputs_; }
   std::vector<InputSlots>& in_edges() { return in_edges_; }
   std::vector<DataInput>& data_inputs() { return data_inputs_; }
   void set_kernel(KernelFn kernel) { kernel_ = std::move(kernel); }
-  void FinishSetup();  // sizes the kernel's view vectors
+  // Chooses the policies and sizes what acting reuses (views, the asynchronous launch ring).
+  // `register_memory` is kept alive by outstanding completions.
+  Status FinishSetup(std::shared_ptr<const void> register_memory);
+  // The actor's handle, for completions (asynchronous tasks); Unbind at shutdown, after which
+  // a late completion is refused instead of sent. Thread-safe.
+  void BindActor(const caf::actor& actor);
+  void UnbindActor();
+  // "op 'x' iteration 3" for each launched act whose completion was not called. Thread-safe.
+  std::vector<std::string> OutstandingCompletions() const;
   void set_trace_lane(TraceLane* lane) { lane_ = lane; }  // after the observer's OnPlan
   // A source that passes each iteration's tick on to the roots (variables, constants), so the
   // host sends one message per iteration instead of one per root.
@@ -175,13 +241,30 @@ class TaskState {
   void OnFill(caf::event_based_actor* self, int reg, int64_t iteration, int64_t sent);  // SOURCE, from the host
   void OnTick(caf::event_based_actor* self, int64_t iteration, int64_t sent);           // roots, from the host
   void OnEndOfStream(caf::event_based_actor* self, int in_edge);          // -1: from the host
+  // An asynchronous act's completion (KernelCompletion::Complete) for launch slot `slot`.
+  void OnComplete(caf::event_based_actor* self, int slot, int64_t launch);
+  // A forced shutdown: end now, whatever is outstanding (its iterations were abandoned).
+  void OnAbandon(caf::event_based_actor* self);
 
  private:
   bool inputs_ready() const;
   bool outputs_free() const;
+  int launch_capacity() const { return static_cast<int>(launches_.size()); }
   void TryAct(caf::event_based_actor* self);
+  // The start of every act: the iteration, whether an input failed; inputs taken, a free
+  // register of every output chosen into `registers`, the kernel's views pointed at them.
+  int64_t TakeInputsAndOutputs(bool* failed, int* registers);
   void Act(caf::event_based_actor* self);
-  void Emit(caf::event_based_actor* self, const std::vector<int>& regs, int64_t iteration, bool failed);
+  void Launch(caf::event_based_actor* self);
+  Status RunKernel(KernelContext& ctx);
+  Status Deliver(int64_t iteration);
+  // The end of every act: its error recorded, outputs announced, inputs acked (oldest first).
+  // `sent`: the trace stamp the messages carry (the act's end; a completion's arrival).
+  void FinishAct(caf::event_based_actor* self, int64_t iteration, bool failed, const Status& status,
+                 const int* registers, int64_t sent);
+  void RetireCompletedLaunches(caf::event_based_actor* self, int64_t sent);
+  void ReturnRegister(OutputSlots& out, int reg);
+  void Emit(caf::event_based_actor* self, const int* regs, int64_t iteration, bool failed, int64_t sent);
   void TryFinish(caf::event_based_actor* self);
   void NoteIdle(bool just_acted);
   void RecordAct(int64_t iteration, int64_t start, int64_t actionable);
@@ -192,12 +275,20 @@ class TaskState {
   const int index_;
   RuntimeCore* const core_;
   RuntimeObserver* const observer_;
+  TaskPolicies policies_;
+  std::string where_;
   std::vector<OutputSlots> outputs_;
   std::vector<InputSlots> in_edges_;
   std::vector<DataInput> data_inputs_;
   KernelFn kernel_;
   std::vector<TensorView> input_views_, output_views_;
   std::vector<int> chosen_registers_;
+  // Sinks: the views handed over (input_views_, or host staging for inputs the CPU cannot read,
+  // copied into before delivery).
+  std::vector<TensorView> delivered_views_;
+  std::vector<const MemoryPlace*> input_places_;  // where each data input's register lives
+  std::vector<std::unique_ptr<char[]>> staging_;
+  bool staged_ = false;
   int64_t pending_ticks_ = 0, next_tick_iteration_ = 0;
   int64_t next_iteration_ = 0;
   int end_of_stream_seen_ = 0;
@@ -207,6 +298,19 @@ class TaskState {
     const TaskState* state;
   };
   std::vector<TickTarget> tick_targets_;
+  // Asynchronous acts in flight, oldest first: a ring of launch_capacity() launches; the one
+  // at ring position p uses slots_[p] and output registers launch_registers_[p * outputs + o].
+  struct LaunchRecord {
+    int64_t iteration = 0;
+    bool failed = false;  // an input failed: the kernel did not run
+    bool done = false;
+    Status status;
+  };
+  std::vector<LaunchRecord> launches_;
+  std::vector<std::shared_ptr<runtime_internal::CompletionSlot>> slots_;
+  std::vector<int> launch_registers_;
+  int launch_head_ = 0, launch_count_ = 0;
+  int64_t launches_started_ = 0;
   // Trace (trace_clock ticks): the lane, and the wait in progress, if any.
   TraceLane* lane_ = nullptr;
   bool waiting_ = false;

@@ -11,7 +11,8 @@
 //
 // Thread-safety: build (Add*, SetOutputs, EnableTrace, Start) from one thread; after Start,
 // Push/Run/Drain are thread-safe. Stage functions run on runtime threads, one call at a time
-// per stage, iterations in order.
+// per stage, iterations in order. An asynchronous stage (AddAsyncStage) starts its work there
+// and completes it from any thread.
 //
 // Errors: a bad argument to Add*/SetOutputs (a negative dimension, an unknown dtype,
 // register_num < 1, an empty stage function, an unknown port) is reported by Start; a bad
@@ -51,6 +52,13 @@ struct StageArgs {
   int64_t iteration;
 };
 using StageFn = std::function<Status(const StageArgs&)>;
+// An asynchronous stage: starts work and returns; the work calls done.Complete(status) exactly
+// once, from any thread, when it has finished writing the outputs (see actors/kernel.h for the
+// whole contract). Until then the iteration's input and output registers stay held, so the
+// work may read args.inputs[i].data and write args.outputs[i].data; copy those pointers
+// before returning (the vectors are valid only during the call). Returning an error fails the
+// iteration (the stage still waits for `done`, or for every copy of it to be dropped).
+using AsyncStageFn = std::function<Status(const StageArgs& args, KernelCompletion done)>;
 
 struct PipelineOptions {
   int num_threads = 0;          // thread budget; 0: number of cores (see RuntimeOptions)
@@ -81,6 +89,11 @@ class Pipeline {
   // in traces (empty: the stage's name; stages running the same code may share one op).
   Port AddStage(const std::string& name, std::vector<Port> inputs, std::vector<TensorDesc> outputs, StageFn fn,
                 int register_num = 2, const std::string& op = "");
+  // A stage whose work completes later (AsyncStageFn): up to `register_num` iterations of it
+  // may be in flight at once; completions may come in any order, the stage's outputs are
+  // announced in iteration order.
+  Port AddAsyncStage(const std::string& name, std::vector<Port> inputs, std::vector<TensorDesc> outputs,
+                     AsyncStageFn fn, int register_num = 2, const std::string& op = "");
   // What Push delivers into the caller's buffers (may be empty: then a call completes when
   // every stage finished its iteration).
   void SetOutputs(std::vector<Port> outputs);
@@ -104,6 +117,8 @@ class Pipeline {
   std::string PlanText() const;  // the generated plan, protobuf text format
 
  private:
+  Port AddStageTask(const char* call, const std::string& name, std::vector<Port> inputs, std::vector<TensorDesc> outputs,
+                    int register_num, const std::string& op, bool asynchronous);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
