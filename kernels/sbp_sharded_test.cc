@@ -431,9 +431,11 @@ TEST(SbpShardedTest, EveryOpsSignaturesMatchOneDevice) {
   EXPECT_GT(checked, 500);
 }
 
-// The harness itself: a wrong signature must fail it. relu is not linear, so "P->P" is wrong;
-// a reduce_max split on its reduced axis cannot be a partial sum; a matmul row split with b
-// split too is wrong.
+// The harness itself: a wrong signature must fail it. These are also the restrictions the
+// ops' SBP functions make: relu is not linear (no P->P); a max over a split axis is no partial
+// sum; softmax cannot split its own axis; batch-norm training statistics span the whole batch;
+// a dropout share would draw the stream's first numbers; a grouped convolution's channel split
+// breaks its groups; reduce_mean's share needs the logical divisor (run here without its hook).
 TEST(SbpShardedTest, HarnessRejectsWrongSignatures) {
   RegisterAllOps();
   struct Wrong {
@@ -444,7 +446,13 @@ TEST(SbpShardedTest, HarnessRejectsWrongSignatures) {
       {"relu", "P->P", {{Random({5, 7})}, {}}},
       {"reduce_max", "S(1)->P", {{Random({5, 7})}, Axes({1}, false)}},
       {"matmul", "S(0),S(1)->S(0)", {{Random({5, 7}), Random({7, 6})}, {}}},
-      {"reduce_mean", "S(0)->P", {{Random({5, 7})}, Axes({0}, false)}},  // without the hook each share divides by its rows
+      {"reduce_mean", "S(0)->P", {{Random({5, 7})}, Axes({0}, false)}},
+      {"softmax", "S(1)->S(1)", {{Random({5, 7})}, {}}},
+      {"batch_normalization",
+       "S(0),B,B,B,B->S(0),B,B",
+       {{Random({5, 4}), Random({4}), Random({4}), Random({4}), Positive({4})}, {{"axis", int64_t{1}}, {"training", true}}}},
+      {"dropout", "S(0)->S(0),S(0)", {{Random({5, 7})}, {{"rate", 0.5}, {"seed", int64_t{7}}}}},
+      {"conv2d", "B,S(0)->S(1)", {{Random({5, 4, 6, 6}), Random({6, 2, 3, 3})}, {{"padding", std::string("VALID")}, {"groups", int64_t{2}}}}},
   };
   for (const Wrong& w : wrong) {
     const OpDef& def = *OpRegistry::Global().Find(w.type).value();
