@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -43,15 +42,16 @@ struct SbpSignature {
   // "groups=1"); "" = always.
   std::string condition;
   std::string ToString() const;  // the text ParseSbpSignature reads
+  bool operator==(const SbpSignature& other) const {
+    return inputs == other.inputs && outputs == other.outputs && repeat_last_input == other.repeat_last_input &&
+           condition == other.condition;
+  }
 };
 
 // "S(0),B->S(0)", "S(i)->S(i) for i != axis", "B,...->", "->B": comma-separated inputs, "->",
 // outputs, then optionally a space and the condition. A split axis that is not a number
 // ("i", "i'", "perm[i]") is kEachAxis. InvalidArgument naming the text and the bad part.
 StatusOr<SbpSignature> ParseSbpSignature(const std::string& text);
-// The parsed list, for op registration; a malformed literal is a programming error (throws
-// std::logic_error naming it).
-std::vector<SbpSignature> SbpSignatures(std::initializer_list<const char*> texts);
 
 // InvalidArgument unless `signature` fits an op with `num_inputs` inputs (any number >= the
 // listed ones when `variadic_inputs`) and `num_outputs` outputs.
