@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "graph/test_util.h"
 #include "session/session.h"
@@ -147,6 +148,105 @@ bool Chose(const std::string& summary, const std::string& op, const std::string&
   if (at == std::string::npos) return false;
   size_t end = summary.find('\n', at);
   return summary.substr(at, end - at).find(": " + signature) != std::string::npos;
+}
+
+
+// Copies of matmul and relu with SBP functions written here, so that the placement, SBP,
+// boxing and lowering machinery is checked on its own, whatever the registry's ops declare.
+void RegisterTestOps() {
+  static bool done = [] {
+    RegisterAllOps();
+    OpDef matmul = *OpRegistry::Global().Find("matmul").value();
+    matmul.type = "test_matmul";
+    matmul.grad = nullptr;
+    matmul.sbp = [](const SbpContext&) -> StatusOr<std::vector<SbpSignature>> {
+      return SbpSignatures({"S(0),B->S(0)", "B,S(1)->S(1)", "S(1),S(0)->P", "B,B->B"});
+    };
+    OpRegistry::Global().Register(matmul);
+    OpDef relu = *OpRegistry::Global().Find("relu").value();
+    relu.type = "test_relu";
+    relu.grad = nullptr;
+    relu.sbp = [](const SbpContext& context) -> StatusOr<std::vector<SbpSignature>> {
+      std::vector<SbpSignature> signatures;
+      for (int64_t axis = 0; axis < static_cast<int64_t>(context.inputs[0].shape.size()); ++axis)
+        signatures.push_back(SbpSignature{{Sbp::Split(axis)}, {Sbp::Split(axis)}});
+      signatures.push_back(SbpSignature{{Sbp::Broadcast()}, {Sbp::Broadcast()}});
+      return signatures;
+    };
+    OpRegistry::Global().Register(relu);
+    return true;
+  }();
+  (void)done;
+}
+
+// x(7, 6) -> test_matmul w(6, 5) -> test_relu, returned and watched, on `devices` devices.
+std::vector<std::vector<float>> RunSmallJob(int devices, std::optional<Sbp> x_hint, std::optional<Sbp> w_hint,
+                                            std::string* summary, plan::Plan* plan) {
+  RegisterTestOps();
+  Session session;
+  std::vector<float> w = Values(30, 0.5, 0.3), x = Values(42, 1.0, 0.7);
+  if (!session.CreateVariable("w", {{6, 5}, DType::kFloat32}, w.data()).ok()) throw std::runtime_error("w");
+  JobBuilder b = ValueOrDie(JobBuilder::Create("small", "predict"));
+  if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("devices");
+  std::string xr = ValueOrDie(b.AddInput("x", {7, 6}, DType::kFloat32, "small.py:1"));
+  std::string wr = ValueOrDie(b.AddVariable("w", {6, 5}, DType::kFloat32, "small.py:2"));
+  if (x_hint && !b.SetOutputSbpHint(xr, *x_hint).ok()) throw std::runtime_error("x hint");
+  if (w_hint && !b.SetOutputSbpHint(wr, *w_hint).ok()) throw std::runtime_error("w hint");
+  std::string mm = ValueOrDie(b.AddOp("test_matmul", "mm", {xr, wr}, {}, "small.py:3"))->output_ref(0);
+  std::string y = ValueOrDie(b.AddOp("test_relu", "act", {mm}, {}, "small.py:4"))->output_ref(0);
+  if (!b.SetOutputs({y, mm}).ok()) throw std::runtime_error("outputs");
+  if (!b.AddWatch(mm, "mm", false, "small.py:5").ok()) throw std::runtime_error("watch");
+  std::vector<float> watched;
+  auto job = ValueOrDie(session.Compile(b, JobOptions{}, [&](const std::string&, int64_t, const std::vector<TensorView>& v) {
+    watched.assign(v[0].as<float>(), v[0].as<float>() + v[0].num_elements());
+  }));
+  *summary = SbpSummary(job->graph());
+  *plan = job->plan();
+  std::vector<float> out(35), out_mm(35);
+  Status ran = job->Run({TensorView{x.data(), {{7, 6}, DType::kFloat32}}},
+                        {TensorView{out.data(), {{7, 5}, DType::kFloat32}}, TensorView{out_mm.data(), {{7, 5}, DType::kFloat32}}});
+  if (!ran.ok()) throw std::runtime_error(ran.message());
+  job->Drain();
+  return {out, out_mm, watched};
+}
+
+int CountTasks(const plan::Plan& plan, const std::string& op_type) {
+  int count = 0;
+  for (const plan::Task& task : plan.tasks()) count += task.op_type() == op_type;
+  return count;
+}
+
+TEST(ParallelMachineryTest, EachLayoutOfASmallJobMatchesOneDevice) {
+  std::string summary;
+  plan::Plan plan;
+  const auto want = RunSmallJob(1, std::nullopt, std::nullopt, &summary, &plan);
+  EXPECT_EQ(CountTasks(plan, "boxing"), 0);
+  ASSERT_EQ(want[0].size(), 35u);
+  struct Case {
+    int devices;
+    std::optional<Sbp> x_hint, w_hint;
+    std::string matmul_signature;
+    int boxing_tasks;
+  };
+  const std::vector<Case> cases = {
+      // x sliced per device (7 rows: 4/3, 3/2/2), both outputs gathered to device 0 (the watch
+      // shares the output's gather).
+      {2, std::nullopt, std::nullopt, "S(0),B->S(0)", 2 + 1 + 1},
+      {3, std::nullopt, std::nullopt, "S(0),B->S(0)", 3 + 1 + 1},
+      // model-parallel: w sliced on axis 1 (5 columns: 3/2), x read whole
+      {2, Sbp::Broadcast(), Sbp::Split(1), "B,S(1)->S(1)", 2 + 1 + 1},
+      // contraction split: partial sums; relu needs them reduced: P->S(0) then S(0)->B for the
+      // output, P->S(0) shared by relu... each destination a task per device
+      {3, Sbp::Split(1), Sbp::Split(0), "S(1),S(0)->P", -1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.devices) + " devices, matmul " + c.matmul_signature);
+    const auto got = RunSmallJob(c.devices, c.x_hint, c.w_hint, &summary, &plan);
+    EXPECT_TRUE(Chose(summary, "mm", c.matmul_signature)) << summary;
+    if (c.boxing_tasks >= 0) EXPECT_EQ(CountTasks(plan, "boxing"), c.boxing_tasks) << summary;
+    EXPECT_EQ(CountTasks(plan, "test_matmul"), c.devices);
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_LE(RelativeError(got[k], want[k]), 1e-6) << "output " << k;
+  }
 }
 
 class ParallelTest : public ::testing::Test {
