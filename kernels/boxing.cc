@@ -225,8 +225,6 @@ void RegisterBoxingOps(OpRegistry& registry) {
     AF_ASSIGN_OR_RETURN(BoxingSpec spec, SpecFromInit(init));
     return KernelFn([spec](KernelContext& ctx) -> Status { return RunBoxing(spec, *ctx.inputs, ctx.output(0)); });
   };
-  // Not chosen among signatures: the compiler inserts it with explicit layouts on both sides.
-  def.sbp_signatures = {"B->B"};
   def.doc = "one device's piece of a layout conversion (compiler-inserted; see kernels/boxing.h)";
   registry.Register(std::move(def));
 }
