@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "graph/passes.h"
@@ -72,8 +73,10 @@ class SbpPass : public Pass {
  public:
   std::string name() const override { return "sbp"; }
   Status Run(Graph& graph) override {
-    for (Node& n : graph.mutable_nodes()) {
+    for (Node& n : graph.mutable_nodes())
       if (n.devices.empty()) n.devices = {0};  // the placement pass did not run: one device
+    FindFixedReaders(graph);
+    for (Node& n : graph.mutable_nodes()) {
       n.input_sbp.assign(n.inputs.size(), Sbp::Broadcast());
       n.output_sbp.assign(n.output_names.size(), Sbp::Broadcast());
       if (n.kind != NodeKind::kOp) {
@@ -132,6 +135,11 @@ class SbpPass : public Pass {
           break;
         }
     }
+    // Still whole: made once, read in place by every device.
+    for (Node& n : graph.mutable_nodes())
+      if (n.kind == NodeKind::kOp && n.inputs.empty() && n.devices.size() > 1 && n.output_sbp_hints.empty() &&
+          std::all_of(n.output_sbp.begin(), n.output_sbp.end(), [](const Sbp& s) { return s.kind == SbpKind::kBroadcast; }))
+        n.devices = {n.devices.front()};
     return Status::Ok();
   }
 
@@ -219,6 +227,13 @@ class SbpPass : public Pass {
         const Sbp from = p.output_sbp.empty() ? Sbp::Broadcast() : p.output_sbp[producer_outputs[i]];
         cost += CopyCost(p.devices, from, n.devices, inputs[i], static_cast<double>(context.inputs[i].byte_size()));
       }
+      // Outputs whose readers' layouts are known already (updates and sinks: whole on one
+      // device) count too: a weight gradient reduced from partial sums can cost more than
+      // gathering the activations it is made from.
+      for (size_t k = 0; k < candidate.outputs.size(); ++k)
+        for (const auto& [devices, sbp] : fixed_readers_[n.output_ref(k)])
+          cost += CopyCost(n.devices, candidate.outputs[k], devices, sbp,
+                           static_cast<double>(n.output_descs[k].byte_size()));
       if (cost < best_cost) {  // ties keep the op's order (its best first)
         best_cost = cost;
         best = &candidate;
@@ -237,8 +252,42 @@ class SbpPass : public Pass {
     }
     n.input_sbp = std::move(best_inputs);
     n.output_sbp = best->outputs;
+    // All broadcast: every device would compute the same; in one process one copy serves the
+    // readers of every device, so it runs once (unless the user asked for the layout).
+    // (An op without inputs decides in RefineSourcelessOps, once its readers have chosen.)
+    bool all_broadcast = n.output_sbp_hints.empty() && !n.inputs.empty();
+    for (const Sbp& sbp : n.input_sbp) all_broadcast &= sbp.kind == SbpKind::kBroadcast;
+    for (const Sbp& sbp : n.output_sbp) all_broadcast &= sbp.kind == SbpKind::kBroadcast;
+    if (all_broadcast) n.devices = {n.devices.front()};
     return Status::Ok();
   }
+
+  // Readers whose layout is known before the SBP pass reaches them: in-place writers (whole,
+  // on their variable's first device) and the call's outputs and watches (whole, on one device).
+  // Refs with any other reader are left out (their readers choose later).
+  void FindFixedReaders(const Graph& graph) {
+    fixed_readers_.clear();
+    std::set<std::string> open;  // refs with a reader whose layout is not known yet
+    for (const Node& reader : graph.nodes()) {
+      if (reader.kind != NodeKind::kOp) continue;
+      int device = -1;
+      for (int m : reader.mutable_inputs) {
+        auto target = graph.Resolve(reader.inputs.at(m));
+        if (target.ok() && !target.value().first->devices.empty()) device = target.value().first->devices.front();
+      }
+      for (const std::string& ref : reader.inputs) {
+        if (device < 0) {
+          open.insert(ref);
+        } else {
+          fixed_readers_[ref].push_back({{device}, Sbp::Broadcast()});
+        }
+      }
+    }
+    for (const std::string& ref : open) fixed_readers_.erase(ref);
+    for (const std::string& ref : open) fixed_readers_[ref];  // present and empty: no estimate
+  }
+
+  std::map<std::string, std::vector<std::pair<std::vector<int>, Sbp>>> fixed_readers_;
 };
 
 class BoxingPass : public Pass {
