@@ -47,8 +47,11 @@ std::unique_ptr<Pass> MakeFusionPass();
 // variable's placement from the passes that made them. Errors name op, placement and line.
 std::unique_ptr<Pass> MakePlacementPass();
 // Chooses each op's SBP signature in topological order among CandidateSbpSignatures: the one
-// whose inputs cost the fewest bytes of boxing from what their producers chose (ties: the op's
-// order), among those that split only axes long enough and honour the user's hints. Feeds are
+// whose inputs cost the fewest bytes of boxing from what their producers chose, plus its
+// outputs' boxing to readers whose layout is known already (updates, outputs, watches) (ties:
+// the op's order), among those that split only axes long enough and honour the user's hints.
+// An all-broadcast choice runs on one device (its register serves every device); an op without
+// inputs takes the layout all its readers chose. Feeds are
 // steered to S(0) (B if the batch axis is too short), variables to B, unless hinted. In-place
 // writers run once, on their variable's first device (variables are one buffer); ops without an
 // SBP function run whole on their placement's first device. A split no signature avoids and an
