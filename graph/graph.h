@@ -31,7 +31,8 @@ struct Placement {
 };
 // The device ids of `placement` on a machine with `device_num` CPU devices, in order and without
 // repeats. InvalidArgument naming the placement and the problem: syntax, a machine other than 0,
-// a device >= device_num ("device 3, but cpu_device_num is 2"), a device type other than cpu.
+// a device >= device_num ("device 3 does not exist: cpu_device_num is 2"), a device type other
+// than cpu.
 StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num);
 // Placement naming exactly `devices` ("0:0", "0:1", ...).
 Placement PlacementOf(const std::vector<int>& devices, const std::string& device_type = "cpu");
