@@ -13,9 +13,12 @@
 //    Second argument: CAF workers (0: the session's default, min(devices, threads)); third: the
 //    thread budget (1: the machinery's cost alone, both runs on one thread; 2: this machine's
 //    cores). Listed ABBA since the machine drifts.
+//  - MlpTwoOverOneDevice/threads: the ratio itself, both jobs in one process, ABBA blocks.
 // Run with --benchmark_repetitions=N --benchmark_report_aggregates_only=true (shared machine).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -175,39 +178,91 @@ StatusOr<graph::JobBuilder> SeedMlp(int devices) {
   return b;
 }
 
-void MlpTrainStep(benchmark::State& state) {
-  const int devices = static_cast<int>(state.range(0));
-  const int workers = static_cast<int>(state.range(1));  // 0: the session's default for the job
-  const int threads = static_cast<int>(state.range(2));  // the whole process's budget
-  Session session;
+// A compiled seed MLP train job on `devices` devices and a budget of `threads`, with its feeds.
+struct MlpJob {
+  std::unique_ptr<Session> session;
+  std::shared_ptr<CompiledJob> job;
+  std::vector<float> x, loss;
+  std::vector<int32_t> labels;
+  float learning_rate = 0.01f;
+  std::vector<TensorView> inputs, outputs;
+  Status Step() { return job->Run(inputs, outputs); }
+};
+
+StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threads) {
+  auto made = std::make_unique<MlpJob>();
+  made->session = std::make_unique<Session>();
   for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
            {"w1", {kIn, kHidden}}, {"b1", {kHidden}}, {"w2", {kHidden, kClasses}}, {"b2", {kClasses}}}) {
     std::vector<float> init(NumElements(shape));
     for (size_t i = 0; i < init.size(); ++i) init[i] = 0.01f * std::sin(static_cast<float>(i));
-    if (!session.CreateVariable(name, {shape, DType::kFloat32}, init.data()).ok()) return state.SkipWithError("variable");
+    AF_RETURN_IF_ERROR(made->session->CreateVariable(name, {shape, DType::kFloat32}, init.data()));
   }
-  auto builder = SeedMlp(devices);
-  if (!builder.ok()) return state.SkipWithError(builder.status().ToString().c_str());
+  AF_ASSIGN_OR_RETURN(graph::JobBuilder builder, SeedMlp(devices));
   JobOptions options;
   options.num_threads = threads;
   options.num_workers = workers;
-  auto job = session.Compile(builder.value(), options);
+  AF_ASSIGN_OR_RETURN(made->job, made->session->Compile(builder, options));
+  made->x.resize(kBatch * kIn);
+  for (size_t i = 0; i < made->x.size(); ++i) made->x[i] = std::sin(0.37f * static_cast<float>(i));
+  made->labels.resize(kBatch);
+  for (int64_t i = 0; i < kBatch; ++i) made->labels[i] = static_cast<int32_t>(i % kClasses);
+  made->loss.resize(kBatch);
+  made->inputs = {{made->x.data(), {{kBatch, kIn}, DType::kFloat32}},
+                  {made->labels.data(), {{kBatch}, DType::kInt32}},
+                  {&made->learning_rate, {{1}, DType::kFloat32}}};
+  made->outputs = {{made->loss.data(), {{kBatch}, DType::kFloat32}}};
+  return made;
+}
+
+void MlpTrainStep(benchmark::State& state) {
+  auto job = MakeMlpJob(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                        static_cast<int>(state.range(2)));
   if (!job.ok()) return state.SkipWithError(job.status().ToString().c_str());
-  std::vector<float> x(kBatch * kIn), loss(kBatch);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
-  std::vector<int32_t> labels(kBatch);
-  for (int64_t i = 0; i < kBatch; ++i) labels[i] = static_cast<int32_t>(i % kClasses);
-  float learning_rate = 0.01f;
-  std::vector<TensorView> inputs{{x.data(), {{kBatch, kIn}, DType::kFloat32}},
-                                 {labels.data(), {{kBatch}, DType::kInt32}},
-                                 {&learning_rate, {{1}, DType::kFloat32}}};
-  std::vector<TensorView> outputs{{loss.data(), {{kBatch}, DType::kFloat32}}};
   for (auto _ : state) {
-    Status ran = job.value()->Run(inputs, outputs);
+    Status ran = job.value()->Step();
     if (!ran.ok()) return state.SkipWithError(ran.ToString().c_str());
   }
-  job.value()->Shutdown();
 }
+
+// The 2-device over 1-device step time at one budget, drift cancelled: both jobs in one
+// process, blocks of 20 steps alternating ABBA; counters: median and quartiles of the blocks'
+// ratios, and each side's median step (us).
+void MlpTwoOverOneDevice(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  auto one = MakeMlpJob(1, 0, threads), two = MakeMlpJob(2, 0, threads);
+  if (!one.ok() || !two.ok()) return state.SkipWithError("compile failed");
+  auto block = [](MlpJob& job) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i)
+      if (!job.Step().ok()) return -1.0;
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / 20;
+  };
+  std::vector<double> ratios, ones, twos;
+  for (auto _ : state) {
+    for (int round = 0; round < 15; ++round) {
+      const bool one_first = round % 2 == 0;
+      double a = one_first ? block(*one.value()) : block(*two.value());
+      double b = one_first ? block(*two.value()) : block(*one.value());
+      const double t1 = one_first ? a : b, t2 = one_first ? b : a;
+      if (t1 <= 0 || t2 <= 0) return state.SkipWithError("step failed");
+      ratios.push_back(t2 / t1);
+      ones.push_back(t1);
+      twos.push_back(t2);
+    }
+  }
+  auto quantile = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+  };
+  state.counters["ratio_median"] = quantile(ratios, 0.5);
+  state.counters["ratio_q1"] = quantile(ratios, 0.25);
+  state.counters["ratio_q3"] = quantile(ratios, 0.75);
+  state.counters["one_device_us"] = quantile(ones, 0.5);
+  state.counters["two_devices_us"] = quantile(twos, 0.5);
+}
+BENCHMARK(MlpTwoOverOneDevice)->Arg(1)->Arg(2)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 BENCHMARK(MlpTrainStep)
     ->Args({1, 0, 1})
     ->Args({2, 0, 1})
