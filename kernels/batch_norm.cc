@@ -134,7 +134,7 @@ StatusOr<std::vector<SbpSignature>> BatchNormSbp(const SbpContext& ctx, bool bac
   AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), x.size(), "axis"));
   const bool training = ctx.attrs.GetBoolOr("training", false);
   const Sbp B = Sbp::Broadcast(), P = Sbp::PartialSum();
-  std::vector<SbpSignature> out;
+  std::vector<SbpSignature> out = {AllBroadcast(ctx)};
   if (CanSplit(x[axis], ctx.parts)) {
     SbpSignature channel = UniformSignature(5, 3, Sbp::Split(0));
     channel.inputs[0] = channel.outputs[0] = Sbp::Split(axis);
@@ -146,7 +146,6 @@ StatusOr<std::vector<SbpSignature>> BatchNormSbp(const SbpContext& ctx, bool bac
     if (backward) out.push_back(MakeSignature({Sbp::Split(i), Sbp::Split(i), B, B, B}, {Sbp::Split(i), P, P}));
     else out.push_back(MakeSignature({Sbp::Split(i), B, B, B, B}, {Sbp::Split(i), B, B}));
   }
-  out.push_back(AllBroadcast(ctx));
   if (backward) out.push_back(MakeSignature({B, P, B, B, B}, {P, P, P}));
   return out;
 }

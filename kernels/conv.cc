@@ -238,12 +238,11 @@ StatusOr<std::vector<SbpSignature>> ConvSbp(const SbpContext& ctx, std::vector<C
     s.outputs.push_back(split.count(output) ? split[output] : P);
     out->push_back(s);
   };
-  std::vector<SbpSignature> out;
+  std::vector<SbpSignature> out = {AllBroadcast(ctx)};
   const int64_t n = shapes[ConvRole::kX][0], c = shapes[ConvRole::kX][1], o = shapes[ConvRole::kFilter][0];
   if (CanSplit(n, ctx.parts)) add({{ConvRole::kX, Sbp::Split(0)}, {ConvRole::kY, Sbp::Split(0)}}, &out);
   if (!grouped && CanSplit(o, ctx.parts)) add({{ConvRole::kFilter, Sbp::Split(0)}, {ConvRole::kY, Sbp::Split(1)}}, &out);
   if (!grouped && CanSplit(c, ctx.parts)) add({{ConvRole::kX, Sbp::Split(1)}, {ConvRole::kFilter, Sbp::Split(1)}}, &out);
-  out.push_back(AllBroadcast(ctx));
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == output) continue;  // the "like" input: only its shape is read
     SbpSignature partial = AllBroadcast(ctx);

@@ -72,10 +72,9 @@ void RegisterDropoutOps(OpRegistry& registry) {
   // axis 0: each share is one contiguous run of the logical elements and draws that run of the
   // stream (stream_offset/stream_stride); another axis would interleave the runs.
   def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     const Shape& x = ctx.inputs[0].shape;
     if (!x.empty() && CanSplit(x[0], ctx.parts)) out.push_back(UniformSignature(1, 2, Sbp::Split(0)));
-    out.push_back(AllBroadcast(ctx));
     return out;
   };
   def.physical_attrs = [](const PhysicalContext& ctx) -> StatusOr<Attrs> {

@@ -136,11 +136,10 @@ StatusOr<std::vector<SbpSignature>> BinarySbp(const SbpContext& ctx, BinaryOp op
     const int64_t d = static_cast<int64_t>(i) - static_cast<int64_t>(o.size() - s.size());
     return d >= 0 && s[d] == o[i] ? Sbp::Split(d) : Sbp::Broadcast();
   };
-  std::vector<SbpSignature> out;
+  std::vector<SbpSignature> out = {AllBroadcast(ctx)};
   for (size_t i = 0; i < o.size(); ++i)
     if (CanSplit(o[i], ctx.parts))
       out.push_back(MakeSignature({operand(x, i), operand(y, i)}, {Sbp::Split(static_cast<int64_t>(i))}));
-  out.push_back(AllBroadcast(ctx));
   const Sbp b = Sbp::Broadcast(), p = Sbp::PartialSum();
   if (op == BinaryOp::kAdd || op == BinaryOp::kSub) out.push_back(MakeSignature({p, p}, {p}));
   if (op == BinaryOp::kMul || op == BinaryOp::kDiv) out.push_back(MakeSignature({p, b}, {p}));

@@ -59,10 +59,9 @@ void RegisterArgmax(OpRegistry& registry) {
   def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
     const Shape& x = ctx.inputs[0].shape;
     AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", -1), x.size(), "axis"));
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
       if (i != axis && CanSplit(x[i], ctx.parts)) out.push_back(MakeSignature({Sbp::Split(i)}, {Sbp::Split(i < axis ? i : i - 1)}));
-    out.push_back(AllBroadcast(ctx));
     return out;
   };
   def.doc = "out(int64) = index of the first maximum of x along attr axis (default -1); a NaN is the maximum, as in NumPy";
@@ -123,10 +122,9 @@ void RegisterOneHot(OpRegistry& registry) {
   // Per index; the depth axis (last of out) is never split.
   def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
     const Shape& idx = ctx.inputs[0].shape;
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(idx.size()); ++i)
       if (CanSplit(idx[i], ctx.parts)) out.push_back(UniformSignature(1, 1, Sbp::Split(i)));
-    out.push_back(AllBroadcast(ctx));
     return out;
   };
   def.doc = "out(shape..., depth) = on_value at indices, off_value elsewhere; attrs depth, on_value, off_value, dtype";

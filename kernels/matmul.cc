@@ -148,11 +148,11 @@ StatusOr<std::vector<SbpSignature>> MatmulSbp(const SbpContext& ctx) {
     if (fuse_bias) in.push_back(bias);
     out.push_back(MakeSignature(std::move(in), {result}));
   };
+  add(B, B, B, B);
   if (ro == 3 && CanSplit(o[0], ctx.parts)) add(ra == 3 ? Sbp::Split(0) : B, rb == 3 ? Sbp::Split(0) : B, B, Sbp::Split(0));
   if (CanSplit(o[ro - 2], ctx.parts)) add(Sbp::Split(a_m), B, B, Sbp::Split(ro - 2));
   if (CanSplit(o[ro - 1], ctx.parts)) add(B, Sbp::Split(b_n), Sbp::Split(0), Sbp::Split(ro - 1));
   if (!fuse_relu && CanSplit(a[a_k], ctx.parts)) add(Sbp::Split(a_k), Sbp::Split(b_k), P, P);
-  add(B, B, B, B);
   if (!fuse_relu) {
     add(P, B, P, P);
     add(B, P, P, P);
@@ -253,11 +253,10 @@ void RegisterBiasAdd(OpRegistry& registry) {
   def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
     const Shape& x = ctx.inputs[0].shape;
     AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), x.size(), "axis"));
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
       if (CanSplit(x[i], ctx.parts))
         out.push_back(MakeSignature({Sbp::Split(i), i == axis ? Sbp::Split(0) : Sbp::Broadcast()}, {Sbp::Split(i)}));
-    out.push_back(AllBroadcast(ctx));
     if (!ctx.attrs.GetBoolOr("fuse_relu", false)) out.push_back(UniformSignature(2, 1, Sbp::PartialSum()));
     return out;
   };
@@ -306,11 +305,10 @@ void RegisterBiasAdd(OpRegistry& registry) {
   grad.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
     const Shape& dy = ctx.inputs[0].shape;
     AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), dy.size(), "axis"));
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(dy.size()); ++i)
       if (CanSplit(dy[i], ctx.parts))
         out.push_back(MakeSignature({Sbp::Split(i)}, {i == axis ? Sbp::Split(0) : Sbp::PartialSum()}));
-    out.push_back(AllBroadcast(ctx));
     out.push_back(UniformSignature(1, 1, Sbp::PartialSum()));
     return out;
   };

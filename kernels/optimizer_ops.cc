@@ -43,7 +43,7 @@ void Register(OpRegistry& registry, const std::string& type, std::vector<std::st
   // elementwise update also runs on a split variable with its gradient and state split alike
   // (lr whole); an update with a per-tensor norm (LAMB) does not.
   def.sbp = [elementwise](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     const Shape& var = ctx.inputs[0].shape;
     const size_t n = ctx.inputs.size();
     for (int64_t i = 0; elementwise && i < static_cast<int64_t>(var.size()); ++i) {
@@ -52,7 +52,6 @@ void Register(OpRegistry& registry, const std::string& type, std::vector<std::st
       split.inputs[n - 1] = Sbp::Broadcast();  // lr
       out.push_back(split);
     }
-    out.insert(out.begin(), AllBroadcast(ctx));
     return out;
   };
   registry.Register(std::move(def));

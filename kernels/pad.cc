@@ -33,10 +33,9 @@ inline int64_t SourceIndex(int64_t o, int64_t pad, int64_t size, bool reflect) {
 // and their backward ops copy or add values: linear in the data input (input 0).
 std::vector<SbpSignature> PadSbp(const SbpContext& ctx) {
   const Shape& x = ctx.inputs[0].shape;
-  std::vector<SbpSignature> out;
+  std::vector<SbpSignature> out = {AllBroadcast(ctx)};
   for (int64_t axis : {0, 1})
     if (CanSplit(x[axis], ctx.parts)) out.push_back(UniformSignature(ctx.inputs.size(), 1, Sbp::Split(axis)));
-  out.push_back(AllBroadcast(ctx));
   SbpSignature partial = AllBroadcast(ctx);
   partial.inputs[0] = partial.outputs[0] = Sbp::PartialSum();
   out.push_back(partial);

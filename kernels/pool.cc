@@ -175,10 +175,9 @@ KernelFn PoolBackward(Window2d g, bool max) {
 // max pooling), the others whole.
 std::vector<SbpSignature> PlaneSbp(const SbpContext& ctx, int linear_input) {
   const Shape& x = ctx.inputs[0].shape;
-  std::vector<SbpSignature> out;
+  std::vector<SbpSignature> out = {AllBroadcast(ctx)};
   for (int64_t axis : {0, 1})
     if (CanSplit(x[axis], ctx.parts)) out.push_back(UniformSignature(ctx.inputs.size(), 1, Sbp::Split(axis)));
-  out.push_back(AllBroadcast(ctx));
   if (linear_input >= 0) {
     SbpSignature partial = AllBroadcast(ctx);
     partial.inputs[linear_input] = partial.outputs[0] = Sbp::PartialSum();

@@ -76,7 +76,7 @@ StatusOr<std::vector<SbpSignature>> ReduceSbp(const SbpContext& ctx, Reduce kind
   const Shape& x = ctx.inputs[0].shape;
   AF_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedAxes(x, ctx.attrs));
   const bool keepdims = ctx.attrs.GetBoolOr("keepdims", false);
-  std::vector<SbpSignature> out;
+  std::vector<SbpSignature> out = {AllBroadcast(ctx)};
   int64_t reduced_before = 0;
   for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
     if (CanSplit(x[i], ctx.parts)) {
@@ -85,7 +85,6 @@ StatusOr<std::vector<SbpSignature>> ReduceSbp(const SbpContext& ctx, Reduce kind
     }
     reduced_before += reduced[i] ? 1 : 0;
   }
-  out.push_back(AllBroadcast(ctx));
   if (kind != Reduce::kMax) out.push_back(UniformSignature(1, 1, Sbp::PartialSum()));
   return out;
 }
@@ -226,7 +225,7 @@ void RegisterReduceOps(OpRegistry& registry) {
   // and dy split alike where they have the axis and whole where it was reduced. Linear in dy.
   max_grad.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
     const Shape &x = ctx.inputs[0].shape, &y = ctx.inputs[1].shape, &dy = ctx.inputs[2].shape;
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
       if (!CanSplit(x[i], ctx.parts)) continue;
       const int64_t d = i - static_cast<int64_t>(x.size() - y.size());
@@ -236,7 +235,6 @@ void RegisterReduceOps(OpRegistry& registry) {
       const Sbp small = kept ? Sbp::Split(d) : Sbp::Broadcast();
       out.push_back(MakeSignature({Sbp::Split(i), small, small}, {Sbp::Split(i)}));
     }
-    out.push_back(AllBroadcast(ctx));
     out.push_back(MakeSignature({Sbp::Broadcast(), Sbp::Broadcast(), Sbp::PartialSum()}, {Sbp::PartialSum()}));
     return out;
   };
@@ -273,10 +271,9 @@ void RegisterReduceOps(OpRegistry& registry) {
   };
   // Any split leaves partial sums; squares are not linear, so no P->P.
   squares.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(ctx.inputs[0].shape.size()); ++i)
       if (CanSplit(ctx.inputs[0].shape[i], ctx.parts)) out.push_back(MakeSignature({Sbp::Split(i)}, {Sbp::PartialSum()}));
-    out.push_back(AllBroadcast(ctx));
     return out;
   };
   squares.doc = "out(1,) = sum of x squared";
@@ -312,14 +309,13 @@ void RegisterReduceOps(OpRegistry& registry) {
   // x's axis i kept in like: split both; summed (missing in like or extent 1): partial sums.
   like.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
     const Shape &x = ctx.inputs[0].shape, &l = ctx.inputs[1].shape;
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
       if (!CanSplit(x[i], ctx.parts)) continue;
       const int64_t d = i - static_cast<int64_t>(x.size() - l.size());
       if (d >= 0 && l[d] == x[i]) out.push_back(MakeSignature({Sbp::Split(i), Sbp::Split(d)}, {Sbp::Split(d)}));
       else out.push_back(MakeSignature({Sbp::Split(i), Sbp::Broadcast()}, {Sbp::PartialSum()}));
     }
-    out.push_back(AllBroadcast(ctx));
     out.push_back(MakeSignature({Sbp::PartialSum(), Sbp::Broadcast()}, {Sbp::PartialSum()}));
     return out;
   };
@@ -366,14 +362,13 @@ void RegisterReduceOps(OpRegistry& registry) {
   // Output axis i splits with like; x splits alike where it has the axis, else is read whole.
   bcast.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
     const Shape &x = ctx.inputs[0].shape, &l = ctx.inputs[1].shape;
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(l.size()); ++i) {
       if (!CanSplit(l[i], ctx.parts)) continue;
       const int64_t d = i - static_cast<int64_t>(l.size() - x.size());
       const Sbp xs = d >= 0 && x[d] == l[i] ? Sbp::Split(d) : Sbp::Broadcast();
       out.push_back(MakeSignature({xs, Sbp::Split(i)}, {Sbp::Split(i)}));
     }
-    out.push_back(AllBroadcast(ctx));
     out.push_back(MakeSignature({Sbp::PartialSum(), Sbp::Broadcast()}, {Sbp::PartialSum()}));
     return out;
   };

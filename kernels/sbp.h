@@ -42,6 +42,10 @@ struct SbpSignature {
   // "groups=1"); "" = always.
   std::string condition;
   std::string ToString() const;  // the text ParseSbpSignature reads
+  bool operator==(const SbpSignature& other) const {
+    return inputs == other.inputs && outputs == other.outputs && repeat_last_input == other.repeat_last_input &&
+           condition == other.condition;
+  }
 };
 
 // "S(0),B->S(0)", "S(i)->S(i) for i != axis", "B,...->", "->B": comma-separated inputs, "->",

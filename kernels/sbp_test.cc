@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/op_registry.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -17,6 +18,8 @@ TEST(SbpTest, ParsesAndPrintsSignatures) {
   EXPECT_EQ(s.outputs[1], Sbp::PartialSum());
   EXPECT_EQ(s.condition, "(groups=1)");
   EXPECT_EQ(s.ToString(), "S(0),B->S(1),P (groups=1)");
+  EXPECT_EQ(s, ParseSbpSignature(s.ToString()).value());
+  EXPECT_FALSE(s == ParseSbpSignature("S(0),B->S(1),P").value());
   SbpSignature each = ParseSbpSignature("S(i),...->").value();
   EXPECT_EQ(each.inputs[0].axis, Sbp::kEachAxis);
   EXPECT_TRUE(each.repeat_last_input);
@@ -54,6 +57,39 @@ TEST(SbpTest, PhysicalShapes) {
   EXPECT_FALSE(PhysicalShape(logical, Sbp::Split(Sbp::kEachAxis), 3, 0).ok());
   EXPECT_FALSE(PhysicalShape(logical, Sbp::Split(0), 3, 3).ok());
   EXPECT_FALSE(PhysicalShape(logical, Sbp::Split(0), 0, 0).ok());
+}
+
+TEST(SbpTest, ReshapedAxisFollowsRunsOfMemory) {
+  const Shape in = {5, 7, 4};
+  EXPECT_EQ(ReshapedAxis(in, {5, 28}, 0), 0);
+  EXPECT_EQ(ReshapedAxis(in, {5, 28}, 1), -1);  // 7 merged with 4: a split of 28 is not a split of 7
+  EXPECT_EQ(ReshapedAxis(in, {35, 4}, 2), 1);
+  EXPECT_EQ(ReshapedAxis(in, {1, 5, 2, 14}, 0), 1);
+  EXPECT_EQ(ReshapedAxis(in, {7, 5, 4}, 0), -1);  // same elements, another order of rows
+  EXPECT_EQ(ReshapedAxis(in, {7, 5, 4}, 2), 2);
+  EXPECT_EQ(ReshapedAxis(in, {140}, 0), -1);
+  EXPECT_TRUE(CanSplit(5, 3));
+  EXPECT_FALSE(CanSplit(2, 3));  // a device would get nothing
+}
+
+TEST(SbpTest, CandidatesAreCheckedAndDefaultToBroadcast) {
+  OpDef def;
+  def.type = "test_op";
+  SbpContext context;
+  context.inputs = {TensorDesc{{4}, DType::kFloat32}};
+  context.outputs = {TensorDesc{{4}, DType::kFloat32}};
+  auto whole = CandidateSbpSignatures(def, context);
+  ASSERT_TRUE(whole.ok());
+  ASSERT_EQ(whole.value().size(), 1u);
+  EXPECT_EQ(whole.value()[0].ToString(), "B->B");
+  def.sbp = [](const SbpContext&) -> StatusOr<std::vector<SbpSignature>> { return std::vector<SbpSignature>{MakeSignature({Sbp::Split(0)}, {})}; };
+  auto arity = CandidateSbpSignatures(def, context);
+  ASSERT_FALSE(arity.ok());
+  EXPECT_NE(arity.status().message().find("test_op"), std::string::npos) << arity.status().message();
+  def.sbp = [](const SbpContext&) -> StatusOr<std::vector<SbpSignature>> {
+    return std::vector<SbpSignature>{MakeSignature({Sbp::Split(Sbp::kEachAxis)}, {Sbp::Split(Sbp::kEachAxis)})};
+  };
+  EXPECT_FALSE(CandidateSbpSignatures(def, context).ok());
 }
 
 }  // namespace

@@ -3,6 +3,11 @@
 //
 // A split is offered only on an axis whose extent is at least the number of devices, so that
 // no device gets an empty share (kernels and the boxing never see zero-sized registers).
+//
+// Order (the op's "best first"): all-broadcast, then splits (lowest axis first), then partial
+// sums. The order decides only between signatures that cost the same to feed: with every input
+// broadcast, slicing (B->S) or zeroing (B->P) moves nothing, so each signature ties; keeping the
+// output broadcast then spares the consumers a gather (S->B) or a reduction (P->B) later.
 #pragma once
 
 #include <vector>
@@ -31,15 +36,14 @@ inline SbpSignature AllBroadcast(const SbpContext& ctx) {
 
 // Ops whose inputs and outputs all have one shape and whose every output element depends only
 // on the input elements at its own position (activations, scalar ops, updates, add_n):
-// S(i) everywhere for each splittable axis i, then B everywhere, then P everywhere when `linear`
+// B everywhere, then S(i) everywhere for each splittable axis i, then P everywhere when `linear`
 // (the outputs are a linear function of all inputs together: identity, negation, add_n).
 inline std::vector<SbpSignature> ElementwiseSbp(const SbpContext& ctx, bool linear) {
-  std::vector<SbpSignature> out;
+  std::vector<SbpSignature> out = {AllBroadcast(ctx)};
   const Shape& shape = !ctx.inputs.empty() ? ctx.inputs[0].shape : ctx.outputs[0].shape;
   for (size_t axis = 0; axis < shape.size(); ++axis)
     if (CanSplit(shape[axis], ctx.parts))
       out.push_back(UniformSignature(ctx.inputs.size(), ctx.outputs.size(), Sbp::Split(static_cast<int64_t>(axis))));
-  out.push_back(AllBroadcast(ctx));
   if (linear) out.push_back(UniformSignature(ctx.inputs.size(), ctx.outputs.size(), Sbp::PartialSum()));
   return out;
 }

@@ -64,13 +64,12 @@ Status GradReshapeBack(GradBuilder& g) {
 // it is linear (P->P).
 StatusOr<std::vector<SbpSignature>> ReshapeSbp(const SbpContext& ctx) {
   const Shape &in = ctx.inputs[0].shape, &out_shape = ctx.outputs[0].shape;
-  std::vector<SbpSignature> out;
+  std::vector<SbpSignature> out = {AllBroadcast(ctx)};
   for (int64_t i = 0; i < static_cast<int64_t>(in.size()); ++i) {
     if (!CanSplit(in[i], ctx.parts)) continue;
     const int64_t j = ReshapedAxis(in, out_shape, i);
     if (j >= 0) out.push_back(MakeSignature({Sbp::Split(i)}, {Sbp::Split(j)}));
   }
-  out.push_back(AllBroadcast(ctx));
   out.push_back(UniformSignature(1, 1, Sbp::PartialSum()));
   return out;
 }
@@ -214,10 +213,9 @@ void RegisterTranspose(OpRegistry& registry) {
   def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
     AF_ASSIGN_OR_RETURN(std::vector<int64_t> perm, ReadPerm(ctx.attrs, ctx.inputs[0].shape.size()));
     const Shape& o = ctx.outputs[0].shape;
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(o.size()); ++i)
       if (CanSplit(o[i], ctx.parts)) out.push_back(MakeSignature({Sbp::Split(perm[i])}, {Sbp::Split(i)}));
-    out.push_back(AllBroadcast(ctx));
     out.push_back(UniformSignature(1, 1, Sbp::PartialSum()));
     return out;
   };
@@ -290,10 +288,9 @@ void RegisterConcat(OpRegistry& registry) {
     const Shape& o = ctx.outputs[0].shape;
     AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 0), o.size(), "axis"));
     const size_t n = ctx.inputs.size();
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(o.size()); ++i)
       if (i != axis && CanSplit(o[i], ctx.parts)) out.push_back(UniformSignature(n, 1, Sbp::Split(i)));
-    out.push_back(AllBroadcast(ctx));
     out.push_back(UniformSignature(n, 1, Sbp::PartialSum()));
     return out;
   };
@@ -348,10 +345,9 @@ StatusOr<std::vector<bool>> UnslicedAxes(const Shape& in, const Attrs& attrs) {
 StatusOr<std::vector<SbpSignature>> SliceSbp(const SbpContext& ctx, size_t x_input) {
   const Shape& x = ctx.inputs[x_input].shape;
   AF_ASSIGN_OR_RETURN(std::vector<bool> whole, UnslicedAxes(x, ctx.attrs));
-  std::vector<SbpSignature> out;
+  std::vector<SbpSignature> out = {AllBroadcast(ctx)};
   for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
     if (whole[i] && CanSplit(x[i], ctx.parts)) out.push_back(UniformSignature(ctx.inputs.size(), 1, Sbp::Split(i)));
-  out.push_back(AllBroadcast(ctx));
   SbpSignature partial = UniformSignature(ctx.inputs.size(), 1, Sbp::Broadcast());
   partial.inputs[0] = partial.outputs[0] = Sbp::PartialSum();
   out.push_back(partial);

@@ -66,9 +66,8 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
   // across devices, which one kernel per device cannot give. The loss is per sample, so no
   // attribute names the batch size.
   def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     if (CanSplit(ctx.inputs[1].shape[0], ctx.parts)) out.push_back(UniformSignature(2, 2, Sbp::Split(0)));
-    out.push_back(AllBroadcast(ctx));
     return out;
   };
   def.doc = "loss(N) = -log softmax(logits(N,C))[labels(N)]; prob(N,C) = softmax(logits)";
@@ -103,9 +102,8 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
   grad.doc = "dlogits(N,C) = (prob - onehot(labels)) * dloss(N)";
   // Per sample, and linear in dloss: (prob - onehot) * dloss.
   grad.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     if (CanSplit(ctx.inputs[1].shape[0], ctx.parts)) out.push_back(UniformSignature(3, 1, Sbp::Split(0)));
-    out.push_back(AllBroadcast(ctx));
     out.push_back(MakeSignature({Sbp::Broadcast(), Sbp::Broadcast(), Sbp::PartialSum()}, {Sbp::PartialSum()}));
     return out;
   };
@@ -178,10 +176,9 @@ void RegisterSoftmax(OpRegistry& registry, bool log) {
   def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
     const Shape& x = ctx.inputs[0].shape;
     AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", -1), x.size(), "axis"));
-    std::vector<SbpSignature> out;
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
     for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
       if (i != axis && CanSplit(x[i], ctx.parts)) out.push_back(UniformSignature(1, 1, Sbp::Split(i)));
-    out.push_back(AllBroadcast(ctx));
     return out;
   };
   registry.Register(std::move(def));
