@@ -14,9 +14,35 @@ StatusOr<JobBuilder> JobBuilder::Create(const std::string& name, const std::stri
   return builder;
 }
 
+Status JobBuilder::SetDeviceNum(int cpu_device_num, int gpu_device_num) {
+  if (gpu_device_num > 0)
+    return FailedPrecondition("gpu_device_num(" + std::to_string(gpu_device_num) +
+                              "): no GPU is usable for placements in this process; use cpu_device_num(" +
+                              std::to_string(gpu_device_num) + ") for " + std::to_string(gpu_device_num) +
+                              " CPU devices");
+  if (cpu_device_num < 0) return InvalidArgument("cpu_device_num must be >= 0, got " + std::to_string(cpu_device_num));
+  graph_.set_device_num(cpu_device_num);
+  return Status::Ok();
+}
+
 Status JobBuilder::SetPlacement(const Placement& placement) {
-  AF_RETURN_IF_ERROR(CheckPlacementSupported(placement));
+  AF_RETURN_IF_ERROR(ResolvePlacement(placement, graph_.device_num()).status());
   placement_ = placement;
+  return Status::Ok();
+}
+
+Status JobBuilder::SetOutputSbpHint(const std::string& ref, const Sbp& sbp) {
+  AF_ASSIGN_OR_RETURN(auto resolved, graph_.Resolve(ref));
+  Node* node = graph_.FindMutableNode(resolved.first->name);
+  if (sbp.kind == SbpKind::kSplit) {
+    const Shape& shape = node->output_descs[resolved.second].shape;
+    if (sbp.axis < 0 || sbp.axis >= static_cast<int64_t>(shape.size()))
+      return InvalidArgument("layout hint " + sbp.ToString() + " on '" + ref + "' (" +
+                             node->output_descs[resolved.second].ToString() + ", at " + node->location +
+                             "): the axis is outside the rank");
+  }
+  node->output_sbp_hints.resize(node->output_names.size());
+  node->output_sbp_hints[resolved.second] = sbp;
   return Status::Ok();
 }
 
@@ -124,6 +150,7 @@ job::Job JobBuilder::ToJob() const {
   job::Job job;
   job.mutable_config()->set_job_name(graph_.job_name());
   job.mutable_config()->set_job_type(graph_.job_type());
+  if (graph_.device_num() > 1) job.mutable_config()->set_cpu_device_num(graph_.device_num());
   for (const Node& n : graph_.nodes()) {
     job::OpConf* op = job.add_ops();
     op->set_name(n.name);
@@ -133,6 +160,14 @@ job::Job JobBuilder::ToJob() const {
     op->mutable_placement()->set_device_type(n.placement.device_type);
     for (const auto& ids : n.placement.machine_device_ids) op->mutable_placement()->add_machine_device_ids(ids);
     op->set_source_location(n.location);
+    for (size_t k = 0; k < n.output_sbp_hints.size(); ++k) {
+      if (!n.output_sbp_hints[k]) break;  // the proto has no "no hint" entry before a hinted output
+      job::Sbp* hint = op->add_output_sbp();
+      hint->set_kind(n.output_sbp_hints[k]->kind == SbpKind::kSplit       ? job::Sbp::SPLIT
+                     : n.output_sbp_hints[k]->kind == SbpKind::kPartialSum ? job::Sbp::PARTIAL_SUM
+                                                                           : job::Sbp::BROADCAST);
+      hint->set_axis(n.output_sbp_hints[k]->axis);
+    }
     if (n.kind != NodeKind::kOp) {
       for (int64_t d : n.output_descs[0].shape) op->add_shape(d);
       op->set_dtype(ToProtoDType(n.output_descs[0].dtype));
@@ -166,6 +201,7 @@ job::Job JobBuilder::ToJob() const {
 
 StatusOr<JobBuilder> JobBuilder::FromJob(const job::Job& job) {
   AF_ASSIGN_OR_RETURN(JobBuilder builder, Create(job.config().job_name(), job.config().job_type()));
+  AF_RETURN_IF_ERROR(builder.SetDeviceNum(job.config().cpu_device_num(), job.config().gpu_device_num()));
   for (const job::OpConf& op : job.ops()) {
     Placement placement;
     placement.device_type = op.placement().device_type();
@@ -187,6 +223,18 @@ StatusOr<JobBuilder> JobBuilder::FromJob(const job::Job& job) {
     }
     if (ref.substr(0, ref.rfind('/')) != op.name())
       return InvalidArgument("job '" + job.config().job_name() + "': op name '" + op.name() + "' is not unique");
+    const Node* added = builder.graph_.FindNode(op.name());
+    if (op.output_sbp_size() > static_cast<int>(added->output_names.size()))
+      return InvalidArgument("op '" + op.name() + "' at " + op.source_location() + ": " +
+                             std::to_string(op.output_sbp_size()) + " layout hints for " +
+                             std::to_string(added->output_names.size()) + " outputs");
+    for (int k = 0; k < op.output_sbp_size(); ++k) {
+      const job::Sbp& hint = op.output_sbp(k);
+      Sbp sbp = hint.kind() == job::Sbp::SPLIT         ? Sbp::Split(hint.axis())
+                : hint.kind() == job::Sbp::PARTIAL_SUM ? Sbp::PartialSum()
+                                                       : Sbp::Broadcast();
+      AF_RETURN_IF_ERROR(builder.SetOutputSbpHint(added->output_ref(k), sbp));
+    }
   }
   AF_RETURN_IF_ERROR(builder.SetOutputs({job.outputs().begin(), job.outputs().end()}));
   for (const auto& loss : job.losses()) AF_RETURN_IF_ERROR(builder.AddLoss(loss));

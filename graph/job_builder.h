@@ -19,8 +19,13 @@ class JobBuilder {
   // job_type: "predict" | "train" (InvalidArgument otherwise, see Create).
   static StatusOr<JobBuilder> Create(const std::string& name, const std::string& job_type);
 
-  // Placement for the ops added from now on (flow.scope.placement). InvalidArgument naming the
-  // placement unless it is supported (cpu 0:0).
+  // The devices of the job's config (flow.config.cpu_device_num / gpu_device_num; 0 = one CPU
+  // device). Call before placements are set. No GPU is usable by placements yet: gpu_device_num
+  // > 0 is FailedPrecondition saying so and naming cpu_device_num(n) as the CPU equivalent.
+  Status SetDeviceNum(int cpu_device_num, int gpu_device_num = 0);
+  // Placement for the ops added from now on (flow.scope.placement); an empty device list means
+  // every device of the config. InvalidArgument naming the placement unless ResolvePlacement
+  // accepts it for the device count set so far.
   Status SetPlacement(const Placement& placement);
   const Placement& placement() const { return placement_; }
 
@@ -35,6 +40,9 @@ class JobBuilder {
   StatusOr<const Node*> AddOp(const std::string& type, const std::string& name, const std::vector<std::string>& inputs,
                               const Attrs& attrs, const std::string& location);
   StatusOr<TensorDesc> TensorDescOf(const std::string& ref) const { return graph_.Desc(ref); }
+  // A layout hint on the blob `ref` ("op/output": flow.distribute.* on a variable, an input or a
+  // layer's output). The SBP pass honours it or fails naming the op and its line.
+  Status SetOutputSbpHint(const std::string& ref, const Sbp& sbp);
   Status SetOutputs(const std::vector<std::string>& refs);
   Status AddWatch(const std::string& ref, const std::string& handler_name, bool diff, const std::string& location);
   Status AddLoss(const std::string& ref);

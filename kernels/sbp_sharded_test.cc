@@ -414,6 +414,8 @@ TEST(SbpShardedTest, EveryOpsSignaturesMatchOneDevice) {
   const bool print = std::getenv("AF_PRINT_SBP") != nullptr;
   int64_t checked = 0;
   for (const std::string& type : OpRegistry::Global().Types()) {
+    // The compiler's layout conversion reads every device's shard: kernels/boxing_test.cc.
+    if (type == "boxing") continue;
     const OpDef& def = *OpRegistry::Global().Find(type).value();
     auto it = instances.find(type);
     if (it == instances.end()) {
