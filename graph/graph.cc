@@ -8,14 +8,38 @@ namespace actorflow {
 namespace graph {
 
 std::string Placement::ToString() const {
+  if (machine_device_ids.empty()) return device_type + " (all devices)";
   std::string s = device_type;
   for (size_t i = 0; i < machine_device_ids.size(); ++i) s += (i ? "," : " ") + machine_device_ids[i];
   return s;
 }
 
+Status CheckPlacementSyntax(const Placement& placement) {
+  if (placement.device_type != "cpu" && placement.device_type != "gpu")
+    return InvalidArgument("placement '" + placement.ToString() + "': device type must be 'cpu' or 'gpu', got '" +
+                           placement.device_type + "'");
+  for (const std::string& ids : placement.machine_device_ids) {
+    // "m:d" or "m:a-b", decimal, a <= b
+    size_t colon = ids.find(':');
+    size_t dash = ids.find('-', colon == std::string::npos ? 0 : colon);
+    auto number = [](const std::string& s) {
+      return !s.empty() && s.size() < 9 && s.find_first_not_of("0123456789") == std::string::npos;
+    };
+    std::string machine = colon == std::string::npos ? "" : ids.substr(0, colon);
+    std::string first = colon == std::string::npos ? "" : ids.substr(colon + 1, dash == std::string::npos ? std::string::npos : dash - colon - 1);
+    std::string last = dash == std::string::npos ? first : ids.substr(dash + 1);
+    if (!number(machine) || !number(first) || !number(last) || std::stoi(first) > std::stoi(last))
+      return InvalidArgument("placement '" + placement.ToString() + "': machine_device_ids entry '" + ids +
+                             "' is not 'machine:device' or 'machine:first-last' with first <= last (e.g. '0:0-1')");
+  }
+  return Status::Ok();
+}
+
 Status CheckPlacementSupported(const Placement& placement) {
-  bool ok = placement.device_type == "cpu" && placement.machine_device_ids.size() == 1 &&
-            (placement.machine_device_ids[0] == "0:0" || placement.machine_device_ids[0] == "0:0-0");
+  bool ok = placement.device_type == "cpu" &&
+            (placement.machine_device_ids.empty() ||
+             (placement.machine_device_ids.size() == 1 &&
+              (placement.machine_device_ids[0] == "0:0" || placement.machine_device_ids[0] == "0:0-0")));
   if (ok) return Status::Ok();
   return InvalidArgument("placement '" + placement.ToString() +
                          "' is not supported: only device 'cpu' with machine_device_ids '0:0' (machine 0, device 0) "
@@ -41,6 +65,7 @@ Graph& Graph::operator=(const Graph& other) {
   losses_ = other.losses_;
   optimizer_ = other.optimizer_ ? std::make_unique<OptimizerSpec>(*other.optimizer_) : nullptr;
   gradients_ = other.gradients_;
+  device_config_ = other.device_config_;
   return *this;
 }
 

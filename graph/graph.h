@@ -20,15 +20,25 @@ namespace graph {
 
 enum class NodeKind { kInput, kVariable, kOp };
 
-// Where a node runs. Only "cpu" device 0 of machine 0 is supported for now; the parser
-// accepts the general syntax so the error can name what the user asked for.
+// Where a node runs: "machine:device" ranges ("0:0-3", "0:1") of one device type. Empty
+// machine_device_ids: every device of the job's config (ops outside any flow.scope.placement).
 struct Placement {
   std::string device_type = "cpu";
-  std::vector<std::string> machine_device_ids = {"0:0"};
-  std::string ToString() const;  // "cpu 0:0"
+  std::vector<std::string> machine_device_ids;
+  std::string ToString() const;  // "cpu 0:0", "cpu 0:0-1,0:3", "cpu (all devices)"
 };
-// InvalidArgument naming the placement unless it is cpu "0:0".
+// InvalidArgument naming the placement unless it is well formed: device type "cpu" or "gpu",
+// each entry "m:d" or "m:a-b" with a <= b (what flow.scope.placement records).
+Status CheckPlacementSyntax(const Placement& placement);
+// InvalidArgument naming the placement unless this build runs it (cpu "0:0" or all devices).
 Status CheckPlacementSupported(const Placement& placement);
+
+// The devices of flow.config and the view of the job (JobConfig in graph/proto/job.proto).
+struct DeviceConfig {
+  int cpu_device_num = 0;                // 0: one CPU device
+  int gpu_device_num = 0;
+  std::string default_logical_view;      // "consistent" ("" too) | "mirrored"
+};
 
 struct Node {
   std::string name;
@@ -42,6 +52,8 @@ struct Node {
   std::vector<int> mutable_inputs;      // indices into `inputs` written in place
   std::string location;                 // user's file:line
   Placement placement;
+  // The user's layout hints, one per output (job.proto OpConf.output_sbp); empty: none.
+  std::vector<Sbp> output_sbp;
   // kVariable: name in the session's variable store; trainable for the optimizer.
   std::string variable_name;
   bool trainable = false;
@@ -82,6 +94,8 @@ class Graph {
   const std::string& job_name() const { return job_name_; }
   const std::string& job_type() const { return job_type_; }
   bool is_train() const { return job_type_ == "train"; }
+  DeviceConfig& device_config() { return device_config_; }
+  const DeviceConfig& device_config() const { return device_config_; }
 
   const std::vector<Node>& nodes() const { return nodes_; }
   std::vector<Node>& mutable_nodes() { return nodes_; }
@@ -142,6 +156,7 @@ class Graph {
   std::vector<std::string> losses_;
   std::unique_ptr<OptimizerSpec> optimizer_;
   std::map<std::string, std::string> gradients_;
+  DeviceConfig device_config_;
 };
 
 }  // namespace graph

@@ -15,8 +15,34 @@ StatusOr<JobBuilder> JobBuilder::Create(const std::string& name, const std::stri
 }
 
 Status JobBuilder::SetPlacement(const Placement& placement) {
-  AF_RETURN_IF_ERROR(CheckPlacementSupported(placement));
+  AF_RETURN_IF_ERROR(CheckPlacementSyntax(placement));
   placement_ = placement;
+  return Status::Ok();
+}
+
+Status JobBuilder::SetOutputSbp(const std::string& ref, const Sbp& sbp) {
+  AF_ASSIGN_OR_RETURN(auto resolved, graph_.Resolve(ref));
+  Node* node = graph_.FindMutableNode(resolved.first->name);
+  if (node->output_names.size() != 1)
+    return InvalidArgument("layout hint on '" + ref + "': op '" + node->name + "' has " +
+                           std::to_string(node->output_names.size()) + " outputs; hint one through parallel_cast");
+  if (sbp.kind == SbpKind::kSplit &&
+      (sbp.axis < 0 || sbp.axis >= static_cast<int64_t>(node->output_descs[0].shape.size())))
+    return InvalidArgument("layout hint " + sbp.ToString() + " on '" + ref + "' of shape " +
+                           ShapeToString(node->output_descs[0].shape) + " at " + node->location +
+                           ": the split axis is outside the rank");
+  node->output_sbp = {sbp};
+  return Status::Ok();
+}
+
+Status JobBuilder::SetDeviceConfig(const DeviceConfig& config) {
+  if (config.cpu_device_num < 0 || config.gpu_device_num < 0)
+    return InvalidArgument("device config: device numbers must be >= 0");
+  if (!config.default_logical_view.empty() && config.default_logical_view != "consistent" &&
+      config.default_logical_view != "mirrored")
+    return InvalidArgument("default_logical_view must be 'consistent' or 'mirrored', got '" +
+                           config.default_logical_view + "'");
+  graph_.device_config() = config;
   return Status::Ok();
 }
 
@@ -124,6 +150,9 @@ job::Job JobBuilder::ToJob() const {
   job::Job job;
   job.mutable_config()->set_job_name(graph_.job_name());
   job.mutable_config()->set_job_type(graph_.job_type());
+  job.mutable_config()->set_cpu_device_num(graph_.device_config().cpu_device_num);
+  job.mutable_config()->set_gpu_device_num(graph_.device_config().gpu_device_num);
+  job.mutable_config()->set_default_logical_view(graph_.device_config().default_logical_view);
   for (const Node& n : graph_.nodes()) {
     job::OpConf* op = job.add_ops();
     op->set_name(n.name);
@@ -133,6 +162,13 @@ job::Job JobBuilder::ToJob() const {
     op->mutable_placement()->set_device_type(n.placement.device_type);
     for (const auto& ids : n.placement.machine_device_ids) op->mutable_placement()->add_machine_device_ids(ids);
     op->set_source_location(n.location);
+    for (const Sbp& sbp : n.output_sbp) {
+      job::Sbp* hint = op->add_output_sbp();
+      hint->set_kind(sbp.kind == SbpKind::kSplit       ? job::Sbp::SPLIT
+                     : sbp.kind == SbpKind::kBroadcast ? job::Sbp::BROADCAST
+                                                       : job::Sbp::PARTIAL_SUM);
+      hint->set_axis(sbp.kind == SbpKind::kSplit ? sbp.axis : 0);
+    }
     if (n.kind != NodeKind::kOp) {
       for (int64_t d : n.output_descs[0].shape) op->add_shape(d);
       op->set_dtype(ToProtoDType(n.output_descs[0].dtype));
@@ -166,6 +202,8 @@ job::Job JobBuilder::ToJob() const {
 
 StatusOr<JobBuilder> JobBuilder::FromJob(const job::Job& job) {
   AF_ASSIGN_OR_RETURN(JobBuilder builder, Create(job.config().job_name(), job.config().job_type()));
+  AF_RETURN_IF_ERROR(builder.SetDeviceConfig(DeviceConfig{job.config().cpu_device_num(), job.config().gpu_device_num(),
+                                                          job.config().default_logical_view()}));
   for (const job::OpConf& op : job.ops()) {
     Placement placement;
     placement.device_type = op.placement().device_type();
@@ -187,6 +225,14 @@ StatusOr<JobBuilder> JobBuilder::FromJob(const job::Job& job) {
     }
     if (ref.substr(0, ref.rfind('/')) != op.name())
       return InvalidArgument("job '" + job.config().job_name() + "': op name '" + op.name() + "' is not unique");
+    if (op.output_sbp_size() > 1)
+      return InvalidArgument("op '" + op.name() + "': layout hints on several outputs are not supported");
+    for (const job::Sbp& hint : op.output_sbp()) {
+      Sbp sbp = hint.kind() == job::Sbp::SPLIT       ? Sbp::Split(hint.axis())
+                : hint.kind() == job::Sbp::BROADCAST ? Sbp::Broadcast()
+                                                     : Sbp::PartialSum();
+      AF_RETURN_IF_ERROR(builder.SetOutputSbp(op.name() + "/" + builder.graph().FindNode(op.name())->output_names[0], sbp));
+    }
   }
   AF_RETURN_IF_ERROR(builder.SetOutputs({job.outputs().begin(), job.outputs().end()}));
   for (const auto& loss : job.losses()) AF_RETURN_IF_ERROR(builder.AddLoss(loss));

@@ -19,9 +19,16 @@ class JobBuilder {
   // job_type: "predict" | "train" (InvalidArgument otherwise, see Create).
   static StatusOr<JobBuilder> Create(const std::string& name, const std::string& job_type);
 
-  // Placement for the ops added from now on (flow.scope.placement). InvalidArgument naming the
-  // placement unless it is supported (cpu 0:0).
+  // Placement for the ops added from now on (flow.scope.placement); empty machine_device_ids:
+  // all devices of the config. InvalidArgument naming the placement unless it is well formed
+  // (CheckPlacementSyntax); whether the devices exist is the compiler's check.
   Status SetPlacement(const Placement& placement);
+  // The user's layout hint on `ref`, the only output of its op (a placeholder, a variable,
+  // parallel_cast's identity): OpConf.output_sbp. InvalidArgument for an op with several
+  // outputs or a split axis outside the output's rank.
+  Status SetOutputSbp(const std::string& ref, const Sbp& sbp);
+  // flow.config's devices and the job's logical view (JobConfig).
+  Status SetDeviceConfig(const DeviceConfig& config);
   const Placement& placement() const { return placement_; }
 
   // A placeholder; feeds follow the order of these calls. Returns "name/out".
