@@ -145,7 +145,7 @@ StatusOr<const Node*> Graph::AddOp(const std::string& type, const std::string& n
   auto def_or = OpRegistry::Global().Find(type);
   if (!def_or.ok()) return fail(def_or.status());
   const OpDef* def = def_or.value();
-  AF_RETURN_IF_ERROR(CheckPlacementSupported(placement).WithContext("op '" + unique + "' (" + type + ") at " + location));
+  AF_RETURN_IF_ERROR(CheckPlacementSyntax(placement).WithContext("op '" + unique + "' (" + type + ") at " + location));
   if (!def->variadic_inputs && inputs.size() != def->input_names.size()) {
     std::string names;
     for (const auto& n : def->input_names) names += (names.empty() ? "" : ", ") + n;

@@ -302,6 +302,7 @@ class JobFunction:
                 if from_checkpoint:
                     checkpoint._pending.setdefault(var_name, var_value)
             raise _with_location(error, _trace_ctx.traceback_location(error.__traceback__) or self._location)
+        self._builder = builder  # job_text() shows the last trace, also when it does not compile
         session = _C.default_session()
         existing = set(session.variable_names())
         try:
@@ -328,7 +329,6 @@ class JobFunction:
             compiled.set_watch_handler(handler_name, _snapshot.as_callback(fn))
         self._input_descs = compiled.input_descs
         self._devices = ctx.devices
-        self._builder = builder
         self._result = result
         self._optimizer = ctx.optimizer
         self._compiled = compiled  # last: other threads take a non-None _compiled as ready
@@ -406,8 +406,9 @@ class JobFunction:
         return np.concatenate(parts, axis=0)
 
     def job_text(self):
-        """The job as traced (graph/proto/job.proto, text format): ops, placements, layout
-        hints and the device config; None before the first call."""
+        """The job as last traced (graph/proto/job.proto, text format): ops, placements, layout
+        hints and the device config; None before the first call. Also after a trace that did
+        not compile, to see what was recorded."""
         return None if self._builder is None else self._builder.to_job_text()
 
     def _bind(self, args, kwargs):
