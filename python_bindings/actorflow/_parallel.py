@@ -10,7 +10,6 @@ What is recorded (the compiler, graph/, reads it from the job):
   are split on axis 0), or a "parallel_cast" identity op's (x.with_distribute(d),
   flow.parallel_cast(x, distribute=d)).
 - the view: JobConfig.default_logical_view."""
-import contextlib
 import re
 import threading
 
@@ -154,25 +153,35 @@ def parse_placement(device_type, machine_device_ids, what="flow.scope.placement"
     return device_type, normalized, devices
 
 
-@contextlib.contextmanager
-def placement(device_type, machine_device_ids="0:0"):
-    """Ops added inside run on these devices (the innermost scope wins)."""
-    device_type, ids, _devices = parse_placement(device_type, machine_device_ids)
-    ctx = get_current()
-    if ctx is None:  # checked; nothing to record outside a job function's trace
-        yield
-        return
-    previous = ctx.placement
-    ctx.placement = (device_type, ids)
-    ctx.builder.set_placement(device_type, ids)
-    try:
-        yield
-    finally:
-        ctx.placement = previous
-        if previous is None:
-            ctx.builder.clear_placement()
-        else:
-            ctx.builder.set_placement(*previous)
+class placement:  # noqa: N801 (OneFlow's name: flow.scope.placement)
+    """`with flow.scope.placement("cpu", "0:0-1"):` ops added inside run on these devices (the
+    innermost scope wins). Checked when called, so an error names the user's line."""
+
+    def __init__(self, device_type, machine_device_ids="0:0"):
+        self.device_type, self.ids, self.devices = parse_placement(device_type, machine_device_ids)
+        self._ctx = None
+        self._previous = None
+
+    def __repr__(self):
+        return "flow.scope.placement(%r, %r)" % (self.device_type, self.ids)
+
+    def __enter__(self):
+        ctx = get_current()
+        if ctx is not None:  # outside a job function's trace there is nothing to record
+            self._ctx, self._previous = ctx, ctx.placement
+            ctx.placement = (self.device_type, self.ids)
+            ctx.builder.set_placement(self.device_type, self.ids)
+        return self
+
+    def __exit__(self, *exc):
+        ctx, self._ctx = self._ctx, None
+        if ctx is not None:
+            ctx.placement = self._previous
+            if self._previous is None:
+                ctx.builder.clear_placement()
+            else:
+                ctx.builder.set_placement(*self._previous)
+        return False
 
 
 # ---------------------------------------------------------------------------------- views
