@@ -80,16 +80,17 @@ TEST(JobBuilderTest, MalformedPlacementIsAClearError) {
 
 TEST(JobBuilderTest, HintsPlacementsAndDeviceConfigRoundTrip) {
   JobBuilder b = ValueOrDie(JobBuilder::Create("job", "predict"));
-  ASSERT_TRUE(b.SetDeviceConfig(DeviceConfig{2, 0, "mirrored"}).ok());
-  EXPECT_FALSE(b.SetDeviceConfig(DeviceConfig{2, 0, "sideways"}).ok());
+  ASSERT_TRUE(b.SetDeviceNum(2, 0).ok());
+  ASSERT_TRUE(b.SetLogicalView("mirrored").ok());
+  EXPECT_FALSE(b.SetLogicalView("sideways").ok());
   std::string x = ValueOrDie(b.AddInput("x", {4, 3}, DType::kFloat32, "a.py:1"));
-  ASSERT_TRUE(b.SetOutputSbp(x, Sbp::Split(0)).ok());
-  Status bad_axis = b.SetOutputSbp(x, Sbp::Split(2));
+  ASSERT_TRUE(b.SetOutputSbpHint(x, Sbp::Split(0)).ok());
+  Status bad_axis = b.SetOutputSbpHint(x, Sbp::Split(2));
   ASSERT_FALSE(bad_axis.ok());
   EXPECT_NE(bad_axis.message().find("S(2)"), std::string::npos) << bad_axis.message();
   ASSERT_TRUE(b.SetPlacement(Placement{"cpu", {"0:1"}}).ok());
   std::string w = ValueOrDie(b.AddVariable("w", {3, 5}, DType::kFloat32, "a.py:2"));
-  ASSERT_TRUE(b.SetOutputSbp(w, Sbp::Broadcast()).ok());
+  ASSERT_TRUE(b.SetOutputSbpHint(w, Sbp::Broadcast()).ok());
   job::Job job = b.ToJob();
   EXPECT_EQ(job.config().cpu_device_num(), 2);
   EXPECT_EQ(job.config().default_logical_view(), "mirrored");

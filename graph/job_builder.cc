@@ -20,7 +20,7 @@ Status JobBuilder::SetPlacement(const Placement& placement) {
   return Status::Ok();
 }
 
-Status JobBuilder::SetOutputSbp(const std::string& ref, const Sbp& sbp) {
+Status JobBuilder::SetOutputSbpHint(const std::string& ref, const Sbp& sbp) {
   AF_ASSIGN_OR_RETURN(auto resolved, graph_.Resolve(ref));
   Node* node = graph_.FindMutableNode(resolved.first->name);
   if (node->output_names.size() != 1)
@@ -35,14 +35,19 @@ Status JobBuilder::SetOutputSbp(const std::string& ref, const Sbp& sbp) {
   return Status::Ok();
 }
 
-Status JobBuilder::SetDeviceConfig(const DeviceConfig& config) {
-  if (config.cpu_device_num < 0 || config.gpu_device_num < 0)
-    return InvalidArgument("device config: device numbers must be >= 0");
-  if (!config.default_logical_view.empty() && config.default_logical_view != "consistent" &&
-      config.default_logical_view != "mirrored")
-    return InvalidArgument("default_logical_view must be 'consistent' or 'mirrored', got '" +
-                           config.default_logical_view + "'");
-  graph_.device_config() = config;
+Status JobBuilder::SetDeviceNum(int cpu_device_num, int gpu_device_num) {
+  if (cpu_device_num < 0 || gpu_device_num < 0)
+    return InvalidArgument("device config: device numbers must be >= 0, got cpu_device_num " +
+                           std::to_string(cpu_device_num) + ", gpu_device_num " + std::to_string(gpu_device_num));
+  graph_.device_config().cpu_device_num = cpu_device_num;
+  graph_.device_config().gpu_device_num = gpu_device_num;
+  return Status::Ok();
+}
+
+Status JobBuilder::SetLogicalView(const std::string& view) {
+  if (!view.empty() && view != "consistent" && view != "mirrored")
+    return InvalidArgument("default_logical_view must be 'consistent' or 'mirrored', got '" + view + "'");
+  graph_.device_config().default_logical_view = view;
   return Status::Ok();
 }
 
@@ -202,8 +207,8 @@ job::Job JobBuilder::ToJob() const {
 
 StatusOr<JobBuilder> JobBuilder::FromJob(const job::Job& job) {
   AF_ASSIGN_OR_RETURN(JobBuilder builder, Create(job.config().job_name(), job.config().job_type()));
-  AF_RETURN_IF_ERROR(builder.SetDeviceConfig(DeviceConfig{job.config().cpu_device_num(), job.config().gpu_device_num(),
-                                                          job.config().default_logical_view()}));
+  AF_RETURN_IF_ERROR(builder.SetDeviceNum(job.config().cpu_device_num(), job.config().gpu_device_num()));
+  AF_RETURN_IF_ERROR(builder.SetLogicalView(job.config().default_logical_view()));
   for (const job::OpConf& op : job.ops()) {
     Placement placement;
     placement.device_type = op.placement().device_type();
@@ -231,7 +236,7 @@ StatusOr<JobBuilder> JobBuilder::FromJob(const job::Job& job) {
       Sbp sbp = hint.kind() == job::Sbp::SPLIT       ? Sbp::Split(hint.axis())
                 : hint.kind() == job::Sbp::BROADCAST ? Sbp::Broadcast()
                                                      : Sbp::PartialSum();
-      AF_RETURN_IF_ERROR(builder.SetOutputSbp(op.name() + "/" + builder.graph().FindNode(op.name())->output_names[0], sbp));
+      AF_RETURN_IF_ERROR(builder.SetOutputSbpHint(op.name() + "/" + builder.graph().FindNode(op.name())->output_names[0], sbp));
     }
   }
   AF_RETURN_IF_ERROR(builder.SetOutputs({job.outputs().begin(), job.outputs().end()}));

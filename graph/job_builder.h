@@ -26,9 +26,11 @@ class JobBuilder {
   // The user's layout hint on `ref`, the only output of its op (a placeholder, a variable,
   // parallel_cast's identity): OpConf.output_sbp. InvalidArgument for an op with several
   // outputs or a split axis outside the output's rank.
-  Status SetOutputSbp(const std::string& ref, const Sbp& sbp);
-  // flow.config's devices and the job's logical view (JobConfig).
-  Status SetDeviceConfig(const DeviceConfig& config);
+  Status SetOutputSbpHint(const std::string& ref, const Sbp& sbp);
+  // flow.config's devices (JobConfig cpu_device_num, gpu_device_num).
+  Status SetDeviceNum(int cpu_device_num, int gpu_device_num);
+  // The job's view: "consistent" ("" too) or "mirrored" (JobConfig default_logical_view).
+  Status SetLogicalView(const std::string& view);
   const Placement& placement() const { return placement_; }
 
   // A placeholder; feeds follow the order of these calls. Returns "name/out".

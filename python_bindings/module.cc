@@ -483,12 +483,13 @@ PYBIND11_MODULE(_C, m) {
              else if (kind == "partial_sum") sbp = Sbp::PartialSum();
              else throw py::value_error("set_output_sbp: kind must be 'split', 'broadcast' or 'partial_sum', got '" +
                                         kind + "'");
-             Check(b.SetOutputSbp(ref, sbp));
+             Check(b.SetOutputSbpHint(ref, sbp));
            },
            py::arg("ref"), py::arg("kind"), py::arg("axis") = 0)
       .def("set_job_config",
            [](graph::JobBuilder& b, int cpu_device_num, int gpu_device_num, const std::string& view) {
-             Check(b.SetDeviceConfig(graph::DeviceConfig{cpu_device_num, gpu_device_num, view}));
+             Check(b.SetDeviceNum(cpu_device_num, gpu_device_num));
+             Check(b.SetLogicalView(view));
            },
            py::arg("cpu_device_num"), py::arg("gpu_device_num"), py::arg("default_logical_view"))
       .def("add_input",
