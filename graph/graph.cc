@@ -8,42 +8,68 @@ namespace actorflow {
 namespace graph {
 
 std::string Placement::ToString() const {
-  if (machine_device_ids.empty()) return device_type + " (all devices)";
   std::string s = device_type;
+  if (machine_device_ids.empty()) return s + " (all devices)";
   for (size_t i = 0; i < machine_device_ids.size(); ++i) s += (i ? "," : " ") + machine_device_ids[i];
   return s;
 }
 
-Status CheckPlacementSyntax(const Placement& placement) {
-  if (placement.device_type != "cpu" && placement.device_type != "gpu")
-    return InvalidArgument("placement '" + placement.ToString() + "': device type must be 'cpu' or 'gpu', got '" +
-                           placement.device_type + "'");
-  for (const std::string& ids : placement.machine_device_ids) {
-    // "m:d" or "m:a-b", decimal, a <= b
-    size_t colon = ids.find(':');
-    size_t dash = ids.find('-', colon == std::string::npos ? 0 : colon);
-    auto number = [](const std::string& s) {
-      return !s.empty() && s.size() < 9 && s.find_first_not_of("0123456789") == std::string::npos;
-    };
-    std::string machine = colon == std::string::npos ? "" : ids.substr(0, colon);
-    std::string first = colon == std::string::npos ? "" : ids.substr(colon + 1, dash == std::string::npos ? std::string::npos : dash - colon - 1);
-    std::string last = dash == std::string::npos ? first : ids.substr(dash + 1);
-    if (!number(machine) || !number(first) || !number(last) || std::stoi(first) > std::stoi(last))
-      return InvalidArgument("placement '" + placement.ToString() + "': machine_device_ids entry '" + ids +
-                             "' is not 'machine:device' or 'machine:first-last' with first <= last (e.g. '0:0-1')");
+namespace {
+// A non-negative decimal number, or -1.
+int ParseIndex(const std::string& text) {
+  if (text.empty() || text.size() > 6) return -1;
+  int value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return -1;
+    value = value * 10 + (c - '0');
   }
-  return Status::Ok();
+  return value;
+}
+}  // namespace
+
+StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num) {
+  auto fail = [&](const std::string& why) {
+    return InvalidArgument("placement '" + placement.ToString() + "': " + why);
+  };
+  if (placement.device_type == "gpu" || placement.device_type == "cuda")
+    return fail("no GPU device is usable by placements yet; use device type 'cpu' (flow.config.cpu_device_num(n) "
+                "gives n CPU devices)");
+  if (placement.device_type != "cpu") return fail("device type must be 'cpu' or 'gpu', got '" + placement.device_type + "'");
+  std::vector<int> devices;
+  if (placement.machine_device_ids.empty()) {
+    for (int d = 0; d < device_num; ++d) devices.push_back(d);
+    return devices;
+  }
+  for (const std::string& ids : placement.machine_device_ids) {
+    const size_t colon = ids.find(':');
+    if (colon == std::string::npos)
+      return fail("'" + ids + "' is not of the form 'machine:device' or 'machine:first-last' (e.g. '0:0-1')");
+    const int machine = ParseIndex(ids.substr(0, colon));
+    const std::string range = ids.substr(colon + 1);
+    const size_t dash = range.find('-');
+    const int first = ParseIndex(range.substr(0, dash));
+    const int last = dash == std::string::npos ? first : ParseIndex(range.substr(dash + 1));
+    if (machine < 0 || first < 0 || last < 0)
+      return fail("'" + ids + "' is not of the form 'machine:device' or 'machine:first-last' (e.g. '0:0-1')");
+    if (machine != 0) return fail("machine " + std::to_string(machine) + " does not exist: one process is machine 0");
+    if (last < first) return fail("'" + ids + "': the range ends before it starts");
+    for (int d = first; d <= last; ++d) {
+      if (d >= device_num)
+        return fail("device " + std::to_string(d) + " does not exist: cpu_device_num is " + std::to_string(device_num) +
+                    " (devices 0-" + std::to_string(device_num - 1) + ")");
+      if (std::find(devices.begin(), devices.end(), d) != devices.end())
+        return fail("device " + std::to_string(d) + " is listed twice");
+      devices.push_back(d);
+    }
+  }
+  return devices;
 }
 
-Status CheckPlacementSupported(const Placement& placement) {
-  bool ok = placement.device_type == "cpu" &&
-            (placement.machine_device_ids.empty() ||
-             (placement.machine_device_ids.size() == 1 &&
-              (placement.machine_device_ids[0] == "0:0" || placement.machine_device_ids[0] == "0:0-0")));
-  if (ok) return Status::Ok();
-  return InvalidArgument("placement '" + placement.ToString() +
-                         "' is not supported: only device 'cpu' with machine_device_ids '0:0' (machine 0, device 0) "
-                         "is available in this build");
+Placement PlacementOf(const std::vector<int>& devices, const std::string& device_type) {
+  Placement p;
+  p.device_type = device_type;
+  for (int d : devices) p.machine_device_ids.push_back("0:" + std::to_string(d));
+  return p;
 }
 
 StatusOr<std::pair<std::string, std::string>> SplitRef(const std::string& ref) {
@@ -57,6 +83,7 @@ Graph& Graph::operator=(const Graph& other) {
   if (this == &other) return *this;
   job_name_ = other.job_name_;
   job_type_ = other.job_type_;
+  device_num_ = other.device_num_;
   nodes_ = other.nodes_;
   index_ = other.index_;
   feeds_ = other.feeds_;
@@ -65,7 +92,6 @@ Graph& Graph::operator=(const Graph& other) {
   losses_ = other.losses_;
   optimizer_ = other.optimizer_ ? std::make_unique<OptimizerSpec>(*other.optimizer_) : nullptr;
   gradients_ = other.gradients_;
-  device_config_ = other.device_config_;
   return *this;
 }
 
@@ -145,7 +171,6 @@ StatusOr<const Node*> Graph::AddOp(const std::string& type, const std::string& n
   auto def_or = OpRegistry::Global().Find(type);
   if (!def_or.ok()) return fail(def_or.status());
   const OpDef* def = def_or.value();
-  AF_RETURN_IF_ERROR(CheckPlacementSyntax(placement).WithContext("op '" + unique + "' (" + type + ") at " + location));
   if (!def->variadic_inputs && inputs.size() != def->input_names.size()) {
     std::string names;
     for (const auto& n : def->input_names) names += (names.empty() ? "" : ", ") + n;
@@ -201,9 +226,19 @@ std::string Graph::ToDot() const {
   for (const Node& n : nodes_) {
     std::string label = n.name + "\\n" + n.type;
     for (size_t i = 0; i < n.output_descs.size(); ++i) label += "\\n" + n.output_names[i] + ": " + n.output_descs[i].ToString();
+    if (!n.devices.empty()) {
+      label += "\\non " + PlacementOf(n.devices, n.placement.device_type).ToString();
+      if (!n.input_sbp.empty() || !n.output_sbp.empty()) {
+        label += ": ";
+        for (size_t i = 0; i < n.input_sbp.size(); ++i) label += (i ? "," : "") + n.input_sbp[i].ToString();
+        label += "->";
+        for (size_t i = 0; i < n.output_sbp.size(); ++i) label += (i ? "," : "") + n.output_sbp[i].ToString();
+      }
+    }
     if (!n.location.empty()) label += "\\n@ " + n.location;
     const char* style = n.kind == NodeKind::kInput ? ", style=filled, fillcolor=lightblue"
-                        : n.kind == NodeKind::kVariable ? ", style=filled, fillcolor=lightyellow" : "";
+                        : n.kind == NodeKind::kVariable ? ", style=filled, fillcolor=lightyellow"
+                        : n.type == "boxing" ? ", style=\"filled,bold\", fillcolor=orange" : "";
     dot << "  \"" << Escape(n.name) << "\" [label=\"" << Escape(label) << "\"" << style << "];\n";
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       auto parts = SplitRef(n.inputs[i]);

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,25 +21,20 @@ namespace graph {
 
 enum class NodeKind { kInput, kVariable, kOp };
 
-// Where a node runs: "machine:device" ranges ("0:0-3", "0:1") of one device type. Empty
-// machine_device_ids: every device of the job's config (ops outside any flow.scope.placement).
+// Where a node runs: a device type and "machine:device" ranges ("0:0-1", "0:2"; one process is
+// machine 0). Empty machine_device_ids: every device of the job's config (ops outside any
+// placement scope).
 struct Placement {
   std::string device_type = "cpu";
   std::vector<std::string> machine_device_ids;
-  std::string ToString() const;  // "cpu 0:0", "cpu 0:0-1,0:3", "cpu (all devices)"
+  std::string ToString() const;  // "cpu 0:0-1", "cpu (all devices)"
 };
-// InvalidArgument naming the placement unless it is well formed: device type "cpu" or "gpu",
-// each entry "m:d" or "m:a-b" with a <= b (what flow.scope.placement records).
-Status CheckPlacementSyntax(const Placement& placement);
-// InvalidArgument naming the placement unless this build runs it (cpu "0:0" or all devices).
-Status CheckPlacementSupported(const Placement& placement);
-
-// The devices of flow.config and the view of the job (JobConfig in graph/proto/job.proto).
-struct DeviceConfig {
-  int cpu_device_num = 0;                // 0: one CPU device
-  int gpu_device_num = 0;
-  std::string default_logical_view;      // "consistent" ("" too) | "mirrored"
-};
+// The device ids of `placement` on a machine with `device_num` CPU devices, in order and without
+// repeats. InvalidArgument naming the placement and the problem: syntax, a machine other than 0,
+// a device >= device_num ("device 3, but cpu_device_num is 2"), a device type other than cpu.
+StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num);
+// Placement naming exactly `devices` ("0:0", "0:1", ...).
+Placement PlacementOf(const std::vector<int>& devices, const std::string& device_type = "cpu");
 
 struct Node {
   std::string name;
@@ -52,8 +48,15 @@ struct Node {
   std::vector<int> mutable_inputs;      // indices into `inputs` written in place
   std::string location;                 // user's file:line
   Placement placement;
-  // The user's layout hints, one per output (job.proto OpConf.output_sbp); empty: none.
-  std::vector<Sbp> output_sbp;
+  // The user's layout hints, one per output (std::nullopt: the compiler chooses); may be empty.
+  std::vector<std::optional<Sbp>> output_sbp_hints;
+  // Filled by the placement pass: the device ids (machine 0) the node runs on.
+  std::vector<int> devices;
+  // Filled by the SBP pass: the layout of each input as this node reads it and of each output
+  // over `devices` (all broadcast on one device). Inputs and variables are held whole in one
+  // register; their output_sbp is the layout their readers are steered towards (the consistent
+  // view's S(0) for feeds, a user hint), and boxing slices them where a reader splits.
+  std::vector<Sbp> input_sbp, output_sbp;
   // kVariable: name in the session's variable store; trainable for the optimizer.
   std::string variable_name;
   bool trainable = false;
@@ -94,8 +97,9 @@ class Graph {
   const std::string& job_name() const { return job_name_; }
   const std::string& job_type() const { return job_type_; }
   bool is_train() const { return job_type_ == "train"; }
-  DeviceConfig& device_config() { return device_config_; }
-  const DeviceConfig& device_config() const { return device_config_; }
+  // CPU devices of the job's config (flow.config.cpu_device_num; 1 by default).
+  int device_num() const { return device_num_; }
+  void set_device_num(int device_num) { device_num_ = device_num < 1 ? 1 : device_num; }
 
   const std::vector<Node>& nodes() const { return nodes_; }
   std::vector<Node>& mutable_nodes() { return nodes_; }
@@ -142,12 +146,15 @@ class Graph {
   Graph(Graph&&) = default;
   Graph& operator=(Graph&&) = default;
 
-  // Graphviz text of the logical graph: one box per node (type, output descs, location).
+  // Graphviz text of the logical graph: one box per node (type, output descs, location; after
+  // the placement and SBP passes also devices and the layout of every blob; boxing nodes filled
+  // orange).
   std::string ToDot() const;
 
  private:
   std::string job_name_;
   std::string job_type_ = "predict";
+  int device_num_ = 1;
   std::vector<Node> nodes_;
   std::map<std::string, size_t> index_;
   std::vector<std::string> feeds_;
@@ -156,7 +163,6 @@ class Graph {
   std::vector<std::string> losses_;
   std::unique_ptr<OptimizerSpec> optimizer_;
   std::map<std::string, std::string> gradients_;
-  DeviceConfig device_config_;
 };
 
 }  // namespace graph

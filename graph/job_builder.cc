@@ -14,8 +14,26 @@ StatusOr<JobBuilder> JobBuilder::Create(const std::string& name, const std::stri
   return builder;
 }
 
+Status JobBuilder::SetDeviceNum(int cpu_device_num, int gpu_device_num) {
+  if (gpu_device_num > 0)
+    return FailedPrecondition("gpu_device_num(" + std::to_string(gpu_device_num) +
+                              "): no GPU is usable for placements in this process; use cpu_device_num(" +
+                              std::to_string(gpu_device_num) + ") for " + std::to_string(gpu_device_num) +
+                              " CPU devices");
+  if (cpu_device_num < 0) return InvalidArgument("cpu_device_num must be >= 0, got " + std::to_string(cpu_device_num));
+  graph_.set_device_num(cpu_device_num);
+  return Status::Ok();
+}
+
+Status JobBuilder::SetLogicalView(const std::string& view) {
+  if (!view.empty() && view != "consistent" && view != "mirrored")
+    return InvalidArgument("default_logical_view must be 'consistent' or 'mirrored', got '" + view + "'");
+  logical_view_ = view;
+  return Status::Ok();
+}
+
 Status JobBuilder::SetPlacement(const Placement& placement) {
-  AF_RETURN_IF_ERROR(CheckPlacementSyntax(placement));
+  AF_RETURN_IF_ERROR(ResolvePlacement(placement, graph_.device_num()).status());
   placement_ = placement;
   return Status::Ok();
 }
@@ -23,31 +41,15 @@ Status JobBuilder::SetPlacement(const Placement& placement) {
 Status JobBuilder::SetOutputSbpHint(const std::string& ref, const Sbp& sbp) {
   AF_ASSIGN_OR_RETURN(auto resolved, graph_.Resolve(ref));
   Node* node = graph_.FindMutableNode(resolved.first->name);
-  if (node->output_names.size() != 1)
-    return InvalidArgument("layout hint on '" + ref + "': op '" + node->name + "' has " +
-                           std::to_string(node->output_names.size()) + " outputs; hint one through parallel_cast");
-  if (sbp.kind == SbpKind::kSplit &&
-      (sbp.axis < 0 || sbp.axis >= static_cast<int64_t>(node->output_descs[0].shape.size())))
-    return InvalidArgument("layout hint " + sbp.ToString() + " on '" + ref + "' of shape " +
-                           ShapeToString(node->output_descs[0].shape) + " at " + node->location +
-                           ": the split axis is outside the rank");
-  node->output_sbp = {sbp};
-  return Status::Ok();
-}
-
-Status JobBuilder::SetDeviceNum(int cpu_device_num, int gpu_device_num) {
-  if (cpu_device_num < 0 || gpu_device_num < 0)
-    return InvalidArgument("device config: device numbers must be >= 0, got cpu_device_num " +
-                           std::to_string(cpu_device_num) + ", gpu_device_num " + std::to_string(gpu_device_num));
-  graph_.device_config().cpu_device_num = cpu_device_num;
-  graph_.device_config().gpu_device_num = gpu_device_num;
-  return Status::Ok();
-}
-
-Status JobBuilder::SetLogicalView(const std::string& view) {
-  if (!view.empty() && view != "consistent" && view != "mirrored")
-    return InvalidArgument("default_logical_view must be 'consistent' or 'mirrored', got '" + view + "'");
-  graph_.device_config().default_logical_view = view;
+  if (sbp.kind == SbpKind::kSplit) {
+    const Shape& shape = node->output_descs[resolved.second].shape;
+    if (sbp.axis < 0 || sbp.axis >= static_cast<int64_t>(shape.size()))
+      return InvalidArgument("layout hint " + sbp.ToString() + " on '" + ref + "' (" +
+                             node->output_descs[resolved.second].ToString() + ", at " + node->location +
+                             "): the axis is outside the rank");
+  }
+  node->output_sbp_hints.resize(node->output_names.size());
+  node->output_sbp_hints[resolved.second] = sbp;
   return Status::Ok();
 }
 
@@ -155,9 +157,8 @@ job::Job JobBuilder::ToJob() const {
   job::Job job;
   job.mutable_config()->set_job_name(graph_.job_name());
   job.mutable_config()->set_job_type(graph_.job_type());
-  job.mutable_config()->set_cpu_device_num(graph_.device_config().cpu_device_num);
-  job.mutable_config()->set_gpu_device_num(graph_.device_config().gpu_device_num);
-  job.mutable_config()->set_default_logical_view(graph_.device_config().default_logical_view);
+  if (graph_.device_num() > 1) job.mutable_config()->set_cpu_device_num(graph_.device_num());
+  job.mutable_config()->set_default_logical_view(logical_view_);
   for (const Node& n : graph_.nodes()) {
     job::OpConf* op = job.add_ops();
     op->set_name(n.name);
@@ -167,12 +168,13 @@ job::Job JobBuilder::ToJob() const {
     op->mutable_placement()->set_device_type(n.placement.device_type);
     for (const auto& ids : n.placement.machine_device_ids) op->mutable_placement()->add_machine_device_ids(ids);
     op->set_source_location(n.location);
-    for (const Sbp& sbp : n.output_sbp) {
+    for (size_t k = 0; k < n.output_sbp_hints.size(); ++k) {
+      if (!n.output_sbp_hints[k]) break;  // the proto has no "no hint" entry before a hinted output
       job::Sbp* hint = op->add_output_sbp();
-      hint->set_kind(sbp.kind == SbpKind::kSplit       ? job::Sbp::SPLIT
-                     : sbp.kind == SbpKind::kBroadcast ? job::Sbp::BROADCAST
-                                                       : job::Sbp::PARTIAL_SUM);
-      hint->set_axis(sbp.kind == SbpKind::kSplit ? sbp.axis : 0);
+      hint->set_kind(n.output_sbp_hints[k]->kind == SbpKind::kSplit       ? job::Sbp::SPLIT
+                     : n.output_sbp_hints[k]->kind == SbpKind::kPartialSum ? job::Sbp::PARTIAL_SUM
+                                                                           : job::Sbp::BROADCAST);
+      hint->set_axis(n.output_sbp_hints[k]->axis);
     }
     if (n.kind != NodeKind::kOp) {
       for (int64_t d : n.output_descs[0].shape) op->add_shape(d);
@@ -230,13 +232,17 @@ StatusOr<JobBuilder> JobBuilder::FromJob(const job::Job& job) {
     }
     if (ref.substr(0, ref.rfind('/')) != op.name())
       return InvalidArgument("job '" + job.config().job_name() + "': op name '" + op.name() + "' is not unique");
-    if (op.output_sbp_size() > 1)
-      return InvalidArgument("op '" + op.name() + "': layout hints on several outputs are not supported");
-    for (const job::Sbp& hint : op.output_sbp()) {
-      Sbp sbp = hint.kind() == job::Sbp::SPLIT       ? Sbp::Split(hint.axis())
-                : hint.kind() == job::Sbp::BROADCAST ? Sbp::Broadcast()
-                                                     : Sbp::PartialSum();
-      AF_RETURN_IF_ERROR(builder.SetOutputSbpHint(op.name() + "/" + builder.graph().FindNode(op.name())->output_names[0], sbp));
+    const Node* added = builder.graph_.FindNode(op.name());
+    if (op.output_sbp_size() > static_cast<int>(added->output_names.size()))
+      return InvalidArgument("op '" + op.name() + "' at " + op.source_location() + ": " +
+                             std::to_string(op.output_sbp_size()) + " layout hints for " +
+                             std::to_string(added->output_names.size()) + " outputs");
+    for (int k = 0; k < op.output_sbp_size(); ++k) {
+      const job::Sbp& hint = op.output_sbp(k);
+      Sbp sbp = hint.kind() == job::Sbp::SPLIT         ? Sbp::Split(hint.axis())
+                : hint.kind() == job::Sbp::PARTIAL_SUM ? Sbp::PartialSum()
+                                                       : Sbp::Broadcast();
+      AF_RETURN_IF_ERROR(builder.SetOutputSbpHint(added->output_ref(k), sbp));
     }
   }
   AF_RETURN_IF_ERROR(builder.SetOutputs({job.outputs().begin(), job.outputs().end()}));

@@ -19,18 +19,18 @@ class JobBuilder {
   // job_type: "predict" | "train" (InvalidArgument otherwise, see Create).
   static StatusOr<JobBuilder> Create(const std::string& name, const std::string& job_type);
 
-  // Placement for the ops added from now on (flow.scope.placement); empty machine_device_ids:
-  // all devices of the config. InvalidArgument naming the placement unless it is well formed
-  // (CheckPlacementSyntax); whether the devices exist is the compiler's check.
-  Status SetPlacement(const Placement& placement);
-  // The user's layout hint on `ref`, the only output of its op (a placeholder, a variable,
-  // parallel_cast's identity): OpConf.output_sbp. InvalidArgument for an op with several
-  // outputs or a split axis outside the output's rank.
-  Status SetOutputSbpHint(const std::string& ref, const Sbp& sbp);
-  // flow.config's devices (JobConfig cpu_device_num, gpu_device_num).
-  Status SetDeviceNum(int cpu_device_num, int gpu_device_num);
-  // The job's view: "consistent" ("" too) or "mirrored" (JobConfig default_logical_view).
+  // The devices of the job's config (flow.config.cpu_device_num / gpu_device_num; 0 = one CPU
+  // device). Call before placements are set. No GPU is usable by placements yet: gpu_device_num
+  // > 0 is FailedPrecondition saying so and naming cpu_device_num(n) as the CPU equivalent.
+  Status SetDeviceNum(int cpu_device_num, int gpu_device_num = 0);
+  // The job's view, recorded as JobConfig.default_logical_view: "consistent" ("" too) or
+  // "mirrored". The front end builds both on the consistent machinery (a mirrored job's list
+  // placeholders are logical inputs split on axis 0), so the compiler does not read it.
   Status SetLogicalView(const std::string& view);
+  // Placement for the ops added from now on (flow.scope.placement); an empty device list means
+  // every device of the config. InvalidArgument naming the placement unless ResolvePlacement
+  // accepts it for the device count set so far.
+  Status SetPlacement(const Placement& placement);
   const Placement& placement() const { return placement_; }
 
   // A placeholder; feeds follow the order of these calls. Returns "name/out".
@@ -44,6 +44,9 @@ class JobBuilder {
   StatusOr<const Node*> AddOp(const std::string& type, const std::string& name, const std::vector<std::string>& inputs,
                               const Attrs& attrs, const std::string& location);
   StatusOr<TensorDesc> TensorDescOf(const std::string& ref) const { return graph_.Desc(ref); }
+  // A layout hint on the blob `ref` ("op/output": flow.distribute.* on a variable, an input or a
+  // layer's output). The SBP pass honours it or fails naming the op and its line.
+  Status SetOutputSbpHint(const std::string& ref, const Sbp& sbp);
   Status SetOutputs(const std::vector<std::string>& refs);
   Status AddWatch(const std::string& ref, const std::string& handler_name, bool diff, const std::string& location);
   Status AddLoss(const std::string& ref);
@@ -58,6 +61,7 @@ class JobBuilder {
   JobBuilder() = default;
   Graph graph_;
   Placement placement_;
+  std::string logical_view_;
 };
 
 }  // namespace graph

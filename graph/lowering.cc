@@ -8,6 +8,7 @@
 
 #include "graph/attr_convert.h"
 #include "graph/passes.h"
+#include "kernels/boxing.h"
 
 namespace actorflow {
 namespace graph {
@@ -147,6 +148,37 @@ plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
   return blob;
 }
 
+// Each in-place writer runs after every task reading the register it writes, in the same
+// iteration. The ordering pass guarantees it for one device; spread over several, readers on
+// other devices (a boxing slicing a variable, another device's matmul reading the shared
+// buffer) get their control edge here. Tasks are in topological order.
+template <typename AddControl>
+void OrderInPlaceWriters(plan::Plan& plan, AddControl add_control) {
+  const int n = plan.tasks_size();
+  std::vector<std::vector<bool>> ancestors(n, std::vector<bool>(n, false));
+  for (int t = 0; t < n; ++t) {
+    auto merge = [&](int64_t p) {
+      ancestors[t][p] = true;
+      for (int a = 0; a < p; ++a)
+        if (ancestors[p][a]) ancestors[t][a] = true;
+    };
+    for (const plan::InputDesc& in : plan.tasks(t).inputs()) merge(in.producer_task_id());
+    std::vector<std::pair<int64_t, int>> targets;
+    for (int m : plan.tasks(t).mutable_inputs())
+      targets.emplace_back(plan.tasks(t).inputs(m).producer_task_id(), plan.tasks(t).inputs(m).producer_register());
+    for (const auto& [producer, register_index] : targets)
+      for (int r = 0; r < t; ++r) {
+        if (ancestors[t][r]) continue;
+        bool reads = false;
+        for (const plan::InputDesc& in : plan.tasks(r).inputs())
+          reads |= !in.control() && in.producer_task_id() == producer && in.producer_register() == register_index;
+        if (!reads) continue;
+        add_control(plan.mutable_tasks(t), r);
+        merge(r);
+      }
+  }
+}
+
 }  // namespace
 
 Status VerifyInPlaceOrder(const plan::Plan& plan) {
@@ -201,21 +233,30 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   plan::Plan plan;
   plan.set_job_name(graph.job_name());
   const int register_num = std::max(1, options.register_num);
-  std::map<std::string, int> task_of;  // node name -> task index (== task id)
-  auto new_task = [&](const std::string& name, plan::TaskKind kind) {
+  // Each logical node's tasks: one per device of its placement; inputs and variables, held
+  // whole, have one task whatever their placement (their readers on every device read it in
+  // place: registers are host memory).
+  struct Physical {
+    std::vector<int> devices;
+    std::vector<int> tasks;
+  };
+  std::map<std::string, Physical> physical;
+  auto devices_of = [](const Node& n) { return n.devices.empty() ? std::vector<int>{0} : n.devices; };
+  auto new_task = [&](const std::string& name, plan::TaskKind kind, int device = 0) {
     plan::Task* t = plan.add_tasks();
     t->set_id(plan.tasks_size() - 1);
     t->set_name(name);
     t->set_kind(kind);
     t->set_device_type("cpu");
-    t->set_device_id(0);
+    t->set_device_id(device);
     t->set_machine_id(0);
     return t;
   };
   // Reshape and flatten become views: their readers read the input's register with the new
   // shape, so no task copies the bytes and no message hop is spent. Not for variables (their
   // readers are ordered against updates by control edges) nor where a control edge, an
-  // in-place write or a chain through a variable would need the op as a task.
+  // in-place write or a chain through a variable would need the op as a task, nor for ops
+  // spread over several devices (each device's share has its own shape).
   struct View {
     std::string base;  // the ref whose register holds the bytes
     TensorDesc desc;
@@ -227,27 +268,62 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     for (const Node& n : graph.nodes()) control_targets.insert(n.control_inputs.begin(), n.control_inputs.end());
     for (const Node& n : graph.nodes()) {
       if (n.kind != NodeKind::kOp || (n.type != "reshape" && n.type != "flatten") || n.inputs.size() != 1 ||
-          n.output_names.size() != 1 ||
+          n.output_names.size() != 1 || devices_of(n).size() != 1 ||
           !n.control_inputs.empty() || control_targets.count(n.name) || written.count(n.output_ref(0)))
         continue;
       std::string base = n.inputs[0];
       if (auto it = views.find(base); it != views.end()) base = it->second.base;
       AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(base));
-      if (producer.first->kind == NodeKind::kVariable || written.count(base)) continue;
+      if (producer.first->kind == NodeKind::kVariable || written.count(base) || devices_of(*producer.first) != devices_of(n))
+        continue;
       views[n.output_ref(0)] = View{base, n.output_descs[0]};
     }
   }
-  auto add_data_input = [&](plan::Task* consumer, const std::string& ref) -> Status {
+  auto output_sbp = [](const Node& n, size_t k) {
+    if (n.kind != NodeKind::kOp || k >= n.output_sbp.size() || n.devices.size() <= 1) return Sbp::Broadcast();
+    return n.output_sbp[k];
+  };
+  // The task (and its register) a reader on device `device`, index `index` of `reader_devices`,
+  // reads for `ref`: the producer's only task, its task on that device (or its first) for a
+  // broadcast blob, else its task of the same index (the boxing pass made the layouts equal).
+  struct Source {
+    int task;
+    int register_index;
+    const View* view;
+  };
+  auto source_of = [&](const std::string& ref, int device, size_t index,
+                       const std::vector<int>& reader_devices) -> StatusOr<Source> {
     auto view = views.find(ref);
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(view == views.end() ? ref : view->second.base));
-    plan::InputDesc* in = consumer->add_inputs();
-    in->set_producer_task_id(task_of.at(resolved.first->name));
-    in->set_producer_register(resolved.second);
-    in->set_blob_index(0);
-    if (view != views.end()) {
-      in->set_has_view(true);
-      for (int64_t d : view->second.desc.shape) in->add_view_shape(d);
+    const Physical& p = physical.at(resolved.first->name);
+    Source source{p.tasks[0], resolved.second, view == views.end() ? nullptr : &view->second};
+    if (p.tasks.size() == 1) return source;
+    if (output_sbp(*resolved.first, resolved.second).kind == SbpKind::kBroadcast) {
+      auto it = std::find(p.devices.begin(), p.devices.end(), device);
+      source.task = p.tasks[it == p.devices.end() ? 0 : it - p.devices.begin()];
+      return source;
     }
+    if (p.devices != reader_devices || index >= p.tasks.size())
+      return Internal("'" + ref + "' is laid out " + output_sbp(*resolved.first, resolved.second).ToString() + " on " +
+                      PlacementOf(p.devices).ToString() + " but read on " + PlacementOf(reader_devices).ToString() +
+                      " without a boxing");
+    source.task = p.tasks[index];
+    return source;
+  };
+  auto add_input = [&](plan::Task* consumer, const Source& source) {
+    plan::InputDesc* in = consumer->add_inputs();
+    in->set_producer_task_id(source.task);
+    in->set_producer_register(source.register_index);
+    in->set_blob_index(0);
+    if (source.view != nullptr) {
+      in->set_has_view(true);
+      for (int64_t d : source.view->desc.shape) in->add_view_shape(d);
+    }
+  };
+  auto add_data_input = [&](plan::Task* consumer, const std::string& ref, int device = 0, size_t index = 0,
+                            const std::vector<int>& reader_devices = {0}) -> Status {
+    AF_ASSIGN_OR_RETURN(Source source, source_of(ref, device, index, reader_devices));
+    add_input(consumer, source);
     return Status::Ok();
   };
   // A producer's control register (no blobs), created on first use.
@@ -269,33 +345,114 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
 
   std::map<std::string, int> feed_index;
   for (size_t i = 0; i < graph.feeds().size(); ++i) feed_index[graph.feeds()[i]] = static_cast<int>(i);
+  bool spread = false;  // some node runs on several devices
   for (const Node& n : graph.nodes()) {
     if (n.kind == NodeKind::kOp && n.output_names.size() == 1 && views.count(n.output_ref(0))) continue;  // a view
-    AF_RETURN_IF_ERROR(CheckPlacementSupported(n.placement).WithContext("op '" + n.name + "' at " + n.location));
+    const std::vector<int> all_devices = devices_of(n);
+    // Inputs and variables: one task holding the whole tensor, on the first device.
+    const std::vector<int> task_devices = n.kind == NodeKind::kOp ? all_devices : std::vector<int>{all_devices[0]};
+    const size_t parts = task_devices.size();
+    spread |= parts > 1;
     plan::TaskKind kind = n.kind == NodeKind::kInput ? plan::SOURCE : n.kind == NodeKind::kVariable ? plan::VARIABLE : plan::COMPUTE;
-    plan::Task* t = new_task(n.name, kind);
-    task_of[n.name] = static_cast<int>(t->id());
-    t->set_source_location(n.location);
-    if (n.kind == NodeKind::kInput) {
-      if (!feed_index.count(n.name)) return Internal("placeholder '" + n.name + "' is not a feed");
-      t->set_feed_index(feed_index[n.name]);
-    } else if (n.kind == NodeKind::kVariable) {
-      t->set_variable_name(n.variable_name);
-      t->set_read_only(!written.count(n.output_ref(0)));
-    } else {
-      t->set_op_type(n.type);
-      AttrsToProto(n.attrs, t->mutable_attrs());
-      for (const auto& ref : n.inputs) AF_RETURN_IF_ERROR(add_data_input(t, ref));
-      for (const auto& c : n.control_inputs) add_control_input(t, task_of.at(c));
-      for (int m : n.mutable_inputs) t->add_mutable_inputs(m);
+    Physical& p = physical[n.name];
+    p.devices = all_devices;
+    const OpDef* def = nullptr;
+    if (n.kind == NodeKind::kOp && parts > 1) {
+      AF_ASSIGN_OR_RETURN(def, OpRegistry::Global().Find(n.type));
     }
-    for (size_t k = 0; k < n.output_names.size(); ++k) {
-      plan::RegisterDesc* r = t->add_registers();
-      r->set_name(n.output_names[k]);
-      r->set_register_num(n.kind == NodeKind::kVariable ? 1 : register_num);
-      *r->add_blobs() = MakeBlob(n.output_ref(k), n.output_descs[k]);
+    std::vector<TensorDesc> logical_inputs;
+    for (const auto& ref : n.inputs) {
+      AF_ASSIGN_OR_RETURN(TensorDesc desc, graph.Desc(ref));
+      logical_inputs.push_back(desc);
+    }
+    for (size_t index = 0; index < parts; ++index) {
+      const int device = task_devices[index];
+      plan::Task* t = new_task(parts == 1 ? n.name : n.name + "@" + std::to_string(device), kind, device);
+      p.tasks.push_back(static_cast<int>(t->id()));
+      t->set_source_location(n.location);
+      std::vector<TensorDesc> physical_outputs;
+      for (size_t k = 0; k < n.output_names.size(); ++k) {
+        TensorDesc desc = n.output_descs[k];
+        if (parts > 1) {
+          auto shape = PhysicalShape(desc.shape, output_sbp(n, k), static_cast<int64_t>(parts), static_cast<int64_t>(index));
+          if (!shape.ok()) return shape.status().WithContext("op '" + n.name + "' at " + n.location);
+          desc.shape = shape.value();
+        }
+        physical_outputs.push_back(desc);
+      }
+      if (n.kind == NodeKind::kInput) {
+        if (!feed_index.count(n.name)) return Internal("placeholder '" + n.name + "' is not a feed");
+        t->set_feed_index(feed_index[n.name]);
+      } else if (n.kind == NodeKind::kVariable) {
+        t->set_variable_name(n.variable_name);
+        t->set_read_only(!written.count(n.output_ref(0)));
+      } else {
+        t->set_op_type(n.type);
+        Attrs attrs = n.attrs;
+        if (n.type == "boxing") {
+          // One input per source shard (one for a broadcast source), and this device's piece.
+          AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(n.inputs.at(0)));
+          const Physical& from = physical.at(resolved.first->name);
+          BoxingSpec spec;
+          spec.logical_shape = n.output_descs[0].shape;
+          spec.dtype = n.output_descs[0].dtype;
+          spec.in = from.tasks.size() == 1 ? Sbp::Broadcast() : output_sbp(*resolved.first, resolved.second);
+          spec.out = parts == 1 ? Sbp::Broadcast() : n.output_sbp.at(0);
+          spec.in_parts = static_cast<int64_t>(from.tasks.size());
+          spec.out_parts = static_cast<int64_t>(parts);
+          spec.out_index = static_cast<int64_t>(index);
+          attrs = BoxingTaskAttrs(spec);
+          if (spec.in.kind == SbpKind::kBroadcast) {
+            AF_RETURN_IF_ERROR(add_data_input(t, n.inputs[0], device, index, task_devices));
+          } else {
+            for (int task : from.tasks) add_input(t, Source{task, resolved.second, nullptr});
+          }
+        } else {
+          for (const auto& ref : n.inputs) AF_RETURN_IF_ERROR(add_data_input(t, ref, device, index, task_devices));
+          if (parts > 1) {
+            PhysicalContext context;
+            context.logical_inputs = logical_inputs;
+            context.logical_outputs = n.output_descs;
+            for (size_t i = 0; i < n.inputs.size(); ++i) {
+              TensorDesc desc = logical_inputs[i];
+              AF_ASSIGN_OR_RETURN(desc.shape, PhysicalShape(desc.shape, n.input_sbp.at(i), static_cast<int64_t>(parts),
+                                                            static_cast<int64_t>(index)));
+              context.physical_inputs.push_back(desc);
+            }
+            context.physical_outputs = physical_outputs;
+            context.attrs = n.attrs;
+            context.signature.inputs = n.input_sbp;
+            context.signature.outputs = n.output_sbp;
+            context.parts = static_cast<int64_t>(parts);
+            context.index = static_cast<int64_t>(index);
+            auto made = PhysicalAttrs(*def, context);
+            if (!made.ok()) return made.status().WithContext("op '" + n.name + "' at " + n.location);
+            attrs = std::move(made).value();
+          }
+        }
+        AttrsToProto(attrs, t->mutable_attrs());
+        // Control edges: between tasks of the same index where both sides span the same
+        // devices, else from every task of the predecessor (the in-place order check below
+        // adds what a writer still needs).
+        for (const auto& c : n.control_inputs) {
+          const Physical& before = physical.at(c);
+          if (before.devices == task_devices && before.tasks.size() == parts) {
+            add_control_input(t, before.tasks[index]);
+          } else {
+            for (int task : before.tasks) add_control_input(t, task);
+          }
+        }
+        for (int m : n.mutable_inputs) t->add_mutable_inputs(m);
+      }
+      for (size_t k = 0; k < n.output_names.size(); ++k) {
+        plan::RegisterDesc* r = t->add_registers();
+        r->set_name(n.output_names[k]);
+        r->set_register_num(n.kind == NodeKind::kVariable ? 1 : register_num);
+        *r->add_blobs() = MakeBlob(n.output_ref(k), physical_outputs[k]);
+      }
     }
   }
+  if (spread) OrderInPlaceWriters(plan, add_control_input);
 
   plan::Task* sink = new_task("output", plan::SINK);
   const int sink_id = static_cast<int>(sink->id());
@@ -308,7 +465,8 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
         return InvalidArgument("watch_diff at " + w.location + ": no gradient of '" + w.ref + "'");
       ref = it->second;
     }
-    plan::Task* t = new_task("watch-" + w.handler_name, plan::SINK);
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
+    plan::Task* t = new_task("watch-" + w.handler_name, plan::SINK, devices_of(*resolved.first)[0]);
     t->set_sink_name(w.handler_name);
     t->set_source_location(w.location);
     AF_RETURN_IF_ERROR(add_data_input(t, ref));
@@ -378,6 +536,9 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   passes.push_back(MakePrunePass());
   passes.push_back(MakeFusionPass());
   passes.push_back(MakeOrderingPass());
+  passes.push_back(MakePlacementPass());
+  passes.push_back(MakeSbpPass());
+  passes.push_back(MakeBoxingPass());
   for (size_t i = 0; i < passes.size(); ++i) {
     AF_RETURN_IF_ERROR(passes[i]->Run(graph).WithContext("job '" + graph.job_name() + "'"));
     if (!prefix.empty()) {
@@ -386,6 +547,10 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
       AF_RETURN_IF_ERROR(WriteFile(prefix + number + "-" + passes[i]->name() + ".dot", graph.ToDot()));
     }
   }
+  const char* summary_env = std::getenv("ACTORFLOW_SBP_SUMMARY");
+  if (options.print_sbp_summary || (summary_env != nullptr && std::string(summary_env) != "0" && *summary_env))
+    std::fprintf(stderr, "SBP of job '%s':\n%s", graph.job_name().c_str(), SbpSummary(graph).c_str());
+  if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "sbp.txt", SbpSummary(graph)));
   AF_ASSIGN_OR_RETURN(plan::Plan plan, LowerToPlan(graph, options));
   AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "plan.dot", PlanToDot(plan)));

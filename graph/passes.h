@@ -1,5 +1,8 @@
 // The compiler pipeline: small ordered passes over a Graph, then lowering to a plan::Plan.
-//   autodiff (train) -> optimizer (train) -> prune -> fusion -> ordering -> lower
+//   autodiff (train) -> optimizer (train) -> prune -> fusion -> ordering -> placement -> sbp
+//   -> boxing -> lower
+// Ordering runs on the logical graph before the layout passes; lowering then orders, task by
+// task, each in-place writer after the readers of other devices (see LowerToPlan).
 // Each pass can dump the graph it leaves as DOT (CompileOptions::dump_dot_dir or the
 // ACTORFLOW_DUMP_DOT environment variable), named <job>.<NN>-<pass>.dot.
 #pragma once
@@ -39,16 +42,40 @@ std::unique_ptr<Pass> MakePrunePass();
 // the bias_add becomes one matmul with attrs fuse_bias (its third input) and fuse_relu.
 std::unique_ptr<Pass> MakeFusionPass();
 
+// Resolves every node's placement to device ids (Node::devices): an empty placement is every
+// device of graph.device_num(); backward ops and updates carry their forward op's and
+// variable's placement from the passes that made them. Errors name op, placement and line.
+std::unique_ptr<Pass> MakePlacementPass();
+// Chooses each op's SBP signature in topological order among CandidateSbpSignatures: the one
+// whose inputs cost the fewest bytes of boxing from what their producers chose (ties: the op's
+// order), among those that split only axes long enough and honour the user's hints. Feeds are
+// steered to S(0) (B if the batch axis is too short), variables to B, unless hinted. In-place
+// writers run once, on their variable's first device (variables are one buffer); ops without an
+// SBP function run whole on their placement's first device. A split no signature avoids and an
+// impossible hint are InvalidArgument naming op, blob, axis and line.
+std::unique_ptr<Pass> MakeSbpPass();
+// Inserts a "boxing" node (kernels/boxing.h) on each edge whose producer's (devices, layout)
+// differs from what the reader's signature needs, and before the outputs and watches (the whole
+// tensor on one device). P->B on the same devices becomes P->S(k) then S(k)->B.
+std::unique_ptr<Pass> MakeBoxingPass();
+// One line per node after the SBP pass: name (type) on placement: inputs->outputs  @ file:line.
+std::string SbpSummary(const Graph& graph);
+
 struct CompileOptions {
   int register_num = 2;       // registers per output of sources and compute tasks
   std::string dump_dot_dir;   // "" = ACTORFLOW_DUMP_DOT if set, else no dumps
+  // Prints SbpSummary to stderr after compiling (also when ACTORFLOW_SBP_SUMMARY is set to a
+  // value other than "0"); with DOT dumps it is written beside them as <job>.sbp.txt too.
+  bool print_sbp_summary = false;
 };
 
 // Runs the pipeline on `graph` (modified in place) and lowers it.
 StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options);
 
 // Lowering alone (expects the passes to have run): one SOURCE per feed, one VARIABLE per
-// variable, one COMPUTE per op, the main SINK over the outputs and a SINK per watch.
+// variable (each holding the whole tensor on its first device), one COMPUTE per op and device
+// of its placement (named <op>@<device> when there are several) with physical shapes and
+// attributes, the main SINK over the outputs and a SINK per watch.
 StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& options);
 
 // Internal error unless every task reading a register that some task writes in place (sinks

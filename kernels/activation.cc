@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -85,7 +86,8 @@ void RegisterUnary(OpRegistry& registry, const std::string& type, Unary f) {
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(i)->S(i)", "B->B"};
+  // Negation is linear: partial sums stay partial sums.
+  def.sbp = [f](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> { return ElementwiseSbp(ctx, f == Unary::kNegative); };
   def.doc = "out = " + type + "(x), elementwise";
   registry.Register(std::move(def));
 
@@ -120,7 +122,12 @@ void RegisterUnary(OpRegistry& registry, const std::string& type, Unary f) {
     });
   };
   grad.doc = "dx = dy * d" + type + "/dx";
-  grad.sbp_signatures = {"S(i),S(i)->S(i)", "B,B->B"};
+  // dx = dy * f'(v) is linear in dy: v broadcast, dy partial gives dx partial.
+  grad.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    std::vector<SbpSignature> out = ElementwiseSbp(ctx, false);
+    out.push_back(MakeSignature({Sbp::Broadcast(), Sbp::PartialSum()}, {Sbp::PartialSum()}));
+    return out;
+  };
   registry.Register(std::move(grad));
 }
 

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -121,6 +122,35 @@ KernelFn BackwardKernel(AxisSplit s, bool training) {
   };
 }
 
+// Channels are independent: a split of x's channel axis with every per-channel tensor split
+// alike is right in training and inference. Any other axis splits only in inference (the
+// moving statistics are per channel, read whole); in training the batch statistics span the
+// whole batch, and a device's share would normalise with its own.
+// Backward (x, dy, mean, inv_std, gamma -> dx, dgamma, dbeta): the channel split as forward; in
+// inference dx = gamma * inv_std * dy is local, so other axes split with dgamma/dbeta partial;
+// every output is linear in dy (training too: the sums are over dy), so B..,P,B.. -> P,P,P.
+StatusOr<std::vector<SbpSignature>> BatchNormSbp(const SbpContext& ctx, bool backward) {
+  const Shape& x = ctx.inputs[0].shape;
+  AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), x.size(), "axis"));
+  const bool training = ctx.attrs.GetBoolOr("training", false);
+  const Sbp B = Sbp::Broadcast(), P = Sbp::PartialSum();
+  std::vector<SbpSignature> out;
+  if (CanSplit(x[axis], ctx.parts)) {
+    SbpSignature channel = UniformSignature(5, 3, Sbp::Split(0));
+    channel.inputs[0] = channel.outputs[0] = Sbp::Split(axis);
+    if (backward) channel.inputs[1] = Sbp::Split(axis);
+    out.push_back(channel);
+  }
+  for (int64_t i = 0; !training && i < static_cast<int64_t>(x.size()); ++i) {
+    if (i == axis || !CanSplit(x[i], ctx.parts)) continue;
+    if (backward) out.push_back(MakeSignature({Sbp::Split(i), Sbp::Split(i), B, B, B}, {Sbp::Split(i), P, P}));
+    else out.push_back(MakeSignature({Sbp::Split(i), B, B, B, B}, {Sbp::Split(i), B, B}));
+  }
+  out.push_back(AllBroadcast(ctx));
+  if (backward) out.push_back(MakeSignature({B, P, B, B, B}, {P, P, P}));
+  return out;
+}
+
 }  // namespace
 
 void RegisterBatchNormOps(OpRegistry& registry) {
@@ -152,7 +182,7 @@ void RegisterBatchNormOps(OpRegistry& registry) {
       if (g.needs_input_grad(i)) g.SetInputGrad(i, d[i]);
     return Status::Ok();
   };
-  def.sbp_signatures = {"B,B,B,B,B->B,B,B", "S(0),B,B,B,B->S(0),B,B (inference only)"};
+  def.sbp = [](const SbpContext& ctx) { return BatchNormSbp(ctx, false); };
   def.doc = "out = (x - mean) * gamma / sqrt(var + epsilon) + beta over channel attr axis; training uses batch stats and updates moving stats";
   registry.Register(std::move(def));
 
@@ -173,7 +203,7 @@ void RegisterBatchNormOps(OpRegistry& registry) {
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return BackwardKernel<T>(s, training); });
   };
   grad.doc = "dx, dgamma(C), dbeta(C) of batch_normalization (same attrs)";
-  grad.sbp_signatures = {"B,B,B,B,B->B,B,B", "S(0),S(0),B,B,B->S(0),P,P (channel axis not 0)"};
+  grad.sbp = [](const SbpContext& ctx) { return BatchNormSbp(ctx, true); };
   registry.Register(std::move(grad));
 }
 

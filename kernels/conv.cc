@@ -12,9 +12,11 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <map>
 #include <unordered_map>
 
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 #include "kernels/window.h"
 
 namespace actorflow {
@@ -214,6 +216,43 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, DType dt
 }
 
 
+// The three convolution passes share one structure over x (N,C,H,W), filter (O,C/g,KH,KW) and
+// y (N,O,OH,OW): a sample split of x and y (the filter whole; its gradient then partial), an
+// out-channel split of the filter and y (x whole; x's gradient then partial), an in-channel
+// split of x and the filter (y partial), and a partial sum through any one input with the others
+// whole (each pass is linear in each input). Channel splits need groups=1: with groups a
+// device's share of the channels would not hold whole groups.
+enum class ConvRole { kX, kFilter, kY };
+
+StatusOr<std::vector<SbpSignature>> ConvSbp(const SbpContext& ctx, std::vector<ConvRole> inputs, ConvRole output) {
+  std::map<ConvRole, Shape> shapes;
+  for (size_t i = 0; i < inputs.size(); ++i) shapes[inputs[i]] = ctx.inputs[i].shape;
+  shapes[output] = ctx.outputs[0].shape;
+  const bool grouped = ctx.attrs.GetIntOr("groups", 1) != 1;
+  const Sbp B = Sbp::Broadcast(), P = Sbp::PartialSum();
+  // The layout of each role under one way of splitting; the role that lacks the split axis
+  // (the reduced one) is whole as an input and partial as the output.
+  auto add = [&](std::map<ConvRole, Sbp> split, std::vector<SbpSignature>* out) {
+    SbpSignature s;
+    for (ConvRole r : inputs) s.inputs.push_back(split.count(r) ? split[r] : B);
+    s.outputs.push_back(split.count(output) ? split[output] : P);
+    out->push_back(s);
+  };
+  std::vector<SbpSignature> out;
+  const int64_t n = shapes[ConvRole::kX][0], c = shapes[ConvRole::kX][1], o = shapes[ConvRole::kFilter][0];
+  if (CanSplit(n, ctx.parts)) add({{ConvRole::kX, Sbp::Split(0)}, {ConvRole::kY, Sbp::Split(0)}}, &out);
+  if (!grouped && CanSplit(o, ctx.parts)) add({{ConvRole::kFilter, Sbp::Split(0)}, {ConvRole::kY, Sbp::Split(1)}}, &out);
+  if (!grouped && CanSplit(c, ctx.parts)) add({{ConvRole::kX, Sbp::Split(1)}, {ConvRole::kFilter, Sbp::Split(1)}}, &out);
+  out.push_back(AllBroadcast(ctx));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i] == output) continue;  // the "like" input: only its shape is read
+    SbpSignature partial = AllBroadcast(ctx);
+    partial.inputs[i] = partial.outputs[0] = P;
+    out.push_back(partial);
+  }
+  return out;
+}
+
 }  // namespace
 
 void RegisterConvOps(OpRegistry& registry) {
@@ -241,7 +280,7 @@ void RegisterConvOps(OpRegistry& registry) {
     }
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(0),B->S(0)", "B,S(0)->S(1)", "S(1),S(1)->P (groups=1)", "B,B->B"};
+  def.sbp = [](const SbpContext& ctx) { return ConvSbp(ctx, {ConvRole::kX, ConvRole::kFilter}, ConvRole::kY); };
   def.doc = "out(N,O,OH,OW) = conv of x(N,C,H,W) with filter(O,C/groups,KH,KW); attrs strides, dilation_rate, groups, padding, data_format";
   registry.Register(std::move(def));
 
@@ -261,7 +300,9 @@ void RegisterConvOps(OpRegistry& registry) {
     return MakeConvKernel(ConvPass::kBackwardData, g, init.inputs[0].dtype, init.num_threads, 100, 1, 0);
   };
   data.doc = "dx(N,C,H,W) = transposed conv of dy with filter (same attrs as conv2d); like gives x's shape";
-  data.sbp_signatures = {"S(0),B,S(0)->S(0)", "B,B,B->B"};
+  data.sbp = [](const SbpContext& ctx) {
+    return ConvSbp(ctx, {ConvRole::kY, ConvRole::kFilter, ConvRole::kX}, ConvRole::kX);
+  };
   registry.Register(std::move(data));
 
   OpDef filter;
@@ -280,7 +321,9 @@ void RegisterConvOps(OpRegistry& registry) {
     return MakeConvKernel(ConvPass::kBackwardFilter, g, init.inputs[0].dtype, init.num_threads, 1, 100, 0);
   };
   filter.doc = "dfilter(O,C/groups,KH,KW) = correlation of x with dy (same attrs as conv2d); like gives filter's shape";
-  filter.sbp_signatures = {"S(0),S(0),B->P", "B,B,B->B"};
+  filter.sbp = [](const SbpContext& ctx) {
+    return ConvSbp(ctx, {ConvRole::kY, ConvRole::kX, ConvRole::kFilter}, ConvRole::kFilter);
+  };
   registry.Register(std::move(filter));
 }
 

@@ -4,6 +4,7 @@
 // generator (splitmix64, seeded by attr seed) lives in the kernel closure: one stream per op
 // instance, reproducible across runs with the same seed.
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -55,7 +56,9 @@ void RegisterDropoutOps(OpRegistry& registry) {
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(i)->S(i),S(i)", "B->B,B (same seed on every device)"};
+  // Only whole: every device draws the same stream from the same seed, as one device would. A
+  // split would give each share the stream's first elements instead of its own positions.
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> { return std::vector<SbpSignature>{AllBroadcast(ctx)}; };
   def.doc = "out, mask = x * mask, mask in {0, 1/(1-rate)}; attrs rate (0.5), seed (0)";
   registry.Register(std::move(def));
 }

@@ -5,6 +5,7 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -126,6 +127,27 @@ Status GradBinary(GradBuilder& g, BinaryOp op) {
   return Status::Ok();
 }
 
+// With NumPy broadcasting, output axis i splits where each operand either has axis i at the
+// full extent (split alike) or lacks it / has extent 1 (read whole: B). add and sub are linear
+// in both operands together (P,P->P); mul is linear in each one alone, div in x alone.
+StatusOr<std::vector<SbpSignature>> BinarySbp(const SbpContext& ctx, BinaryOp op) {
+  const Shape &x = ctx.inputs[0].shape, &y = ctx.inputs[1].shape, &o = ctx.outputs[0].shape;
+  auto operand = [&](const Shape& s, size_t i) {
+    const int64_t d = static_cast<int64_t>(i) - static_cast<int64_t>(o.size() - s.size());
+    return d >= 0 && s[d] == o[i] ? Sbp::Split(d) : Sbp::Broadcast();
+  };
+  std::vector<SbpSignature> out;
+  for (size_t i = 0; i < o.size(); ++i)
+    if (CanSplit(o[i], ctx.parts))
+      out.push_back(MakeSignature({operand(x, i), operand(y, i)}, {Sbp::Split(static_cast<int64_t>(i))}));
+  out.push_back(AllBroadcast(ctx));
+  const Sbp b = Sbp::Broadcast(), p = Sbp::PartialSum();
+  if (op == BinaryOp::kAdd || op == BinaryOp::kSub) out.push_back(MakeSignature({p, p}, {p}));
+  if (op == BinaryOp::kMul || op == BinaryOp::kDiv) out.push_back(MakeSignature({p, b}, {p}));
+  if (op == BinaryOp::kMul) out.push_back(MakeSignature({b, p}, {p}));
+  return out;
+}
+
 void RegisterBinary(OpRegistry& registry, const std::string& type, BinaryOp op) {
   OpDef def;
   def.type = type;
@@ -143,9 +165,7 @@ void RegisterBinary(OpRegistry& registry, const std::string& type, BinaryOp op) 
     }
   };
   def.grad = [op](GradBuilder& g) { return GradBinary(g, op); };
-  def.sbp_signatures = {"S(i),S(i)->S(i)", "B,B->B"};
-  if (op == BinaryOp::kAdd || op == BinaryOp::kSub) def.sbp_signatures.push_back("P,P->P");
-  if (op == BinaryOp::kMul || op == BinaryOp::kDiv) def.sbp_signatures.push_back("P,B->P");
+  def.sbp = [op](const SbpContext& ctx) { return BinarySbp(ctx, op); };
   def.doc = "out = x " + std::string(op == BinaryOp::kAdd ? "+" : op == BinaryOp::kSub ? "-" : op == BinaryOp::kMul ? "*" : "/") +
             " y with NumPy broadcasting";
   registry.Register(std::move(def));
@@ -187,7 +207,8 @@ void RegisterScalar(OpRegistry& registry, const std::string& type, bool multiply
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(i)->S(i)", "B->B"};
+  // x * scalar is linear; x + scalar is not (each device's part would get the scalar).
+  def.sbp = [multiply](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> { return ElementwiseSbp(ctx, multiply); };
   def.doc = multiply ? "out = x * scalar" : "out = x + scalar";
   registry.Register(std::move(def));
 }
@@ -236,7 +257,7 @@ void RegisterElementwiseOps(OpRegistry& registry) {
     return Status::Ok();
   };
   add_n.doc = "out = sum of inputs (same shape)";
-  add_n.sbp_signatures = {"S(i),...->S(i)", "B,...->B", "P,...->P"};
+  add_n.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> { return ElementwiseSbp(ctx, true); };
   registry.Register(std::move(add_n));
 }
 

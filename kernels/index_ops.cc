@@ -2,6 +2,7 @@
 // int64 of any shape -> shape + (depth,); attrs depth, on_value, off_value, dtype) and cast
 // (attr dtype string). Only cast is differentiable (between float dtypes).
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -54,7 +55,16 @@ void RegisterArgmax(OpRegistry& registry) {
       default: return InvalidArgument(std::string("argmax: unsupported dtype ") + DTypeName(x.dtype));
     }
   };
-  def.sbp_signatures = {"S(i)->S(i') for i != axis", "B->B"};
+  // Any axis but the searched one splits (renumbered: out drops `axis`).
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const Shape& x = ctx.inputs[0].shape;
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", -1), x.size(), "axis"));
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
+      if (i != axis && CanSplit(x[i], ctx.parts)) out.push_back(MakeSignature({Sbp::Split(i)}, {Sbp::Split(i < axis ? i : i - 1)}));
+    out.push_back(AllBroadcast(ctx));
+    return out;
+  };
   def.doc = "out(int64) = index of the first maximum of x along attr axis (default -1); a NaN is the maximum, as in NumPy";
   registry.Register(std::move(def));
 }
@@ -110,7 +120,15 @@ void RegisterOneHot(OpRegistry& registry) {
     if (init.inputs[0].dtype == DType::kInt64) return OneHotFor<int64_t>(init.outputs[0].dtype, n, depth, on, off);
     return OneHotFor<int32_t>(init.outputs[0].dtype, n, depth, on, off);
   };
-  def.sbp_signatures = {"S(i)->S(i)", "B->B"};
+  // Per index; the depth axis (last of out) is never split.
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const Shape& idx = ctx.inputs[0].shape;
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(idx.size()); ++i)
+      if (CanSplit(idx[i], ctx.parts)) out.push_back(UniformSignature(1, 1, Sbp::Split(i)));
+    out.push_back(AllBroadcast(ctx));
+    return out;
+  };
   def.doc = "out(shape..., depth) = on_value at indices, off_value elsewhere; attrs depth, on_value, off_value, dtype";
   registry.Register(std::move(def));
 }
@@ -170,7 +188,12 @@ void RegisterCast(OpRegistry& registry) {
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(i)->S(i)", "B->B", "P->P"};
+  // Partial sums stay partial sums only into a float dtype (into an integer one each part
+  // would be truncated before the sum).
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const DType to = ctx.outputs[0].dtype;
+    return ElementwiseSbp(ctx, to == DType::kFloat32 || to == DType::kFloat64);
+  };
   def.doc = "out = x converted to attr dtype (float32, float64, int8, int32, int64, uint8)";
   registry.Register(std::move(def));
 }

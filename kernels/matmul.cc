@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -129,6 +130,36 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
   });
 }
 
+// Row split of op(a) (rows of out), column split of op(b) (columns of out), the inner dimension
+// split on both (partial sums), the batch split, and a partial sum through either operand with
+// the other whole (the product is bilinear). The fused bias is split with the columns and is
+// partial with partial products (sum of (a_d b_d + bias_d) = ab + bias); a fused relu is not
+// linear, so no partial sum then.
+StatusOr<std::vector<SbpSignature>> MatmulSbp(const SbpContext& ctx) {
+  const bool ta = ctx.attrs.GetBoolOr("transpose_a", false), tb = ctx.attrs.GetBoolOr("transpose_b", false);
+  const bool fuse_bias = ctx.inputs.size() == 3, fuse_relu = ctx.attrs.GetBoolOr("fuse_relu", false);
+  const Shape &a = ctx.inputs[0].shape, &b = ctx.inputs[1].shape, &o = ctx.outputs[0].shape;
+  const int64_t ra = static_cast<int64_t>(a.size()), rb = static_cast<int64_t>(b.size()), ro = static_cast<int64_t>(o.size());
+  const int64_t a_m = ta ? ra - 1 : ra - 2, a_k = ta ? ra - 2 : ra - 1, b_k = tb ? rb - 1 : rb - 2, b_n = tb ? rb - 2 : rb - 1;
+  const Sbp B = Sbp::Broadcast(), P = Sbp::PartialSum();
+  std::vector<SbpSignature> out;
+  auto add = [&](Sbp sa, Sbp sb, Sbp bias, Sbp result) {
+    std::vector<Sbp> in = {sa, sb};
+    if (fuse_bias) in.push_back(bias);
+    out.push_back(MakeSignature(std::move(in), {result}));
+  };
+  if (ro == 3 && CanSplit(o[0], ctx.parts)) add(ra == 3 ? Sbp::Split(0) : B, rb == 3 ? Sbp::Split(0) : B, B, Sbp::Split(0));
+  if (CanSplit(o[ro - 2], ctx.parts)) add(Sbp::Split(a_m), B, B, Sbp::Split(ro - 2));
+  if (CanSplit(o[ro - 1], ctx.parts)) add(B, Sbp::Split(b_n), Sbp::Split(0), Sbp::Split(ro - 1));
+  if (!fuse_relu && CanSplit(a[a_k], ctx.parts)) add(Sbp::Split(a_k), Sbp::Split(b_k), P, P);
+  add(B, B, B, B);
+  if (!fuse_relu) {
+    add(P, B, P, P);
+    add(B, P, P, P);
+  }
+  return out;
+}
+
 // A 2-D operand used by every batch gets the batch-sum of its per-batch gradients.
 StatusOr<std::string> SumSharedBatch(GradBuilder& g, const std::string& grad, int input) {
   bool batched_out = g.output_desc(0).shape.size() == 3;
@@ -217,7 +248,19 @@ void RegisterBiasAdd(OpRegistry& registry) {
     }
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(0),B->S(0)", "B,B->B", "P,B->P"};
+  // Split anywhere with the bias split alike on `axis`, whole elsewhere; partial x needs a
+  // partial bias (each device's part would otherwise add the whole bias), and no fused relu.
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const Shape& x = ctx.inputs[0].shape;
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), x.size(), "axis"));
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
+      if (CanSplit(x[i], ctx.parts))
+        out.push_back(MakeSignature({Sbp::Split(i), i == axis ? Sbp::Split(0) : Sbp::Broadcast()}, {Sbp::Split(i)}));
+    out.push_back(AllBroadcast(ctx));
+    if (!ctx.attrs.GetBoolOr("fuse_relu", false)) out.push_back(UniformSignature(2, 1, Sbp::PartialSum()));
+    return out;
+  };
   def.doc = "out = x + bias broadcast along `axis` (default 1)";
   registry.Register(std::move(def));
 
@@ -259,7 +302,18 @@ void RegisterBiasAdd(OpRegistry& registry) {
     });
   };
   grad.doc = "dbias(C) = dy summed over every axis but `axis`";
-  grad.sbp_signatures = {"S(i)->P for i != axis", "S(i)->S(0) for i == axis", "B->B"};
+  // A split of a summed axis leaves partial sums; a split of the channel axis splits dbias.
+  grad.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const Shape& dy = ctx.inputs[0].shape;
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), dy.size(), "axis"));
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(dy.size()); ++i)
+      if (CanSplit(dy[i], ctx.parts))
+        out.push_back(MakeSignature({Sbp::Split(i)}, {i == axis ? Sbp::Split(0) : Sbp::PartialSum()}));
+    out.push_back(AllBroadcast(ctx));
+    out.push_back(UniformSignature(1, 1, Sbp::PartialSum()));
+    return out;
+  };
   registry.Register(std::move(grad));
 }
 
@@ -273,7 +327,7 @@ void RegisterMatmulOps(OpRegistry& registry) {
   def.infer = InferMatmul;
   def.kernel_factories[kCpuDevice] = MakeMatmul;
   def.grad = GradMatmul;
-  def.sbp_signatures = {"S(0),B->S(0)", "B,S(1)->S(1)", "S(1),S(0)->P", "B,B->B"};
+  def.sbp = MatmulSbp;
   def.doc = "out([B,]M,N) = op(a)([B,]M,K) . op(b)([B,]K,N); attrs transpose_a, transpose_b; the fusion pass adds "
             "fuse_bias (third input bias (N,), added to every row) and fuse_relu";
   registry.Register(std::move(def));

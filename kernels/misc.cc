@@ -2,6 +2,7 @@
 // constant is a root of the plan; its kernel refills the output every iteration (registers
 // are reused, so nothing may be assumed to survive between acts).
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -40,7 +41,12 @@ void RegisterLike(OpRegistry& registry, const std::string& type, double value) {
   };
   def.kernel_factories[kCpuDevice] = [value](const KernelInit& init) -> StatusOr<KernelFn> { return Fill(init.outputs[0], value); };
   def.grad = [](GradBuilder&) { return Status::Ok(); };  // constant in `like`: no gradient flows
-  def.sbp_signatures = {"S(i)->S(i)", "B->B"};
+  // Only like's shape is read: its partial sums (same shape) give the whole output too.
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    std::vector<SbpSignature> out = ElementwiseSbp(ctx, false);
+    out.push_back(MakeSignature({Sbp::PartialSum()}, {Sbp::Broadcast()}));
+    return out;
+  };
   def.doc = "out = " + std::to_string(static_cast<int>(value)) + "s with like's shape and dtype";
   registry.Register(std::move(def));
 }
@@ -72,7 +78,21 @@ void RegisterMiscOps(OpRegistry& registry) {
   def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     return Fill(init.outputs[0], init.attrs.GetFloatOr("value", 0));
   };
-  def.sbp_signatures = {"->B"};
+  // Whole on every device, or each device fills its share (the shape attribute is logical: the
+  // hook gives each share its physical shape).
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
+    const Shape& shape = ctx.outputs[0].shape;
+    for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i)
+      if (CanSplit(shape[i], ctx.parts)) out.push_back(MakeSignature({}, {Sbp::Split(i)}));
+    return out;
+  };
+  def.physical_attrs = [](const PhysicalContext& ctx) -> StatusOr<Attrs> {
+    Attrs attrs = ctx.attrs;
+    const Shape& shape = ctx.physical_outputs[0].shape;
+    attrs.Set("shape", std::vector<int64_t>(shape.begin(), shape.end()));
+    return attrs;
+  };
   def.doc = "out(shape) = value; attrs shape, value (float), dtype (string, default float32)";
   registry.Register(std::move(def));
   RegisterLike(registry, "zeros_like", 0);

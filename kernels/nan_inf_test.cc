@@ -116,6 +116,11 @@ std::map<std::string, std::function<Case()>> Cases() {
   c["square"] = [] { return Unary([](double x) { return x * x; }); };
   c["negative"] = [] { return Unary([](double x) { return -x; }); };
   c["identity"] = [] { return Unary([](double x) { return x; }); };
+  c["boxing"] = [] {  // one device on both sides: a copy
+    Case k = Unary([](double x) { return x; });
+    k.attrs = Attrs{{"in_sbp", std::string("B")}, {"out_sbp", std::string("B")}};
+    return k;
+  };
   // relu_grad takes y: PyTorch's threshold_backward passes dy where y > 0, else 0.
   c["relu_grad"] = [] { return UnaryGrad([](double y, double dy) { return y > 0 ? dy : 0.0; }); };
   c["sigmoid_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * y * (1 - y); }); };

@@ -127,8 +127,6 @@ struct OpDef {
   // Kernel factories by device type (kCpuDevice, kCudaDevice); every op has a CPU one.
   std::map<std::string, KernelFactory> kernel_factories;
   std::function<Status(GradBuilder&)> grad;  // empty: not differentiable
-  // SBP signatures, declared now, used by the parallelism pass later; e.g. "S(0),B->S(0)".
-  std::vector<std::string> sbp_signatures;
   // The concrete signatures this op supports for one logical instance, best first: every axis
   // explicit (no kEachAxis, no condition), one Sbp per actual input and output. Running the
   // op's kernel on each device's physical inputs (PhysicalShape) under any of them must give

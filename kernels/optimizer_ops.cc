@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -30,7 +31,7 @@ Status InferUpdate(InferContext& ctx, const std::vector<std::string>& names, con
 
 void Register(OpRegistry& registry, const std::string& type, std::vector<std::string> inputs, std::vector<int> mutable_inputs,
               std::function<StatusOr<KernelFn>(const KernelInit&)> make, const std::string& doc,
-              std::vector<int64_t> rate_sizes = {1}) {
+              std::vector<int64_t> rate_sizes = {1}, bool elementwise = true) {
   OpDef def;
   def.type = type;
   def.input_names = std::move(inputs);
@@ -38,8 +39,22 @@ void Register(OpRegistry& registry, const std::string& type, std::vector<std::st
   def.infer = [names = def.input_names, rate_sizes](InferContext& ctx) { return InferUpdate(ctx, names, rate_sizes); };
   def.kernel_factories[kCpuDevice] = std::move(make);
   def.doc = doc;
-  // Data-parallel: every replica applies the same (all-reduced) gradient to its full copy.
-  def.sbp_signatures = {"B,...->", "S(i),...->"};
+  // Every replica applies the same (all-reduced) gradient to its full copy: all broadcast. An
+  // elementwise update also runs on a split variable with its gradient and state split alike
+  // (lr whole); an update with a per-tensor norm (LAMB) does not.
+  def.sbp = [elementwise](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    std::vector<SbpSignature> out;
+    const Shape& var = ctx.inputs[0].shape;
+    const size_t n = ctx.inputs.size();
+    for (int64_t i = 0; elementwise && i < static_cast<int64_t>(var.size()); ++i) {
+      if (!CanSplit(var[i], ctx.parts)) continue;
+      SbpSignature split = UniformSignature(n, 0, Sbp::Split(i));
+      split.inputs[n - 1] = Sbp::Broadcast();  // lr
+      out.push_back(split);
+    }
+    out.insert(out.begin(), AllBroadcast(ctx));
+    return out;
+  };
   registry.Register(std::move(def));
 }
 
@@ -163,7 +178,8 @@ void RegisterOptimizerOps(OpRegistry& registry) {
       for (int64_t i = 0; i < n; ++i) w[i] -= step * direction(i);
       return Status::Ok();
     });
-  }, "LAMB: r = m*c1/(sqrt(v*c2)+eps) + wd*var; var -= lr * (||var||/||r||) * r; lr = [lr] or [lr, c1, c2]", {1, 3});
+  }, "LAMB: r = m*c1/(sqrt(v*c2)+eps) + wd*var; var -= lr * (||var||/||r||) * r; lr = [lr] or [lr, c1, c2]", {1, 3},
+           /*elementwise=*/false);
 }
 
 }  // namespace actorflow

@@ -2,6 +2,7 @@
 // [left, right, top, bottom]. Backward: the padded gradient folded back onto the input
 // (reflection adds the mirrored positions to their sources).
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -26,6 +27,20 @@ inline int64_t SourceIndex(int64_t o, int64_t pad, int64_t size, bool reflect) {
   if (!reflect) return -1;
   if (i < 0) return -i;
   return 2 * (size - 1) - i;
+}
+
+// Padding works within one (sample, channel) plane: S(0) and S(1) on every tensor. Both pads
+// and their backward ops copy or add values: linear in the data input (input 0).
+std::vector<SbpSignature> PadSbp(const SbpContext& ctx) {
+  const Shape& x = ctx.inputs[0].shape;
+  std::vector<SbpSignature> out;
+  for (int64_t axis : {0, 1})
+    if (CanSplit(x[axis], ctx.parts)) out.push_back(UniformSignature(ctx.inputs.size(), 1, Sbp::Split(axis)));
+  out.push_back(AllBroadcast(ctx));
+  SbpSignature partial = AllBroadcast(ctx);
+  partial.inputs[0] = partial.outputs[0] = Sbp::PartialSum();
+  out.push_back(partial);
+  return out;
 }
 
 void RegisterPad(OpRegistry& registry, const std::string& type, bool reflect) {
@@ -67,7 +82,7 @@ void RegisterPad(OpRegistry& registry, const std::string& type, bool reflect) {
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(0)->S(0)", "S(1)->S(1)", "B->B"};
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> { return PadSbp(ctx); };
   def.doc = type + ": NCHW padding, attr padding int or [left, right, top, bottom]";
   registry.Register(std::move(def));
 
@@ -100,7 +115,7 @@ void RegisterPad(OpRegistry& registry, const std::string& type, bool reflect) {
     });
   };
   grad.doc = "gradient of " + type;
-  grad.sbp_signatures = {"S(0),S(0)->S(0)", "S(1),S(1)->S(1)", "B,B->B"};
+  grad.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> { return PadSbp(ctx); };
   registry.Register(std::move(grad));
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 #include "kernels/window.h"
 
 namespace actorflow {
@@ -169,6 +170,23 @@ KernelFn PoolBackward(Window2d g, bool max) {
   };
 }
 
+// Windows run within one (sample, channel) plane: S(0) and S(1) on every tensor. Average
+// pooling and both backward ops are linear in their data input (x, dy: `linear_input`, -1 for
+// max pooling), the others whole.
+std::vector<SbpSignature> PlaneSbp(const SbpContext& ctx, int linear_input) {
+  const Shape& x = ctx.inputs[0].shape;
+  std::vector<SbpSignature> out;
+  for (int64_t axis : {0, 1})
+    if (CanSplit(x[axis], ctx.parts)) out.push_back(UniformSignature(ctx.inputs.size(), 1, Sbp::Split(axis)));
+  out.push_back(AllBroadcast(ctx));
+  if (linear_input >= 0) {
+    SbpSignature partial = AllBroadcast(ctx);
+    partial.inputs[linear_input] = partial.outputs[0] = Sbp::PartialSum();
+    out.push_back(partial);
+  }
+  return out;
+}
+
 void RegisterPool(OpRegistry& registry, const std::string& type, bool max) {
   OpDef def;
   def.type = type;
@@ -190,7 +208,7 @@ void RegisterPool(OpRegistry& registry, const std::string& type, bool max) {
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(0)->S(0)", "S(1)->S(1)", "B->B"};
+  def.sbp = [max](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> { return PlaneSbp(ctx, max ? -1 : 0); };
   def.doc = type + ": out(N,C,OH,OW) over ksize windows of x(N,C,H,W); attrs ksize, strides, padding, data_format";
   registry.Register(std::move(def));
 
@@ -207,8 +225,8 @@ void RegisterPool(OpRegistry& registry, const std::string& type, bool max) {
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return PoolBackward<T>(g, max); });
   };
   grad.doc = "gradient of " + type + " (same attrs)";
-  grad.sbp_signatures = max ? std::vector<std::string>{"S(0),S(0),S(0)->S(0)", "S(1),S(1),S(1)->S(1)", "B,B,B->B"}
-                            : std::vector<std::string>{"S(0),S(0)->S(0)", "S(1),S(1)->S(1)", "B,B->B"};
+  // Inputs (x, y, dy) for max, (dy, x) for avg: linear in dy.
+  grad.sbp = [max](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> { return PlaneSbp(ctx, max ? 2 : 0); };
   registry.Register(std::move(grad));
 }
 

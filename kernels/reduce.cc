@@ -7,6 +7,7 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -28,6 +29,16 @@ StatusOr<Shape> KeptShape(const Shape& in, const Attrs& attrs) {
   for (size_t i = 0; i < in.size(); ++i)
     if (reduce[i]) keep[i] = 1;
   return keep;
+}
+
+// Which axes of `in` the attributes reduce (all of them when `axis` is missing or empty).
+StatusOr<std::vector<bool>> ReducedAxes(const Shape& in, const Attrs& attrs) {
+  AF_ASSIGN_OR_RETURN(Shape keep, KeptShape(in, attrs));
+  std::vector<int64_t> axes;
+  if (attrs.Has("axis")) { AF_ASSIGN_OR_RETURN(axes, attrs.GetInts("axis")); }
+  std::vector<bool> reduce(in.size(), axes.empty());
+  for (int64_t a : axes) reduce[a < 0 ? a + static_cast<int64_t>(in.size()) : a] = true;
+  return reduce;
 }
 
 // Reduced-axis test robust to size-1 dims: an axis of size 1 is dropped when listed (or when
@@ -55,6 +66,40 @@ std::vector<int64_t> ContiguousStrides(const Shape& s) {
 // Loop over `big` with a = contiguous strides of `big`, b = strides of `small` broadcast to it.
 StatusOr<StridedLoop> BigSmallLoop(const Shape& big, const Shape& small) {
   return MakeLoop(big, ContiguousStrides(big), BroadcastStrides(small, big));
+}
+
+// S(i) of x on a kept axis is S of the same axis of out (renumbered without keepdims). On a
+// reduced axis each device reduces its share: partial sums for sum, and for mean too when
+// every device divides by the logical count (attribute mean_count, set by the hook below);
+// max has no such combination. sum and mean are linear (P->P).
+StatusOr<std::vector<SbpSignature>> ReduceSbp(const SbpContext& ctx, Reduce kind) {
+  const Shape& x = ctx.inputs[0].shape;
+  AF_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedAxes(x, ctx.attrs));
+  const bool keepdims = ctx.attrs.GetBoolOr("keepdims", false);
+  std::vector<SbpSignature> out;
+  int64_t reduced_before = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+    if (CanSplit(x[i], ctx.parts)) {
+      if (!reduced[i]) out.push_back(MakeSignature({Sbp::Split(i)}, {Sbp::Split(keepdims ? i : i - reduced_before)}));
+      else if (kind != Reduce::kMax) out.push_back(MakeSignature({Sbp::Split(i)}, {Sbp::PartialSum()}));
+    }
+    reduced_before += reduced[i] ? 1 : 0;
+  }
+  out.push_back(AllBroadcast(ctx));
+  if (kind != Reduce::kMax) out.push_back(UniformSignature(1, 1, Sbp::PartialSum()));
+  return out;
+}
+
+// reduce_mean on one device's share divides by the logical number of averaged elements.
+StatusOr<Attrs> ReduceMeanPhysicalAttrs(const PhysicalContext& ctx) {
+  const Shape& x = ctx.logical_inputs[0].shape;
+  AF_ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedAxes(x, ctx.attrs));
+  int64_t count = 1;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (reduced[i]) count *= x[i];
+  Attrs attrs = ctx.attrs;
+  attrs.Set("mean_count", count);
+  return attrs;
 }
 
 template <typename T>
@@ -107,6 +152,12 @@ void RegisterReduce(OpRegistry& registry, const std::string& type, Reduce kind) 
     AF_ASSIGN_OR_RETURN(Shape keep, KeptShape(in, init.attrs));
     AF_ASSIGN_OR_RETURN(StridedLoop loop, BigSmallLoop(in, keep));
     int64_t n_in = NumElements(in), n_out = NumElements(keep);
+    // A device's share of a mean split on a reduced axis divides by the logical count.
+    if (kind == Reduce::kMean && init.attrs.Has("mean_count")) {
+      AF_ASSIGN_OR_RETURN(int64_t count, init.attrs.GetInt("mean_count"));
+      if (count <= 0) return InvalidArgument("reduce_mean: mean_count must be positive, got " + std::to_string(count));
+      n_in = count * n_out;
+    }
     switch (init.inputs[0].dtype) {
       case DType::kFloat32: return ReduceKernel<float>(kind, loop, n_in, n_out);
       case DType::kFloat64: return ReduceKernel<double>(kind, loop, n_in, n_out);
@@ -132,8 +183,10 @@ void RegisterReduce(OpRegistry& registry, const std::string& type, Reduce kind) 
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(i)->S(i) if i not reduced", "S(i)->P if i reduced (sum)", "B->B"};
-  def.doc = "out = " + type + " of x over attr `axis` (list, empty = all), attr keepdims";
+  def.sbp = [kind](const SbpContext& ctx) { return ReduceSbp(ctx, kind); };
+  if (kind == Reduce::kMean) def.physical_attrs = ReduceMeanPhysicalAttrs;
+  def.doc = "out = " + type + " of x over attr `axis` (list, empty = all), attr keepdims" +
+            (kind == Reduce::kMean ? "; mean_count (default: the reduced elements of x) is the divisor" : "");
   registry.Register(std::move(def));
 }
 
@@ -169,7 +222,24 @@ void RegisterReduceOps(OpRegistry& registry) {
     });
   };
   max_grad.doc = "dx = dy where x equals the (kept-shape) max y (or both are NaN), else 0; ties all receive dy";
-  max_grad.sbp_signatures = {"S(i),S(i),S(i)->S(i) for i not reduced", "B,B,B->B"};
+  // Each dx element compares its x with its max and takes its dy: x splits on any axis, with y
+  // and dy split alike where they have the axis and whole where it was reduced. Linear in dy.
+  max_grad.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const Shape &x = ctx.inputs[0].shape, &y = ctx.inputs[1].shape, &dy = ctx.inputs[2].shape;
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+      if (!CanSplit(x[i], ctx.parts)) continue;
+      const int64_t d = i - static_cast<int64_t>(x.size() - y.size());
+      const bool kept = d >= 0 && y[d] == x[i] && y == dy;
+      const bool whole = d < 0 || y[d] == 1;
+      if (!kept && !whole) continue;
+      const Sbp small = kept ? Sbp::Split(d) : Sbp::Broadcast();
+      out.push_back(MakeSignature({Sbp::Split(i), small, small}, {Sbp::Split(i)}));
+    }
+    out.push_back(AllBroadcast(ctx));
+    out.push_back(MakeSignature({Sbp::Broadcast(), Sbp::Broadcast(), Sbp::PartialSum()}, {Sbp::PartialSum()}));
+    return out;
+  };
   registry.Register(std::move(max_grad));
 
   // Gradient clipping by global norm: one op per gradient instead of square + reduce + reshape.
@@ -201,7 +271,14 @@ void RegisterReduceOps(OpRegistry& registry) {
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  squares.sbp_signatures = {"S(i)->P", "B->B"};
+  // Any split leaves partial sums; squares are not linear, so no P->P.
+  squares.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(ctx.inputs[0].shape.size()); ++i)
+      if (CanSplit(ctx.inputs[0].shape[i], ctx.parts)) out.push_back(MakeSignature({Sbp::Split(i)}, {Sbp::PartialSum()}));
+    out.push_back(AllBroadcast(ctx));
+    return out;
+  };
   squares.doc = "out(1,) = sum of x squared";
   registry.Register(std::move(squares));
 
@@ -232,7 +309,20 @@ void RegisterReduceOps(OpRegistry& registry) {
     return Status::Ok();
   };
   like.doc = "out(like.shape) = x summed over the dimensions along which like broadcasts to x";
-  like.sbp_signatures = {"S(i),S(i)->S(i) for i kept in like", "S(i),B->P for i summed", "B,B->B"};
+  // x's axis i kept in like: split both; summed (missing in like or extent 1): partial sums.
+  like.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const Shape &x = ctx.inputs[0].shape, &l = ctx.inputs[1].shape;
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+      if (!CanSplit(x[i], ctx.parts)) continue;
+      const int64_t d = i - static_cast<int64_t>(x.size() - l.size());
+      if (d >= 0 && l[d] == x[i]) out.push_back(MakeSignature({Sbp::Split(i), Sbp::Split(d)}, {Sbp::Split(d)}));
+      else out.push_back(MakeSignature({Sbp::Split(i), Sbp::Broadcast()}, {Sbp::PartialSum()}));
+    }
+    out.push_back(AllBroadcast(ctx));
+    out.push_back(MakeSignature({Sbp::PartialSum(), Sbp::Broadcast()}, {Sbp::PartialSum()}));
+    return out;
+  };
   registry.Register(std::move(like));
 
   OpDef bcast;
@@ -273,7 +363,20 @@ void RegisterReduceOps(OpRegistry& registry) {
     return Status::Ok();
   };
   bcast.doc = "out(like.shape) = x broadcast to like's shape";
-  bcast.sbp_signatures = {"S(i),S(i)->S(i) for i along which x is not broadcast", "B,B->B"};
+  // Output axis i splits with like; x splits alike where it has the axis, else is read whole.
+  bcast.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const Shape &x = ctx.inputs[0].shape, &l = ctx.inputs[1].shape;
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(l.size()); ++i) {
+      if (!CanSplit(l[i], ctx.parts)) continue;
+      const int64_t d = i - static_cast<int64_t>(l.size() - x.size());
+      const Sbp xs = d >= 0 && x[d] == l[i] ? Sbp::Split(d) : Sbp::Broadcast();
+      out.push_back(MakeSignature({xs, Sbp::Split(i)}, {Sbp::Split(i)}));
+    }
+    out.push_back(AllBroadcast(ctx));
+    out.push_back(MakeSignature({Sbp::PartialSum(), Sbp::Broadcast()}, {Sbp::PartialSum()}));
+    return out;
+  };
   registry.Register(std::move(bcast));
 }
 

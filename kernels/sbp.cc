@@ -1,7 +1,6 @@
 #include "kernels/sbp.h"
 
 #include <cctype>
-#include <stdexcept>
 
 namespace actorflow {
 namespace {
@@ -70,16 +69,6 @@ StatusOr<SbpSignature> ParseSbpSignature(const std::string& text) {
     signature.outputs.push_back(sbp);
   }
   return signature;
-}
-
-std::vector<SbpSignature> SbpSignatures(std::initializer_list<const char*> texts) {
-  std::vector<SbpSignature> signatures;
-  for (const char* text : texts) {
-    auto parsed = ParseSbpSignature(text);
-    if (!parsed.ok()) throw std::logic_error(parsed.status().message());
-    signatures.push_back(std::move(parsed).value());
-  }
-  return signatures;
 }
 
 Status ValidateSbpSignature(const SbpSignature& signature, size_t num_inputs, bool variadic_inputs, size_t num_outputs) {

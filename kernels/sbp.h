@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -49,9 +48,6 @@ struct SbpSignature {
 // outputs, then optionally a space and the condition. A split axis that is not a number
 // ("i", "i'", "perm[i]") is kEachAxis. InvalidArgument naming the text and the bad part.
 StatusOr<SbpSignature> ParseSbpSignature(const std::string& text);
-// The parsed list, for op registration; a malformed literal is a programming error (throws
-// std::logic_error naming it).
-std::vector<SbpSignature> SbpSignatures(std::initializer_list<const char*> texts);
 
 // InvalidArgument unless `signature` fits an op with `num_inputs` inputs (any number >= the
 // listed ones when `variadic_inputs`) and `num_outputs` outputs.

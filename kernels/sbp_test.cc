@@ -7,28 +7,6 @@
 namespace actorflow {
 namespace {
 
-TEST(SbpTest, EveryOpHasValidSignatures) {
-  RegisterAllOps();
-  for (const std::string& type : OpRegistry::Global().Types()) {
-    const OpDef* def = OpRegistry::Global().Find(type).value();
-    EXPECT_FALSE(def->sbp_signatures.empty()) << "op '" << type << "' declares no SBP signature";
-    bool all_broadcast = false;
-    for (const std::string& text : def->sbp_signatures) {
-      auto parsed = ParseSbpSignature(text);
-      ASSERT_TRUE(parsed.ok()) << "op '" << type << "': " << parsed.status().message();
-      const SbpSignature& signature = parsed.value();
-      Status valid = ValidateSbpSignature(signature, def->input_names.size(), def->variadic_inputs, def->output_names.size());
-      EXPECT_TRUE(valid.ok()) << "op '" << type << "': " << valid.message();
-      bool broadcast = true;
-      for (const Sbp& s : signature.inputs) broadcast &= s.kind == SbpKind::kBroadcast;
-      for (const Sbp& s : signature.outputs) broadcast &= s.kind == SbpKind::kBroadcast;
-      all_broadcast |= broadcast;
-    }
-    // Every op can run replicated (ops with no outputs, the updates, list "B,...->").
-    EXPECT_TRUE(all_broadcast) << "op '" << type << "' has no all-broadcast signature";
-  }
-}
-
 TEST(SbpTest, ParsesAndPrintsSignatures) {
   SbpSignature s = ParseSbpSignature("S(0),B->S(1),P (groups=1)").value();
   ASSERT_EQ(s.inputs.size(), 2u);

@@ -5,6 +5,7 @@
 
 #include "kernels/broadcast.h"
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -59,6 +60,21 @@ Status GradReshapeBack(GradBuilder& g) {
   return Status::Ok();
 }
 
+// A relabelling of the shape keeps a split where ReshapedAxis finds the same run of memory;
+// it is linear (P->P).
+StatusOr<std::vector<SbpSignature>> ReshapeSbp(const SbpContext& ctx) {
+  const Shape &in = ctx.inputs[0].shape, &out_shape = ctx.outputs[0].shape;
+  std::vector<SbpSignature> out;
+  for (int64_t i = 0; i < static_cast<int64_t>(in.size()); ++i) {
+    if (!CanSplit(in[i], ctx.parts)) continue;
+    const int64_t j = ReshapedAxis(in, out_shape, i);
+    if (j >= 0) out.push_back(MakeSignature({Sbp::Split(i)}, {Sbp::Split(j)}));
+  }
+  out.push_back(AllBroadcast(ctx));
+  out.push_back(UniformSignature(1, 1, Sbp::PartialSum()));
+  return out;
+}
+
 void RegisterReshape(OpRegistry& registry) {
   OpDef def;
   def.type = "reshape";
@@ -90,7 +106,14 @@ void RegisterReshape(OpRegistry& registry) {
   };
   def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> { return CopyKernel(init.inputs[0].byte_size()); };
   def.grad = GradReshapeBack;
-  def.sbp_signatures = {"S(0)->S(0) when dim 0 is kept", "B->B"};
+  def.sbp = ReshapeSbp;
+  // The target shape is logical: a device's share reshapes to its physical output shape.
+  def.physical_attrs = [](const PhysicalContext& ctx) -> StatusOr<Attrs> {
+    Attrs attrs = ctx.attrs;
+    const Shape& shape = ctx.physical_outputs[0].shape;
+    attrs.Set("shape", std::vector<int64_t>(shape.begin(), shape.end()));
+    return attrs;
+  };
   def.doc = "out = x with attr `shape` (one -1 allowed)";
   registry.Register(std::move(def));
 }
@@ -120,7 +143,7 @@ void RegisterFlattenIdentity(OpRegistry& registry) {
   };
   def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> { return CopyKernel(init.inputs[0].byte_size()); };
   def.grad = GradReshapeBack;
-  def.sbp_signatures = {"S(0)->S(0)", "B->B"};
+  def.sbp = ReshapeSbp;  // merged axes split only where the merge keeps the split's memory runs
   def.doc = "out = x with dims start_dim..end_dim (defaults 0, -1) merged";
   registry.Register(std::move(def));
 
@@ -137,7 +160,7 @@ void RegisterFlattenIdentity(OpRegistry& registry) {
     g.SetInputGrad(0, g.output_grad(0));
     return Status::Ok();
   };
-  id.sbp_signatures = {"S(i)->S(i)", "B->B", "P->P"};
+  id.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> { return ElementwiseSbp(ctx, true); };
   id.doc = "out = x";
   registry.Register(std::move(id));
 }
@@ -187,7 +210,17 @@ void RegisterTranspose(OpRegistry& registry) {
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(j)->S(i) for j = perm[i]", "B->B", "P->P"};
+  // Output axis i is x's axis perm[i].
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    AF_ASSIGN_OR_RETURN(std::vector<int64_t> perm, ReadPerm(ctx.attrs, ctx.inputs[0].shape.size()));
+    const Shape& o = ctx.outputs[0].shape;
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(o.size()); ++i)
+      if (CanSplit(o[i], ctx.parts)) out.push_back(MakeSignature({Sbp::Split(perm[i])}, {Sbp::Split(i)}));
+    out.push_back(AllBroadcast(ctx));
+    out.push_back(UniformSignature(1, 1, Sbp::PartialSum()));
+    return out;
+  };
   def.doc = "out = x with axes permuted: out.shape[i] = x.shape[perm[i]]";
   registry.Register(std::move(def));
 }
@@ -252,7 +285,18 @@ void RegisterConcat(OpRegistry& registry) {
     }
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(i),S(i)->S(i) for i != axis", "B,B->B", "P,P->P"};
+  // Every input split alike on an axis other than the joined one; linear (P->P).
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const Shape& o = ctx.outputs[0].shape;
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 0), o.size(), "axis"));
+    const size_t n = ctx.inputs.size();
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(o.size()); ++i)
+      if (i != axis && CanSplit(o[i], ctx.parts)) out.push_back(UniformSignature(n, 1, Sbp::Split(i)));
+    out.push_back(AllBroadcast(ctx));
+    out.push_back(UniformSignature(n, 1, Sbp::PartialSum()));
+    return out;
+  };
   def.doc = "out = inputs joined along attr axis (default 0)";
   registry.Register(std::move(def));
 }
@@ -291,6 +335,45 @@ StatusOr<SliceSpec> ReadSlice(const Shape& in, const Attrs& attrs) {
   return spec;
 }
 
+// Axes of `in` the slice takes whole (begin 0, stride 1, all of it): only those split.
+StatusOr<std::vector<bool>> UnslicedAxes(const Shape& in, const Attrs& attrs) {
+  AF_ASSIGN_OR_RETURN(SliceSpec spec, ReadSlice(in, attrs));
+  std::vector<bool> whole(in.size());
+  for (size_t d = 0; d < in.size(); ++d) whole[d] = spec.begin[d] == 0 && spec.stride[d] == 1 && spec.out[d] == in[d];
+  return whole;
+}
+
+// slice (x at input 0) and slice_grad (x's shape at input 1): S(i) on every input and the
+// output for an unsliced axis i, all broadcast, and partial sums through the data input.
+StatusOr<std::vector<SbpSignature>> SliceSbp(const SbpContext& ctx, size_t x_input) {
+  const Shape& x = ctx.inputs[x_input].shape;
+  AF_ASSIGN_OR_RETURN(std::vector<bool> whole, UnslicedAxes(x, ctx.attrs));
+  std::vector<SbpSignature> out;
+  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
+    if (whole[i] && CanSplit(x[i], ctx.parts)) out.push_back(UniformSignature(ctx.inputs.size(), 1, Sbp::Split(i)));
+  out.push_back(AllBroadcast(ctx));
+  SbpSignature partial = UniformSignature(ctx.inputs.size(), 1, Sbp::Broadcast());
+  partial.inputs[0] = partial.outputs[0] = Sbp::PartialSum();
+  out.push_back(partial);
+  return out;
+}
+
+// The bounds are logical: on a split axis a device's share takes its whole physical extent.
+StatusOr<Attrs> SlicePhysicalAttrs(const PhysicalContext& ctx, size_t x_input) {
+  Attrs attrs = ctx.attrs;
+  const Sbp& sbp = ctx.signature.inputs[x_input];
+  if (sbp.kind != SbpKind::kSplit) return attrs;
+  const size_t axis = static_cast<size_t>(sbp.axis);
+  for (const char* name : {"begin", "end"}) {
+    if (!attrs.Has(name)) continue;
+    AF_ASSIGN_OR_RETURN(std::vector<int64_t> bound, attrs.GetInts(name));
+    if (axis >= bound.size()) return InvalidArgument(std::string("slice: attribute '") + name + "' has no entry for axis " + std::to_string(axis));
+    bound[axis] = std::string(name) == "begin" ? 0 : ctx.physical_inputs[x_input].shape[axis];
+    attrs.Set(name, bound);
+  }
+  return attrs;
+}
+
 void RegisterSlice(OpRegistry& registry) {
   OpDef def;
   def.type = "slice";
@@ -318,7 +401,8 @@ void RegisterSlice(OpRegistry& registry) {
     g.SetInputGrad(0, dx);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(i)->S(i) for unsliced i", "B->B"};
+  def.sbp = [](const SbpContext& ctx) { return SliceSbp(ctx, 0); };
+  def.physical_attrs = [](const PhysicalContext& ctx) { return SlicePhysicalAttrs(ctx, 0); };
   def.doc = "out = x[begin:end:stride] per dimension (attrs begin, end, stride lists)";
   registry.Register(std::move(def));
 
@@ -359,7 +443,8 @@ void RegisterSlice(OpRegistry& registry) {
     });
   };
   grad.doc = "dx(like.shape) = zeros with dy scattered into the slice (same attrs as slice)";
-  grad.sbp_signatures = {"S(i),S(i)->S(i) for unsliced i", "B,B->B"};
+  grad.sbp = [](const SbpContext& ctx) { return SliceSbp(ctx, 1); };
+  grad.physical_attrs = [](const PhysicalContext& ctx) { return SlicePhysicalAttrs(ctx, 1); };
   registry.Register(std::move(grad));
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -61,7 +62,15 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
     g.SetInputGrad(1, d);
     return Status::Ok();
   };
-  def.sbp_signatures = {"S(0),S(0)->S(0),S(0)", "B,B->B,B"};
+  // Samples are independent: split the batch. A class split would need the row maximum and sum
+  // across devices, which one kernel per device cannot give. The loss is per sample, so no
+  // attribute names the batch size.
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    std::vector<SbpSignature> out;
+    if (CanSplit(ctx.inputs[1].shape[0], ctx.parts)) out.push_back(UniformSignature(2, 2, Sbp::Split(0)));
+    out.push_back(AllBroadcast(ctx));
+    return out;
+  };
   def.doc = "loss(N) = -log softmax(logits(N,C))[labels(N)]; prob(N,C) = softmax(logits)";
   registry.Register(std::move(def));
 
@@ -92,7 +101,14 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
     });
   };
   grad.doc = "dlogits(N,C) = (prob - onehot(labels)) * dloss(N)";
-  grad.sbp_signatures = {"S(0),S(0),S(0)->S(0)", "B,B,B->B"};
+  // Per sample, and linear in dloss: (prob - onehot) * dloss.
+  grad.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    std::vector<SbpSignature> out;
+    if (CanSplit(ctx.inputs[1].shape[0], ctx.parts)) out.push_back(UniformSignature(3, 1, Sbp::Split(0)));
+    out.push_back(AllBroadcast(ctx));
+    out.push_back(MakeSignature({Sbp::Broadcast(), Sbp::Broadcast(), Sbp::PartialSum()}, {Sbp::PartialSum()}));
+    return out;
+  };
   registry.Register(std::move(grad));
 }
 
@@ -158,7 +174,16 @@ void RegisterSoftmax(OpRegistry& registry, bool log) {
     return Status::Ok();
   };
   def.doc = std::string(log ? "log_softmax" : "softmax") + " over attr `axis` (default -1, the last)";
-  def.sbp_signatures = {"S(i)->S(i) for i != axis", "B->B"};
+  // Each softmax runs along `axis`: any other axis splits.
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const Shape& x = ctx.inputs[0].shape;
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", -1), x.size(), "axis"));
+    std::vector<SbpSignature> out;
+    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i)
+      if (i != axis && CanSplit(x[i], ctx.parts)) out.push_back(UniformSignature(1, 1, Sbp::Split(i)));
+    out.push_back(AllBroadcast(ctx));
+    return out;
+  };
   registry.Register(std::move(def));
 }
 

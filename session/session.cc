@@ -343,6 +343,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   graph::CompileOptions compile_options;
   compile_options.register_num = options.register_num;
   compile_options.dump_dot_dir = options.dump_dot_dir;
+  compile_options.print_sbp_summary = options.print_sbp_summary;
   AF_ASSIGN_OR_RETURN(job->plan_, CompileGraph(job->graph_, compile_options));
   const Graph& graph = job->graph_;
 
@@ -378,7 +379,14 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   // training step is mostly a chain of large kernels, so intra-op threads use the cores
   // better than running actors side by side, and one worker saves a thread wake-up per hop
   // (measured on 2 cores: MLP train step 1.5 ms vs 2.1-2.5 ms with 2 workers x 1 thread).
-  const int workers = options.num_workers > 0 ? options.num_workers : 1;
+  // With n devices, each device is a share of the budget: min(n, budget) workers run the
+  // devices' tasks side by side and each kernel gets budget / workers intra-op threads, so the
+  // process still uses num_threads in all.
+  std::set<int> devices;
+  for (const plan::Task& task : job->plan_.tasks()) devices.insert(task.device_id());
+  const int device_count = static_cast<int>(devices.size());
+  const int workers =
+      options.num_workers > 0 ? options.num_workers : (device_count > 1 ? std::min(device_count, budget) : 1);
   const int kernel_threads = options.kernel_threads > 0 ? options.kernel_threads : std::max(1, budget / workers);
   for (const plan::Task& task : job->plan_.tasks()) {
     if (task.kind() != plan::VARIABLE) continue;

@@ -41,8 +41,11 @@ class SessionState;
 
 struct JobOptions {
   int num_threads = 0;        // runtime thread budget (0 = number of cores)
-  int num_workers = 0;        // CAF workers (0 = 1; jobs with equal counts share the scheduler)
+  // CAF workers (0 = 1, or min(devices, num_threads) for a job spread over several devices;
+  // jobs with equal counts share the scheduler)
+  int num_workers = 0;
   int kernel_threads = 0;     // intra-op threads per kernel (0 = num_threads / num_workers, >= 1)
+  bool print_sbp_summary = false;  // graph::CompileOptions::print_sbp_summary
   int register_num = 2;
   std::string dump_dot_dir;   // "" = ACTORFLOW_DUMP_DOT or nothing
   std::string trace_path;     // Chrome trace written at drain()/shutdown when set

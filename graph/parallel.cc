@@ -1,0 +1,314 @@
+// Placement, SBP and boxing passes: how a logical graph spreads over the devices of one process.
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "graph/passes.h"
+#include "kernels/boxing.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+std::string Where(const Node& n) {
+  return "op '" + n.name + "' (" + n.type + ") at " + (n.location.empty() ? "<unknown>" : n.location);
+}
+
+// On one device every layout is the whole tensor.
+Sbp Normalized(const Sbp& sbp, size_t parts) { return parts <= 1 ? Sbp::Broadcast() : sbp; }
+
+// Inputs and variables are held whole in one register, whatever their readers are steered to.
+Sbp PhysicalOutputSbp(const Node& n, size_t k) {
+  if (n.kind != NodeKind::kOp || k >= n.output_sbp.size()) return Sbp::Broadcast();
+  return Normalized(n.output_sbp[k], n.devices.size());
+}
+
+// Whether a reader of a blob laid out as `from` needs a boxing to read it as `to`. In one
+// process every register is host memory: a broadcast blob is read in place from any device.
+bool NeedsBoxing(const std::vector<int>& from_devices, const Sbp& from, const std::vector<int>& to_devices,
+                 const Sbp& to) {
+  const Sbp a = Normalized(from, from_devices.size()), b = Normalized(to, to_devices.size());
+  if (a.kind == SbpKind::kBroadcast && b.kind == SbpKind::kBroadcast) return false;
+  return !(from_devices == to_devices && a == b);
+}
+
+// Bytes a boxing from (devices, layout) to (devices, layout) moves between devices: slicing a
+// broadcast blob moves nothing, an all-reduce moves the blob twice, anything else once.
+double CopyCost(const std::vector<int>& from_devices, const Sbp& from, const std::vector<int>& to_devices,
+                const Sbp& to, double bytes) {
+  const Sbp a = Normalized(from, from_devices.size()), b = Normalized(to, to_devices.size());
+  if (!NeedsBoxing(from_devices, a, to_devices, b) || a.kind == SbpKind::kBroadcast) return 0;
+  if (a.kind == SbpKind::kPartialSum && b.kind == SbpKind::kBroadcast) return 2 * bytes;
+  return bytes;
+}
+
+// "" if `sbp` can lay out `desc` over `parts` devices, else why not.
+std::string SplitProblem(const TensorDesc& desc, const Sbp& sbp, size_t parts) {
+  if (sbp.kind != SbpKind::kSplit || parts <= 1) return "";
+  const int64_t rank = static_cast<int64_t>(desc.shape.size());
+  if (sbp.axis < 0 || sbp.axis >= rank)
+    return "axis " + std::to_string(sbp.axis) + " is outside the rank of " + desc.ToString();
+  if (desc.shape[sbp.axis] < static_cast<int64_t>(parts))
+    return "axis " + std::to_string(sbp.axis) + " of " + desc.ToString() + " has length " +
+           std::to_string(desc.shape[sbp.axis]) + " < " + std::to_string(parts) + " devices";
+  return "";
+}
+
+class PlacementPass : public Pass {
+ public:
+  std::string name() const override { return "placement"; }
+  Status Run(Graph& graph) override {
+    for (Node& n : graph.mutable_nodes()) {
+      auto devices = ResolvePlacement(n.placement, graph.device_num());
+      if (!devices.ok()) return devices.status().WithContext(Where(n));
+      n.devices = std::move(devices).value();
+    }
+    return Status::Ok();
+  }
+};
+
+class SbpPass : public Pass {
+ public:
+  std::string name() const override { return "sbp"; }
+  Status Run(Graph& graph) override {
+    for (Node& n : graph.mutable_nodes()) {
+      if (n.devices.empty()) n.devices = {0};  // the placement pass did not run: one device
+      n.input_sbp.assign(n.inputs.size(), Sbp::Broadcast());
+      n.output_sbp.assign(n.output_names.size(), Sbp::Broadcast());
+      if (n.kind != NodeKind::kOp) {
+        AF_RETURN_IF_ERROR(ChooseSourceLayout(graph, n));
+        continue;
+      }
+      // An in-place writer (an optimizer update, moving statistics) writes the one buffer of
+      // the variable, so it runs once, on the variable's first device.
+      for (int m : n.mutable_inputs) {
+        AF_ASSIGN_OR_RETURN(auto target, graph.Resolve(n.inputs.at(m)));
+        n.devices = {target.first->devices.empty() ? 0 : target.first->devices.front()};
+      }
+      AF_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(n.type));
+      // No SBP function: the op runs whole on one device rather than repeated on every one.
+      if (n.devices.size() > 1 && !def->sbp) n.devices = {n.devices.front()};
+      if (n.devices.size() <= 1) {
+        AF_RETURN_IF_ERROR(CheckHints(n, n.output_sbp));
+        continue;
+      }
+      AF_RETURN_IF_ERROR(ChooseSignature(graph, n, *def));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status CheckHints(const Node& n, const std::vector<Sbp>& outputs) {
+    for (size_t k = 0; k < n.output_sbp_hints.size() && k < outputs.size(); ++k)
+      if (n.output_sbp_hints[k] && !(Normalized(*n.output_sbp_hints[k], n.devices.size()) == outputs[k]))
+        return InvalidArgument(Where(n) + ": output '" + n.output_names[k] + "' is hinted " +
+                               n.output_sbp_hints[k]->ToString() + ", but on " +
+                               PlacementOf(n.devices, n.placement.device_type).ToString() + " it can only be " +
+                               outputs[k].ToString());
+    return Status::Ok();
+  }
+
+  // Feeds default to S(0) in the consistent view (B when the batch axis cannot be split),
+  // variables to B; a hint overrides both and must fit.
+  Status ChooseSourceLayout(const Graph& graph, Node& n) {
+    const size_t parts = n.devices.size();
+    if (parts <= 1) return CheckHints(n, n.output_sbp);
+    const TensorDesc& desc = n.output_descs[0];
+    Sbp chosen = Sbp::Broadcast();
+    if (n.kind == NodeKind::kInput && SplitProblem(desc, Sbp::Split(0), parts).empty() && !desc.shape.empty())
+      chosen = Sbp::Split(0);
+    if (!n.output_sbp_hints.empty() && n.output_sbp_hints[0]) {
+      chosen = *n.output_sbp_hints[0];
+      if (chosen.kind == SbpKind::kPartialSum)
+        return InvalidArgument(Where(n) + ": '" + n.output_ref(0) + "' is hinted P; an input or variable can be S or B");
+      const std::string problem = SplitProblem(desc, chosen, parts);
+      if (!problem.empty())
+        return InvalidArgument(Where(n) + ": cannot split blob '" + n.output_ref(0) + "' as hinted " +
+                               chosen.ToString() + " over " + PlacementOf(n.devices).ToString() + ": " + problem);
+    }
+    (void)graph;
+    n.output_sbp = {chosen};
+    return Status::Ok();
+  }
+
+  Status ChooseSignature(const Graph& graph, Node& n, const OpDef& def) {
+    const size_t parts = n.devices.size();
+    SbpContext context;
+    context.attrs = n.attrs;
+    context.outputs = n.output_descs;
+    context.parts = static_cast<int64_t>(parts);
+    std::vector<const Node*> producers;
+    std::vector<int> producer_outputs;
+    for (const std::string& ref : n.inputs) {
+      AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
+      producers.push_back(resolved.first);
+      producer_outputs.push_back(resolved.second);
+      context.inputs.push_back(resolved.first->output_descs[resolved.second]);
+    }
+    auto candidates = CandidateSbpSignatures(def, context);
+    if (!candidates.ok()) return candidates.status().WithContext(Where(n));
+    std::string split_problem, hint_problem;
+    double best_cost = std::numeric_limits<double>::infinity();
+    const SbpSignature* best = nullptr;
+    std::vector<Sbp> best_inputs;
+    for (const SbpSignature& candidate : candidates.value()) {
+      std::vector<Sbp> inputs = candidate.inputs;
+      if (candidate.repeat_last_input && !inputs.empty()) inputs.resize(n.inputs.size(), inputs.back());
+      if (inputs.size() != n.inputs.size() || candidate.outputs.size() != n.output_names.size())
+        return Internal(Where(n) + ": signature " + candidate.ToString() + " does not fit the op's arity");
+      std::string problem;
+      for (size_t i = 0; i < inputs.size() && problem.empty(); ++i) {
+        std::string p = SplitProblem(context.inputs[i], inputs[i], parts);
+        if (!p.empty()) problem = "cannot split blob '" + n.inputs[i] + "' (input " + std::to_string(i) + "): " + p;
+      }
+      for (size_t k = 0; k < candidate.outputs.size() && problem.empty(); ++k) {
+        std::string p = SplitProblem(n.output_descs[k], candidate.outputs[k], parts);
+        if (!p.empty()) problem = "cannot split blob '" + n.output_ref(k) + "': " + p;
+      }
+      if (!problem.empty()) {
+        if (split_problem.empty()) split_problem = problem;
+        continue;
+      }
+      bool hinted = true;
+      for (size_t k = 0; k < n.output_sbp_hints.size() && k < candidate.outputs.size(); ++k)
+        hinted &= !n.output_sbp_hints[k] || *n.output_sbp_hints[k] == candidate.outputs[k];
+      if (!hinted) {
+        hint_problem = "no signature of the op on " + PlacementOf(n.devices).ToString() + " gives the hinted layout";
+        continue;
+      }
+      double cost = 0;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const Node& p = *producers[i];
+        const Sbp from = p.output_sbp.empty() ? Sbp::Broadcast() : p.output_sbp[producer_outputs[i]];
+        cost += CopyCost(p.devices, from, n.devices, inputs[i], static_cast<double>(context.inputs[i].byte_size()));
+      }
+      if (cost < best_cost) {  // ties keep the op's order (its best first)
+        best_cost = cost;
+        best = &candidate;
+        best_inputs = std::move(inputs);
+      }
+    }
+    if (best == nullptr) {
+      if (!hint_problem.empty()) {
+        std::string hints;
+        for (size_t k = 0; k < n.output_sbp_hints.size(); ++k)
+          if (n.output_sbp_hints[k]) hints += (hints.empty() ? "" : ", ") + n.output_ref(k) + " " + n.output_sbp_hints[k]->ToString();
+        return InvalidArgument(Where(n) + ": layout hint " + hints + " is impossible: " + hint_problem +
+                               (split_problem.empty() ? "" : " (" + split_problem + ")"));
+      }
+      return InvalidArgument(Where(n) + ": " + (split_problem.empty() ? "no SBP signature" : split_problem));
+    }
+    n.input_sbp = std::move(best_inputs);
+    n.output_sbp = best->outputs;
+    return Status::Ok();
+  }
+};
+
+class BoxingPass : public Pass {
+ public:
+  std::string name() const override { return "boxing"; }
+  Status Run(Graph& graph) override {
+    std::vector<std::string> names;
+    for (const Node& n : graph.nodes())
+      if (n.kind == NodeKind::kOp) names.push_back(n.name);
+    for (const std::string& name : names) {
+      const size_t inputs = graph.FindNode(name)->inputs.size();
+      for (size_t i = 0; i < inputs; ++i) {
+        const Node* n = graph.FindNode(name);
+        const std::string ref = n->inputs[i];
+        const std::vector<int> devices = n->devices;
+        const Sbp want = n->input_sbp.at(i);
+        AF_ASSIGN_OR_RETURN(std::string boxed, Boxed(graph, ref, devices, want, n->location));
+        graph.FindMutableNode(name)->inputs[i] = boxed;
+      }
+    }
+    // The call's outputs and the watches read the whole tensor on one device.
+    auto whole = [&](std::string& ref, const std::string& location) -> Status {
+      AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
+      const std::vector<int> first = {resolved.first->devices.empty() ? 0 : resolved.first->devices.front()};
+      AF_ASSIGN_OR_RETURN(ref, Boxed(graph, ref, first, Sbp::Broadcast(), location));
+      return Status::Ok();
+    };
+    for (std::string& ref : graph.outputs()) AF_RETURN_IF_ERROR(whole(ref, ""));
+    for (Watch& w : graph.watches()) {
+      if (!w.diff) {
+        AF_RETURN_IF_ERROR(whole(w.ref, w.location));
+        continue;
+      }
+      auto it = graph.gradients().find(w.ref);
+      if (it != graph.gradients().end() && !it->second.empty()) AF_RETURN_IF_ERROR(whole(it->second, w.location));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // `ref` as a reader on `devices` laid out `want` reads it: itself, or a boxing node's output
+  // (made once per ref and destination). P->B over the same devices goes through S(k), so
+  // each device sums 1/n of the blob (reduce-scatter) and then gathers (all-gather).
+  StatusOr<std::string> Boxed(Graph& graph, const std::string& ref, const std::vector<int>& devices, const Sbp& want,
+                              const std::string& location) {
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
+    const Node& producer = *resolved.first;
+    const std::vector<int> from_devices = producer.devices.empty() ? std::vector<int>{0} : producer.devices;
+    const Sbp from = PhysicalOutputSbp(producer, resolved.second);
+    const Sbp to = Normalized(want, devices.size());
+    if (!NeedsBoxing(from_devices, from, devices, to)) return ref;
+    const std::string key = ref + "|" + PlacementOf(devices).ToString() + "|" + to.ToString();
+    if (auto it = made_.find(key); it != made_.end()) return it->second;
+    const TensorDesc& desc = producer.output_descs[resolved.second];
+    if (from.kind == SbpKind::kPartialSum && to.kind == SbpKind::kBroadcast && from_devices == devices) {
+      for (size_t axis = 0; axis < desc.shape.size(); ++axis) {
+        if (desc.shape[axis] < static_cast<int64_t>(devices.size())) continue;
+        AF_ASSIGN_OR_RETURN(std::string scattered, Insert(graph, ref, from, devices, Sbp::Split(axis), location));
+        AF_ASSIGN_OR_RETURN(std::string gathered, Insert(graph, scattered, Sbp::Split(axis), devices, to, location));
+        made_[key] = gathered;
+        return gathered;
+      }
+    }
+    AF_ASSIGN_OR_RETURN(std::string boxed, Insert(graph, ref, from, devices, to, location));
+    made_[key] = boxed;
+    return boxed;
+  }
+
+  StatusOr<std::string> Insert(Graph& graph, const std::string& ref, const Sbp& from, const std::vector<int>& devices,
+                               const Sbp& to, const std::string& location) {
+    AF_ASSIGN_OR_RETURN(auto producer_ref, SplitRef(ref));
+    const std::string producer = producer_ref.first;
+    Attrs attrs{{"in_sbp", from.ToString()}, {"out_sbp", to.ToString()}};
+    AF_ASSIGN_OR_RETURN(const Node* made, graph.AddOp("boxing", producer + "-boxing", {ref}, attrs, location,
+                                                      PlacementOf(devices, graph.FindNode(producer)->placement.device_type)));
+    const std::string name = made->name, out = made->output_ref(0);
+    Node* node = graph.FindMutableNode(name);
+    node->devices = devices;
+    node->input_sbp = {from};
+    node->output_sbp = {to};
+    graph.MoveAfter(name, producer);
+    return out;
+  }
+
+  std::map<std::string, std::string> made_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> MakePlacementPass() { return std::make_unique<PlacementPass>(); }
+std::unique_ptr<Pass> MakeSbpPass() { return std::make_unique<SbpPass>(); }
+std::unique_ptr<Pass> MakeBoxingPass() { return std::make_unique<BoxingPass>(); }
+
+std::string SbpSummary(const Graph& graph) {
+  std::ostringstream out;
+  for (const Node& n : graph.nodes()) {
+    if (n.devices.empty()) continue;
+    out << n.name << " (" << n.type << ") on " << PlacementOf(n.devices, n.placement.device_type).ToString() << ": ";
+    for (size_t i = 0; i < n.input_sbp.size(); ++i) out << (i ? "," : "") << n.input_sbp[i].ToString();
+    out << "->";
+    for (size_t i = 0; i < n.output_sbp.size(); ++i) out << (i ? "," : "") << n.output_sbp[i].ToString();
+    if (!n.location.empty()) out << "  @ " << n.location;
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace graph
+}  // namespace actorflow

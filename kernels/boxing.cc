@@ -1,0 +1,232 @@
+// The "boxing" op: one destination device's piece of a layout conversion (kernels/boxing.h).
+#include "kernels/boxing.h"
+
+#include <cstring>
+
+namespace actorflow {
+namespace {
+
+// A box of the logical tensor: [begin[a], end[a]) on every axis.
+struct Box {
+  Shape begin, end;
+  bool empty() const {
+    for (size_t a = 0; a < begin.size(); ++a)
+      if (end[a] <= begin[a]) return true;
+    return false;
+  }
+};
+
+Box FullBox(const Shape& shape) { return Box{Shape(shape.size(), 0), shape}; }
+
+// The logical region of part `index` of `parts` under `sbp` (the whole tensor unless split).
+Box PartBox(const Shape& logical, const Sbp& sbp, int64_t parts, int64_t index) {
+  Box box = FullBox(logical);
+  if (sbp.kind != SbpKind::kSplit || parts <= 1) return box;
+  std::vector<int64_t> sizes = BalancedSplit(logical[sbp.axis], parts);
+  int64_t offset = 0;
+  for (int64_t i = 0; i < index; ++i) offset += sizes[i];
+  box.begin[sbp.axis] = offset;
+  box.end[sbp.axis] = offset + sizes[index];
+  return box;
+}
+
+Box Intersect(const Box& a, const Box& b) {
+  Box r = a;
+  for (size_t i = 0; i < a.begin.size(); ++i) {
+    r.begin[i] = std::max(a.begin[i], b.begin[i]);
+    r.end[i] = std::min(a.end[i], b.end[i]);
+  }
+  return r;
+}
+
+// Applies `run(dst, src, elements)` to each contiguous run of `box`, where `src` is a tensor
+// holding logical region `src_box` and `dst` one holding `dst_box` (row-major, both containing `box`).
+template <typename T, typename Run>
+void ForEachRun(const Box& box, T* dst, const Box& dst_box, const T* src, const Box& src_box, Run run) {
+  const size_t rank = box.begin.size();
+  if (rank == 0) {
+    run(dst, src, 1);
+    return;
+  }
+  Shape dst_extent(rank), src_extent(rank), extent(rank);
+  for (size_t a = 0; a < rank; ++a) {
+    dst_extent[a] = dst_box.end[a] - dst_box.begin[a];
+    src_extent[a] = src_box.end[a] - src_box.begin[a];
+    extent[a] = box.end[a] - box.begin[a];
+  }
+  // Innermost axes the box covers whole in both tensors merge into one contiguous run.
+  size_t inner = rank - 1;
+  int64_t run_length = extent[inner];
+  while (inner > 0 && extent[inner] == dst_extent[inner] && extent[inner] == src_extent[inner]) {
+    --inner;
+    run_length *= extent[inner];
+  }
+  Shape dst_stride(rank, 1), src_stride(rank, 1);
+  for (size_t a = rank - 1; a > 0; --a) {
+    dst_stride[a - 1] = dst_stride[a] * dst_extent[a];
+    src_stride[a - 1] = src_stride[a] * src_extent[a];
+  }
+  Shape index(inner, 0);  // odometer over the axes before `inner`
+  while (true) {
+    int64_t dst_offset = (box.begin[inner] - dst_box.begin[inner]) * dst_stride[inner];
+    int64_t src_offset = (box.begin[inner] - src_box.begin[inner]) * src_stride[inner];
+    for (size_t a = 0; a < inner; ++a) {
+      dst_offset += (box.begin[a] + index[a] - dst_box.begin[a]) * dst_stride[a];
+      src_offset += (box.begin[a] + index[a] - src_box.begin[a]) * src_stride[a];
+    }
+    run(dst + dst_offset, src + src_offset, run_length);
+    size_t a = inner;
+    while (a > 0) {
+      --a;
+      if (++index[a] < extent[a]) break;
+      index[a] = 0;
+      if (a == 0) return;
+    }
+    if (inner == 0) return;
+  }
+}
+
+template <typename T>
+Status RunTyped(const BoxingSpec& spec, const std::vector<TensorView>& inputs, const TensorView& output) {
+  T* out = output.as<T>();
+  if (spec.out.kind == SbpKind::kPartialSum && spec.out_index != 0) {
+    std::memset(out, 0, output.byte_size());
+    return Status::Ok();
+  }
+  const Box out_box = PartBox(spec.logical_shape, spec.out, spec.out_parts, spec.out_index);
+  auto copy = [](T* d, const T* s, int64_t n) { std::memcpy(d, s, static_cast<size_t>(n) * sizeof(T)); };
+  auto add = [](T* d, const T* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+  };
+  switch (spec.in.kind) {
+    case SbpKind::kBroadcast:
+      ForEachRun<T>(out_box, out, out_box, inputs[0].as<const T>(), FullBox(spec.logical_shape), copy);
+      break;
+    case SbpKind::kPartialSum: {
+      const Box full = FullBox(spec.logical_shape);
+      ForEachRun<T>(out_box, out, out_box, inputs[0].as<const T>(), full, copy);
+      for (size_t i = 1; i < inputs.size(); ++i) ForEachRun<T>(out_box, out, out_box, inputs[i].as<const T>(), full, add);
+      break;
+    }
+    case SbpKind::kSplit:
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const Box in_box = PartBox(spec.logical_shape, spec.in, spec.in_parts, static_cast<int64_t>(i));
+        const Box common = Intersect(out_box, in_box);
+        if (!common.empty()) ForEachRun<T>(common, out, out_box, inputs[i].as<const T>(), in_box, copy);
+      }
+      break;
+  }
+  return Status::Ok();
+}
+
+Status CheckSpec(const BoxingSpec& spec) {
+  auto check_sbp = [&](const Sbp& sbp, const char* what) -> Status {
+    if (sbp.kind == SbpKind::kSplit && (sbp.axis < 0 || sbp.axis >= static_cast<int64_t>(spec.logical_shape.size())))
+      return InvalidArgument(std::string("boxing: ") + what + " " + sbp.ToString() + " is outside the rank of " +
+                             ShapeToString(spec.logical_shape));
+    return Status::Ok();
+  };
+  AF_RETURN_IF_ERROR(check_sbp(spec.in, "source"));
+  AF_RETURN_IF_ERROR(check_sbp(spec.out, "destination"));
+  if (spec.in_parts < 1 || spec.out_parts < 1 || spec.out_index < 0 || spec.out_index >= spec.out_parts)
+    return InvalidArgument("boxing: device index " + std::to_string(spec.out_index) + " of " +
+                           std::to_string(spec.out_parts) + " from " + std::to_string(spec.in_parts) + " devices");
+  return Status::Ok();
+}
+
+StatusOr<BoxingSpec> SpecFromInit(const KernelInit& init) {
+  BoxingSpec spec;
+  AF_ASSIGN_OR_RETURN(std::string in_text, init.attrs.GetString("in_sbp"));
+  AF_ASSIGN_OR_RETURN(std::string out_text, init.attrs.GetString("out_sbp"));
+  AF_ASSIGN_OR_RETURN(spec.in, ParseSbpText(in_text));
+  AF_ASSIGN_OR_RETURN(spec.out, ParseSbpText(out_text));
+  if (init.inputs.empty() || init.outputs.size() != 1)
+    return InvalidArgument("boxing: expected at least one input and one output, got " +
+                           std::to_string(init.inputs.size()) + " and " + std::to_string(init.outputs.size()));
+  spec.dtype = init.outputs[0].dtype;
+  spec.in_parts = init.attrs.GetIntOr("in_parts", 1);
+  spec.out_parts = init.attrs.GetIntOr("out_parts", 1);
+  spec.out_index = init.attrs.GetIntOr("out_index", 0);
+  if (init.attrs.Has("logical_shape")) {
+    AF_ASSIGN_OR_RETURN(spec.logical_shape, init.attrs.GetInts("logical_shape"));
+  } else {
+    spec.logical_shape = init.inputs[0].shape;  // one device on both sides: the shapes are logical
+  }
+  AF_RETURN_IF_ERROR(CheckSpec(spec));
+  if (static_cast<int64_t>(init.inputs.size()) != BoxingInputCount(spec))
+    return InvalidArgument("boxing " + spec.in.ToString() + "->" + spec.out.ToString() + ": expected " +
+                           std::to_string(BoxingInputCount(spec)) + " source shards, got " +
+                           std::to_string(init.inputs.size()));
+  for (size_t i = 0; i < init.inputs.size(); ++i) {
+    const int64_t index = spec.in.kind == SbpKind::kBroadcast ? 0 : static_cast<int64_t>(i);
+    AF_ASSIGN_OR_RETURN(Shape want, PhysicalShape(spec.logical_shape, spec.in, spec.in_parts, index));
+    if (init.inputs[i].shape != want || init.inputs[i].dtype != spec.dtype)
+      return InvalidArgument("boxing: source shard " + std::to_string(i) + " is " + init.inputs[i].ToString() +
+                             ", expected " + TensorDesc{want, spec.dtype}.ToString());
+  }
+  AF_ASSIGN_OR_RETURN(Shape want, PhysicalShape(spec.logical_shape, spec.out, spec.out_parts, spec.out_index));
+  if (init.outputs[0].shape != want)
+    return InvalidArgument("boxing: destination piece is " + init.outputs[0].ToString() + ", expected " +
+                           TensorDesc{want, spec.dtype}.ToString());
+  return spec;
+}
+
+}  // namespace
+
+StatusOr<Sbp> ParseSbpText(const std::string& text) {
+  auto parsed = ParseSbpSignature("->" + text);
+  if (!parsed.ok() || parsed->outputs.size() != 1 ||
+      (parsed->outputs[0].kind == SbpKind::kSplit && parsed->outputs[0].axis == Sbp::kEachAxis))
+    return InvalidArgument("'" + text + "' is not an SBP (expected S(<axis>), B or P)");
+  return parsed->outputs[0];
+}
+
+Attrs BoxingTaskAttrs(const BoxingSpec& spec) {
+  Attrs attrs;
+  attrs.Set("in_sbp", spec.in.ToString());
+  attrs.Set("out_sbp", spec.out.ToString());
+  attrs.Set("logical_shape", spec.logical_shape);
+  attrs.Set("in_parts", spec.in_parts);
+  attrs.Set("out_parts", spec.out_parts);
+  attrs.Set("out_index", spec.out_index);
+  return attrs;
+}
+
+int64_t BoxingInputCount(const BoxingSpec& spec) { return spec.in.kind == SbpKind::kBroadcast ? 1 : spec.in_parts; }
+
+Status RunBoxing(const BoxingSpec& spec, const std::vector<TensorView>& inputs, const TensorView& output) {
+  switch (spec.dtype) {
+    case DType::kFloat32: return RunTyped<float>(spec, inputs, output);
+    case DType::kFloat64: return RunTyped<double>(spec, inputs, output);
+    case DType::kInt32: return RunTyped<int32_t>(spec, inputs, output);
+    case DType::kInt64: return RunTyped<int64_t>(spec, inputs, output);
+    case DType::kInt8: return RunTyped<int8_t>(spec, inputs, output);
+    case DType::kUInt8: return RunTyped<uint8_t>(spec, inputs, output);
+    default: return InvalidArgument("boxing: unsupported dtype of " + output.desc.ToString());
+  }
+}
+
+void RegisterBoxingOps(OpRegistry& registry) {
+  OpDef def;
+  def.type = "boxing";
+  def.input_names = {"in"};
+  def.output_names = {"out"};
+  def.variadic_inputs = true;  // physically: one source shard per source device
+  def.infer = [](InferContext& ctx) -> Status {
+    if (ctx.inputs.size() != 1) return InvalidArgument("boxing takes one logical input, got " + std::to_string(ctx.inputs.size()));
+    AF_ASSIGN_OR_RETURN(std::string in_text, ctx.attrs.GetString("in_sbp"));
+    AF_ASSIGN_OR_RETURN(std::string out_text, ctx.attrs.GetString("out_sbp"));
+    AF_RETURN_IF_ERROR(ParseSbpText(in_text).status());
+    AF_RETURN_IF_ERROR(ParseSbpText(out_text).status());
+    ctx.outputs = {ctx.inputs[0]};
+    return Status::Ok();
+  };
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_ASSIGN_OR_RETURN(BoxingSpec spec, SpecFromInit(init));
+    return KernelFn([spec](KernelContext& ctx) -> Status { return RunBoxing(spec, *ctx.inputs, ctx.output(0)); });
+  };
+  def.doc = "one device's piece of a layout conversion (compiler-inserted; see kernels/boxing.h)";
+  registry.Register(std::move(def));
+}
+
+}  // namespace actorflow

@@ -1,0 +1,466 @@
+// Every registered op's SBP signatures, proved by running them. For each op, on representative
+// instances (shapes chosen so that splits are uneven: 5 and 7 over 2 and 3 devices), for every
+// signature its SBP function offers: the random logical inputs are laid out per the signature's
+// input SBPs (S: BalancedSplit slices; B: the whole; P: random parts that sum to the whole), the
+// op's CPU kernel runs once per device on the physical descriptions with the op's physical
+// attributes, and the per-device outputs (and inputs the op writes in place) are assembled per
+// the output SBPs (S: concatenated; B: each device must hold the whole; P: summed) and
+// compared with the single-device run. The harness knows no op: a new op needs only an entry
+// in Instances() (the test fails by name until it has one).
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+
+#include <gtest/gtest-spi.h>
+
+#include "kernels/kernel_util.h"
+#include "kernels/testing/test_util.h"
+
+namespace actorflow::testing {
+namespace {
+
+// ---- Inputs --------------------------------------------------------------------------------
+
+std::mt19937_64& Rng() {
+  static std::mt19937_64 rng(20261123);
+  return rng;
+}
+double Uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(Rng()); }
+
+HostTensor Random(const Shape& s, DType dtype = DType::kFloat64, double lo = -1, double hi = 1) {
+  std::vector<double> v(static_cast<size_t>(NumElements(s)));
+  for (double& x : v) x = Uniform(lo, hi);
+  return HostTensor::Of(s, dtype, v);
+}
+HostTensor Positive(const Shape& s, DType dtype = DType::kFloat64) { return Random(s, dtype, 0.5, 1.5); }
+// Integers in [0, bound): labels and indices.
+HostTensor Indices(const Shape& s, int64_t bound, DType dtype = DType::kInt32) {
+  std::vector<double> v(static_cast<size_t>(NumElements(s)));
+  for (double& x : v) x = static_cast<double>(std::uniform_int_distribution<int64_t>(0, bound - 1)(Rng()));
+  return HostTensor::Of(s, dtype, v);
+}
+HostTensor Output(const std::string& type, const std::vector<HostTensor>& in, const Attrs& attrs, size_t index = 0) {
+  auto out = RunOp(type, in, attrs);
+  EXPECT_TRUE(out.ok()) << type << ": " << out.status().ToString();
+  return out.ok() ? out.value()[index] : HostTensor{};
+}
+
+struct Instance {
+  std::vector<HostTensor> inputs;
+  Attrs attrs;
+};
+
+Attrs Axes(std::vector<int64_t> axes, bool keepdims) {
+  Attrs a{{"keepdims", keepdims}};
+  if (!axes.empty()) a.Set("axis", axes);
+  return a;
+}
+
+// Representative instances per op type. Inputs a random generator cannot give (labels and
+// indices in range, values that must be positive, a max the gradient must match) are built here.
+std::map<std::string, std::vector<Instance>> Instances() {
+  std::map<std::string, std::vector<Instance>> c;
+  const Shape m = {5, 7};
+  for (const char* type : {"relu", "sigmoid", "tanh", "gelu", "exp", "square", "negative", "identity"})
+    c[type] = {{{Random(m)}, {}}, {{Random({7, 3, 5})}, {}}};
+  c["relu"].push_back({{Random(m, DType::kFloat32)}, {}});
+  for (const char* type : {"log", "sqrt"}) c[type] = {{{Positive(m)}, {}}};
+  for (const char* type : {"relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "exp_grad", "square_grad"})
+    c[type] = {{{Random(m), Random(m)}, {}}};
+  for (const char* type : {"log_grad", "sqrt_grad"}) c[type] = {{{Positive(m), Random(m)}, {}}};
+  for (const char* type : {"add", "sub", "mul"})
+    c[type] = {{{Random(m), Random(m)}, {}}, {{Random(m), Random({7})}, {}}, {{Random({5, 1}), Random({1, 7})}, {}},
+               {{Random({3, 1, 5}), Random({7, 1})}, {}}};
+  c["div"] = {{{Random(m), Positive(m)}, {}}, {{Random(m), Positive({7})}, {}}, {{Random({7}), Positive({5, 1})}, {}}};
+  c["scalar_add"] = {{{Random(m)}, {{"scalar", 0.5}}}, {{Indices(m, 9)}, {{"scalar", int64_t{3}}}}};
+  c["scalar_mul"] = {{{Random(m)}, {{"scalar", -1.5}}}};
+  c["add_n"] = {{{Random(m), Random(m), Random(m)}, {}}, {{Indices(m, 5, DType::kInt64), Indices(m, 5, DType::kInt64)}, {}}};
+
+  c["matmul"] = {{{Random({5, 7}), Random({7, 6})}, {}},
+                 {{Random({7, 5}), Random({7, 6})}, {{"transpose_a", true}}},
+                 {{Random({5, 7}), Random({6, 7})}, {{"transpose_b", true}}},
+                 {{Random({7, 5}), Random({6, 7})}, {{"transpose_a", true}, {"transpose_b", true}}},
+                 {{Random({3, 5, 7}), Random({7, 6})}, {}},
+                 {{Random({3, 7, 5}), Random({3, 6, 7})}, {{"transpose_a", true}, {"transpose_b", true}}},
+                 {{Random({5, 7}), Random({3, 7, 6})}, {}},
+                 {{Random({5, 7}), Random({7, 6}), Random({6})}, {{"fuse_bias", true}}},
+                 {{Random({5, 7}), Random({7, 6}), Random({6})}, {{"fuse_bias", true}, {"fuse_relu", true}}},
+                 {{Random({5, 7}, DType::kFloat32), Random({7, 6}, DType::kFloat32)}, {}}};
+  c["bias_add"] = {{{Random(m), Random({7})}, {{"axis", int64_t{1}}}},
+                   {{Random({5, 4, 3, 2}), Random({4})}, {{"axis", int64_t{1}}}},
+                   {{Random(m), Random({7})}, {{"axis", int64_t{1}}, {"fuse_relu", true}}}};
+  c["bias_add_grad"] = {{{Random(m)}, {{"axis", int64_t{1}}}}, {{Random({5, 4, 3, 2})}, {{"axis", int64_t{1}}}}};
+
+  const Shape cube = {5, 7, 4};
+  for (const char* type : {"reduce_sum", "reduce_mean", "reduce_max"})
+    c[type] = {{{Random(cube)}, Axes({1}, false)}, {{Random(cube)}, Axes({0, 2}, true)}, {{Random(cube)}, Axes({-1, 0}, false)},
+               {{Random(cube)}, Axes({}, false)}};
+  c["reduce_sum"].push_back({{Indices(cube, 9)}, Axes({0}, false)});
+  c["reduce_max"].push_back({{Indices(cube, 1000, DType::kInt64)}, Axes({1}, true)});
+  {
+    HostTensor x = Random(m), y0 = Output("reduce_max", {x}, Axes({0}, true)), y1 = Output("reduce_max", {x}, Axes({1}, true));
+    c["reduce_max_grad"] = {{{x, y0, Random({1, 7})}, Axes({0}, true)}, {{x, y1, Random({5, 1})}, Axes({1}, true)}};
+  }
+  c["sum_of_squares"] = {{{Random(m)}, {}}};
+  c["reduce_sum_like"] = {{{Random(m), Random({7})}, {}}, {{Random(m), Random({5, 1})}, {}}};
+  c["broadcast_like"] = {{{Random({7}), Random(m)}, {}}, {{Random({5, 1}), Random(m)}, {}}};
+
+  c["softmax"] = {{{Random(m)}, {}}, {{Random(m)}, {{"axis", int64_t{0}}}}, {{Random({5, 4, 3})}, {{"axis", int64_t{1}}}}};
+  c["log_softmax"] = c["softmax"];
+  c["sparse_softmax_cross_entropy"] = {{{Indices({7}, 5), Random({7, 5})}, {}},
+                                       {{Indices({5}, 7, DType::kInt64), Random({5, 7})}, {}}};
+  {
+    HostTensor prob = Output("softmax", {Random({7, 5})}, {});
+    c["sparse_softmax_cross_entropy_grad"] = {{{Indices({7}, 5), prob, Random({7})}, {}}};
+  }
+
+  c["reshape"] = {{{Random(cube)}, {{"shape", std::vector<int64_t>{5, 28}}}},
+                  {{Random(cube)}, {{"shape", std::vector<int64_t>{35, -1}}}},
+                  {{Random(cube)}, {{"shape", std::vector<int64_t>{7, 5, 4}}}},
+                  {{Random(cube)}, {{"shape", std::vector<int64_t>{1, 5, 2, 14}}}},
+                  {{Random(cube)}, {{"shape", std::vector<int64_t>{140}}}}};
+  c["flatten"] = {{{Random({5, 3, 4})}, {{"start_dim", int64_t{1}}, {"end_dim", int64_t{2}}}},
+                  {{Random({5, 3, 4})}, {{"start_dim", int64_t{0}}, {"end_dim", int64_t{1}}}},
+                  {{Random({5, 3, 4})}, {}}};
+  c["transpose"] = {{{Random(cube)}, {{"perm", std::vector<int64_t>{2, 0, 1}}}}, {{Random(m)}, {{"perm", std::vector<int64_t>{1, 0}}}}};
+  c["concat"] = {{{Random(m), Random({5, 4})}, {{"axis", int64_t{1}}}},
+                 {{Random(m), Random({3, 7}), Random({1, 7})}, {{"axis", int64_t{0}}}}};
+  const Attrs slice_rows{{"begin", std::vector<int64_t>{0, 1}}, {"end", std::vector<int64_t>{100, 6}}, {"stride", std::vector<int64_t>{1, 2}}};
+  const Attrs slice_cols{{"begin", std::vector<int64_t>{2, -7}}, {"end", std::vector<int64_t>{7, 7}}};
+  c["slice"] = {{{Random(m)}, slice_rows}, {{Random({7, 7})}, slice_cols}, {{Random(m)}, {}}};
+  c["slice_grad"] = {{{Random({5, 3}), Random(m)}, slice_rows}, {{Random({5, 7}), Random({7, 7})}, slice_cols}};
+
+  c["argmax"] = {{{Random(m)}, {}}, {{Random(m)}, {{"axis", int64_t{0}}}}, {{Random({5, 4, 3})}, {{"axis", int64_t{1}}}}};
+  c["one_hot"] = {{{Indices(m, 4)}, {{"depth", int64_t{4}}, {"dtype", std::string("float64")}}},
+                  {{Indices({7}, 3, DType::kInt64)}, {{"depth", int64_t{3}}, {"on_value", 2.5}, {"dtype", std::string("int32")}}}};
+  c["cast"] = {{{Random(m)}, {{"dtype", std::string("float32")}}},
+               {{Random(m, DType::kFloat64, -20, 20)}, {{"dtype", std::string("int32")}}},
+               {{Indices(m, 50)}, {{"dtype", std::string("float64")}}}};
+  c["constant"] = {{{}, {{"shape", std::vector<int64_t>{5, 7}}, {"value", 1.5}, {"dtype", std::string("float64")}}},
+                   {{}, {{"shape", std::vector<int64_t>{7}}, {"value", 3.0}, {"dtype", std::string("int32")}}}};
+  c["zeros_like"] = {{{Random(m)}, {}}};
+  c["ones_like"] = {{{Random(m)}, {}}};
+
+  const Shape image = {5, 3, 4, 4};
+  for (const char* type : {"zero_pad2d", "reflection_pad2d"}) {
+    c[type] = {{{Random(image)}, {{"padding", int64_t{1}}}}, {{Random(image)}, {{"padding", std::vector<int64_t>{1, 2, 0, 3}}}}};
+    c[std::string(type) + "_grad"] = {{{Random({5, 3, 6, 6}), Random(image)}, {{"padding", int64_t{1}}}}};
+  }
+  const Attrs pool2{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("VALID")}};
+  const Attrs pool3{{"ksize", int64_t{3}}, {"strides", int64_t{1}}, {"padding", std::string("SAME")}};
+  const Shape pool_in = {5, 3, 6, 6};
+  for (const char* type : {"max_pool2d", "avg_pool2d"}) c[type] = {{{Random(pool_in)}, pool2}, {{Random(pool_in)}, pool3}};
+  {
+    HostTensor x = Random(pool_in), y2 = Output("max_pool2d", {x}, pool2), y3 = Output("max_pool2d", {x}, pool3);
+    c["max_pool2d_grad"] = {{{x, y2, Random({5, 3, 3, 3})}, pool2}, {{x, y3, Random(pool_in)}, pool3}};
+    c["avg_pool2d_grad"] = {{{Random({5, 3, 3, 3}), x}, pool2}, {{Random(pool_in), x}, pool3}};
+  }
+  const Attrs same{{"padding", std::string("SAME")}};
+  const Attrs grouped{{"padding", std::string("VALID")}, {"groups", int64_t{2}}};
+  c["conv2d"] = {{{Random({5, 4, 6, 6}), Random({3, 4, 3, 3})}, same},
+                 {{Random({5, 4, 6, 6}), Random({6, 2, 3, 3})}, grouped},
+                 {{Random({5, 4, 6, 6}, DType::kFloat32), Random({3, 4, 3, 3}, DType::kFloat32)}, same}};
+  c["conv2d_grad_data"] = {{{Random({5, 3, 6, 6}), Random({3, 4, 3, 3}), Random({5, 4, 6, 6})}, same},
+                           {{Random({5, 6, 4, 4}), Random({6, 2, 3, 3}), Random({5, 4, 6, 6})}, grouped}};
+  c["conv2d_grad_filter"] = {{{Random({5, 3, 6, 6}), Random({5, 4, 6, 6}), Random({3, 4, 3, 3})}, same},
+                             {{Random({5, 6, 4, 4}), Random({5, 4, 6, 6}), Random({6, 2, 3, 3})}, grouped}};
+
+  auto bn = [](const Shape& x, int64_t axis, bool training) {
+    const int64_t ch = x[static_cast<size_t>(axis)];
+    return Instance{{Random(x), Random({ch}), Random({ch}), Random({ch}), Positive({ch})},
+                    {{"axis", axis}, {"training", training}, {"momentum", 0.9}}};
+  };
+  c["batch_normalization"] = {bn({5, 4, 3, 2}, 1, true), bn({5, 4, 3, 2}, 1, false), bn(m, 1, true)};
+  auto bn_grad = [](const Shape& x, int64_t axis, bool training) {
+    const int64_t ch = x[static_cast<size_t>(axis)];
+    return Instance{{Random(x), Random(x), Random({ch}), Positive({ch}), Random({ch})}, {{"axis", axis}, {"training", training}}};
+  };
+  c["batch_normalization_grad"] = {bn_grad({5, 4, 3, 2}, 1, true), bn_grad({5, 4, 3, 2}, 1, false), bn_grad(m, 1, false)};
+  c["dropout"] = {{{Random(m)}, {{"rate", 0.5}, {"seed", int64_t{7}}}}};
+
+  // Updates are float32; second moments and mean squares are non-negative.
+  auto update = [](std::vector<bool> state_positive, int64_t lr_size) {
+    const DType f = DType::kFloat32;
+    std::vector<HostTensor> in = {Random({5, 7}, f), Random({5, 7}, f)};
+    for (bool positive : state_positive) in.push_back(positive ? Positive({5, 7}, f) : Random({5, 7}, f));
+    in.push_back(lr_size == 1 ? HostTensor::Of({1}, f, {0.1}) : HostTensor::Of({3}, f, {0.1, 1.5, 1.2}));
+    return Instance{in, {{"weight_decay", 0.01}, {"grad_scale", 0.5}}};
+  };
+  c["sgd_update"] = {update({}, 1)};
+  c["momentum_update"] = {update({false}, 1)};
+  c["rmsprop_update"] = {update({true}, 1)};
+  c["adam_update"] = {update({false, true}, 1)};
+  c["lamb_update"] = {update({false, true}, 1), update({false, true}, 3)};
+  return c;
+}
+
+// ---- Layouts -------------------------------------------------------------------------------
+
+// Bytes of `t` viewed as (outer, extent, inner) around `axis`.
+struct Layout {
+  int64_t outer = 1, extent = 1, inner_bytes = 1;
+};
+Layout LayoutOf(const TensorDesc& d, int64_t axis) {
+  AxisSplit s = SplitAt(d.shape, axis);
+  return Layout{s.outer, s.channels, s.inner * static_cast<int64_t>(DTypeSize(d.dtype))};
+}
+
+HostTensor SliceAxis(const HostTensor& t, int64_t axis, int64_t begin, int64_t length) {
+  Shape shape = t.desc.shape;
+  shape[static_cast<size_t>(axis)] = length;
+  HostTensor out = HostTensor::Of(shape, t.desc.dtype, {});
+  const Layout l = LayoutOf(t.desc, axis);
+  for (int64_t o = 0; o < l.outer; ++o)
+    std::memcpy(out.bytes.data() + o * length * l.inner_bytes, t.bytes.data() + (o * l.extent + begin) * l.inner_bytes,
+                static_cast<size_t>(length * l.inner_bytes));
+  return out;
+}
+
+HostTensor ConcatAxis(const std::vector<HostTensor>& parts, int64_t axis) {
+  Shape shape = parts[0].desc.shape;
+  int64_t total = 0;
+  for (const HostTensor& p : parts) total += p.desc.shape[static_cast<size_t>(axis)];
+  shape[static_cast<size_t>(axis)] = total;
+  HostTensor out = HostTensor::Of(shape, parts[0].desc.dtype, {});
+  const Layout l = LayoutOf(out.desc, axis);
+  int64_t begin = 0;
+  for (const HostTensor& p : parts) {
+    const int64_t length = p.desc.shape[static_cast<size_t>(axis)];
+    for (int64_t o = 0; o < l.outer; ++o)
+      std::memcpy(out.bytes.data() + (o * l.extent + begin) * l.inner_bytes, p.bytes.data() + o * length * l.inner_bytes,
+                  static_cast<size_t>(length * l.inner_bytes));
+    begin += length;
+  }
+  return out;
+}
+
+bool IsFloat(DType d) { return d == DType::kFloat32 || d == DType::kFloat64; }
+
+// The logical `whole` laid out as `sbp` over `parts` devices: one tensor per device.
+std::vector<HostTensor> Distribute(const HostTensor& whole, const Sbp& sbp, int64_t parts) {
+  std::vector<HostTensor> out;
+  if (sbp.kind == SbpKind::kBroadcast) return std::vector<HostTensor>(static_cast<size_t>(parts), whole);
+  if (sbp.kind == SbpKind::kSplit) {
+    int64_t begin = 0;
+    for (int64_t size : BalancedSplit(whole.desc.shape[static_cast<size_t>(sbp.axis)], parts)) {
+      out.push_back(SliceAxis(whole, sbp.axis, begin, size));
+      begin += size;
+    }
+    return out;
+  }
+  // Partial sums: random parts (integers for integer tensors), the last one the remainder.
+  HostTensor last = whole;
+  for (int64_t p = 0; p + 1 < parts; ++p) {
+    HostTensor part = whole;
+    for (int64_t i = 0; i < whole.desc.num_elements(); ++i) {
+      const double v = IsFloat(whole.desc.dtype) ? Uniform(-1, 1) : std::floor(Uniform(-3, 4));
+      part.set(i, v);
+      last.set(i, last.at(i) - v);
+    }
+    out.push_back(part);
+  }
+  out.push_back(last);
+  return out;
+}
+
+// Compares `got` with the single-device `want`: integers exactly, floats within 1e-5 (float32)
+// or 1e-10 (float64) relative, absolute below magnitude 1.
+void ExpectClose(const HostTensor& got, const HostTensor& want, const std::string& what) {
+  ASSERT_EQ(got.desc, want.desc) << what;
+  const double tolerance = want.desc.dtype == DType::kFloat32 ? 1e-5 : 1e-10;
+  int reported = 0;
+  for (int64_t i = 0; i < want.desc.num_elements(); ++i) {
+    const double g = got.at(i), w = want.at(i);
+    const bool ok = IsFloat(want.desc.dtype) ? std::abs(g - w) <= tolerance * std::max(1.0, std::abs(w)) : g == w;
+    if (!ok && reported++ < 3) ADD_FAILURE() << what << " [" << i << "]: got " << g << ", want " << w;
+  }
+}
+
+// Checks device tensors laid out as `sbp` against the logical `want`.
+void ExpectAssembled(const std::vector<HostTensor>& devices, const Sbp& sbp, const HostTensor& want, const std::string& what) {
+  if (sbp.kind == SbpKind::kSplit) return ExpectClose(ConcatAxis(devices, sbp.axis), want, what + " (concatenated)");
+  if (sbp.kind == SbpKind::kBroadcast) {
+    for (size_t d = 0; d < devices.size(); ++d) ExpectClose(devices[d], want, what + " on device " + std::to_string(d));
+    return;
+  }
+  HostTensor sum = devices[0];
+  for (size_t d = 1; d < devices.size(); ++d)
+    for (int64_t i = 0; i < sum.desc.num_elements(); ++i) sum.set(i, sum.at(i) + devices[d].at(i));
+  ExpectClose(sum, want, what + " (summed)");
+}
+
+// ---- The harness ---------------------------------------------------------------------------
+
+// Runs `def`'s CPU kernel on one device's physical inputs (written in place where the op does).
+StatusOr<std::vector<HostTensor>> RunKernel(const OpDef& def, std::vector<HostTensor>& inputs, const std::vector<TensorDesc>& outputs,
+                                            const Attrs& attrs) {
+  KernelInit init;
+  for (const HostTensor& t : inputs) init.inputs.push_back(t.desc);
+  init.outputs = outputs;
+  init.attrs = attrs;
+  AF_ASSIGN_OR_RETURN(KernelFn kernel, MakeCpuKernel(def.type, init));
+  std::vector<HostTensor> results;
+  for (const TensorDesc& d : outputs) results.push_back(HostTensor::Of(d.shape, d.dtype, {}));
+  std::vector<TensorView> in_views, out_views;
+  for (HostTensor& t : inputs) in_views.push_back(t.view());
+  for (HostTensor& t : results) out_views.push_back(t.view());
+  KernelContext context{&in_views, &out_views, 0};
+  AF_RETURN_IF_ERROR(kernel(context));
+  return results;
+}
+
+// One signature on `parts` devices against the single-device run; `what` names the case.
+void CheckSignature(const OpDef& def, const Instance& instance, const SbpSignature& signature, int64_t parts, const std::string& what) {
+  std::vector<HostTensor> logical_inputs = instance.inputs;
+  auto logical = RunOpInPlace(def.type, logical_inputs, instance.attrs);
+  ASSERT_TRUE(logical.ok()) << what << ": single-device run: " << logical.status().ToString();
+  std::vector<TensorDesc> input_descs, output_descs;
+  for (const HostTensor& t : instance.inputs) input_descs.push_back(t.desc);
+  for (const HostTensor& t : logical.value()) output_descs.push_back(t.desc);
+
+  // device_inputs[i][d]: input i on device d.
+  std::vector<std::vector<HostTensor>> device_inputs;
+  for (size_t i = 0; i < instance.inputs.size(); ++i) device_inputs.push_back(Distribute(instance.inputs[i], signature.inputs[i], parts));
+  std::vector<std::vector<HostTensor>> device_outputs(output_descs.size());
+  for (int64_t d = 0; d < parts; ++d) {
+    const std::string on = what + " device " + std::to_string(d);
+    PhysicalContext physical;
+    physical.logical_inputs = input_descs;
+    physical.logical_outputs = output_descs;
+    physical.attrs = instance.attrs;
+    physical.signature = signature;
+    physical.parts = parts;
+    physical.index = d;
+    std::vector<HostTensor> inputs;
+    for (size_t i = 0; i < input_descs.size(); ++i) {
+      auto shape = PhysicalShape(input_descs[i].shape, signature.inputs[i], parts, d);
+      ASSERT_TRUE(shape.ok()) << on << " input " << i << ": " << shape.status().ToString();
+      ASSERT_EQ(shape.value(), device_inputs[i][d].desc.shape) << on << " input " << i;
+      physical.physical_inputs.push_back(TensorDesc{shape.value(), input_descs[i].dtype});
+      inputs.push_back(device_inputs[i][d]);
+    }
+    for (size_t o = 0; o < output_descs.size(); ++o) {
+      auto shape = PhysicalShape(output_descs[o].shape, signature.outputs[o], parts, d);
+      ASSERT_TRUE(shape.ok()) << on << " output " << o << ": " << shape.status().ToString();
+      physical.physical_outputs.push_back(TensorDesc{shape.value(), output_descs[o].dtype});
+    }
+    auto attrs = PhysicalAttrs(def, physical);
+    ASSERT_TRUE(attrs.ok()) << on << ": physical attributes: " << attrs.status().ToString();
+    // Shape inference on the share agrees with the physical shapes the layout gives.
+    InferContext infer;
+    infer.inputs = physical.physical_inputs;
+    infer.attrs = attrs.value();
+    Status inferred = def.infer(infer);
+    ASSERT_TRUE(inferred.ok()) << on << ": inference on the physical inputs: " << inferred.ToString();
+    EXPECT_EQ(infer.outputs, physical.physical_outputs) << on << ": inferred physical outputs differ from the layout's";
+    auto outputs = RunKernel(def, inputs, physical.physical_outputs, attrs.value());
+    ASSERT_TRUE(outputs.ok()) << on << ": " << outputs.status().ToString();
+    for (size_t o = 0; o < output_descs.size(); ++o) device_outputs[o].push_back(outputs.value()[o]);
+    for (int i : def.mutable_inputs) device_inputs[static_cast<size_t>(i)][d] = inputs[static_cast<size_t>(i)];
+  }
+  for (size_t o = 0; o < output_descs.size(); ++o)
+    ExpectAssembled(device_outputs[o], signature.outputs[o], logical.value()[o], what + " output " + def.output_names[o]);
+  for (int i : def.mutable_inputs) {
+    const Sbp& sbp = signature.inputs[static_cast<size_t>(i)];
+    EXPECT_NE(sbp.kind, SbpKind::kPartialSum) << what << ": in-place input " << i << " cannot be a partial sum";
+    if (sbp.kind != SbpKind::kPartialSum)
+      ExpectAssembled(device_inputs[static_cast<size_t>(i)], sbp, logical_inputs[static_cast<size_t>(i)],
+                      what + " in-place input " + def.input_names[static_cast<size_t>(i)]);
+  }
+}
+
+bool AllBroadcastSignature(const SbpSignature& s) {
+  for (const auto* list : {&s.inputs, &s.outputs})
+    for (const Sbp& sbp : *list)
+      if (sbp.kind != SbpKind::kBroadcast) return false;
+  return true;
+}
+
+TEST(SbpShardedTest, EveryOpsSignaturesMatchOneDevice) {
+  RegisterAllOps();
+  const auto instances = Instances();
+  // AF_PRINT_SBP=1 prints each op's signatures on its first instance over 3 devices.
+  const bool print = std::getenv("AF_PRINT_SBP") != nullptr;
+  int64_t checked = 0;
+  for (const std::string& type : OpRegistry::Global().Types()) {
+    // The compiler's layout conversion reads every device's shard: kernels/boxing_test.cc.
+    if (type == "boxing") continue;
+    const OpDef& def = *OpRegistry::Global().Find(type).value();
+    auto it = instances.find(type);
+    if (it == instances.end()) {
+      ADD_FAILURE() << "op '" << type << "' has no instance in kernels/sbp_sharded_test.cc: add one";
+      continue;
+    }
+    EXPECT_TRUE(def.sbp) << "op '" << type << "' declares no SBP function";
+    std::set<std::string> distributed;  // signatures other than all-broadcast, over every instance
+    for (size_t n = 0; n < it->second.size(); ++n) {
+      const Instance& instance = it->second[n];
+      std::vector<HostTensor> scratch = instance.inputs;
+      auto logical = RunOpInPlace(type, scratch, instance.attrs);
+      ASSERT_TRUE(logical.ok()) << type << " instance " << n << ": " << logical.status().ToString();
+      for (int64_t parts : {2, 3}) {
+        SbpContext context;
+        for (const HostTensor& t : instance.inputs) context.inputs.push_back(t.desc);
+        for (const HostTensor& t : logical.value()) context.outputs.push_back(t.desc);
+        context.attrs = instance.attrs;
+        context.parts = parts;
+        auto signatures = CandidateSbpSignatures(def, context);
+        ASSERT_TRUE(signatures.ok()) << type << " instance " << n << ": " << signatures.status().ToString();
+        bool has_broadcast = false;
+        std::set<std::string> seen;
+        std::string listed;
+        for (const SbpSignature& signature : signatures.value()) {
+          const std::string text = signature.ToString();
+          EXPECT_TRUE(seen.insert(text).second) << type << " instance " << n << " lists " << text << " twice";
+          has_broadcast |= AllBroadcastSignature(signature);
+          if (!AllBroadcastSignature(signature)) distributed.insert(text);
+          listed += (listed.empty() ? "" : "  ") + text;
+          CheckSignature(def, instance, signature, parts,
+                         type + " instance " + std::to_string(n) + " " + text + " on " + std::to_string(parts) + " devices");
+          ++checked;
+        }
+        EXPECT_TRUE(has_broadcast) << type << " instance " << n << ": no all-broadcast signature";
+        if (print && n == 0 && parts == 3) std::cout << type << ": " << listed << "\n";
+      }
+    }
+    // Every op but the ones that are only correct whole has some distributed signature.
+    if (type != "dropout" && type != "lamb_update") EXPECT_FALSE(distributed.empty()) << type << " offers only all-broadcast";
+  }
+  for (const auto& [type, unused] : instances) EXPECT_TRUE(OpRegistry::Global().Find(type).ok()) << "instance for unknown op " << type;
+  EXPECT_GT(checked, 500);
+}
+
+// The harness itself: a wrong signature must fail it. relu is not linear, so "P->P" is wrong;
+// a reduce_max split on its reduced axis cannot be a partial sum; a matmul row split with b
+// split too is wrong.
+TEST(SbpShardedTest, HarnessRejectsWrongSignatures) {
+  RegisterAllOps();
+  struct Wrong {
+    std::string type, signature;
+    Instance instance;
+  };
+  const std::vector<Wrong> wrong = {
+      {"relu", "P->P", {{Random({5, 7})}, {}}},
+      {"reduce_max", "S(1)->P", {{Random({5, 7})}, Axes({1}, false)}},
+      {"matmul", "S(0),S(1)->S(0)", {{Random({5, 7}), Random({7, 6})}, {}}},
+      {"reduce_mean", "S(0)->P", {{Random({5, 7})}, Axes({0}, false)}},  // without the hook each share divides by its rows
+  };
+  for (const Wrong& w : wrong) {
+    const OpDef& def = *OpRegistry::Global().Find(w.type).value();
+    OpDef unhooked = def;
+    unhooked.physical_attrs = nullptr;
+    ::testing::TestPartResultArray failures;
+    {
+      ::testing::ScopedFakeTestPartResultReporter reporter(::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD,
+                                                           &failures);
+      CheckSignature(unhooked, w.instance, ParseSbpSignature(w.signature).value(), 3, w.type + " " + w.signature);
+    }
+    EXPECT_GT(failures.size(), 0) << w.type << " " << w.signature << " passed the harness";
+  }
+}
+
+}  // namespace
+}  // namespace actorflow::testing
