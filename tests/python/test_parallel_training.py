@@ -18,13 +18,21 @@ from parallel_util import plan_devices  # noqa: E402
 
 BATCH = 12  # divisible by 2 and 3: the mirrored view splits it evenly
 STEPS = 100
-LR = 0.1
+LR = 0.05
 
 
 def _data(steps, batch, image=(1, 28, 28), seed=0):
-    rng = np.random.RandomState(seed)
-    images = rng.rand(steps, batch, *image).astype(np.float32)
-    labels = rng.randint(0, 10, size=(steps, batch)).astype(np.int32)
+    """A learnable task: noise plus a bright band of rows whose position is the label. Hard
+    tasks make training chaotic, and then rounding differences of any summation order, not the
+    parallelism, decide the comparison: on Fashion-MNIST batches of 12 at learning rate 0.1, a
+    3e-7 relative change of the learning rate alone moved LeNet's single-device losses by up to
+    9e-2 within 100 steps (a ReLU or max-pool flips, and the runs part). On this task at 0.05
+    every layout here stays within 5e-6 of one device. The same first batches whatever `steps` is."""
+    images = np.random.RandomState(seed).rand(steps, batch, *image).astype(np.float32) * 0.5
+    labels = np.random.RandomState(seed + 1).randint(0, 10, size=(steps, batch)).astype(np.int32)
+    rows = np.arange(image[1])[None, None, :]
+    band = (rows >= 2 * labels[..., None] + 4) & (rows < 2 * labels[..., None] + 7)  # (steps, batch, rows)
+    images += 0.5 * band[:, :, None, :, None]
     return images, labels
 
 
@@ -113,14 +121,9 @@ def check_against_one_device(model, devices, layout, steps=STEPS):
     np.testing.assert_allclose(losses, reference, rtol=1e-3)
     for name, value in reference_variables.items():  # checkpoints see whole (logical) variables
         assert variables[name].shape == value.shape, name
-    assert reference[-1] < reference[0]  # it learned something: the comparison is not of constants
+    assert reference[-5:].mean() < 0.5 * reference[:5].mean()  # it learns: the comparison is not of constants
 
 
-PENDING = pytest.mark.xfail(strict=True, reason="needs the compiler's multi-device lowering (branch 'parallel', "
-                                                "not merged here): the plan runs on device 0 only")
-
-
-@PENDING
 @pytest.mark.parametrize("devices, layout", [
     (2, "data"), (3, "data"), (2, "model0"), (2, "model1"), (3, "model0"), (2, "hybrid"), (2, "placement"),
     (2, "mirrored"), (3, "mirrored"),
@@ -129,13 +132,11 @@ def test_mlp_matches_one_device(devices, layout):
     check_against_one_device("mlp", devices, layout)
 
 
-@PENDING
 @pytest.mark.parametrize("devices, layout", [(2, "data"), (2, "hybrid")])
 def test_lenet_matches_one_device(devices, layout):
     check_against_one_device("lenet", devices, layout)
 
 
-@PENDING
 def test_checkpoint_saved_at_two_devices_loads_at_one_and_three(tmp_path):
     saved = str(tmp_path / "two")
     first, job, _ = train("mlp", 2, "data", steps=10, checkpoint_out=saved)
