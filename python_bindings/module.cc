@@ -292,6 +292,7 @@ class PyJob {
   }
 
   std::string PlanDot() const { return graph::PlanToDot(job().plan()); }
+  std::string SbpSummary() const { return graph::SbpSummary(job().graph()); }
   std::string PlanText() const { return job().plan().DebugString(); }
 
  private:
@@ -543,7 +544,8 @@ PYBIND11_MODULE(_C, m) {
       .def("drain", &PyJob::Drain)
       .def("shutdown", &PyJob::Shutdown)
       .def("plan_dot", &PyJob::PlanDot)
-      .def("plan_text", &PyJob::PlanText);
+      .def("plan_text", &PyJob::PlanText)
+      .def("sbp_summary", &PyJob::SbpSummary);
 
   py::class_<PySession>(m, "Session")
       .def(py::init<>())  // an isolated session (tests); programs use default_session()

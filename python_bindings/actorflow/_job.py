@@ -405,6 +405,12 @@ class JobFunction:
             return parts[0] if parts[0].flags.c_contiguous else np.array(parts[0], order="C")
         return np.concatenate(parts, axis=0)
 
+    def sbp_summary(self):
+        """What the compiler chose, one line per op: "name (type) on cpu 0:0,0:1: S(0),B->S(0)
+        @ file:line" (input layouts -> output layouts; "boxing" ops are the transfers it
+        inserted); None before the first call."""
+        return None if self._compiled is None else self._compiled.sbp_summary()
+
     def job_text(self):
         """The job as last traced (graph/proto/job.proto, text format): ops, placements, layout
         hints and the device config; None before the first call. Also after a trace that did

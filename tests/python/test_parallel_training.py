@@ -5,6 +5,7 @@ single-device losses within 1e-5 relative after one step and 1e-3 after 100 SGD 
 compiled plan must really run on the devices asked for (a compiler that ignored the device
 config would otherwise pass). Checkpoints saved at 2 devices load at 1 and 3."""
 import os
+import re
 import sys
 
 import numpy as np
@@ -113,10 +114,32 @@ def _expected_devices(devices, layout):
     return {0, 1} if layout == "placement" else set(range(devices))
 
 
+# The layout each model_distribute asks the layer's matmul to compute with: its weight input.
+_HINTED_WEIGHTS = {
+    ("mlp", "model0"): {"hidden": "S(0)", "output": "S(0)"},
+    ("mlp", "model1"): {"hidden": "S(1)", "output": "S(1)"},
+    ("mlp", "hybrid"): {"hidden": "B", "output": "S(0)"},
+    ("lenet", "hybrid"): {"dense1": "S(0)", "dense2": "S(0)"},
+}
+
+
+def weight_layouts(job):
+    """{layer: the layout its matmul reads the weight in} from the compiler's SBP summary."""
+    layouts = {}
+    for line in job.sbp_summary().splitlines():
+        match = re.match(r"(\S+)_matmul \(matmul\) on [^:]*: ([^-]*)->", line)
+        if match:
+            layouts[match.group(1)] = match.group(2).split(",")[1]
+    return layouts
+
+
 def check_against_one_device(model, devices, layout, steps=STEPS):
     reference, _, reference_variables = train(model, 1, "data", steps)
     losses, job, variables = train(model, devices, layout, steps)
     assert plan_devices(job) == _expected_devices(devices, layout), "the plan does not use the devices asked for"
+    expected = _HINTED_WEIGHTS.get((model, layout), {})
+    chosen = weight_layouts(job)
+    assert {layer: chosen.get(layer) for layer in expected} == expected, job.sbp_summary()
     np.testing.assert_allclose(losses[0], reference[0], rtol=1e-5)
     np.testing.assert_allclose(losses, reference, rtol=1e-3)
     for name, value in reference_variables.items():  # checkpoints see whole (logical) variables
@@ -124,15 +147,23 @@ def check_against_one_device(model, devices, layout, steps=STEPS):
     assert reference[-5:].mean() < 0.5 * reference[:5].mean()  # it learns: the comparison is not of constants
 
 
+# The compiler keeps a hinted variable's own layout but may choose another for the matmul that
+# reads it (boxing the weight back): the values match, the model parallelism asked for is not
+# what runs. Strict: these fail loudly once the SBP pass makes the reader follow the hint.
+HINT_NOT_FOLLOWED = pytest.mark.xfail(strict=True, reason="the SBP pass does not make the matmul compute with the "
+                                                          "weight layout model_distribute hints (see the summary)")
+
+
 @pytest.mark.parametrize("devices, layout", [
-    (2, "data"), (3, "data"), (2, "model0"), (2, "model1"), (3, "model0"), (2, "hybrid"), (2, "placement"),
-    (2, "mirrored"), (3, "mirrored"),
+    (2, "data"), (3, "data"), (2, "placement"), (2, "mirrored"), (3, "mirrored"),
+    pytest.param(2, "model0", marks=HINT_NOT_FOLLOWED), pytest.param(3, "model0", marks=HINT_NOT_FOLLOWED),
+    pytest.param(2, "model1", marks=HINT_NOT_FOLLOWED), pytest.param(2, "hybrid", marks=HINT_NOT_FOLLOWED),
 ])
 def test_mlp_matches_one_device(devices, layout):
     check_against_one_device("mlp", devices, layout)
 
 
-@pytest.mark.parametrize("devices, layout", [(2, "data"), (2, "hybrid")])
+@pytest.mark.parametrize("devices, layout", [(2, "data"), pytest.param(2, "hybrid", marks=HINT_NOT_FOLLOWED)])
 def test_lenet_matches_one_device(devices, layout):
     check_against_one_device("lenet", devices, layout)
 
