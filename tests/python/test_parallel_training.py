@@ -127,7 +127,7 @@ def weight_layouts(job):
     """{layer: the layout its matmul reads the weight in} from the compiler's SBP summary."""
     layouts = {}
     for line in job.sbp_summary().splitlines():
-        match = re.match(r"(\S+)_matmul \(matmul\) on [^:]*: ([^-]*)->", line)
+        match = re.match(r"(\S+)_matmul \(matmul\) on \S+ \S+: (\S*)->", line)
         if match:
             layouts[match.group(1)] = match.group(2).split(",")[1]
     return layouts
