@@ -190,3 +190,34 @@ def test_single_device_harness_is_deterministic():
     b, _, _ = train("mlp", 1, "data", steps=20)
     np.testing.assert_array_equal(a, b)
     assert a[-1] < a[0] and plan_devices(job) == {0}
+
+
+def test_uneven_batch_split_matches_one_device():
+    """10 rows over 3 devices (4/3/3, OneFlow's balanced split)."""
+    reference, _, _ = train("mlp", 1, "data", steps=30, batch=10)
+    losses, job, _ = train("mlp", 3, "data", steps=30, batch=10)
+    assert plan_devices(job) == {0, 1, 2}
+    np.testing.assert_allclose(losses[0], reference[0], rtol=1e-5)
+    np.testing.assert_allclose(losses, reference, rtol=1e-3)
+
+
+def test_impossible_split_names_op_blob_axis_and_line_and_the_next_job_works():
+    flow.config.cpu_device_num(4)
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("short", shape=(2, 3), distribute=flow.distribute.split(0))  # 2 rows, 4 devices
+        return x + flow.math.reduce_sum(w, axis=0)
+
+    with pytest.raises(ValueError) as info:
+        job(np.ones((4, 3), np.float32))
+    message = str(info.value)
+    line = "test_parallel_training.py:%d" % (job.__wrapped__.__code__.co_firstlineno + 2)
+    assert "short" in message and "S(0)" in message and line in message, message
+
+    @flow.global_function()
+    def fine(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        return x * 2.0
+
+    assert fine(np.ones((4, 3), np.float32)).tolist() == [[2.0] * 3] * 4
+    assert plan_devices(fine) == {0, 1, 2, 3}
