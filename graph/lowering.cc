@@ -349,8 +349,12 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   for (const Node& n : graph.nodes()) {
     if (n.kind == NodeKind::kOp && n.output_names.size() == 1 && views.count(n.output_ref(0))) continue;  // a view
     const std::vector<int> all_devices = devices_of(n);
-    // Inputs and variables: one task holding the whole tensor, on the first device.
-    const std::vector<int> task_devices = n.kind == NodeKind::kOp ? all_devices : std::vector<int>{all_devices[0]};
+    // Inputs and variables: one task holding the whole tensor, on the first device. So is a
+    // boxing to B: registers are host memory, so one copy serves the readers of every device
+    // (an all-gather is one gather, an all-reduce a reduce-scatter and one gather).
+    const bool whole_once = n.kind != NodeKind::kOp ||
+                            (n.type == "boxing" && !n.output_sbp.empty() && n.output_sbp[0].kind == SbpKind::kBroadcast);
+    const std::vector<int> task_devices = whole_once ? std::vector<int>{all_devices[0]} : all_devices;
     const size_t parts = task_devices.size();
     spread |= parts > 1;
     plan::TaskKind kind = n.kind == NodeKind::kInput ? plan::SOURCE : n.kind == NodeKind::kVariable ? plan::VARIABLE : plan::COMPUTE;

@@ -103,9 +103,20 @@ Status RunTyped(const BoxingSpec& spec, const std::vector<TensorView>& inputs, c
       ForEachRun<T>(out_box, out, out_box, inputs[0].as<const T>(), FullBox(spec.logical_shape), copy);
       break;
     case SbpKind::kPartialSum: {
+      // One pass over the first two shards (out = a + b), then one per further shard: the
+      // output is written once per extra shard instead of copied first.
       const Box full = FullBox(spec.logical_shape);
-      ForEachRun<T>(out_box, out, out_box, inputs[0].as<const T>(), full, copy);
-      for (size_t i = 1; i < inputs.size(); ++i) ForEachRun<T>(out_box, out, out_box, inputs[i].as<const T>(), full, add);
+      const T* first = inputs[0].as<const T>();
+      if (inputs.size() == 1) {
+        ForEachRun<T>(out_box, out, out_box, first, full, copy);
+        break;
+      }
+      const std::ptrdiff_t second = inputs[1].as<const T>() - first;
+      ForEachRun<T>(out_box, out, out_box, first, full, [second](T* d, const T* a, int64_t n) {
+        const T* b = a + second;
+        for (int64_t i = 0; i < n; ++i) d[i] = a[i] + b[i];
+      });
+      for (size_t i = 2; i < inputs.size(); ++i) ForEachRun<T>(out_box, out, out_box, inputs[i].as<const T>(), full, add);
       break;
     }
     case SbpKind::kSplit:

@@ -1,0 +1,210 @@
+// Several devices in one process (Google Benchmark):
+//  - Memcpy/bytes: one thread copying `bytes` between two touched buffers; GB/s of bytes copied.
+//    The physical limit the all-reduce is compared with, measured in the same run.
+//  - AllReduce/bytes/devices: the compiler's all-reduce as a plan of real tasks: per device a
+//    partial-sum shard (a read-only variable) and a reduce-scatter boxing task (P->S(0): each
+//    sums its 1/n slice of every shard), then one gather task (S(0)->B) whose register every
+//    device reads in place (in one process, B needs one copy), on the process's
+//    thread budget (2 threads, min(devices, 2) workers). GB/s = bytes / time per all-reduce,
+//    one iteration at a time.
+//  - MlpTrainStep/devices: the seed MLP (784-512-10, batch 100, SGD) one train step through the
+//    session, data-parallel on 1 or 2 devices at the same budget of 2 threads; the ratio of the
+//    two is the machinery's overhead (boxing tasks, extra hops) where devices add no cores.
+// Run with --benchmark_repetitions=N --benchmark_report_aggregates_only=true (shared machine).
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <set>
+
+#include "actors/runtime.h"
+#include "actors/proto/plan.pb.h"
+#include "graph/attr_convert.h"
+#include "kernels/boxing.h"
+#include "session/session.h"
+
+namespace actorflow {
+namespace {
+
+constexpr int kThreads = 2;
+
+void Memcpy(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  for (auto _ : state) {
+    std::memcpy(to.data(), from.data(), bytes);
+    benchmark::DoNotOptimize(to.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+}
+BENCHMARK(Memcpy)->Arg(1 << 20)->Arg(16 << 20)->Arg(128 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+plan::Task* AddTask(plan::Plan& plan, const std::string& name, plan::TaskKind kind, int device) {
+  plan::Task* t = plan.add_tasks();
+  t->set_id(plan.tasks_size() - 1);
+  t->set_name(name);
+  t->set_kind(kind);
+  t->set_device_type("cpu");
+  t->set_device_id(device);
+  return t;
+}
+
+void AddRegister(plan::Task* t, const Shape& shape) {
+  plan::RegisterDesc* r = t->add_registers();
+  r->set_name("out");
+  r->set_register_num(t->kind() == plan::VARIABLE ? 1 : 2);
+  plan::BlobDesc* b = r->add_blobs();
+  for (int64_t d : shape) b->add_shape(d);
+  b->set_dtype(plan::DT_FLOAT32);
+  b->set_byte_size(NumElements(shape) * 4);
+}
+
+void AddInput(plan::Task* t, int64_t producer, bool control = false) {
+  plan::InputDesc* in = t->add_inputs();
+  in->set_producer_task_id(producer);
+  in->set_control(control);
+}
+
+// trigger -> n reduce-scatter tasks (reading the n shards) -> n all-gather tasks -> sink.
+plan::Plan AllReducePlan(int64_t elements, int devices) {
+  plan::Plan plan;
+  plan.set_job_name("all_reduce");
+  plan::Task* trigger = AddTask(plan, "trigger", plan::SOURCE, 0);
+  AddRegister(trigger, {1});
+  for (int d = 0; d < devices; ++d) {
+    plan::Task* shard = AddTask(plan, "shard@" + std::to_string(d), plan::VARIABLE, d);
+    shard->set_variable_name("shard" + std::to_string(d));
+    shard->set_read_only(true);
+    AddRegister(shard, {elements});
+  }
+  const Shape logical = {elements};
+  // As the compiler lowers P->B: a reduce-scatter task per device, then one gather whose
+  // register every device reads in place.
+  for (int stage = 0; stage < 2; ++stage)
+    for (int d = 0; d < (stage == 0 ? devices : 1); ++d) {
+      BoxingSpec spec{logical, DType::kFloat32, stage == 0 ? Sbp::PartialSum() : Sbp::Split(0),
+                      stage == 0 ? Sbp::Split(0) : Sbp::Broadcast(), devices, stage == 0 ? devices : 1, d};
+      plan::Task* t = AddTask(plan, (stage == 0 ? "reduce_scatter@" : "all_gather@") + std::to_string(d), plan::COMPUTE, d);
+      t->set_op_type("boxing");
+      graph::AttrsToProto(BoxingTaskAttrs(spec), t->mutable_attrs());
+      const int64_t first_source = stage == 0 ? 1 : 1 + devices;
+      for (int s = 0; s < devices; ++s) AddInput(t, first_source + s);
+      if (stage == 0) AddInput(t, 0, /*control=*/true);
+      AddRegister(t, PhysicalShape(logical, spec.out, devices, d).value());
+    }
+  plan::Task* sink = AddTask(plan, "output", plan::SINK, 0);
+  AddInput(sink, 1 + 2 * devices, /*control=*/true);
+  for (const plan::Task& t : plan.tasks()) {
+    std::set<int64_t> seen;
+    for (const plan::InputDesc& in : t.inputs())
+      if (seen.insert(in.producer_task_id()).second)
+        plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())->add_consumer_task_ids(t.id());
+  }
+  return plan;
+}
+
+void AllReduce(benchmark::State& state) {
+  const int64_t bytes = state.range(0), elements = bytes / 4;
+  const int devices = static_cast<int>(state.range(1));
+  const plan::Plan plan = AllReducePlan(elements, devices);
+  std::vector<std::vector<float>> shards(devices, std::vector<float>(elements, 0.5f));
+  RuntimeHooks hooks;
+  hooks.make_kernel = [&plan](const plan::Task& task) -> StatusOr<KernelFn> {
+    KernelInit init;
+    for (const plan::InputDesc& in : task.inputs()) {
+      if (in.control()) continue;
+      const plan::BlobDesc& blob = plan.tasks(static_cast<int>(in.producer_task_id())).registers(in.producer_register()).blobs(0);
+      init.inputs.push_back(TensorDesc{Shape(blob.shape().begin(), blob.shape().end()), DType::kFloat32});
+    }
+    const plan::BlobDesc& out = task.registers(0).blobs(0);
+    init.outputs.push_back(TensorDesc{Shape(out.shape().begin(), out.shape().end()), DType::kFloat32});
+    init.attrs = graph::AttrsFromProto(task.attrs());
+    return MakeCpuKernel("boxing", init);
+  };
+  hooks.variable_buffer = [&shards](const plan::Task& task) -> StatusOr<void*> {
+    return static_cast<void*>(shards[std::stoi(task.variable_name().substr(5))].data());
+  };
+  RuntimeOptions options;
+  options.num_threads = kThreads;
+  options.num_workers = std::min(devices, kThreads);
+  options.kernel_threads = 1;
+  RegisterAllOps();
+  auto runtime = Runtime::Create(plan, hooks, options);
+  if (!runtime.ok()) return state.SkipWithError(runtime.status().ToString().c_str());
+  float trigger = 0;
+  std::vector<TensorView> inputs{{&trigger, {{1}, DType::kFloat32}}};
+  for (auto _ : state) {
+    Status ran = runtime.value()->Run(inputs, {});
+    if (!ran.ok()) return state.SkipWithError(ran.ToString().c_str());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes);
+}
+BENCHMARK(AllReduce)
+    ->ArgsProduct({{1 << 20, 16 << 20, 128 << 20}, {2, 4}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+constexpr int64_t kBatch = 100, kIn = 784, kHidden = 512, kClasses = 10;
+
+StatusOr<graph::JobBuilder> SeedMlp(int devices) {
+  AF_ASSIGN_OR_RETURN(graph::JobBuilder b, graph::JobBuilder::Create("mlp" + std::to_string(devices), "train"));
+  AF_RETURN_IF_ERROR(b.SetDeviceNum(devices));
+  AF_ASSIGN_OR_RETURN(std::string x, b.AddInput("x", {kBatch, kIn}, DType::kFloat32, "bench"));
+  AF_ASSIGN_OR_RETURN(std::string labels, b.AddInput("labels", {kBatch}, DType::kInt32, "bench"));
+  AF_ASSIGN_OR_RETURN(std::string w1, b.AddVariable("w1", {kIn, kHidden}, DType::kFloat32, "bench"));
+  AF_ASSIGN_OR_RETURN(std::string b1, b.AddVariable("b1", {kHidden}, DType::kFloat32, "bench"));
+  AF_ASSIGN_OR_RETURN(std::string w2, b.AddVariable("w2", {kHidden, kClasses}, DType::kFloat32, "bench"));
+  AF_ASSIGN_OR_RETURN(std::string b2, b.AddVariable("b2", {kClasses}, DType::kFloat32, "bench"));
+  AF_ASSIGN_OR_RETURN(const graph::Node* n, b.AddOp("matmul", "hidden-matmul", {x, w1}, {}, "bench"));
+  AF_ASSIGN_OR_RETURN(n, b.AddOp("bias_add", "hidden-bias_add", {n->output_ref(0), b1}, {}, "bench"));
+  AF_ASSIGN_OR_RETURN(n, b.AddOp("relu", "hidden-relu", {n->output_ref(0)}, {}, "bench"));
+  AF_ASSIGN_OR_RETURN(n, b.AddOp("matmul", "output-matmul", {n->output_ref(0), w2}, {}, "bench"));
+  AF_ASSIGN_OR_RETURN(n, b.AddOp("bias_add", "output-bias_add", {n->output_ref(0), b2}, {}, "bench"));
+  AF_ASSIGN_OR_RETURN(n, b.AddOp("sparse_softmax_cross_entropy", "loss", {labels, n->output_ref(0)}, {}, "bench"));
+  const std::string loss = n->output_ref(0);
+  AF_RETURN_IF_ERROR(b.AddLoss(loss));
+  graph::OptimizerSpec spec;
+  spec.type = "sgd";
+  AF_RETURN_IF_ERROR(b.SetOptimizer(spec));
+  AF_RETURN_IF_ERROR(b.SetOutputs({loss}));
+  return b;
+}
+
+void MlpTrainStep(benchmark::State& state) {
+  const int devices = static_cast<int>(state.range(0));
+  Session session;
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
+           {"w1", {kIn, kHidden}}, {"b1", {kHidden}}, {"w2", {kHidden, kClasses}}, {"b2", {kClasses}}}) {
+    std::vector<float> init(NumElements(shape));
+    for (size_t i = 0; i < init.size(); ++i) init[i] = 0.01f * std::sin(static_cast<float>(i));
+    if (!session.CreateVariable(name, {shape, DType::kFloat32}, init.data()).ok()) return state.SkipWithError("variable");
+  }
+  auto builder = SeedMlp(devices);
+  if (!builder.ok()) return state.SkipWithError(builder.status().ToString().c_str());
+  JobOptions options;
+  options.num_threads = kThreads;
+  auto job = session.Compile(builder.value(), options);
+  if (!job.ok()) return state.SkipWithError(job.status().ToString().c_str());
+  std::vector<float> x(kBatch * kIn), loss(kBatch);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  std::vector<int32_t> labels(kBatch);
+  for (int64_t i = 0; i < kBatch; ++i) labels[i] = static_cast<int32_t>(i % kClasses);
+  float learning_rate = 0.01f;
+  std::vector<TensorView> inputs{{x.data(), {{kBatch, kIn}, DType::kFloat32}},
+                                 {labels.data(), {{kBatch}, DType::kInt32}},
+                                 {&learning_rate, {{1}, DType::kFloat32}}};
+  std::vector<TensorView> outputs{{loss.data(), {{kBatch}, DType::kFloat32}}};
+  for (auto _ : state) {
+    Status ran = job.value()->Run(inputs, outputs);
+    if (!ran.ok()) return state.SkipWithError(ran.ToString().c_str());
+  }
+  job.value()->Shutdown();
+}
+BENCHMARK(MlpTrainStep)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace actorflow
+
+BENCHMARK_MAIN();
