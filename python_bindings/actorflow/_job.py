@@ -273,11 +273,16 @@ class JobFunction:
             # parts concatenated on axis 0), split on axis 0 over the devices.
             shape = spec.shape
             if spec.kind != "numpy":
+                if not shape:
+                    raise ValueError("job function '%s' at %s: parameter '%s' is a list placeholder (one part per "
+                                     "device, split on axis 0) and needs a shape of rank >= 1, got ()" % (
+                                         name, self._location, pname))
                 shape = (shape[0] * ctx.devices,) + tuple(shape[1:])
             ref = builder.add_input(pname, list(shape), spec.dtype.name, self._location)
             if spec.kind != "numpy":
                 builder.set_output_sbp(ref, "split", 0)
-            ctx.batch_sizes.add(shape[0])
+            if shape:
+                ctx.batch_sizes.add(shape[0])
             blobs.append(BlobDef(ref, shape, spec.dtype, ctx))
         seed = self._config.options.get("seed")
         if seed is not None:  # config.seed(n): this job's new variables initialize reproducibly

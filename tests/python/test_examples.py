@@ -79,3 +79,4 @@ def test_parallel_examples_match_one_device(name, tmp_path):
         assert len(re.findall(r"per device: [0-9.]+, [0-9.]+\)", two)) == 2
     if name == "hybrid_parallel.py":
         assert "output-weight (logical, whole): (10, 512)" in two
+        assert re.search(r"layout: hidden_matmul \(matmul\) on cpu 0:0,0:1: S\(0\),B", two), two

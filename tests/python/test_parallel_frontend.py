@@ -355,3 +355,34 @@ def test_checkpoint_object_init_save_load(tmp_path):
         (tmp_path / "other" / "notes.txt").write_text("mine")
         checkpoint.save(str(tmp_path / "other"))
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+def test_callback_of_list_numpy_gets_one_array_per_device():
+    import threading
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function()
+    def job(x: tp.ListNumpy.Placeholder((2, 2))) -> tp.Callback[tp.ListNumpy]:
+        return x * 2.0
+
+    got, done = [], threading.Event()
+    job([np.ones((2, 2), np.float32), np.full((2, 2), 3.0, np.float32)])(lambda r: (got.append(r), done.set()))
+    assert done.wait(30)
+    assert len(got[0]) == 2 and got[0][1].tolist() == [[6.0, 6.0]] * 2
+
+
+def test_scalar_placeholders_and_rank_zero_list_placeholders():
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function()
+    def scalar(x: tp.Numpy.Placeholder(())) -> tp.Numpy:
+        return x * 2.0
+
+    assert float(scalar(np.array(1.5, np.float32))) == 3.0
+
+    @flow.global_function()
+    def listed(x: tp.ListNumpy.Placeholder(())) -> tp.ListNumpy:
+        return x
+
+    with pytest.raises(ValueError, match=r"parameter 'x' is a list placeholder.*rank >= 1"):
+        listed([np.array(1.0, np.float32)] * 2)
