@@ -95,10 +95,46 @@ class SbpPass : public Pass {
       }
       AF_RETURN_IF_ERROR(ChooseSignature(graph, n, *def));
     }
-    return Status::Ok();
+    return RefineSourcelessOps(graph);
   }
 
  private:
+  // An op without inputs (a constant, the loss's gradient seed) costs the same under every
+  // signature when it is chosen; once its readers have chosen, it takes the layout they all
+  // read it with, if it has one, so that no boxing reshapes its output.
+  Status RefineSourcelessOps(Graph& graph) {
+    std::map<std::string, std::vector<Sbp>> wanted;  // ref -> layouts its readers want
+    for (const Node& reader : graph.nodes())
+      for (size_t i = 0; i < reader.inputs.size(); ++i) {
+        auto resolved = graph.Resolve(reader.inputs[i]);
+        if (!resolved.ok() || resolved.value().first->devices != reader.devices) continue;
+        wanted[reader.inputs[i]].push_back(reader.input_sbp.at(i));
+      }
+    for (Node& n : graph.mutable_nodes()) {
+      if (n.kind != NodeKind::kOp || !n.inputs.empty() || n.devices.size() <= 1 || n.output_names.size() != 1) continue;
+      if (!n.output_sbp_hints.empty() && n.output_sbp_hints[0]) continue;
+      auto it = wanted.find(n.output_ref(0));
+      if (it == wanted.end() || it->second.empty() || graph.outputs().end() != std::find(graph.outputs().begin(), graph.outputs().end(), n.output_ref(0)))
+        continue;
+      const Sbp want = it->second.front();
+      if (want == n.output_sbp[0] ||
+          !std::all_of(it->second.begin(), it->second.end(), [&](const Sbp& s) { return s == want; }))
+        continue;
+      AF_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(n.type));
+      SbpContext context;
+      context.attrs = n.attrs;
+      context.outputs = n.output_descs;
+      context.parts = static_cast<int64_t>(n.devices.size());
+      AF_ASSIGN_OR_RETURN(std::vector<SbpSignature> candidates, CandidateSbpSignatures(*def, context));
+      for (const SbpSignature& candidate : candidates)
+        if (candidate.outputs[0] == want && SplitProblem(n.output_descs[0], want, n.devices.size()).empty()) {
+          n.output_sbp = candidate.outputs;
+          break;
+        }
+    }
+    return Status::Ok();
+  }
+
   Status CheckHints(const Node& n, const std::vector<Sbp>& outputs) {
     for (size_t k = 0; k < n.output_sbp_hints.size() && k < outputs.size(); ++k)
       if (n.output_sbp_hints[k] && !(Normalized(*n.output_sbp_hints[k], n.devices.size()) == outputs[k]))

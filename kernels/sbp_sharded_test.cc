@@ -179,7 +179,7 @@ std::map<std::string, std::vector<Instance>> Instances() {
     return Instance{{Random(x), Random(x), Random({ch}), Positive({ch}), Random({ch})}, {{"axis", axis}, {"training", training}}};
   };
   c["batch_normalization_grad"] = {bn_grad({5, 4, 3, 2}, 1, true), bn_grad({5, 4, 3, 2}, 1, false), bn_grad(m, 1, false)};
-  c["dropout"] = {{{Random(m)}, {{"rate", 0.5}, {"seed", int64_t{7}}}}};
+  c["dropout"] = {{{Random(m)}, {{"rate", 0.5}, {"seed", int64_t{7}}}}, {{Random({7, 3, 2})}, {{"rate", 0.3}, {"seed", int64_t{11}}}}};
 
   // Updates are float32; second moments and mean squares are non-negative.
   auto update = [](std::vector<bool> state_positive, int64_t lr_size) {
@@ -294,37 +294,52 @@ void ExpectAssembled(const std::vector<HostTensor>& devices, const Sbp& sbp, con
 
 // ---- The harness ---------------------------------------------------------------------------
 
-// Runs `def`'s CPU kernel on one device's physical inputs (written in place where the op does).
-StatusOr<std::vector<HostTensor>> RunKernel(const OpDef& def, std::vector<HostTensor>& inputs, const std::vector<TensorDesc>& outputs,
-                                            const Attrs& attrs) {
+// One kernel and the tensors it acts on (inputs written in place where the op does).
+struct Runner {
+  KernelFn kernel;
+  std::vector<HostTensor> inputs, outputs;
+  Status Act(int64_t iteration) {
+    std::vector<TensorView> in_views, out_views;
+    for (HostTensor& t : inputs) in_views.push_back(t.view());
+    for (HostTensor& t : outputs) out_views.push_back(t.view());
+    KernelContext context{&in_views, &out_views, iteration};
+    return kernel(context);
+  }
+};
+
+StatusOr<Runner> MakeRunner(const OpDef& def, std::vector<HostTensor> inputs, const std::vector<TensorDesc>& outputs, const Attrs& attrs) {
   KernelInit init;
   for (const HostTensor& t : inputs) init.inputs.push_back(t.desc);
   init.outputs = outputs;
   init.attrs = attrs;
-  AF_ASSIGN_OR_RETURN(KernelFn kernel, MakeCpuKernel(def.type, init));
-  std::vector<HostTensor> results;
-  for (const TensorDesc& d : outputs) results.push_back(HostTensor::Of(d.shape, d.dtype, {}));
-  std::vector<TensorView> in_views, out_views;
-  for (HostTensor& t : inputs) in_views.push_back(t.view());
-  for (HostTensor& t : results) out_views.push_back(t.view());
-  KernelContext context{&in_views, &out_views, 0};
-  AF_RETURN_IF_ERROR(kernel(context));
-  return results;
+  Runner runner;
+  AF_ASSIGN_OR_RETURN(runner.kernel, MakeCpuKernel(def.type, init));
+  runner.inputs = std::move(inputs);
+  for (const TensorDesc& d : outputs) runner.outputs.push_back(HostTensor::Of(d.shape, d.dtype, {}));
+  return runner;
 }
+
+// Kernels keep state between acts (a dropout stream, in-place statistics and optimizer state):
+// each signature runs this many acts, every one compared.
+constexpr int64_t kActs = 2;
 
 // One signature on `parts` devices against the single-device run; `what` names the case.
 void CheckSignature(const OpDef& def, const Instance& instance, const SbpSignature& signature, int64_t parts, const std::string& what) {
-  std::vector<HostTensor> logical_inputs = instance.inputs;
-  auto logical = RunOpInPlace(def.type, logical_inputs, instance.attrs);
-  ASSERT_TRUE(logical.ok()) << what << ": single-device run: " << logical.status().ToString();
   std::vector<TensorDesc> input_descs, output_descs;
   for (const HostTensor& t : instance.inputs) input_descs.push_back(t.desc);
-  for (const HostTensor& t : logical.value()) output_descs.push_back(t.desc);
+  InferContext logical_infer;
+  logical_infer.inputs = input_descs;
+  logical_infer.attrs = instance.attrs;
+  Status inferred_logical = def.infer(logical_infer);
+  ASSERT_TRUE(inferred_logical.ok()) << what << ": " << inferred_logical.ToString();
+  output_descs = logical_infer.outputs;
+  auto logical = MakeRunner(def, instance.inputs, output_descs, instance.attrs);
+  ASSERT_TRUE(logical.ok()) << what << ": single-device kernel: " << logical.status().ToString();
 
-  // device_inputs[i][d]: input i on device d.
-  std::vector<std::vector<HostTensor>> device_inputs;
-  for (size_t i = 0; i < instance.inputs.size(); ++i) device_inputs.push_back(Distribute(instance.inputs[i], signature.inputs[i], parts));
-  std::vector<std::vector<HostTensor>> device_outputs(output_descs.size());
+  // distributed[i][d]: input i on device d.
+  std::vector<std::vector<HostTensor>> distributed;
+  for (size_t i = 0; i < instance.inputs.size(); ++i) distributed.push_back(Distribute(instance.inputs[i], signature.inputs[i], parts));
+  std::vector<Runner> devices;
   for (int64_t d = 0; d < parts; ++d) {
     const std::string on = what + " device " + std::to_string(d);
     PhysicalContext physical;
@@ -338,9 +353,9 @@ void CheckSignature(const OpDef& def, const Instance& instance, const SbpSignatu
     for (size_t i = 0; i < input_descs.size(); ++i) {
       auto shape = PhysicalShape(input_descs[i].shape, signature.inputs[i], parts, d);
       ASSERT_TRUE(shape.ok()) << on << " input " << i << ": " << shape.status().ToString();
-      ASSERT_EQ(shape.value(), device_inputs[i][d].desc.shape) << on << " input " << i;
+      ASSERT_EQ(shape.value(), distributed[i][d].desc.shape) << on << " input " << i;
       physical.physical_inputs.push_back(TensorDesc{shape.value(), input_descs[i].dtype});
-      inputs.push_back(device_inputs[i][d]);
+      inputs.push_back(distributed[i][d]);
     }
     for (size_t o = 0; o < output_descs.size(); ++o) {
       auto shape = PhysicalShape(output_descs[o].shape, signature.outputs[o], parts, d);
@@ -356,19 +371,32 @@ void CheckSignature(const OpDef& def, const Instance& instance, const SbpSignatu
     Status inferred = def.infer(infer);
     ASSERT_TRUE(inferred.ok()) << on << ": inference on the physical inputs: " << inferred.ToString();
     EXPECT_EQ(infer.outputs, physical.physical_outputs) << on << ": inferred physical outputs differ from the layout's";
-    auto outputs = RunKernel(def, inputs, physical.physical_outputs, attrs.value());
-    ASSERT_TRUE(outputs.ok()) << on << ": " << outputs.status().ToString();
-    for (size_t o = 0; o < output_descs.size(); ++o) device_outputs[o].push_back(outputs.value()[o]);
-    for (int i : def.mutable_inputs) device_inputs[static_cast<size_t>(i)][d] = inputs[static_cast<size_t>(i)];
+    auto runner = MakeRunner(def, std::move(inputs), physical.physical_outputs, attrs.value());
+    ASSERT_TRUE(runner.ok()) << on << ": " << runner.status().ToString();
+    devices.push_back(std::move(runner).value());
   }
-  for (size_t o = 0; o < output_descs.size(); ++o)
-    ExpectAssembled(device_outputs[o], signature.outputs[o], logical.value()[o], what + " output " + def.output_names[o]);
-  for (int i : def.mutable_inputs) {
-    const Sbp& sbp = signature.inputs[static_cast<size_t>(i)];
-    EXPECT_NE(sbp.kind, SbpKind::kPartialSum) << what << ": in-place input " << i << " cannot be a partial sum";
-    if (sbp.kind != SbpKind::kPartialSum)
-      ExpectAssembled(device_inputs[static_cast<size_t>(i)], sbp, logical_inputs[static_cast<size_t>(i)],
-                      what + " in-place input " + def.input_names[static_cast<size_t>(i)]);
+  for (int64_t act = 0; act < kActs; ++act) {
+    const std::string at = what + " act " + std::to_string(act);
+    Status ran = logical.value().Act(act);
+    ASSERT_TRUE(ran.ok()) << at << ": single-device run: " << ran.ToString();
+    for (int64_t d = 0; d < parts; ++d) {
+      Status device_ran = devices[static_cast<size_t>(d)].Act(act);
+      ASSERT_TRUE(device_ran.ok()) << at << " device " << d << ": " << device_ran.ToString();
+    }
+    auto gather = [&](bool output, size_t index) {
+      std::vector<HostTensor> parts_of;
+      for (const Runner& r : devices) parts_of.push_back(output ? r.outputs[index] : r.inputs[index]);
+      return parts_of;
+    };
+    for (size_t o = 0; o < output_descs.size(); ++o)
+      ExpectAssembled(gather(true, o), signature.outputs[o], logical.value().outputs[o], at + " output " + def.output_names[o]);
+    for (int i : def.mutable_inputs) {
+      const size_t index = static_cast<size_t>(i);
+      const Sbp& sbp = signature.inputs[index];
+      EXPECT_NE(sbp.kind, SbpKind::kPartialSum) << what << ": in-place input " << i << " cannot be a partial sum";
+      if (sbp.kind != SbpKind::kPartialSum)
+        ExpectAssembled(gather(false, index), sbp, logical.value().inputs[index], at + " in-place input " + def.input_names[index]);
+    }
   }
 }
 
@@ -427,15 +455,18 @@ TEST(SbpShardedTest, EveryOpsSignaturesMatchOneDevice) {
       }
     }
     // Every op but the ones that are only correct whole has some distributed signature.
-    if (type != "dropout" && type != "lamb_update") EXPECT_FALSE(distributed.empty()) << type << " offers only all-broadcast";
+    if (type != "lamb_update") EXPECT_FALSE(distributed.empty()) << type << " offers only all-broadcast";
   }
   for (const auto& [type, unused] : instances) EXPECT_TRUE(OpRegistry::Global().Find(type).ok()) << "instance for unknown op " << type;
   EXPECT_GT(checked, 500);
 }
 
-// The harness itself: a wrong signature must fail it. relu is not linear, so "P->P" is wrong;
-// a reduce_max split on its reduced axis cannot be a partial sum; a matmul row split with b
-// split too is wrong.
+// The harness itself: a wrong signature must fail it. These are also the restrictions the
+// ops' SBP functions make: relu is not linear (no P->P); a max over a split axis is no partial
+// sum; softmax cannot split its own axis; batch-norm training statistics span the whole batch;
+// a grouped convolution's channel split breaks its groups; and the hooks are needed (the cases
+// run without them): a dropout share must draw its own place in the stream, reduce_mean's share
+// must divide by the logical count.
 TEST(SbpShardedTest, HarnessRejectsWrongSignatures) {
   RegisterAllOps();
   struct Wrong {
@@ -446,7 +477,13 @@ TEST(SbpShardedTest, HarnessRejectsWrongSignatures) {
       {"relu", "P->P", {{Random({5, 7})}, {}}},
       {"reduce_max", "S(1)->P", {{Random({5, 7})}, Axes({1}, false)}},
       {"matmul", "S(0),S(1)->S(0)", {{Random({5, 7}), Random({7, 6})}, {}}},
-      {"reduce_mean", "S(0)->P", {{Random({5, 7})}, Axes({0}, false)}},  // without the hook each share divides by its rows
+      {"reduce_mean", "S(0)->P", {{Random({5, 7})}, Axes({0}, false)}},
+      {"softmax", "S(1)->S(1)", {{Random({5, 7})}, {}}},
+      {"batch_normalization",
+       "S(0),B,B,B,B->S(0),B,B",
+       {{Random({5, 4}), Random({4}), Random({4}), Random({4}), Positive({4})}, {{"axis", int64_t{1}}, {"training", true}}}},
+      {"dropout", "S(0)->S(0),S(0)", {{Random({5, 7})}, {{"rate", 0.5}, {"seed", int64_t{7}}}}},
+      {"conv2d", "B,S(0)->S(1)", {{Random({5, 4, 6, 6}), Random({6, 2, 3, 3})}, {{"padding", std::string("VALID")}, {"groups", int64_t{2}}}}},
   };
   for (const Wrong& w : wrong) {
     const OpDef& def = *OpRegistry::Global().Find(w.type).value();

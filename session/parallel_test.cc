@@ -66,19 +66,31 @@ std::vector<float> Values(int64_t n, double scale, double phase) {
   return v;
 }
 
-const std::map<std::string, Shape> kVariables = {{"hidden-weight", {kIn, kHidden}},
-                                                 {"hidden-bias", {kHidden}},
-                                                 {"output-weight", {kHidden, kClasses}},
-                                                 {"output-bias", {kClasses}}};
+// What Train needs of a model: its variables, its input's shape and how to build it.
+struct Model {
+  std::map<std::string, Shape> variables;
+  Shape input_shape;
+  std::function<JobBuilder()> build;
+};
 
-void CreateVariables(Session& session) {
+Model SeedMlp(const MlpOptions& options) {
+  return Model{{{"hidden-weight", {kIn, kHidden}},
+                {"hidden-bias", {kHidden}},
+                {"output-weight", {kHidden, kClasses}},
+                {"output-bias", {kClasses}}},
+               {kBatch, kIn},
+               [options] { return BuildSeedMlp(options); }};
+}
+
+void CreateVariables(Session& session, const Model& model) {
   double phase = 0.1;
-  for (const auto& [name, shape] : kVariables) {
+  for (const auto& [name, shape] : model.variables) {
     std::vector<float> init = Values(NumElements(shape), 0.05, phase += 1.0);
     Status made = session.CreateVariable(name, {shape, DType::kFloat32}, init.data());
     if (!made.ok()) throw std::runtime_error(made.message());
   }
 }
+void CreateVariables(Session& session) { CreateVariables(session, SeedMlp(MlpOptions{})); }
 
 struct Trained {
   std::vector<std::vector<float>> losses;  // per step, per sample
@@ -87,49 +99,99 @@ struct Trained {
 };
 
 // `steps` SGD steps over three alternating batches from the same initial variables.
-Trained Train(const MlpOptions& options, int steps, Session* shared = nullptr) {
+Trained Train(const Model& model, int steps, Session* shared = nullptr) {
   Session own;
   Session& session = shared ? *shared : own;
-  if (!shared) CreateVariables(session);
+  if (!shared) CreateVariables(session, model);
   JobOptions job_options;
   job_options.num_threads = 2;
-  auto job = ValueOrDie(session.Compile(BuildSeedMlp(options), job_options));
+  auto job = ValueOrDie(session.Compile(model.build(), job_options));
   Trained result;
   result.summary = SbpSummary(job->graph());
+  const int64_t batch = model.input_shape[0], features = NumElements(model.input_shape) / batch;
   std::vector<std::vector<float>> xs;
   std::vector<std::vector<int32_t>> labels;
   // A learnable task (each class a pattern plus a smaller pattern per sample), so training
   // converges as on MNIST rather than wandering where rounding differences grow.
   for (int b = 0; b < 3; ++b) {
-    labels.emplace_back(kBatch);
-    std::vector<float> x(kBatch * kIn);
-    for (int64_t i = 0; i < kBatch; ++i) {
+    labels.emplace_back(batch);
+    std::vector<float> x(batch * features);
+    for (int64_t i = 0; i < batch; ++i) {
       const int32_t label = static_cast<int32_t>((i * 7 + b) % kClasses);
       labels.back()[i] = label;
-      for (int64_t j = 0; j < kIn; ++j)
-        x[i * kIn + j] = static_cast<float>(std::sin(0.05 * static_cast<double>(j) * (label + 1)) +
-                                            0.3 * std::sin(0.37 * static_cast<double>(j + i * kIn) + b));
+      for (int64_t j = 0; j < features; ++j)
+        x[i * features + j] = static_cast<float>(std::sin(0.05 * static_cast<double>(j) * (label + 1)) +
+                                                 0.3 * std::sin(0.37 * static_cast<double>(j + i * features) + b));
     }
     xs.push_back(std::move(x));
   }
   float learning_rate = 0.1f;
   for (int step = 0; step < steps; ++step) {
-    std::vector<float> loss(kBatch);
+    std::vector<float> loss(batch);
     const int b = step % 3;
-    Status ran = job->Run({TensorView{xs[b].data(), {{kBatch, kIn}, DType::kFloat32}},
-                           TensorView{labels[b].data(), {{kBatch}, DType::kInt32}},
+    Status ran = job->Run({TensorView{xs[b].data(), {model.input_shape, DType::kFloat32}},
+                           TensorView{labels[b].data(), {{batch}, DType::kInt32}},
                            TensorView{&learning_rate, {{1}, DType::kFloat32}}},
-                          {TensorView{loss.data(), {{kBatch}, DType::kFloat32}}});
+                          {TensorView{loss.data(), {{batch}, DType::kFloat32}}});
     if (!ran.ok()) throw std::runtime_error(ran.message());
     result.losses.push_back(std::move(loss));
   }
-  for (const auto& [name, shape] : kVariables) {
+  for (const auto& [name, shape] : model.variables) {
     std::vector<float>& v = result.variables[name];
     v.resize(NumElements(shape));
     Status got = session.GetVariable(name, v.data(), v.size() * sizeof(float));
     if (!got.ok()) throw std::runtime_error(got.message());
   }
   return result;
+}
+Trained Train(const MlpOptions& options, int steps, Session* shared = nullptr) {
+  return Train(SeedMlp(options), steps, shared);
+}
+
+// A small LeNet: conv 3x3 (4 channels) + bias + relu + 2x2 max pool, flatten, dense 144-32 +
+// relu, dense 32-10; hybrid on `devices` devices: the convolution data-parallel, the first
+// dense layer's weight split on its output axis (model-parallel).
+Model SmallLenet(int devices, bool hybrid) {
+  auto build = [devices, hybrid] {
+    JobBuilder b = ValueOrDie(JobBuilder::Create("lenet", "train"));
+    if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("devices");
+    std::string x = ValueOrDie(b.AddInput("x", {20, 1, 12, 12}, DType::kFloat32, "lenet.py:1"));
+    std::string labels = ValueOrDie(b.AddInput("labels", {20}, DType::kInt32, "lenet.py:2"));
+    std::string k = ValueOrDie(b.AddVariable("conv-weight", {4, 1, 3, 3}, DType::kFloat32, "lenet.py:3"));
+    std::string kb = ValueOrDie(b.AddVariable("conv-bias", {4}, DType::kFloat32, "lenet.py:3"));
+    std::string w1 = ValueOrDie(b.AddVariable("dense1-weight", {144, 32}, DType::kFloat32, "lenet.py:5"));
+    std::string b1 = ValueOrDie(b.AddVariable("dense1-bias", {32}, DType::kFloat32, "lenet.py:5"));
+    std::string w2 = ValueOrDie(b.AddVariable("dense2-weight", {32, 10}, DType::kFloat32, "lenet.py:6"));
+    std::string b2 = ValueOrDie(b.AddVariable("dense2-bias", {10}, DType::kFloat32, "lenet.py:6"));
+    if (hybrid && !b.SetOutputSbpHint(w1, Sbp::Split(1)).ok()) throw std::runtime_error("hint");
+    auto op = [&](const std::string& type, const std::string& name, std::vector<std::string> in, Attrs attrs,
+                  const char* line) { return ValueOrDie(b.AddOp(type, name, in, attrs, line))->output_ref(0); };
+    std::string t = op("conv2d", "conv", {x, k}, Attrs{{"padding", std::string("SAME")}}, "lenet.py:3");
+    t = op("bias_add", "conv-bias_add", {t, kb}, Attrs{{"axis", int64_t{1}}}, "lenet.py:3");
+    t = op("relu", "conv-relu", {t}, {}, "lenet.py:3");
+    t = op("max_pool2d", "pool", {t},
+           Attrs{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("VALID")}}, "lenet.py:4");
+    t = op("flatten", "flat", {t}, Attrs{{"start_dim", int64_t{1}}}, "lenet.py:4");
+    t = op("matmul", "dense1", {t, w1}, {}, "lenet.py:5");
+    t = op("bias_add", "dense1-bias_add", {t, b1}, {}, "lenet.py:5");
+    t = op("relu", "dense1-relu", {t}, {}, "lenet.py:5");
+    t = op("matmul", "dense2", {t, w2}, {}, "lenet.py:6");
+    t = op("bias_add", "dense2-bias_add", {t, b2}, {}, "lenet.py:6");
+    std::string loss = op("sparse_softmax_cross_entropy", "loss", {labels, t}, {}, "lenet.py:7");
+    if (!b.AddLoss(loss).ok()) throw std::runtime_error("AddLoss");
+    OptimizerSpec spec;
+    spec.type = "sgd";
+    if (!b.SetOptimizer(spec).ok() || !b.SetOutputs({loss}).ok()) throw std::runtime_error("optimizer");
+    return b;
+  };
+  return Model{{{"conv-weight", {4, 1, 3, 3}},
+                {"conv-bias", {4}},
+                {"dense1-weight", {144, 32}},
+                {"dense1-bias", {32}},
+                {"dense2-weight", {32, 10}},
+                {"dense2-bias", {10}}},
+               {20, 1, 12, 12},
+               build};
 }
 
 // max |a - b| / max |b|: the relative error of a tensor.
@@ -313,6 +375,18 @@ TEST_F(ParallelTest, PerLayerPlacementMatchesOneDevice) {
   EXPECT_NE(got.summary.find("output-matmul (matmul) on cpu 0:1:"), std::string::npos) << got.summary;
   ExpectSameTraining(got, OneDevice(1), 1e-5);
   ExpectSameTraining(Train(options, 100), OneDevice(100), 1e-3);
+}
+
+TEST_F(ParallelTest, HybridLenetMatchesOneDevice) {
+  const Trained one_step = Train(SmallLenet(1, false), 1), hundred = Train(SmallLenet(1, false), 100);
+  for (int devices : {2, 3}) {
+    SCOPED_TRACE(std::to_string(devices) + " devices");
+    Trained got = Train(SmallLenet(devices, true), 1);
+    EXPECT_TRUE(Chose(got.summary, "conv", "S(0),B->S(0)")) << got.summary;
+    EXPECT_TRUE(Chose(got.summary, "dense1", "B,S(1)")) << got.summary;
+    ExpectSameTraining(got, one_step, 1e-5);
+    ExpectSameTraining(Train(SmallLenet(devices, true), 100), hundred, 1e-3);
+  }
 }
 
 TEST_F(ParallelTest, VariablesTrainedOnTwoDevicesContinueOnOneAndThree) {

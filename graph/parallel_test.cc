@@ -1,0 +1,165 @@
+// Placement, SBP and boxing passes and the physical lowering: what the plan looks like.
+// (Running the plans against one device: session/parallel_test.cc.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "graph/passes.h"
+#include "graph/test_util.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+using testing::ValueOrDie;
+
+const plan::Task* FindTask(const plan::Plan& plan, const std::string& name) {
+  for (const plan::Task& t : plan.tasks())
+    if (t.name() == name) return &t;
+  return nullptr;
+}
+
+// Whether `task` waits for `producer` in the same iteration (data or control, transitively).
+bool RunsAfter(const plan::Plan& plan, const plan::Task& task, const std::string& producer) {
+  const plan::Task* p = FindTask(plan, producer);
+  if (p == nullptr) return false;
+  std::vector<int64_t> stack = {task.id()};
+  std::vector<bool> seen(plan.tasks_size(), false);
+  while (!stack.empty()) {
+    const plan::Task& t = plan.tasks(static_cast<int>(stack.back()));
+    stack.pop_back();
+    for (const plan::InputDesc& in : t.inputs()) {
+      if (in.producer_task_id() == p->id()) return true;
+      if (!seen[in.producer_task_id()]) {
+        seen[in.producer_task_id()] = true;
+        stack.push_back(in.producer_task_id());
+      }
+    }
+  }
+  return false;
+}
+
+bool HasControlFrom(const plan::Plan& plan, const plan::Task& task, const std::string& producer) {
+  const plan::Task* p = FindTask(plan, producer);
+  if (p == nullptr) return false;
+  for (const plan::InputDesc& in : task.inputs())
+    if (in.control() && in.producer_task_id() == p->id()) return true;
+  return false;
+}
+
+TEST(ParallelPassesTest, OneDeviceHasNoBoxingAndOneTaskPerOp) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
+  Graph g = m.builder.graph();
+  plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  for (const Node& n : g.nodes()) {
+    EXPECT_NE(n.type, "boxing") << n.name;
+    EXPECT_EQ(n.devices, std::vector<int>{0}) << n.name;
+  }
+  for (const plan::Task& t : plan.tasks()) {
+    EXPECT_EQ(t.device_id(), 0);
+    EXPECT_EQ(t.name().find('@'), std::string::npos) << t.name();
+  }
+}
+
+TEST(ParallelPassesTest, DataParallelMlpOnThreeDevices) {
+  testing::Mlp m = testing::BuildMlp("train", 10, 3, 5, 2);
+  Graph g = m.builder.graph();
+  g.set_device_num(3);
+  plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  const std::string summary = SbpSummary(g);
+  // Feeds split on the batch axis (10 rows: 4/3/3), the forward matmul data-parallel, the
+  // weight gradients partial sums reduced for the update on device 0.
+  EXPECT_NE(summary.find("x (input) on cpu 0:0,0:1,0:2: ->S(0)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("x-boxing (boxing) on cpu 0:0,0:1,0:2: B->S(0)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("hidden-weight-update (sgd_update) on cpu 0:0: B,B,B->"), std::string::npos) << summary;
+  const plan::Task* x1 = FindTask(plan, "x-boxing@1");
+  ASSERT_NE(x1, nullptr) << PlanToDot(plan);
+  EXPECT_EQ(x1->device_id(), 1);
+  EXPECT_EQ(x1->registers(0).blobs(0).shape(0), 3);  // rows 4..6 of 10
+  const plan::Task* x0 = FindTask(plan, "x-boxing@0");
+  ASSERT_NE(x0, nullptr);
+  EXPECT_EQ(x0->registers(0).blobs(0).shape(0), 4);
+  for (int d = 0; d < 3; ++d) EXPECT_NE(FindTask(plan, "hidden-matmul@" + std::to_string(d)), nullptr) << d;
+  // The update runs once, and after the readers of its variable on every device.
+  const plan::Task* update = FindTask(plan, "hidden-weight-update");
+  ASSERT_NE(update, nullptr);
+  for (int d = 0; d < 3; ++d) EXPECT_TRUE(RunsAfter(plan, *update, "hidden-matmul@" + std::to_string(d))) << d;
+  // DOT shows devices and layouts, boxing nodes stand out.
+  const std::string dot = g.ToDot();
+  EXPECT_NE(dot.find("fillcolor=orange"), std::string::npos);
+  EXPECT_NE(dot.find("on cpu 0:0,0:1,0:2: S(0),B,B->S(0)"), std::string::npos) << dot;
+}
+
+// A reader of a variable that is a data ancestor of the variable's writer on the logical graph
+// (so the ordering pass adds no control edge) but not physically: the copy on device 1 of a
+// broadcast identity feeds nothing the writer on device 0 reads. Lowering must order it.
+TEST(ParallelPassesTest, InPlaceWriterFollowsReadersOnOtherDevices) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("writer", "predict"));
+  AF_ASSERT_OK(b.SetDeviceNum(2));
+  std::string v = ValueOrDie(b.AddVariable("v", {4}, DType::kFloat32, "w.py:1"));
+  std::string g = ValueOrDie(b.AddInput("g", {4}, DType::kFloat32, "w.py:2"));
+  std::string lr = ValueOrDie(b.AddInput("lr", {1}, DType::kFloat32, "w.py:3"));
+  std::string copy = ValueOrDie(b.AddOp("identity", "copy", {v}, {}, "w.py:4"))->output_ref(0);
+  AF_ASSERT_OK(b.SetOutputSbpHint(copy, Sbp::Broadcast()));
+  std::string step = ValueOrDie(b.AddOp("add", "step", {copy, g}, {}, "w.py:5"))->output_ref(0);
+  AF_ASSERT_OK(b.SetOutputSbpHint(step, Sbp::Broadcast()));
+  ValueOrDie(b.AddOp("sgd_update", "update", {v, step, lr}, {}, "w.py:6"));
+  AF_ASSERT_OK(b.SetOutputs({}));
+  Graph graph = b.graph();
+  plan::Plan plan = ValueOrDie(CompileGraph(graph, CompileOptions{}));  // VerifyInPlaceOrder passed
+  const plan::Task* update = FindTask(plan, "update");
+  ASSERT_NE(update, nullptr) << PlanToDot(plan);
+  EXPECT_EQ(graph.FindNode("update")->control_inputs.size(), 0u);  // nothing logical to order
+  EXPECT_TRUE(HasControlFrom(plan, *update, "copy@1")) << PlanToDot(plan);
+}
+
+TEST(ParallelPassesTest, PlacementErrorsNameOpPlacementAndLine) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("placed", "predict"));
+  AF_ASSERT_OK(b.SetDeviceNum(2));
+  for (const std::string& bad : {"0:2", "1:0", "0:1-0", "0:x", "00", "0:0,0:0"}) {
+    Placement p{"cpu", {bad}};
+    if (bad == "0:0,0:0") p.machine_device_ids = {"0:0", "0:0"};
+    Status s = b.SetPlacement(p);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("placement '"), std::string::npos) << s.message();
+  }
+  EXPECT_NE(b.SetPlacement(Placement{"cpu", {"1:0"}}).message().find("machine 1 does not exist"), std::string::npos);
+  EXPECT_NE(b.SetPlacement(Placement{"gpu", {"0:0"}}).message().find("cpu_device_num(n)"), std::string::npos);
+  AF_ASSERT_OK(b.SetPlacement(Placement{"cpu", {"0:1"}}));
+  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {"0:1", "0:0"}}, 2)), (std::vector<int>{1, 0}));
+  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {}}, 3)), (std::vector<int>{0, 1, 2}));
+}
+
+TEST(ParallelPassesTest, ImpossibleHintOnAnOpIsAnError) {
+  // relu cannot turn a split input into a partial sum: the hint is refused with op and line.
+  JobBuilder b = ValueOrDie(JobBuilder::Create("hinted", "predict"));
+  AF_ASSERT_OK(b.SetDeviceNum(2));
+  std::string x = ValueOrDie(b.AddInput("x", {4, 3}, DType::kFloat32, "h.py:1"));
+  std::string y = ValueOrDie(b.AddOp("relu", "act", {x}, {}, "h.py:2"))->output_ref(0);
+  AF_ASSERT_OK(b.SetOutputSbpHint(y, Sbp::PartialSum()));
+  AF_ASSERT_OK(b.SetOutputs({y}));
+  Graph g = b.graph();
+  auto plan = CompileGraph(g, CompileOptions{});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("op 'act' (relu) at h.py:2: layout hint act/out P is impossible"),
+            std::string::npos)
+      << plan.status().message();
+}
+
+TEST(ParallelPassesTest, JobRoundTripKeepsDevicesAndHints) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("trip", "predict"));
+  AF_ASSERT_OK(b.SetDeviceNum(3));
+  std::string x = ValueOrDie(b.AddInput("x", {6, 3}, DType::kFloat32, "t.py:1"));
+  AF_ASSERT_OK(b.SetOutputSbpHint(x, Sbp::Split(1)));
+  AF_ASSERT_OK(b.SetOutputs({x}));
+  JobBuilder again = ValueOrDie(JobBuilder::FromJob(b.ToJob()));
+  EXPECT_EQ(again.graph().device_num(), 3);
+  const Node* node = again.graph().FindNode("x");
+  ASSERT_EQ(node->output_sbp_hints.size(), 1u);
+  ASSERT_TRUE(node->output_sbp_hints[0].has_value());
+  EXPECT_EQ(*node->output_sbp_hints[0], Sbp::Split(1));
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace actorflow
