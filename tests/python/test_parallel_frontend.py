@@ -117,21 +117,27 @@ def test_bad_placements_name_argument_and_line(device_type, ids, words):
     assert fine(np.array([-1, 2], np.float32)).tolist() == [0, 2]
 
 
-def test_variable_and_layer_hints():
-    flow.config.cpu_device_num(2)
-
+def _hinted_layers_job():
     @flow.global_function()
-    def job(x: tp.Numpy.Placeholder((4, 6)), images: tp.Numpy.Placeholder((2, 3, 5, 5))) -> tp.Numpy:
+    def job(x: tp.Numpy.Placeholder((4, 6)), images: tp.Numpy.Placeholder((2, 3, 5, 5))) -> Tuple[tp.Numpy, tp.Numpy]:
         flow.get_variable("v", shape=(6, 8), distribute=flow.distribute.split(1))
         flow.get_variable("w", shape=(6,), distribute=flow.distribute.broadcast())
         flow.get_variable("free", shape=(6,))
         h = flow.layers.dense(x, 8, name="rows", model_distribute=flow.distribute.split(0))
         h = flow.layers.dense(h, 4, name="cols", model_distribute=flow.distribute.split(1))
         h = flow.layers.dense(h, 2, name="whole", model_distribute=flow.distribute.broadcast())
-        flow.layers.conv2d(images, 4, 3, name="conv", model_distribute=flow.distribute.split(0))
-        return h
+        c = flow.layers.conv2d(images, 4, 3, name="conv", model_distribute=flow.distribute.split(0),
+                               bias_initializer=flow.random_uniform_initializer())
+        return h, c
+    return job
 
-    trace(job, np.ones((4, 6), np.float32), np.ones((2, 3, 5, 5), np.float32))
+
+def test_variable_and_layer_hints():
+    rng = np.random.RandomState(3)
+    x, images = rng.rand(4, 6).astype(np.float32), rng.rand(2, 3, 5, 5).astype(np.float32)
+    flow.config.cpu_device_num(2)
+    job = _hinted_layers_job()
+    h, c = trace(job, x, images)
     ops = job_ops(job)
     assert hints_of(ops["v"]) == ["S(1)"] and hints_of(ops["w"]) == ["B"] and hints_of(ops["free"]) == []
     # OneFlow's meaning: the weight's layout; the weight is (units, in), so split(0) splits the
@@ -141,6 +147,13 @@ def test_variable_and_layer_hints():
     assert hints_of(ops["whole-weight"]) == ["B"] and hints_of(ops["whole-bias"]) == ["B"]
     assert hints_of(ops["conv-weight"]) == ["S(0)"] and hints_of(ops["conv-bias"]) == ["S(0)"]
     assert hints_of(ops["x"]) == [] and hints_of(ops["rows_matmul"]) == []  # the compiler chooses
+    # the same values as one device from the same initial values
+    flow.clear_default_session()
+    flow.random.seed(1234)
+    flow.config.cpu_device_num(1)
+    h1, c1 = _hinted_layers_job()(x, images)
+    np.testing.assert_allclose(h, h1, rtol=1e-5)
+    np.testing.assert_allclose(c, c1, rtol=1e-5)
 
 
 def test_blob_hints_are_identity_ops_carrying_the_layout():
