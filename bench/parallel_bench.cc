@@ -10,8 +10,9 @@
 //  - MlpTrainStep/devices: the seed MLP (784-512-10, batch 100, SGD) one train step through the
 //    session, data-parallel on 1 or 2 devices at the same budget of 2 threads; the ratio of the
 //    two is the machinery's overhead (boxing tasks, extra hops) where devices add no cores.
-//    Second argument: CAF workers (0: the session's default, min(devices, threads)). Listed
-//    twice (ABBA-like) since the machine drifts.
+//    Second argument: CAF workers (0: the session's default, min(devices, threads)); third: the
+//    thread budget (1: the machinery's cost alone, both runs on one thread; 2: this machine's
+//    cores). Listed ABBA since the machine drifts.
 // Run with --benchmark_repetitions=N --benchmark_report_aggregates_only=true (shared machine).
 #include <benchmark/benchmark.h>
 
@@ -177,6 +178,7 @@ StatusOr<graph::JobBuilder> SeedMlp(int devices) {
 void MlpTrainStep(benchmark::State& state) {
   const int devices = static_cast<int>(state.range(0));
   const int workers = static_cast<int>(state.range(1));  // 0: the session's default for the job
+  const int threads = static_cast<int>(state.range(2));  // the whole process's budget
   Session session;
   for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
            {"w1", {kIn, kHidden}}, {"b1", {kHidden}}, {"w2", {kHidden, kClasses}}, {"b2", {kClasses}}}) {
@@ -187,7 +189,7 @@ void MlpTrainStep(benchmark::State& state) {
   auto builder = SeedMlp(devices);
   if (!builder.ok()) return state.SkipWithError(builder.status().ToString().c_str());
   JobOptions options;
-  options.num_threads = kThreads;
+  options.num_threads = threads;
   options.num_workers = workers;
   auto job = session.Compile(builder.value(), options);
   if (!job.ok()) return state.SkipWithError(job.status().ToString().c_str());
@@ -207,11 +209,15 @@ void MlpTrainStep(benchmark::State& state) {
   job.value()->Shutdown();
 }
 BENCHMARK(MlpTrainStep)
-    ->Args({1, 0})
-    ->Args({2, 0})
-    ->Args({2, 1})
-    ->Args({1, 0})
-    ->Args({2, 0})
+    ->Args({1, 0, 1})
+    ->Args({2, 0, 1})
+    ->Args({2, 0, 1})
+    ->Args({1, 0, 1})
+    ->Args({1, 0, 2})
+    ->Args({2, 0, 2})
+    ->Args({2, 1, 2})
+    ->Args({2, 0, 2})
+    ->Args({1, 0, 2})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

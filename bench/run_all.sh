@@ -28,5 +28,10 @@ if [[ -x $BUILD_DIR/bench/runtime_bench ]]; then
 else
   echo "run_all.sh: $BUILD_DIR/bench/runtime_bench not built; skipping the C++ runtime benchmark" >&2
 fi
+if [[ -x $BUILD_DIR/bench/parallel_bench ]]; then
+  run_cpp bench/parallel_bench
+else
+  echo "run_all.sh: $BUILD_DIR/bench/parallel_bench not built; skipping the parallelism benchmark" >&2
+fi
 run_python bench_mlp.py
 run_python bench_lenet.py

@@ -72,6 +72,9 @@ TEST(ParallelPassesTest, DataParallelMlpOnThreeDevices) {
   EXPECT_NE(summary.find("x (input) on cpu 0:0,0:1,0:2: ->S(0)"), std::string::npos) << summary;
   EXPECT_NE(summary.find("x-boxing (boxing) on cpu 0:0,0:1,0:2: B->S(0)"), std::string::npos) << summary;
   EXPECT_NE(summary.find("hidden-weight-update (sgd_update) on cpu 0:0: B,B,B->"), std::string::npos) << summary;
+  // The loss's gradient seed is made split where its reader reads it split: no boxing.
+  EXPECT_NE(summary.find("loss-grad-seed (constant) on cpu 0:0,0:1,0:2: ->S(0)"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("loss-grad-seed-boxing"), std::string::npos) << summary;
   const plan::Task* x1 = FindTask(plan, "x-boxing@1");
   ASSERT_NE(x1, nullptr) << PlanToDot(plan);
   EXPECT_EQ(x1->device_id(), 1);

@@ -480,6 +480,25 @@ TEST_F(ParallelTest, BadPlacementsAndImpossibleSplitsAreClearErrorsAndTheNextCom
   EXPECT_EQ(got.losses.size(), 1u);
 }
 
+TEST_F(ParallelTest, DevicesShareTheThreadBudget) {
+  Session session;
+  CreateVariables(session);
+  JobOptions options;
+  options.num_threads = 4;
+  for (int devices : {1, 2, 3, 8}) {
+    MlpOptions mlp;
+    mlp.devices = devices;
+    mlp.name = "mlp" + std::to_string(devices);
+    auto job = ValueOrDie(session.Compile(BuildSeedMlp(mlp), options));
+    // One device: one worker, the whole budget in each kernel; n devices: min(n, budget)
+    // workers running the devices side by side, the rest of the budget inside kernels.
+    const int workers = std::min(devices, 4);
+    EXPECT_EQ(job->num_workers(), workers) << devices;
+    EXPECT_EQ(job->kernel_threads(), 4 / workers) << devices;
+    EXPECT_LE(job->num_workers() * job->kernel_threads(), 4);
+  }
+}
+
 TEST_F(ParallelTest, OneDevicePlansHaveNoBoxingAndOneTaskPerOp) {
   Session session;
   CreateVariables(session);

@@ -82,6 +82,9 @@ class CompiledJob {
   // Drains and destroys the runtime; later calls fail. Idempotent.
   void Shutdown();
   int64_t in_flight() const { return in_flight_.load(); }
+  // The thread budget's split for this job: actor workers and intra-op threads per kernel.
+  int num_workers() const { return runtime_options_.num_workers; }
+  int kernel_threads() const { return runtime_options_.kernel_threads; }
   // Checks inputs against input_descs: "input 'x': expected float32(2, 3), got float32(3, 2)".
   Status CheckInputs(const std::vector<TensorView>& inputs) const;
 
