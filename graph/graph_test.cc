@@ -71,6 +71,30 @@ TEST(JobBuilderTest, UnsupportedPlacementIsAClearError) {
   EXPECT_TRUE(b.SetPlacement(Placement{"cpu", {"0:0"}}).ok());
 }
 
+TEST(JobBuilderTest, HintsPlacementsAndViewRoundTrip) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("job", "predict"));
+  ASSERT_TRUE(b.SetDeviceNum(2, 0).ok());
+  ASSERT_TRUE(b.SetLogicalView("mirrored").ok());
+  Status sideways = b.SetLogicalView("sideways");
+  ASSERT_FALSE(sideways.ok());
+  EXPECT_NE(sideways.message().find("'sideways'"), std::string::npos) << sideways.message();
+  std::string x = ValueOrDie(b.AddInput("x", {4, 3}, DType::kFloat32, "a.py:1"));
+  ASSERT_TRUE(b.SetOutputSbpHint(x, Sbp::Split(0)).ok());
+  ASSERT_TRUE(b.SetPlacement(Placement{"cpu", {"0:1"}}).ok());
+  std::string w = ValueOrDie(b.AddVariable("w", {3, 5}, DType::kFloat32, "a.py:2"));
+  ASSERT_TRUE(b.SetOutputSbpHint(w, Sbp::Broadcast()).ok());
+  job::Job job = b.ToJob();
+  EXPECT_EQ(job.config().cpu_device_num(), 2);
+  EXPECT_EQ(job.config().default_logical_view(), "mirrored");
+  ASSERT_EQ(job.ops(0).output_sbp_size(), 1);
+  EXPECT_EQ(job.ops(0).output_sbp(0).kind(), job::Sbp::SPLIT);
+  EXPECT_EQ(job.ops(0).placement().machine_device_ids_size(), 0);  // outside any scope: all devices
+  EXPECT_EQ(job.ops(1).output_sbp(0).kind(), job::Sbp::BROADCAST);
+  EXPECT_EQ(job.ops(1).placement().machine_device_ids(0), "0:1");
+  JobBuilder again = ValueOrDie(JobBuilder::FromJob(job));
+  EXPECT_EQ(again.ToJob().DebugString(), job.DebugString());
+}
+
 TEST(JobBuilderTest, BadJobTypeLossAndWatchAreRejected) {
   EXPECT_FALSE(JobBuilder::Create("job", "inference").ok());
   JobBuilder b = ValueOrDie(JobBuilder::Create("job", "predict"));

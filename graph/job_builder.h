@@ -23,6 +23,10 @@ class JobBuilder {
   // device). Call before placements are set. No GPU is usable by placements yet: gpu_device_num
   // > 0 is FailedPrecondition saying so and naming cpu_device_num(n) as the CPU equivalent.
   Status SetDeviceNum(int cpu_device_num, int gpu_device_num = 0);
+  // The job's view, recorded as JobConfig.default_logical_view: "consistent" ("" too) or
+  // "mirrored". The front end builds both on the consistent machinery (a mirrored job's list
+  // placeholders are logical inputs split on axis 0), so the compiler does not read it.
+  Status SetLogicalView(const std::string& view);
   // Placement for the ops added from now on (flow.scope.placement); an empty device list means
   // every device of the config. InvalidArgument naming the placement unless ResolvePlacement
   // accepts it for the device count set so far.
@@ -57,6 +61,7 @@ class JobBuilder {
   JobBuilder() = default;
   Graph graph_;
   Placement placement_;
+  std::string logical_view_;
 };
 
 }  // namespace graph

@@ -292,6 +292,7 @@ class PyJob {
   }
 
   std::string PlanDot() const { return graph::PlanToDot(job().plan()); }
+  std::string SbpSummary() const { return graph::SbpSummary(job().graph()); }
   std::string PlanText() const { return job().plan().DebugString(); }
 
  private:
@@ -474,6 +475,24 @@ PYBIND11_MODULE(_C, m) {
              Check(b.SetPlacement(ToPlacement(device_type, ids)));
            },
            py::arg("device_type"), py::arg("machine_device_ids") = "0:0")
+      .def("clear_placement", [](graph::JobBuilder& b) { Check(b.SetPlacement(graph::Placement{})); })
+      .def("set_output_sbp",
+           [](graph::JobBuilder& b, const std::string& ref, const std::string& kind, int64_t axis) {
+             Sbp sbp;
+             if (kind == "split") sbp = Sbp::Split(axis);
+             else if (kind == "broadcast") sbp = Sbp::Broadcast();
+             else if (kind == "partial_sum") sbp = Sbp::PartialSum();
+             else throw py::value_error("set_output_sbp: kind must be 'split', 'broadcast' or 'partial_sum', got '" +
+                                        kind + "'");
+             Check(b.SetOutputSbpHint(ref, sbp));
+           },
+           py::arg("ref"), py::arg("kind"), py::arg("axis") = 0)
+      .def("set_job_config",
+           [](graph::JobBuilder& b, int cpu_device_num, int gpu_device_num, const std::string& view) {
+             Check(b.SetDeviceNum(cpu_device_num, gpu_device_num));
+             Check(b.SetLogicalView(view));
+           },
+           py::arg("cpu_device_num"), py::arg("gpu_device_num"), py::arg("default_logical_view"))
       .def("add_input",
            [](graph::JobBuilder& b, const std::string& name, const py::iterable& shape, const std::string& dtype,
               const std::string& location) {
@@ -525,7 +544,8 @@ PYBIND11_MODULE(_C, m) {
       .def("drain", &PyJob::Drain)
       .def("shutdown", &PyJob::Shutdown)
       .def("plan_dot", &PyJob::PlanDot)
-      .def("plan_text", &PyJob::PlanText);
+      .def("plan_text", &PyJob::PlanText)
+      .def("sbp_summary", &PyJob::SbpSummary);
 
   py::class_<PySession>(m, "Session")
       .def(py::init<>())  // an isolated session (tests); programs use default_session()

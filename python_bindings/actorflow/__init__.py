@@ -3,11 +3,11 @@
     import actorflow as flow
     import actorflow.typing as tp
 """
-import contextlib as _contextlib
 import os as _os
 import types as _types
 
-from . import _C
+from . import _C, _job
+from . import _parallel
 from . import checkpoint, config, data, initializers, layers, optimizer  # noqa: F401
 from . import typing  # noqa: F401
 from . import _losses  # noqa: F401  (adds flow.nn.*_cross_entropy_with_logits, flow.math.abs)
@@ -27,21 +27,10 @@ train = _types.SimpleNamespace(CheckPoint=checkpoint.CheckPoint)
 load_variables = checkpoint.load_variables
 
 
-def _check_placement(device_type, machine_device_ids):
-    ids = machine_device_ids if isinstance(machine_device_ids, (list, tuple)) else [machine_device_ids]
-    if device_type != "cpu" or list(ids) != ["0:0"]:
-        raise ValueError("placement (%r, %r) does not exist here: only ('cpu', '0:0') is available so far"
-                         % (device_type, machine_device_ids))
-
-
-@_contextlib.contextmanager
-def _placement(device_type, machine_device_ids="0:0"):
-    _check_placement(device_type, machine_device_ids)
-    yield
-
-
-scope = _types.SimpleNamespace(placement=_placement, consistent_view=lambda: "consistent",
-                               mirrored_view=lambda: "mirrored")
+scope = _types.SimpleNamespace(placement=_parallel.placement, consistent_view=_parallel.consistent_view,
+                               mirrored_view=_parallel.mirrored_view)
+distribute = _types.SimpleNamespace(split=_parallel.split, broadcast=_parallel.broadcast, auto=_parallel.auto)
+parallel_cast = _parallel.parallel_cast
 
 
 def _watch(blob, handler, diff):
@@ -50,8 +39,28 @@ def _watch(blob, handler, diff):
     if not callable(handler):
         raise TypeError("flow.watch%s: the handler must be callable" % ("_diff" if diff else ""))
     name = ctx.unique(("watch_diff_" if diff else "watch_") + blob.name)
+    if _annotation(handler) in (typing.ListNumpy, typing.ListListNumpy):  # one array per device
+        _job._per_device_check(blob.shape, ctx, "the blob '%s' watched by %r" % (blob.ref, handler))
+        handler = _per_device_handler(handler, ctx.devices, _annotation(handler) is typing.ListListNumpy)
     ctx.builder.add_watch(blob.ref, name, diff, _user_location())
     ctx.watch_handlers[name] = handler
+
+
+def _annotation(handler):
+    """The annotation of a watch handler's first parameter (None when it has none)."""
+    import inspect
+    try:
+        parameters = list(inspect.signature(handler).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    return parameters[0].annotation if parameters else None
+
+
+def _per_device_handler(handler, devices, nested):
+    def per_device(array):
+        parts = _job.per_device(array, devices)
+        handler([[p] for p in parts] if nested else parts)
+    return per_device
 
 
 def watch(blob, handler):

@@ -89,7 +89,7 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None):
 def conv2d_layer(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_format="NCHW", dilation_rate=1,
                  groups=1, activation=None, use_bias=True, kernel_initializer=None, bias_initializer=None,
                  kernel_regularizer=None, bias_regularizer=None, trainable=True, name=None, weight_name=None,
-                 bias_name=None):
+                 bias_name=None, model_distribute=None):
     """flow.layers.conv2d: conv2d over variables "<name>-weight" (filters, C/groups, KH, KW)
     and "<name>-bias" (filters,), then the activation."""
     _check_format(data_format, "layers.conv2d")
@@ -103,12 +103,14 @@ def conv2d_layer(inputs, filters, kernel_size=1, strides=1, padding="VALID", dat
         raise ValueError("layers.conv2d: groups=%d must divide the %d input channels" % (groups, inputs.shape[1]))
     name = layers._layer_name("Conv2d", name)
     kh, kw = _pair(kernel_size, "layers.conv2d kernel_size")
-    weight = layers.variable(weight_name or name + "-weight", (filters, inputs.shape[1] // groups, kh, kw),
-                            inputs.dtype, kernel_initializer or initializers.xavier_uniform_initializer(), trainable)
+    weight_shape = (filters, inputs.shape[1] // groups, kh, kw)
+    weight_hint, bias_hint = layers.model_distribute_hints(model_distribute, "layers.conv2d '%s'" % name, weight_shape)
+    weight = layers.variable(weight_name or name + "-weight", weight_shape, inputs.dtype,
+                             kernel_initializer or initializers.xavier_uniform_initializer(), trainable, weight_hint)
     out = conv2d(inputs, weight, strides, padding, "NCHW", dilation_rate, groups, name=name + "_conv2d")
     if use_bias:
         bias = layers.variable(bias_name or name + "-bias", (filters,), inputs.dtype,
-                               bias_initializer or initializers.zeros_initializer(), trainable)
+                               bias_initializer or initializers.zeros_initializer(), trainable, bias_hint)
         out, activation = layers.bias_add_activation(out, bias, activation, name)
     if activation is not None:
         out = layers.apply_activation(activation, out, name, "layers.conv2d")

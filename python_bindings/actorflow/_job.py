@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 
 from . import _C, _dtypes, _snapshot, _trace_ctx
+from . import config as _config
 from . import typing as tp
 from ._trace_ctx import BlobDef
 
@@ -69,23 +70,24 @@ _warned_config = set()
 
 class FunctionConfig:
     """flow.function_config(): per-job settings. Supported: default_data_type,
-    default_logical_view (consistent only), num_threads, num_workers, register_num, seed / random_seed.
+    default_logical_view (consistent or mirrored), num_threads, num_workers, register_num, seed / random_seed.
     Other OneFlow switches are accepted but not supported yet: each warns once, naming itself."""
 
     def __init__(self):
         self.data_type = _dtypes.float32
-        self.logical_view = "consistent"
+        self.logical_view = None  # not set: a `with flow.scope.*_view()` around the first call, else consistent
         self.options = {}
 
     def default_data_type(self, dtype):
         self.data_type = _dtypes.as_dtype(dtype, "default_data_type")
 
     def default_logical_view(self, view):
-        name = getattr(view, "name", str(view))
-        if "mirrored" in name:
-            raise NotImplementedError("function_config().default_logical_view: the mirrored view is not supported yet "
-                                      "(one device: use the default consistent view)")
-        self.logical_view = name
+        """flow.scope.consistent_view() (the default) or flow.scope.mirrored_view()."""
+        from . import _parallel
+        if not isinstance(view, _parallel.LogicalView):
+            raise TypeError("function_config().default_logical_view: expected flow.scope.consistent_view() or "
+                            "flow.scope.mirrored_view(), got %r" % (view,))
+        self.logical_view = view.name
 
     def num_threads(self, n):
         self.options["num_threads"] = _int_setting(n, "function_config().num_threads", 1)
@@ -127,6 +129,7 @@ class _Result:
         inner = annotation.inner if self.is_async else annotation
         self.blobs = []
         self._ctx = ctx
+        self._devices = ctx.devices if ctx is not None else 1
         self.structure = self._parse(inner, value, job_name)
 
     def _parse(self, annotation, value, job_name):
@@ -140,14 +143,18 @@ class _Result:
                 raise TypeError("job function '%s' is annotated -> None but returns %s" % (job_name, type(value).__name__))
             return None
         origin = _pytyping.get_origin(annotation)
-        if annotation in (tp.Numpy, tp.ListNumpy):
+        if annotation in (tp.Numpy, tp.ListNumpy, tp.ListListNumpy):
             if not isinstance(value, BlobDef):
                 raise TypeError("job function '%s' is annotated -> %s but returns %s" % (
                     job_name, annotation.__name__, type(value).__name__))
             if self._ctx is not None:
                 _trace_ctx.check_blob(value, self._ctx, "the result of job function '%s'" % job_name)
             self.blobs.append(value)
-            return ("list" if annotation is tp.ListNumpy else "blob", len(self.blobs) - 1)
+            if annotation is tp.Numpy:
+                return ("blob", len(self.blobs) - 1)
+            if self._ctx is not None:
+                _per_device_check(value.shape, self._ctx, "the result of job function '%s'" % job_name)
+            return ("list" if annotation is tp.ListNumpy else "list_list", len(self.blobs) - 1)
         if origin is tuple:
             args = _pytyping.get_args(annotation)
             if not isinstance(value, (tuple, list)) or len(value) != len(args):
@@ -168,10 +175,36 @@ class _Result:
         if kind == "blob":
             return arrays[payload]
         if kind == "list":
-            return [arrays[payload]]
+            return per_device(arrays[payload], self._devices)
+        if kind == "list_list":
+            return [[part] for part in per_device(arrays[payload], self._devices)]
         if kind == "tuple":
             return tuple(self.build(arrays, n) for n in payload)
         return {k: self.build(arrays, n) for k, n in payload.items()}
+
+
+def per_device(array, devices):
+    """The parts of a logical array split on axis 0 over `devices` as the compiler splits
+    (balanced: the first size % devices parts get one more row), as views (no copy)."""
+    if devices == 1:
+        return [array]
+    return list(np.array_split(array, devices, axis=0))
+
+
+def _per_device_check(shape, ctx, what):
+    """A value returned per device (tp.ListNumpy results and watch handlers) must be split on
+    its batch axis: axis 0 the size of a placeholder's axis 0. A reduction over the batch
+    (a mean loss) has no per-device values in the consistent machinery: an error, never a
+    silently replicated or wrongly split value."""
+    if ctx.devices == 1:
+        return
+    if not shape or shape[0] not in ctx.batch_sizes:
+        raise ValueError("%s is annotated tp.ListNumpy (one array per device, %d devices) but has shape %s: its axis 0 "
+                         "is not the batch (placeholders have axis 0 of %s). Per-device values of a reduction over the "
+                         "batch are not supported; return the per-sample values (e.g. the loss before reduce_mean) or "
+                         "annotate it tp.Numpy (at %s)" % (what, ctx.devices, tuple(shape),
+                                                           " or ".join(str(b) for b in sorted(ctx.batch_sizes)),
+                                                           _trace_ctx.user_location()))
 
 
 class JobFunction:
@@ -208,6 +241,8 @@ class JobFunction:
                                 % (fn.__name__, self._location, pname))
             self._specs.append((pname, spec))
         self._compiled = None
+        self._builder = None
+        self._devices = 1
         self._result = None
         self._optimizer = None
         self._step = 0  # successful calls (what checkpoints save)
@@ -222,14 +257,33 @@ class JobFunction:
     def _compile(self):
         from . import checkpoint
         from . import config as _config
+        from . import _parallel
         name = self._fn.__name__
+        _config.check_devices(name)
         builder = _C.JobBuilder(name, self._type)
         ctx = _trace_ctx.TraceContext(builder, self._type, name, self._location)
         ctx.default_dtype = self._config.data_type  # function_config().default_data_type(...)
+        settings = _config.settings()
+        ctx.devices = _parallel.device_count("cpu")
+        ctx.logical_view = self._config.logical_view or _parallel.scoped_view() or "consistent"
+        builder.set_job_config(settings["cpu_device_num"], settings["gpu_device_num"], ctx.logical_view)
         blobs = []
         for pname, spec in self._specs:
-            ref = builder.add_input(pname, list(spec.shape), spec.dtype.name, self._location)
-            blobs.append(BlobDef(ref, spec.shape, spec.dtype, ctx))
+            # A list placeholder holds one part per device: the job sees the logical blob (the
+            # parts concatenated on axis 0), split on axis 0 over the devices.
+            shape = spec.shape
+            if spec.kind != "numpy":
+                if not shape:
+                    raise ValueError("job function '%s' at %s: parameter '%s' is a list placeholder (one part per "
+                                     "device, split on axis 0) and needs a shape of rank >= 1, got ()" % (
+                                         name, self._location, pname))
+                shape = (shape[0] * ctx.devices,) + tuple(shape[1:])
+            ref = builder.add_input(pname, list(shape), spec.dtype.name, self._location)
+            if spec.kind != "numpy":
+                builder.set_output_sbp(ref, "split", 0)
+            if shape:
+                ctx.batch_sizes.add(shape[0])
+            blobs.append(BlobDef(ref, shape, spec.dtype, ctx))
         seed = self._config.options.get("seed")
         if seed is not None:  # config.seed(n): this job's new variables initialize reproducibly
             from . import initializers
@@ -253,6 +307,7 @@ class JobFunction:
                 if from_checkpoint:
                     checkpoint._pending.setdefault(var_name, var_value)
             raise _with_location(error, _trace_ctx.traceback_location(error.__traceback__) or self._location)
+        self._builder = builder  # job_text() shows the last trace, also when it does not compile
         session = _C.default_session()
         existing = set(session.variable_names())
         try:
@@ -278,6 +333,7 @@ class JobFunction:
         for handler_name, fn in ctx.watch_handlers.items():
             compiled.set_watch_handler(handler_name, _snapshot.as_callback(fn))
         self._input_descs = compiled.input_descs
+        self._devices = ctx.devices
         self._result = result
         self._optimizer = ctx.optimizer
         self._compiled = compiled  # last: other threads take a non-None _compiled as ready
@@ -297,11 +353,9 @@ class JobFunction:
     def _feeds(self, args):
         feeds = []
         for (pname, spec), value in zip(self._specs, args):
-            if spec.kind == "list_numpy":
-                if not isinstance(value, (list, tuple)) or len(value) != 1:
-                    raise TypeError("argument '%s' is a tp.ListNumpy.Placeholder: pass a list with one array per device "
-                                    "(one device here), got %s" % (pname, type(value).__name__))
-                value = value[0]
+            if spec.kind != "numpy":
+                feeds.append(self._list_feed(pname, spec, value))
+                continue
             if not isinstance(value, np.ndarray):
                 raise TypeError("argument '%s' must be a numpy.ndarray of shape %s and dtype %s, got %s" % (
                     pname, spec.shape, spec.dtype.name, type(value).__name__))
@@ -312,6 +366,61 @@ class JobFunction:
             # np.ascontiguousarray would turn a 0-d array into shape (1,)
             feeds.append(value if value.flags.c_contiguous else np.array(value, order="C"))
         return feeds
+
+    def _list_feed(self, pname, spec, value):
+        """The logical input of a list placeholder: each device's array copied once into its
+        slice of one buffer (np.concatenate, casting on the way when the dtype differs)."""
+        devices = self._devices
+        listlist = spec.kind == "list_list_numpy"
+        what = "tp.ListListNumpy" if listlist else "tp.ListNumpy"
+        if not isinstance(value, (list, tuple)) or len(value) != devices:
+            raise TypeError("argument '%s' is a %s.Placeholder: pass a list with one %s per device (%d devices), "
+                            "got %s" % (pname, what, "list of arrays" if listlist else "array", devices,
+                                        "a list of %d" % len(value) if isinstance(value, (list, tuple))
+                                        else type(value).__name__))
+        parts = []
+        for device, item in enumerate(value):
+            pieces = item if listlist else [item]
+            if listlist and (not isinstance(item, (list, tuple)) or not item):
+                raise TypeError("argument '%s' device %d: a tp.ListListNumpy.Placeholder takes a non-empty list of "
+                                "arrays per device, got %r" % (pname, device, type(item).__name__))
+            rows = 0
+            for piece in pieces:
+                if not isinstance(piece, np.ndarray):
+                    raise TypeError("argument '%s' device %d must be a numpy.ndarray of shape %s and dtype %s, got %s"
+                                    % (pname, device, spec.shape, spec.dtype.name, type(piece).__name__))
+                if piece.ndim != len(spec.shape) or piece.shape[1:] != spec.shape[1:]:
+                    raise ValueError("argument '%s' device %d must have shape %s, got %s" % (
+                        pname, device, spec.shape, piece.shape))
+                rows += piece.shape[0]
+            if rows != spec.shape[0]:
+                got = (rows,) + spec.shape[1:]
+                if rows < spec.shape[0]:
+                    raise ValueError("argument '%s' device %d has shape %s, smaller than the placeholder's %s along "
+                                     "axis 0: per-device arrays smaller than the placeholder (dynamic lists) are not "
+                                     "supported yet; pass exactly %d rows per device" % (
+                                         pname, device, got, spec.shape, spec.shape[0]))
+                raise ValueError("argument '%s' device %d must have shape %s, got %s" % (
+                    pname, device, spec.shape, got))
+            for piece in pieces:
+                if piece.dtype != spec.dtype.numpy:
+                    piece = _cast_input(piece, spec.dtype, pname)
+                parts.append(piece)
+        if len(parts) == 1:
+            return parts[0] if parts[0].flags.c_contiguous else np.array(parts[0], order="C")
+        return np.concatenate(parts, axis=0)
+
+    def sbp_summary(self):
+        """What the compiler chose, one line per op: "name (type) on cpu 0:0,0:1: S(0),B->S(0)
+        @ file:line" (input layouts -> output layouts; "boxing" ops are the transfers it
+        inserted); None before the first call."""
+        return None if self._compiled is None else self._compiled.sbp_summary()
+
+    def job_text(self):
+        """The job as last traced (graph/proto/job.proto, text format): ops, placements, layout
+        hints and the device config; None before the first call. Also after a trace that did
+        not compile, to see what was recorded."""
+        return None if self._builder is None else self._builder.to_job_text()
 
     def _bind(self, args, kwargs):
         try:
@@ -428,7 +537,21 @@ def _cast_input(value, dtype, pname):
     return cast
 
 
+_warned_positional_config = [False]
+
+
 def global_function(type="predict", function_config=None):  # noqa: A002 (OneFlow's argument name)
+    """@flow.global_function(type="train", function_config=config). OneFlow 0.4 also took the
+    config as the first positional argument, with a deprecation warning; so does this (once)."""
+    if isinstance(type, FunctionConfig):
+        if function_config is not None:
+            raise TypeError("global_function: function_config given twice (positionally and by keyword)")
+        if not _warned_positional_config[0]:
+            _warned_positional_config[0] = True
+            warnings.warn("flow.global_function(config) is deprecated: write "
+                          "flow.global_function(type=..., function_config=config)", FutureWarning, stacklevel=2)
+        type, function_config = "predict", type  # noqa: A001
+
     def decorator(fn):
         return JobFunction(fn, type, function_config)
     return decorator

@@ -64,7 +64,10 @@ class TraceContext:
         self.watch_handlers = {}
         self.optimizer = None
         self.optimizer_location = ""
-        self.placement = ("cpu", "0:0")
+        self.placement = None  # (device_type, ids) of the innermost flow.scope.placement; None: all devices
+        self.devices = 1  # CPU devices of the config: the parts of a tp.ListNumpy placeholder or result
+        self.batch_sizes = set()  # axis 0 of the placeholders (logical), for per-device results
+        self.logical_view = "consistent"
         self.default_dtype = _dtypes.float32
         # Variables this trace declares that the session does not hold yet: name -> (shape,
         # dtype, initial value, value came from checkpoint.load_variables). They are created

@@ -2,7 +2,14 @@
 import errno
 import os
 
-_settings = {"trace_path": os.environ.get("ACTORFLOW_TRACE", ""), "num_threads": 0}
+_settings = {"trace_path": os.environ.get("ACTORFLOW_TRACE", ""), "num_threads": 0, "cpu_device_num": 0,
+             "gpu_device_num": 0}
+_noted = set()  # switches that print their one-time note
+
+
+def settings():
+    """The current settings (read-only by convention)."""
+    return _settings
 
 
 def _int_setting(value, what, minimum, maximum=None):
@@ -72,13 +79,48 @@ def num_threads(n):
 
 
 def cpu_device_num(n):
-    if _int_setting(n, "flow.config.cpu_device_num", 0) != 1:
-        raise ValueError("cpu_device_num(%d): only one CPU device is supported so far" % n)
+    """CPU devices of the jobs compiled after this call (OneFlow's cpu_device_num): each job's
+    ops run on all of them unless a flow.scope.placement says otherwise, and the thread budget
+    (num_threads) is shared between them. 0 (the default) means one device."""
+    _settings["cpu_device_num"] = _int_setting(n, "flow.config.cpu_device_num", 0, 4096)
 
 
 def gpu_device_num(n):
-    if _int_setting(n, "flow.config.gpu_device_num", 0) != 0:
-        raise ValueError("gpu_device_num(%d): GPU devices are not supported yet (CPU only)" % n)
+    """GPU devices of the jobs compiled after this call. actorflow runs jobs on CPU devices
+    only so far: a job compiled with gpu_device_num(n > 0) fails at its first call, naming
+    cpu_device_num(n) as the CPU equivalent."""
+    _settings["gpu_device_num"] = _int_setting(n, "flow.config.gpu_device_num", 0, 4096)
+
+
+def check_devices(job_name):
+    """At a job's first call: a RuntimeError unless the configured devices can run it."""
+    gpus = _settings["gpu_device_num"]
+    if gpus:
+        raise RuntimeError(
+            "job '%s': flow.config.gpu_device_num(%d) asks for %d GPU device(s), but no usable GPU is available: "
+            "actorflow runs jobs on CPU devices only so far. Use flow.config.cpu_device_num(%d) for %d CPU devices "
+            "(and flow.config.gpu_device_num(0))" % (job_name, gpus, gpus, gpus, gpus))
+
+
+def enable_legacy_model_io(enabled=True):
+    """Accepted for OneFlow programs. actorflow has one checkpoint format (flow.checkpoint,
+    flow.train.CheckPoint), whatever this says, so it has no effect (noted once)."""
+    _note_once("enable_legacy_model_io", "flow.config.enable_legacy_model_io(%r) has no effect: actorflow has one "
+               "checkpoint format (flow.train.CheckPoint / flow.checkpoint)" % (bool(enabled),))
+
+
+def enable_debug_mode(enabled=True):
+    """Accepted for OneFlow programs; has no effect (noted once). To see what the compiler
+    did, use compile's DOT dumps and flow.config.enable_trace (README, "Parallelism")."""
+    _note_once("enable_debug_mode", "flow.config.enable_debug_mode(%r) has no effect; see the README "
+               "(\"Parallelism\") for the DOT dumps and traces that show what the compiler did" % (bool(enabled),))
+
+
+def _note_once(key, message):
+    if key not in _noted:
+        _noted.add(key)
+        import warnings
+        warnings.warn(message, UserWarning, stacklevel=3)
 
 
 def machine_num(n):

@@ -2,7 +2,7 @@
 "hidden-weight" (units, in) and "hidden-bias" (units,)."""
 import numpy as np
 
-from . import _C, _dtypes, checkpoint, initializers, ops
+from . import _C, _dtypes, _parallel, checkpoint, initializers, ops
 from ._trace_ctx import BlobDef, add_op, current, user_location
 
 
@@ -21,15 +21,17 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
     if initializer is not None and not callable(initializer):
         raise TypeError("get_variable('%s'): initializer must be an initializer (e.g. flow.zeros_initializer()), got %r"
                         % (name, initializer))
-    not_supported("get_variable", regularizer=regularizer, model_name=model_name, distribute=distribute,
-                  random_seed=random_seed)
+    not_supported("get_variable", regularizer=regularizer, model_name=model_name, random_seed=random_seed)
     if reuse is not True:
         not_supported("get_variable", reuse=reuse)
-    return variable(name, shape, dtype, initializer, trainable)
+    distribute = _parallel.check_distribute(distribute, "get_variable('%s') distribute" % name, shape)
+    return variable(name, shape, dtype, initializer, trainable, distribute)
 
 
-def variable(name, shape, dtype, initializer, trainable):
-    """get_variable for the layers: shape a tuple of ints, dtype a DType (already checked)."""
+def variable(name, shape, dtype, initializer, trainable, distribute=None):
+    """get_variable for the layers: shape a tuple of ints, dtype a DType (already checked),
+    distribute a checked flow.distribute value or None (the compiler chooses: broadcast for
+    data parallelism). Checkpoints hold the whole (logical) value whatever the layout."""
     ctx = current("flow.get_variable")
     session = _C.default_session()
     declared = ctx.new_variables.get(name)
@@ -49,7 +51,21 @@ def variable(name, shape, dtype, initializer, trainable):
             value = (initializer or initializers.zeros_initializer())(shape, dtype.numpy)
         ctx.new_variables[name] = (shape, dtype.numpy, value, from_checkpoint)
     ref = ctx.builder.add_variable(name, list(shape), dtype.name, user_location(), bool(trainable))
+    _parallel.record_hint(ctx, ref, distribute)
     return BlobDef(ref, shape, dtype, ctx)
+
+
+def model_distribute_hints(model_distribute, what, weight_shape):
+    """(weight hint, bias hint) of a layer's model_distribute, OneFlow's meaning: the layout
+    of the weight. The weight is stored (units|filters, in, ...) as in OneFlow, so split(0)
+    splits the output features (the bias, of shape (units,), splits with them) and split(1)
+    the input features (the bias is then whole on every device)."""
+    hint = _parallel.check_distribute(model_distribute, "%s model_distribute" % what, weight_shape)
+    if hint is None:
+        return None, None
+    if hint.kind == "split" and hint.axis == 0:
+        return hint, hint
+    return hint, _parallel.broadcast()
 
 
 def positive_int(value, what):
@@ -109,18 +125,20 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
         raise ValueError("dense '%s': inputs must be a Blob of rank >= 2 (batch, ..., features), got %r" % (name, inputs))
     units = positive_int(units, "dense units")
     activation = check_activation(activation, "dense")
-    not_supported("dense", kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
-                  model_distribute=model_distribute)
+    not_supported("dense", kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer)
+    in_features = inputs.shape[-1]
+    weight_hint, bias_hint = model_distribute_hints(model_distribute, "dense '%s'" % (name or "dense"),
+                                                    (units, in_features))
     name = _layer_name("dense", name)
     leading = list(inputs.shape[:-1])
     if len(inputs.shape) > 2:  # OneFlow folds the leading axes into the batch
         inputs = ops.reshape(inputs, [-1, inputs.shape[-1]], name=name + "_flatten")
     weight = variable(name + "-weight", (units, inputs.shape[1]), inputs.dtype,
-                          kernel_initializer or initializers.xavier_uniform_initializer(), trainable)
+                      kernel_initializer or initializers.xavier_uniform_initializer(), trainable, weight_hint)
     out = ops.matmul(inputs, weight, transpose_b=True, name=name + "_matmul")
     if use_bias:
         bias = variable(name + "-bias", (units,), inputs.dtype, bias_initializer or initializers.zeros_initializer(),
-                            trainable)
+                        trainable, bias_hint)
         out, activation = bias_add_activation(out, bias, activation, name)
     if activation is not None:
         out = apply_activation(activation, out, name, "dense")

@@ -100,9 +100,17 @@ def test_seed_in_function_config_reproduces_initialization():
 
 
 def test_config_errors_are_clear():
-    with pytest.raises(ValueError, match="gpu_device_num"):
-        flow.config.gpu_device_num(1)
+    flow.config.gpu_device_num(1)  # recorded; no GPU runtime: the first job call says so
+
+    @flow.global_function()
+    def on_gpus(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return x * 2.0
+
+    for _ in range(2):  # and again at the next call: nothing half-compiled stays
+        with pytest.raises(RuntimeError, match=r"gpu_device_num\(1\).*no usable GPU.*cpu_device_num\(1\)"):
+            on_gpus(np.ones(2, np.float32))
     flow.config.gpu_device_num(0)
+    assert on_gpus(np.ones(2, np.float32)).tolist() == [2.0, 2.0]
     flow.config.cpu_device_num(1)
     with pytest.raises(ValueError, match="placement.*gpu"):
         with flow.scope.placement("gpu", "0:0"):

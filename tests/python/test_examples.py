@@ -14,8 +14,8 @@ EXAMPLES = os.path.join(ROOT, "examples")
 MNIST = "/usr/share/datasets/fashion-mnist"
 
 
-def run_example(name, tmp_path, timeout=120):
-    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)], cwd=tmp_path, env=dict(os.environ),
+def run_example(name, tmp_path, timeout=120, **env):
+    result = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)], cwd=tmp_path, env=dict(os.environ, **env),
                             capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, "%s failed:\n%s\n%s" % (name, result.stdout[-3000:], result.stderr[-3000:])
     return result.stdout
@@ -60,3 +60,23 @@ def test_lenet_example_learns_in_a_few_steps():
     variables = flow.get_all_variables()
     assert variables["conv1-weight"].shape == (32, 1, 5, 5) and variables["conv2-weight"].shape == (64, 32, 5, 5)
     assert variables["dense1-weight"].shape == (512, 64 * 7 * 7)
+
+
+def _losses(out):
+    return [float(v) for v in re.findall(r"step \d+: loss ([0-9.]+)", out)]
+
+
+@pytest.mark.skipif(not os.path.isdir(MNIST), reason="needs Debian's dataset-fashion-mnist")
+@pytest.mark.parametrize("name", ["consistent_data_parallel.py", "hybrid_parallel.py", "mirrored.py"])
+def test_parallel_examples_match_one_device(name, tmp_path):
+    """Each parallel example, a few steps on 2 devices, prints the losses of the same program
+    on 1 device (the printed 4 decimals)."""
+    two = run_example(os.path.join("parallel", name), tmp_path, STEPS="6", DEVICES="2")
+    one = run_example(os.path.join("parallel", name), tmp_path, STEPS="6", DEVICES="1")
+    assert len(_losses(two)) == 2 and all(np.isfinite(_losses(two)))
+    np.testing.assert_allclose(_losses(two), _losses(one), atol=2e-4)
+    if name == "mirrored.py":
+        assert len(re.findall(r"per device: [0-9.]+, [0-9.]+\)", two)) == 2
+    if name == "hybrid_parallel.py":
+        assert "output-weight (logical, whole): (10, 512)" in two
+        assert re.search(r"layout: hidden_matmul \(matmul\) on cpu 0:0,0:1: S\(0\),B", two), two

@@ -262,7 +262,7 @@ def trace_one(body, job_type="predict"):
     (dict(units=0), ValueError, "units"),
     (dict(units=True), TypeError, "units"),
     (dict(units=4, kernel_regularizer=object()), NotImplementedError, "kernel_regularizer"),
-    (dict(units=4, model_distribute="split"), NotImplementedError, "model_distribute"),
+    (dict(units=4, model_distribute="split"), TypeError, "model_distribute"),
 ])
 def test_dense_arguments_are_checked(kwargs, error, text):
     with pytest.raises(error, match=text) as raised:
@@ -409,7 +409,9 @@ def test_failed_trace_keeps_values_loaded_for_its_variables():
     (lambda: flow.function_config().register_num(0), ValueError),
     (lambda: flow.function_config().num_threads(-3), ValueError),
     (lambda: flow.function_config().seed("7"), TypeError),
-    (lambda: flow.function_config().default_logical_view(flow.scope.mirrored_view()), NotImplementedError),
+    (lambda: flow.function_config().default_logical_view("mirrored"), TypeError),
+    (lambda: flow.config.cpu_device_num(-1), ValueError),
+    (lambda: flow.config.gpu_device_num(1.0), TypeError),
 ])
 def test_config_values_are_checked(call, error):
     with pytest.raises(error):
