@@ -119,9 +119,9 @@ TEST(ParallelPassesTest, InPlaceWriterFollowsReadersOnOtherDevices) {
 TEST(ParallelPassesTest, PlacementErrorsNameOpPlacementAndLine) {
   JobBuilder b = ValueOrDie(JobBuilder::Create("placed", "predict"));
   AF_ASSERT_OK(b.SetDeviceNum(2));
-  for (const std::string& bad : {"0:2", "1:0", "0:1-0", "0:x", "00", "0:0,0:0"}) {
+  for (const char* bad : {"0:2", "1:0", "0:1-0", "0:x", "00", "0:0,0:0"}) {
     Placement p{"cpu", {bad}};
-    if (bad == "0:0,0:0") p.machine_device_ids = {"0:0", "0:0"};
+    if (std::string(bad) == "0:0,0:0") p.machine_device_ids = {"0:0", "0:0"};
     Status s = b.SetPlacement(p);
     EXPECT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.message().find("placement '"), std::string::npos) << s.message();
