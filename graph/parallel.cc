@@ -12,6 +12,9 @@ namespace actorflow {
 namespace graph {
 namespace {
 
+// Added to the cost of a candidate that boxes a user-hinted blob into another layout.
+constexpr double kHintedLayoutPenalty = 1e18;
+
 std::string Where(const Node& n) {
   return "op '" + n.name + "' (" + n.type + ") at " + (n.location.empty() ? "<unknown>" : n.location);
 }
@@ -225,7 +228,14 @@ class SbpPass : public Pass {
       for (size_t i = 0; i < inputs.size(); ++i) {
         const Node& p = *producers[i];
         const Sbp from = p.output_sbp.empty() ? Sbp::Broadcast() : p.output_sbp[producer_outputs[i]];
-        cost += CopyCost(p.devices, from, n.devices, inputs[i], static_cast<double>(context.inputs[i].byte_size()));
+        const double bytes = static_cast<double>(context.inputs[i].byte_size());
+        const double copy = CopyCost(p.devices, from, n.devices, inputs[i], bytes);
+        // A layout the user asked for (model_distribute, distribute=, parallel_cast) is what
+        // its readers compute with wherever one of their signatures can: boxing it away costs
+        // more than any copy, so a candidate that keeps it always wins.
+        const int k = producer_outputs[i];
+        const bool hinted = k < static_cast<int>(p.output_sbp_hints.size()) && p.output_sbp_hints[k].has_value();
+        cost += copy > 0 && hinted ? copy + kHintedLayoutPenalty : copy;
       }
       // Outputs whose readers' layouts are known already (updates and sinks: whole on one
       // device) count too: a weight gradient reduced from partial sums can cost more than
