@@ -123,9 +123,7 @@ class AutodiffPass : public Pass {
       for (size_t k = 0; k < n.output_names.size(); ++k) needs_grad[i] = needs_grad[i] || watch_refs.count(n.output_ref(k));
     }
     for (const auto& v : selected) {
-      bool found = false;
-      for (const Node& n : graph.nodes()) found |= n.kind == NodeKind::kVariable && n.variable_name == v;
-      if (!found) return InvalidArgument("optimizer variable '" + v + "' is not used by job '" + graph.job_name() + "'");
+      if (graph.FindVariable(v) == nullptr) return InvalidArgument("optimizer variable '" + v + "' is not used by job '" + graph.job_name() + "'");
     }
 
     // OneFlow's loss semantics: each loss's gradient starts as ones (so watch_diff shows the

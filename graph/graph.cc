@@ -86,6 +86,8 @@ Graph& Graph::operator=(const Graph& other) {
   device_num_ = other.device_num_;
   nodes_ = other.nodes_;
   index_ = other.index_;
+  variable_index_ = other.variable_index_;
+  next_suffix_.clear();
   feeds_ = other.feeds_;
   outputs_ = other.outputs_;
   watches_ = other.watches_;
@@ -124,14 +126,31 @@ StatusOr<TensorDesc> Graph::Desc(const std::string& ref) const {
 
 std::string Graph::UniqueName(const std::string& base) const {
   if (!index_.count(base)) return base;
-  for (int i = 1;; ++i) {
+  int& next = next_suffix_[base];
+  for (int i = std::max(next, 1);; ++i) {
     std::string candidate = base + "_" + std::to_string(i);
-    if (!index_.count(candidate)) return candidate;
+    if (!index_.count(candidate)) {
+      next = i;
+      return candidate;
+    }
   }
+}
+
+const Node* Graph::FindVariable(const std::string& variable_name) const {
+  // Every node enters through Append, so a name missing from the index is no variable's.
+  auto it = variable_index_.find(variable_name);
+  if (it == variable_index_.end()) return nullptr;
+  const Node* node = FindNode(it->second);
+  if (node != nullptr && node->kind == NodeKind::kVariable && node->variable_name == variable_name) return node;
+  // A pass rewrote the indexed node in place: the slow, always right answer.
+  for (const Node& n : nodes_)
+    if (n.kind == NodeKind::kVariable && n.variable_name == variable_name) return &n;
+  return nullptr;
 }
 
 Node& Graph::Append(Node node) {
   if (index_.count(node.name)) throw std::logic_error("graph: duplicate node name " + node.name);
+  if (node.kind == NodeKind::kVariable) variable_index_.emplace(node.variable_name, node.name);
   index_[node.name] = nodes_.size();
   nodes_.push_back(std::move(node));
   return nodes_.back();
@@ -151,7 +170,12 @@ void Graph::Retain(const std::vector<bool>& keep) {
     if (keep[i]) kept.push_back(std::move(nodes_[i]));
   nodes_ = std::move(kept);
   index_.clear();
-  for (size_t i = 0; i < nodes_.size(); ++i) index_[nodes_[i].name] = i;
+  variable_index_.clear();
+  next_suffix_.clear();  // names may have been freed
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    index_[nodes_[i].name] = i;
+    if (nodes_[i].kind == NodeKind::kVariable) variable_index_.emplace(nodes_[i].variable_name, nodes_[i].name);
+  }
   for (Node& n : nodes_) {
     std::vector<std::string> control;
     for (auto& c : n.control_inputs)

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/status.h"
@@ -110,8 +111,12 @@ class Graph {
   StatusOr<std::pair<const Node*, int>> Resolve(const std::string& ref) const;
   StatusOr<TensorDesc> Desc(const std::string& ref) const;
 
-  // `base`, or base_1, base_2, ... if taken (OneFlow's convention for repeated names).
+  // `base`, or base_1, base_2, ... (the first free one) if taken (OneFlow's convention for
+  // repeated names). Amortized O(1) per name: the suffix search resumes where it last stopped
+  // (names are only added between Retain calls, which forget that).
   std::string UniqueName(const std::string& base) const;
+  // The kVariable node holding session variable `variable_name` (the first), or nullptr.
+  const Node* FindVariable(const std::string& variable_name) const;
   // Appends a node whose name is already unique and whose inputs exist (CHECKed).
   Node& Append(Node node);
   // Moves node `name` to just after node `after` (both must exist, `name` after `after`); the
@@ -157,7 +162,11 @@ class Graph {
   std::string job_type_ = "predict";
   int device_num_ = 1;
   std::vector<Node> nodes_;
-  std::map<std::string, size_t> index_;
+  std::unordered_map<std::string, size_t> index_;
+  // variable_name -> name of its first kVariable node (rebuilt by Retain; checked on use).
+  std::unordered_map<std::string, std::string> variable_index_;
+  // base -> the smallest suffix UniqueName has not yet seen taken (see UniqueName).
+  mutable std::unordered_map<std::string, int> next_suffix_;
   std::vector<std::string> feeds_;
   std::vector<std::string> outputs_;
   std::vector<Watch> watches_;

@@ -83,12 +83,11 @@ StatusOr<std::string> JobBuilder::AddVariable(const std::string& name, const Sha
   if (name.empty()) return InvalidArgument("variable at " + location + ": empty name");
   AF_RETURN_IF_ERROR(CheckShape(shape, "variable '" + name + "' at " + location));
   TensorDesc desc{shape, dtype};
-  for (const Node& n : graph_.nodes()) {
-    if (n.kind != NodeKind::kVariable || n.variable_name != name) continue;
-    if (n.output_descs[0] != desc)
+  if (const Node* n = graph_.FindVariable(name)) {
+    if (n->output_descs[0] != desc)
       return InvalidArgument("variable '" + name + "' at " + location + ": declared as " + desc.ToString() +
-                             " but already declared as " + n.output_descs[0].ToString() + " at " + n.location);
-    return n.output_ref(0);
+                             " but already declared as " + n->output_descs[0].ToString() + " at " + n->location);
+    return n->output_ref(0);
   }
   Node node;
   node.name = graph_.UniqueName(name);

@@ -1,10 +1,12 @@
 // Ordering and pruning passes, the pipeline driver, and lowering of a Graph to a plan::Plan.
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "graph/attr_convert.h"
 #include "graph/passes.h"
@@ -16,22 +18,37 @@ namespace {
 
 std::string ProducerOf(const std::string& ref) { return SplitRef(ref).value().first; }
 
-// Names of the nodes `name` depends on (data and control), itself excluded.
-std::set<std::string> Ancestors(const Graph& graph, const std::string& name) {
-  std::set<std::string> seen;
-  std::vector<std::string> stack = {name};
-  while (!stack.empty()) {
-    const Node* n = graph.FindNode(stack.back());
-    stack.pop_back();
-    if (!n) continue;
-    auto visit = [&](const std::string& p) {
-      if (seen.insert(p).second) stack.push_back(p);
-    };
-    for (const auto& in : n->inputs) visit(ProducerOf(in));
-    for (const auto& c : n->control_inputs) visit(c);
+// Which of a chosen set of nodes (the candidates: readers of in-place-written blobs) each node
+// depends on, transitively through data and control edges: one bit per candidate per node,
+// filled in one sweep in topological order. Time O(edges x candidates / 64), memory O(nodes x
+// candidates / 8): a word operation per edge and 64 candidates instead of a search per writer.
+class CandidateAncestors {
+ public:
+  CandidateAncestors(size_t nodes, const std::vector<int>& candidates)
+      : words_((candidates.size() + 63) / 64), bits_(nodes * words_, 0), bit_of_(nodes, -1) {
+    for (int c : candidates)
+      if (bit_of_[c] < 0) bit_of_[c] = next_bit_++;
   }
-  return seen;
-}
+  // node's ancestors += from and from's ancestors.
+  void Merge(size_t node, size_t from) {
+    uint64_t* to = &bits_[node * words_];
+    const uint64_t* source = &bits_[from * words_];
+    for (size_t w = 0; w < words_; ++w) to[w] |= source[w];
+    const int bit = bit_of_[from];
+    if (bit >= 0) to[bit / 64] |= uint64_t{1} << (bit % 64);
+  }
+  // Whether `candidate` (one of the constructor's) is an ancestor of `node`.
+  bool Has(size_t node, size_t candidate) const {
+    const int bit = bit_of_[candidate];
+    return bit >= 0 && (bits_[node * words_ + bit / 64] >> (bit % 64) & 1) != 0;
+  }
+
+ private:
+  size_t words_;
+  std::vector<uint64_t> bits_;
+  std::vector<int> bit_of_;
+  int next_bit_ = 0;
+};
 
 // Refs some op writes in place (variables under an optimizer, batch-norm moving statistics).
 std::set<std::string> InPlaceWrittenRefs(const Graph& graph) {
@@ -74,25 +91,46 @@ class OrderingPass : public Pass {
   std::string name() const override { return "ordering"; }
   Status Run(Graph& graph) override {
     AF_RETURN_IF_ERROR(SnapshotSinkReads(graph));
-    for (size_t m = 0; m < graph.nodes().size(); ++m) {
-      if (graph.nodes()[m].mutable_inputs.empty()) continue;
-      std::set<std::string> ancestors = Ancestors(graph, graph.nodes()[m].name);
-      std::vector<std::string> control;
-      for (int k : graph.nodes()[m].mutable_inputs) {
-        const std::string& ref = graph.nodes()[m].inputs.at(k);
-        // Every other reader placed before the writer (readers after it in topological order
-        // consume what it wrote) and not already ordered before it by data edges.
-        for (size_t r = 0; r < m; ++r) {
-          const Node& reader = graph.nodes()[r];
-          bool reads = false;
-          for (const auto& in : reader.inputs) reads |= in == ref;
-          if (reads && !ancestors.count(reader.name)) {
-            control.push_back(reader.name);
-            ancestors.insert(reader.name);
-          }
-        }
+    const std::vector<Node>& nodes = graph.nodes();
+    std::unordered_map<std::string, int> index;
+    for (size_t i = 0; i < nodes.size(); ++i) index.emplace(nodes[i].name, static_cast<int>(i));
+    // Readers (ascending, each once) of every ref some op writes in place.
+    std::unordered_map<std::string, std::vector<int>> readers;
+    for (const Node& n : nodes)
+      for (int m : n.mutable_inputs)
+        if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) readers.emplace(n.inputs[m], std::vector<int>{});
+    std::vector<int> candidates;
+    for (size_t r = 0; r < nodes.size(); ++r)
+      for (const auto& in : nodes[r].inputs) {
+        auto it = readers.find(in);
+        if (it == readers.end() || (!it->second.empty() && it->second.back() == static_cast<int>(r))) continue;
+        it->second.push_back(static_cast<int>(r));
+        candidates.push_back(static_cast<int>(r));
       }
-      for (auto& c : control) graph.mutable_nodes()[m].control_inputs.push_back(c);
+    CandidateAncestors ancestors(nodes.size(), candidates);
+    auto producer_index = [&](const std::string& name) {
+      auto it = index.find(name);
+      return it == index.end() ? -1 : it->second;
+    };
+    for (size_t m = 0; m < nodes.size(); ++m) {
+      for (const auto& in : nodes[m].inputs)
+        if (int p = producer_index(ProducerOf(in)); p >= 0) ancestors.Merge(m, static_cast<size_t>(p));
+      for (const auto& c : nodes[m].control_inputs)
+        if (int p = producer_index(c); p >= 0) ancestors.Merge(m, static_cast<size_t>(p));
+      if (nodes[m].mutable_inputs.empty()) continue;
+      // Every other reader placed before the writer (readers after it in topological order
+      // consume what it wrote) and not already ordered before it by data or control edges.
+      std::vector<int> control;
+      for (int k : nodes[m].mutable_inputs)
+        for (int r : readers.at(nodes[m].inputs.at(k))) {
+          if (r >= static_cast<int>(m)) break;
+          if (ancestors.Has(m, r) || std::find(control.begin(), control.end(), r) != control.end()) continue;
+          control.push_back(r);
+        }
+      for (int r : control) {
+        graph.mutable_nodes()[m].control_inputs.push_back(nodes[r].name);
+        ancestors.Merge(m, static_cast<size_t>(r));
+      }
     }
     return Status::Ok();
   }
@@ -148,6 +186,32 @@ plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
   return blob;
 }
 
+// Readers of the registers some task writes in place: (producer task, register) -> the
+// (task, input index) pairs reading it by data edges, ascending. Also the reading tasks.
+struct WrittenRegisterReaders {
+  std::map<std::pair<int64_t, int>, std::vector<std::pair<int, int>>> readers;
+  std::vector<int> tasks;
+};
+WrittenRegisterReaders ReadersOfWrittenRegisters(const plan::Plan& plan) {
+  WrittenRegisterReaders result;
+  for (const plan::Task& t : plan.tasks())
+    for (int m : t.mutable_inputs())
+      if (m >= 0 && m < t.inputs_size())
+        result.readers.emplace(std::make_pair(t.inputs(m).producer_task_id(), t.inputs(m).producer_register()),
+                               std::vector<std::pair<int, int>>{});
+  if (result.readers.empty()) return result;
+  for (int t = 0; t < plan.tasks_size(); ++t)
+    for (int i = 0; i < plan.tasks(t).inputs_size(); ++i) {
+      const plan::InputDesc& in = plan.tasks(t).inputs(i);
+      if (in.control()) continue;
+      auto it = result.readers.find({in.producer_task_id(), in.producer_register()});
+      if (it == result.readers.end()) continue;
+      it->second.emplace_back(t, i);
+      if (result.tasks.empty() || result.tasks.back() != t) result.tasks.push_back(t);
+    }
+  return result;
+}
+
 // Each in-place writer runs after every task reading the register it writes, in the same
 // iteration. The ordering pass guarantees it for one device; spread over several, readers on
 // other devices (a boxing slicing a variable, another device's matmul reading the shared
@@ -155,26 +219,21 @@ plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
 template <typename AddControl>
 void OrderInPlaceWriters(plan::Plan& plan, AddControl add_control) {
   const int n = plan.tasks_size();
-  std::vector<std::vector<bool>> ancestors(n, std::vector<bool>(n, false));
+  const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
+  if (written.readers.empty()) return;
+  CandidateAncestors ancestors(static_cast<size_t>(n), written.tasks);
   for (int t = 0; t < n; ++t) {
-    auto merge = [&](int64_t p) {
-      ancestors[t][p] = true;
-      for (int a = 0; a < p; ++a)
-        if (ancestors[p][a]) ancestors[t][a] = true;
-    };
-    for (const plan::InputDesc& in : plan.tasks(t).inputs()) merge(in.producer_task_id());
+    for (const plan::InputDesc& in : plan.tasks(t).inputs())
+      ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(in.producer_task_id()));
     std::vector<std::pair<int64_t, int>> targets;
     for (int m : plan.tasks(t).mutable_inputs())
       targets.emplace_back(plan.tasks(t).inputs(m).producer_task_id(), plan.tasks(t).inputs(m).producer_register());
-    for (const auto& [producer, register_index] : targets)
-      for (int r = 0; r < t; ++r) {
-        if (ancestors[t][r]) continue;
-        bool reads = false;
-        for (const plan::InputDesc& in : plan.tasks(r).inputs())
-          reads |= !in.control() && in.producer_task_id() == producer && in.producer_register() == register_index;
-        if (!reads) continue;
+    for (const auto& target : targets)
+      for (const auto& [r, input] : written.readers.at(target)) {
+        if (r >= t) break;
+        if (ancestors.Has(static_cast<size_t>(t), static_cast<size_t>(r))) continue;
         add_control(plan.mutable_tasks(t), r);
-        merge(r);
+        ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(r));
       }
   }
 }
@@ -183,43 +242,41 @@ void OrderInPlaceWriters(plan::Plan& plan, AddControl add_control) {
 
 Status VerifyInPlaceOrder(const plan::Plan& plan) {
   const int n = plan.tasks_size();
-  // ancestors[t]: tasks t waits for this iteration (data and control edges), transitively.
   // Tasks are in topological order (every input's producer has a smaller id).
-  std::vector<std::vector<bool>> ancestors(n, std::vector<bool>(n, false));
-  for (int t = 0; t < n; ++t) {
+  for (int t = 0; t < n; ++t)
     for (const plan::InputDesc& in : plan.tasks(t).inputs()) {
       const int64_t p = in.producer_task_id();
       if (p < 0 || p >= t)
         return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
                         std::to_string(p) + ", which is not before it");
-      ancestors[t][p] = true;
-      for (int a = 0; a < p; ++a)
-        if (ancestors[p][a]) ancestors[t][a] = true;
     }
-  }
-  for (int w = 0; w < n; ++w) {
-    const plan::Task& writer = plan.tasks(w);
-    for (int m : writer.mutable_inputs()) {
+  for (const plan::Task& writer : plan.tasks())
+    for (int m : writer.mutable_inputs())
       if (m < 0 || m >= writer.inputs_size())
         return Internal("plan '" + plan.job_name() + "': task '" + writer.name() + "' writes input " +
                         std::to_string(m) + " of " + std::to_string(writer.inputs_size()));
+  const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
+  if (written.readers.empty()) return Status::Ok();
+  // What each task waits for this iteration (data and control edges), among the readers.
+  CandidateAncestors ancestors(static_cast<size_t>(n), written.tasks);
+  for (int t = 0; t < n; ++t)
+    for (const plan::InputDesc& in : plan.tasks(t).inputs())
+      ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(in.producer_task_id()));
+  for (int w = 0; w < n; ++w) {
+    const plan::Task& writer = plan.tasks(w);
+    for (int m : writer.mutable_inputs()) {
       const plan::InputDesc& target = writer.inputs(m);
-      for (int r = 0; r < n; ++r) {
+      for (const auto& [r, i] : written.readers.at({target.producer_task_id(), target.producer_register()})) {
         if (r == w) continue;
         const plan::Task& reader = plan.tasks(r);
-        for (int i = 0; i < reader.inputs_size(); ++i) {
-          const plan::InputDesc& in = reader.inputs(i);
-          if (in.control() || in.producer_task_id() != target.producer_task_id() ||
-              in.producer_register() != target.producer_register())
-            continue;
-          bool also_writes = false;  // two writers of one register: ordered either way
-          for (int k : reader.mutable_inputs()) also_writes |= k == i;
-          if (!ancestors[w][r] && !(also_writes && ancestors[r][w]))
-            return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(r).name() + "' reads register " +
-                            std::to_string(target.producer_register()) + " of task '" +
-                            plan.tasks(target.producer_task_id()).name() + "' unordered with its in-place writer '" +
-                            writer.name() + "' (the reader must run before the writer)");
-        }
+        bool also_writes = false;  // two writers of one register: ordered either way
+        for (int k : reader.mutable_inputs()) also_writes |= k == i;
+        if (!ancestors.Has(static_cast<size_t>(w), static_cast<size_t>(r)) &&
+            !(also_writes && ancestors.Has(static_cast<size_t>(r), static_cast<size_t>(w))))
+          return Internal("plan '" + plan.job_name() + "': task '" + reader.name() + "' reads register " +
+                          std::to_string(target.producer_register()) + " of task '" +
+                          plan.tasks(target.producer_task_id()).name() + "' unordered with its in-place writer '" +
+                          writer.name() + "' (the reader must run before the writer)");
       }
     }
   }
@@ -543,20 +600,32 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());
   passes.push_back(MakeBoxingPass());
+  auto started = std::chrono::steady_clock::now();
+  auto lap = [&](const std::string& step) {
+    if (options.timings == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    options.timings->emplace_back(step, std::chrono::duration<double>(now - started).count());
+    started = now;
+  };
   for (size_t i = 0; i < passes.size(); ++i) {
     AF_RETURN_IF_ERROR(passes[i]->Run(graph).WithContext("job '" + graph.job_name() + "'"));
+    lap(passes[i]->name());
     if (!prefix.empty()) {
       char number[24];
       std::snprintf(number, sizeof(number), "%02zu", i + 1);
       AF_RETURN_IF_ERROR(WriteFile(prefix + number + "-" + passes[i]->name() + ".dot", graph.ToDot()));
+      started = std::chrono::steady_clock::now();  // dumps are not compiling
     }
   }
   const char* summary_env = std::getenv("ACTORFLOW_SBP_SUMMARY");
   if (options.print_sbp_summary || (summary_env != nullptr && std::string(summary_env) != "0" && *summary_env))
     std::fprintf(stderr, "SBP of job '%s':\n%s", graph.job_name().c_str(), SbpSummary(graph).c_str());
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "sbp.txt", SbpSummary(graph)));
+  started = std::chrono::steady_clock::now();  // the optional summary and dumps are not compiling
   AF_ASSIGN_OR_RETURN(plan::Plan plan, LowerToPlan(graph, options));
+  lap("lower");
   AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
+  lap("verify");
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "plan.dot", PlanToDot(plan)));
   return plan;
 }

@@ -11,8 +11,7 @@ namespace {
 // A variable of the session store holding optimizer state, created as zeros when missing.
 std::string StateVariable(Graph& graph, const Node& var, const std::string& suffix) {
   std::string name = var.variable_name + "-" + suffix;
-  for (const Node& n : graph.nodes())
-    if (n.kind == NodeKind::kVariable && n.variable_name == name) return n.output_ref(0);
+  if (const Node* existing = graph.FindVariable(name)) return existing->output_ref(0);
   Node node;
   node.name = graph.UniqueName(name);
   node.kind = NodeKind::kVariable;

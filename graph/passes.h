@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/graph.h"
@@ -70,6 +71,8 @@ struct CompileOptions {
   // Prints SbpSummary to stderr after compiling (also when ACTORFLOW_SBP_SUMMARY is set to a
   // value other than "0"); with DOT dumps it is written beside them as <job>.sbp.txt too.
   bool print_sbp_summary = false;
+  // When set, receives (step, seconds) for each pass, then "lower" and "verify", in order.
+  std::vector<std::pair<std::string, double>>* timings = nullptr;
 };
 
 // Runs the pipeline on `graph` (modified in place) and lowers it.

@@ -294,6 +294,7 @@ class PyJob {
   std::string PlanDot() const { return graph::PlanToDot(job().plan()); }
   std::string SbpSummary() const { return graph::SbpSummary(job().graph()); }
   std::string PlanText() const { return job().plan().DebugString(); }
+  std::vector<std::pair<std::string, double>> CompileTimings() const { return job().compile_timings(); }
 
  private:
   const CompiledJob& job() const {
@@ -545,6 +546,7 @@ PYBIND11_MODULE(_C, m) {
       .def("shutdown", &PyJob::Shutdown)
       .def("plan_dot", &PyJob::PlanDot)
       .def("plan_text", &PyJob::PlanText)
+      .def_property_readonly("compile_timings", &PyJob::CompileTimings)
       .def("sbp_summary", &PyJob::SbpSummary);
 
   py::class_<PySession>(m, "Session")

@@ -1,5 +1,6 @@
 #include "session/session.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -336,15 +337,24 @@ std::vector<std::string> Session::VariableNames() const {
 
 StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder& builder, const JobOptions& options,
                                                         SinkCallback on_watch) {
+  auto started = std::chrono::steady_clock::now();
   std::shared_ptr<CompiledJob> job(new CompiledJob());
+  auto lap = [&](const std::string& step) {
+    const auto now = std::chrono::steady_clock::now();
+    job->compile_timings_.emplace_back(step, std::chrono::duration<double>(now - started).count());
+    started = now;
+  };
   job->session_ = state_;
   job->graph_ = builder.graph();
+  lap("copy graph");
   job->options_ = options;
   graph::CompileOptions compile_options;
   compile_options.register_num = options.register_num;
   compile_options.dump_dot_dir = options.dump_dot_dir;
   compile_options.print_sbp_summary = options.print_sbp_summary;
+  compile_options.timings = &job->compile_timings_;
   AF_ASSIGN_OR_RETURN(job->plan_, CompileGraph(job->graph_, compile_options));
+  started = std::chrono::steady_clock::now();
   const Graph& graph = job->graph_;
 
   std::map<std::string, void*> buffers;
@@ -426,10 +436,12 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     job->recorder_ = std::make_unique<ChromeTraceRecorder>();
     runtime_options.observer = job->recorder_.get();
   }
+  lap("bind variables");
   {
     std::lock_guard<std::mutex> lock(job->runtime_mu_);
     AF_RETURN_IF_ERROR(job->InstantiateLocked());
   }
+  lap("runtime start");
   {
     std::lock_guard<std::mutex> lock(state_->order_mu);
     state_->ordered_jobs.insert(job.get());

@@ -70,6 +70,10 @@ class CompiledJob {
   // Variables the plan reads without writing them, and variables it writes (in place).
   const std::set<std::string>& reads() const { return reads_; }
   const std::set<std::string>& writes() const { return writes_; }
+  // Where Session::Compile spent its time: (step, seconds) for copying the traced graph, each
+  // compiler pass, lowering, the in-place order check, binding variables and starting the
+  // runtime, in that order.
+  const std::vector<std::pair<std::string, double>>& compile_timings() const { return compile_timings_; }
 
   // One iteration (see Runtime::Push); first waits for the jobs it conflicts with. `inputs`
   // must match input_descs exactly (InvalidArgument naming the input otherwise); `outputs`
@@ -107,6 +111,7 @@ class CompiledJob {
   std::vector<std::shared_ptr<void>> variables_;  // keeps the store's buffers alive
   std::unique_ptr<RuntimeObserver> recorder_;
   std::set<std::string> reads_, writes_;
+  std::vector<std::pair<std::string, double>> compile_timings_;
   RuntimeHooks hooks_;            // kept to rebuild the runtime after fork
   RuntimeOptions runtime_options_;
   std::unique_ptr<Runtime> runtime_;
