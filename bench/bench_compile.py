@@ -85,8 +85,9 @@ second, _ = measure("second_job")
 print("RESULT " + json.dumps({"first": first, "cached": second, "ops": ops_traced}))
 """
 
-STEPS = ["trace", "copy graph", "autodiff", "optimizer", "prune", "fusion", "ordering", "placement", "sbp",
-         "boxing", "lower", "verify", "bind variables", "runtime start"]
+STEPS = ["trace", "copy graph", "job cache hit", "job cache miss", "autodiff", "optimizer", "prune", "fusion", "ordering", "placement", "sbp",
+         "boxing", "lower", "verify", "job cache store", "bind variables",
+         "runtime start"]
 
 
 def run_child(pythonpath, shape, job_type, ops, timeout):

@@ -49,6 +49,7 @@ class SessionState {
   mutable std::mutex mu;  // guards variables and jobs
   std::map<std::string, StoredVariable> variables;
   std::vector<std::weak_ptr<CompiledJob>> jobs;
+  JobCache job_cache;  // synchronized itself
 
   // Ordering of calls between jobs (see session.h). A caller takes a ticket and waits until
   // no conflicting job has iterations in flight, no variable it touches is being copied, and
@@ -353,7 +354,40 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   compile_options.dump_dot_dir = options.dump_dot_dir;
   compile_options.print_sbp_summary = options.print_sbp_summary;
   compile_options.timings = &job->compile_timings_;
-  AF_ASSIGN_OR_RETURN(job->plan_, CompileGraph(job->graph_, compile_options));
+  auto environment_set = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value != nullptr && *value != 0 && std::string(value) != "0";
+  };
+  // Dumps and summaries describe a compile: a job asking for them compiles.
+  const bool cacheable = options.use_job_cache && options.dump_dot_dir.empty() && !options.print_sbp_summary &&
+                         std::getenv("ACTORFLOW_DUMP_DOT") == nullptr && !environment_set("ACTORFLOW_SBP_SUMMARY");
+  std::string key;
+  bool from_cache = false;
+  if (cacheable) {
+    key = CanonicalJobKey(job->graph_, options.register_num);
+    if (std::shared_ptr<const CachedCompile> hit = state_->job_cache.Find(key)) {
+      if (auto rebound = RebindCompiled(*hit, job->graph_)) {
+        job->graph_ = std::move(rebound->first);
+        job->plan_ = std::move(rebound->second);
+        from_cache = true;
+      }
+    }
+    lap(from_cache ? "job cache hit" : "job cache miss");
+  }
+  if (!from_cache) {
+    auto entry = cacheable ? std::make_shared<CachedCompile>() : nullptr;
+    if (entry) entry->traced = job->graph_;
+    started = std::chrono::steady_clock::now();
+    AF_ASSIGN_OR_RETURN(job->plan_, CompileGraph(job->graph_, compile_options));
+    if (entry) {
+      const auto copying = std::chrono::steady_clock::now();
+      entry->compiled = job->graph_;
+      entry->plan = job->plan_;
+      state_->job_cache.Insert(key, std::move(entry));
+      started = copying;
+      lap("job cache store");
+    }
+  }
   started = std::chrono::steady_clock::now();
   const Graph& graph = job->graph_;
 
@@ -455,7 +489,10 @@ void Session::WaitAll() {
   for (auto& job : state_->LiveJobs()) job->Drain();
 }
 
+size_t Session::job_cache_size() const { return state_->job_cache.size(); }
+
 void Session::Reset() {
+  state_->job_cache.Clear();
   for (auto& job : state_->LiveJobs()) job->Shutdown();
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->jobs.clear();

@@ -34,6 +34,7 @@
 #include "graph/job_builder.h"
 #include "graph/passes.h"
 #include "session/environment.h"
+#include "session/job_cache.h"
 
 namespace actorflow {
 
@@ -49,6 +50,9 @@ struct JobOptions {
   int register_num = 2;
   std::string dump_dot_dir;   // "" = ACTORFLOW_DUMP_DOT or nothing
   std::string trace_path;     // Chrome trace written at drain()/shutdown when set
+  // Reuse the compiled plan of an earlier job whose trace is the same up to names (see
+  // session/job_cache.h). Off by itself while DOT dumps or the SBP summary are asked for.
+  bool use_job_cache = true;
 };
 
 // Watch handlers: (handler name, iteration, views valid only during the call). Actor thread.
@@ -138,14 +142,17 @@ class Session {
   Status SetVariable(const std::string& name, const TensorDesc& desc, const void* data);
   std::vector<std::string> VariableNames() const;
 
-  // Runs the passes on a copy of the builder's graph, creates missing optimizer state
-  // (zeros), checks every variable the job reads exists with the declared shape/dtype, and
-  // instantiates the runtime.
+  // Runs the passes on a copy of the builder's graph (or takes the compiled plan of an earlier
+  // job of the same structure from the session's job cache, renamed to this job's names),
+  // creates missing optimizer state (zeros), checks every variable the job reads exists with
+  // the declared shape/dtype, and instantiates the runtime.
   StatusOr<std::shared_ptr<CompiledJob>> Compile(const graph::JobBuilder& builder, const JobOptions& options,
                                                  SinkCallback on_watch = nullptr);
   void WaitAll();
-  // Shuts down every job (they fail later calls) and drops all variables.
+  // Shuts down every job (they fail later calls), drops all variables and the job cache.
   void Reset();
+  // Compiled structures held for reuse (at most 16, the most recent).
+  size_t job_cache_size() const;
 
  private:
   std::shared_ptr<SessionState> state_;

@@ -1,0 +1,58 @@
+// JobCache: compiled plans by the structure of the traced job, so a second job function that
+// traces the same job up to names (same ops, attributes, shapes, placements, hints, feeds,
+// outputs, optimizer, device count and register count; any op, variable, watch or job names and
+// source lines) reuses the first one's compiled graph and plan instead of running the passes.
+//
+// The key is the job's canonical text: every node by its position in the trace instead of its
+// name, variables by their first appearance, watches by position; the cache compares the whole
+// text, not only a hash of it. A hit is renamed to the new job's names (RebindCompiled): traced
+// nodes by position, nodes the passes made from them ("<op>-grad", "<variable>-update", an
+// optimizer state "<variable>-m") by the traced name they start with, variables and watch
+// handlers by the same correspondence, so the new job's variables are bound by its own names.
+// Where the renaming cannot be trusted (two nodes would get one name) the caller compiles.
+//
+// Thread-safety: JobCache is synchronized; the free functions are pure.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "actors/proto/plan.pb.h"
+#include "graph/graph.h"
+
+namespace actorflow {
+
+struct CachedCompile {
+  graph::Graph traced;    // the trace it was compiled from (names and lines of the first job)
+  graph::Graph compiled;  // after the passes
+  plan::Plan plan;
+};
+
+// The canonical text of `traced` compiled with `register_num` registers (see above).
+std::string CanonicalJobKey(const graph::Graph& traced, int register_num);
+
+// `cached` (compiled from a job with the same key as `traced`) under the names, variables, watch
+// handlers and source lines of `traced`; std::nullopt when a name would be ambiguous.
+std::optional<std::pair<graph::Graph, plan::Plan>> RebindCompiled(const CachedCompile& cached,
+                                                                  const graph::Graph& traced);
+
+class JobCache {
+ public:
+  explicit JobCache(size_t capacity = 16) : capacity_(capacity) {}
+  // The entry compiled under `key`, or null. The entry stays valid while the pointer is held.
+  std::shared_ptr<const CachedCompile> Find(const std::string& key) const;
+  // Keeps the `capacity` most recently inserted entries.
+  void Insert(const std::string& key, std::shared_ptr<const CachedCompile> entry);
+  void Clear();
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  size_t capacity_;
+  std::deque<std::pair<std::string, std::shared_ptr<const CachedCompile>>> entries_;  // oldest first
+};
+
+}  // namespace actorflow

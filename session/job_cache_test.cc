@@ -1,0 +1,189 @@
+// The job cache: a second job of the same structure under other names reuses the first one's
+// compile and computes what a fresh compile computes; any difference in structure compiles.
+// Bounded by ctest's TIMEOUT.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "graph/test_util.h"
+#include "session/session.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+using testing::ValueOrDie;
+
+#define EXPECT_STATUS_OK(expr)                                 \
+  do {                                                         \
+    const ::actorflow::Status status_ = (expr);                \
+    EXPECT_TRUE(status_.ok()) << status_.ToString();           \
+  } while (0)
+
+struct Variant {
+  int64_t hidden = 4;          // a shape
+  bool fuse_relu = true;       // an attribute
+  bool hint = false;           // a layout hint on the first weight
+  int devices = 1;             // the device count
+  double momentum = 0.9;       // the optimizer
+  int line = 10;               // source lines (not part of the structure)
+};
+
+// Two dense layers, a squared-error loss, momentum SGD, a watch and a watch_diff. Every name
+// starts with `prefix`.
+JobBuilder Build(const std::string& prefix, const Variant& v = {}) {
+  auto at = [&](int offset) { return prefix + ".py:" + std::to_string(v.line + offset); };
+  JobBuilder b = ValueOrDie(JobBuilder::Create(prefix + "job", "train"));
+  if (!b.SetDeviceNum(v.devices).ok()) throw std::runtime_error("SetDeviceNum");
+  std::string x = ValueOrDie(b.AddInput(prefix + "x", {2, 3}, DType::kFloat32, at(0)));
+  std::string t = ValueOrDie(b.AddInput(prefix + "t", {2, 2}, DType::kFloat32, at(0)));
+  std::string w1 = ValueOrDie(b.AddVariable(prefix + "w1", {3, v.hidden}, DType::kFloat32, at(1)));
+  std::string b1 = ValueOrDie(b.AddVariable(prefix + "b1", {v.hidden}, DType::kFloat32, at(1)));
+  std::string w2 = ValueOrDie(b.AddVariable(prefix + "w2", {v.hidden, 2}, DType::kFloat32, at(2)));
+  if (v.hint && !b.SetOutputSbpHint(w1, Sbp::Split(1)).ok()) throw std::runtime_error("hint");
+  std::string h = ValueOrDie(b.AddOp("matmul", prefix + "mm1", {x, w1}, {}, at(3)))->output_ref(0);
+  h = ValueOrDie(b.AddOp("bias_add", prefix + "add1", {h, b1}, Attrs{{"axis", int64_t{1}}, {"fuse_relu", v.fuse_relu}},
+                         at(3)))->output_ref(0);
+  std::string y = ValueOrDie(b.AddOp("matmul", prefix + "mm2", {h, w2}, {}, at(4)))->output_ref(0);
+  std::string d = ValueOrDie(b.AddOp("sub", prefix + "err", {y, t}, {}, at(5)))->output_ref(0);
+  std::string loss = ValueOrDie(b.AddOp("square", prefix + "sq", {d}, {}, at(5)))->output_ref(0);
+  if (!b.AddLoss(loss).ok() || !b.SetOutputs({loss, w2}).ok()) throw std::runtime_error("loss");
+  if (!b.AddWatch(h, prefix + "watch", false, at(6)).ok() || !b.AddWatch(h, prefix + "diff", true, at(7)).ok())
+    throw std::runtime_error("watch");
+  OptimizerSpec spec;
+  spec.type = "momentum";
+  spec.momentum = v.momentum;
+  if (!b.SetOptimizer(spec).ok()) throw std::runtime_error("SetOptimizer");
+  return b;
+}
+
+void CreateVariables(Session& session, const std::string& prefix, int64_t hidden = 4) {
+  std::vector<float> w1(3 * hidden), b1(hidden), w2(hidden * 2);
+  for (size_t i = 0; i < w1.size(); ++i) w1[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  for (size_t i = 0; i < b1.size(); ++i) b1[i] = 0.05f * static_cast<float>(i);
+  for (size_t i = 0; i < w2.size(); ++i) w2[i] = 0.2f - 0.07f * static_cast<float>(i % 5);
+  AF_ASSERT_OK(session.CreateVariable(prefix + "w1", {{3, hidden}, DType::kFloat32}, w1.data()));
+  AF_ASSERT_OK(session.CreateVariable(prefix + "b1", {{hidden}, DType::kFloat32}, b1.data()));
+  AF_ASSERT_OK(session.CreateVariable(prefix + "w2", {{hidden, 2}, DType::kFloat32}, w2.data()));
+}
+
+bool Took(const CompiledJob& job, const std::string& step) {
+  for (const auto& [name, seconds] : job.compile_timings())
+    if (name == step) return true;
+  return false;
+}
+
+struct Trained {
+  std::vector<std::vector<float>> losses, watched;
+  std::vector<float> w1, momentum;
+};
+
+Trained Train(Session& session, CompiledJob& job, const std::string& prefix, std::vector<std::vector<float>>* watched) {
+  Trained result;
+  std::vector<float> x = {1, 2, -1, 0.5f, -2, 3}, t = {0.5f, -1, 1, 0}, lr = {0.1f}, loss(4), w2(8);
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_STATUS_OK(job.Run({TensorView{x.data(), {{2, 3}, DType::kFloat32}}, TensorView{t.data(), {{2, 2}, DType::kFloat32}},
+                          TensorView{lr.data(), {{1}, DType::kFloat32}}},
+                         {TensorView{loss.data(), {{2, 2}, DType::kFloat32}}, TensorView{w2.data(), {{4, 2}, DType::kFloat32}}}));
+    result.losses.push_back(loss);
+  }
+  result.w1.resize(12);
+  result.momentum.resize(12);
+  EXPECT_STATUS_OK(session.GetVariable(prefix + "w1", result.w1.data(), 48));
+  EXPECT_STATUS_OK(session.GetVariable(prefix + "w1-momentum", result.momentum.data(), 48));
+  result.watched = *watched;
+  return result;
+}
+
+TEST(JobCacheTest, SameStructureUnderOtherNamesReusesTheCompileAndComputesTheSame) {
+  Session session;
+  CreateVariables(session, "alpha_");
+  CreateVariables(session, "beta_");
+  CreateVariables(session, "gamma_");
+  std::vector<std::vector<float>> watched_alpha, watched_beta;
+  auto recorder = [](std::vector<std::vector<float>>* into) {
+    return [into](const std::string& name, int64_t, const std::vector<TensorView>& views) {
+      if (name.find("watch") != std::string::npos)  // one actor thread at a time per job here
+        into->emplace_back(views[0].as<float>(), views[0].as<float>() + views[0].num_elements());
+    };
+  };
+  auto alpha = ValueOrDie(session.Compile(Build("alpha_"), JobOptions{}, recorder(&watched_alpha)));
+  EXPECT_TRUE(Took(*alpha, "job cache miss"));
+  EXPECT_TRUE(Took(*alpha, "ordering"));
+  Variant other_lines;
+  other_lines.line = 40;
+  auto beta = ValueOrDie(session.Compile(Build("beta_", other_lines), JobOptions{}, recorder(&watched_beta)));
+  EXPECT_TRUE(Took(*beta, "job cache hit"));
+  EXPECT_FALSE(Took(*beta, "ordering"));  // no pass ran
+  EXPECT_EQ(session.job_cache_size(), 1u);
+
+  // The cached plan is the plan a fresh compile of beta gives (names, variables, watch
+  // handlers and source lines are beta's; the names sort alike, so even the order agrees).
+  JobOptions fresh_options;
+  fresh_options.use_job_cache = false;
+  auto fresh = ValueOrDie(session.Compile(Build("beta_", other_lines), fresh_options));
+  EXPECT_TRUE(Took(*fresh, "ordering"));
+  EXPECT_EQ(beta->plan().DebugString(), fresh->plan().DebugString());
+  EXPECT_EQ(beta->plan().DebugString().find("alpha_"), std::string::npos);
+  EXPECT_NE(beta->plan().DebugString().find("beta_.py:41"), std::string::npos);
+  EXPECT_EQ(SbpSummary(beta->graph()), SbpSummary(fresh->graph()));
+  EXPECT_EQ(beta->input_descs()[0].name, "beta_x");
+  fresh->Shutdown();
+
+  // Same numbers: losses, watches, the trained variable and its optimizer state, each job on
+  // its own variables (beta's momentum state was created under beta's name).
+  Trained a = Train(session, *alpha, "alpha_", &watched_alpha);
+  Trained b = Train(session, *beta, "beta_", &watched_beta);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.w1, b.w1);
+  EXPECT_EQ(a.momentum, b.momentum);
+  ASSERT_EQ(a.watched.size(), 3u);
+  EXPECT_EQ(a.watched, b.watched);
+  std::vector<float> gamma_w1(12);
+  AF_ASSERT_OK(session.GetVariable("gamma_w1", gamma_w1.data(), 48));
+  EXPECT_NE(a.w1, gamma_w1);  // training moved alpha's weights, and gamma's stayed put
+}
+
+TEST(JobCacheTest, AnyStructuralDifferenceCompiles) {
+  Session session;
+  CreateVariables(session, "base_");
+  auto base = ValueOrDie(session.Compile(Build("base_"), JobOptions{}));
+  EXPECT_TRUE(Took(*base, "job cache miss"));
+  struct Case {
+    std::string name;
+    Variant variant;
+    int register_num = 2;
+  };
+  std::vector<Case> cases(6);
+  cases[0].name = "shape_";
+  cases[0].variant.hidden = 5;
+  cases[1].name = "attr_";
+  cases[1].variant.fuse_relu = false;
+  cases[2].name = "hint_";
+  cases[2].variant.hint = true;
+  cases[3].name = "devices_";
+  cases[3].variant.devices = 2;
+  cases[4].name = "optimizer_";
+  cases[4].variant.momentum = 0.8;
+  cases[5].name = "registers_";
+  cases[5].register_num = 3;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    CreateVariables(session, c.name, c.variant.hidden);
+    JobOptions options;
+    options.register_num = c.register_num;
+    EXPECT_NE(CanonicalJobKey(Build(c.name, c.variant).graph(), c.register_num),
+              CanonicalJobKey(Build("base_").graph(), 2));
+    auto job = ValueOrDie(session.Compile(Build(c.name, c.variant), options));
+    EXPECT_TRUE(Took(*job, "job cache miss"));
+    EXPECT_FALSE(Took(*job, "job cache hit"));
+  }
+  // Names and lines alone are no difference.
+  Variant lines;
+  lines.line = 99;
+  EXPECT_EQ(CanonicalJobKey(Build("other_", lines).graph(), 2), CanonicalJobKey(Build("base_").graph(), 2));
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace actorflow
