@@ -29,8 +29,16 @@ def set_current(context):
     _local.context = context
 
 
+_package_file = {}  # absolute file name -> whether it is in this package (user_location runs per op)
+
+
 def _is_package_file(filename):
-    return os.path.abspath(filename).startswith(_PACKAGE_DIR)
+    known = _package_file.get(filename)
+    if known is None:
+        known = os.path.abspath(filename).startswith(_PACKAGE_DIR)
+        if os.path.isabs(filename):  # a relative name's meaning follows the working directory
+            _package_file[filename] = known
+    return known
 
 
 def user_location():
