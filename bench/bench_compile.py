@@ -139,10 +139,12 @@ def main():
                     rows = samples[name]
                     entry = {"build": name, "shape": shape, "type": job_type, "ops": traced_ops, "requested_ops": ops,
                              "first": summary([r["first"]["total"] for r in rows]),
-                             "cached": summary([r["cached"]["total"] for r in rows]), "steps": {}}
+                             "cached": summary([r["cached"]["total"] for r in rows]), "steps": {}, "cached_steps": {}}
                     for step in STEPS + ["python"]:
                         if all(step in r["first"] for r in rows):
                             entry["steps"][step] = summary([r["first"][step] for r in rows])
+                        if all(step in r["cached"] for r in rows):
+                            entry["cached_steps"][step] = summary([r["cached"][step] for r in rows])
                     # "compile": the session's work from the traced job to the plan (copying the
                     # trace, the cache, the passes, lowering, the check), as the cache changes it.
                     compiling = [s for s in STEPS if s not in ("trace", "bind variables", "runtime start")]
@@ -157,6 +159,8 @@ def main():
                         flush=True)
                     steps = ", ".join("%s %.1f" % (k, v["median_ms"]) for k, v in entry["steps"].items())
                     print("    steps (median ms): " + steps, flush=True)
+                    steps = ", ".join("%s %.1f" % (k, v["median_ms"]) for k, v in entry["cached_steps"].items())
+                    print("    second job's steps (median ms): " + steps, flush=True)
                     if "first_compile" in entry:
                         print("    compile (trace to plan): first job %s ms, second job %s ms (%.1f%%)" % (
                             fmt(entry["first_compile"]), fmt(entry["cached_compile"]),
