@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "graph/passes.h"
 #include "graph/test_util.h"
@@ -167,9 +168,10 @@ TEST(ParallelPassesTest, JobRoundTripKeepsDevicesAndHints) {
 // split on the contraction axis: on 2 devices the matmul computes partial sums from the S(1)
 // weight with the bias fused, and the relu stays a separate op after the reduction; on 1 device
 // (and without the hint) the fusion pass fuses all three as before.
-Graph DenseWithHintedWeight(int devices, bool hinted) {
+Graph DenseWithHintedWeight(int devices, bool hinted, const std::vector<std::string>& placement = {}) {
   JobBuilder b = ValueOrDie(JobBuilder::Create("dense", "predict"));
   if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("SetDeviceNum");
+  if (!placement.empty() && !b.SetPlacement(Placement{"cpu", placement}).ok()) throw std::runtime_error("SetPlacement");
   std::string x = ValueOrDie(b.AddInput("x", {4, 6}, DType::kFloat32, "d.py:1"));
   std::string w = ValueOrDie(b.AddVariable("weight", {5, 6}, DType::kFloat32, "d.py:2"));
   std::string bias = ValueOrDie(b.AddVariable("bias", {5}, DType::kFloat32, "d.py:2"));
@@ -196,8 +198,11 @@ TEST(ParallelPassesTest, ContractionSplitHintKeepsReluOutOfTheFusedMatmul) {
   ASSERT_EQ(relu->input_sbp.size(), 1u);
   EXPECT_NE(relu->input_sbp[0].kind, SbpKind::kPartialSum) << summary;
 
-  for (auto [devices, hinted] : {std::pair{1, true}, std::pair{2, false}}) {
-    Graph fused = DenseWithHintedWeight(devices, hinted);
+  // One device, no hint, or the layer placed on one device of two: nothing is partial.
+  for (auto [devices, hinted, placement] : {std::tuple{1, true, std::vector<std::string>{}},
+                                            std::tuple{2, false, std::vector<std::string>{}},
+                                            std::tuple{2, true, std::vector<std::string>{"0:1"}}}) {
+    Graph fused = DenseWithHintedWeight(devices, hinted, placement);
     AF_ASSERT_OK(CompileGraph(fused, CompileOptions{}).status());
     EXPECT_TRUE(fused.FindNode("dense_matmul")->attrs.GetBoolOr("fuse_relu", false)) << devices << " " << hinted;
     EXPECT_EQ(fused.FindNode("dense_bias_add"), nullptr);
