@@ -7,6 +7,9 @@
 //    device reads in place (in one process, B needs one copy), on the process's
 //    thread budget (2 threads, min(devices, 2) workers). GB/s = bytes / time per all-reduce,
 //    one iteration at a time.
+//  - AllReduceKernel/bytes/devices/stage: the all-reduce's two kernels alone on one thread
+//    (stage 0: one device's reduce-scatter, stage 1: the gather), to see where its time goes.
+//    Compare cpu_time on a shared machine: real time there includes waiting for a core.
 //  - MlpTrainStep/devices: the seed MLP (784-512-10, batch 100, SGD) one train step through the
 //    session, data-parallel on 1 or 2 devices at the same budget of 2 threads; the ratio of the
 //    two is the machinery's overhead (boxing tasks, extra hops) where devices add no cores.
@@ -149,6 +152,38 @@ void AllReduce(benchmark::State& state) {
 }
 BENCHMARK(AllReduce)
     ->ArgsProduct({{1 << 20, 16 << 20, 128 << 20}, {2, 4}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The all-reduce's two kernels alone, on one thread, outside the runtime: where its time goes.
+// Stage 0: device 0's reduce-scatter task (sums its 1/n of the n shards); stage 1: the gather
+// (S(0)->B, all n chunks into one buffer). GB/s of the logical bytes.
+void AllReduceKernel(benchmark::State& state) {
+  const int64_t bytes = state.range(0), elements = bytes / 4;
+  const int devices = static_cast<int>(state.range(1));
+  const bool gather = state.range(2) == 1;
+  const Shape logical = {elements};
+  BoxingSpec spec{logical, DType::kFloat32, gather ? Sbp::Split(0) : Sbp::PartialSum(),
+                  gather ? Sbp::Broadcast() : Sbp::Split(0), devices, gather ? 1 : devices, 0};
+  std::vector<std::vector<float>> sources(devices);
+  std::vector<TensorView> inputs;
+  for (int d = 0; d < devices; ++d) {
+    const Shape shape = PhysicalShape(logical, spec.in, devices, d).value();
+    sources[d].assign(static_cast<size_t>(NumElements(shape)), 0.5f);
+    inputs.push_back({sources[d].data(), {shape, DType::kFloat32}});
+  }
+  const Shape out_shape = PhysicalShape(logical, spec.out, spec.out_parts, 0).value();
+  std::vector<float> out(static_cast<size_t>(NumElements(out_shape)), 0.0f);
+  const TensorView output{out.data(), {out_shape, DType::kFloat32}};
+  for (auto _ : state) {
+    Status ran = RunBoxing(spec, inputs, output);
+    if (!ran.ok()) return state.SkipWithError(ran.ToString().c_str());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes);
+}
+BENCHMARK(AllReduceKernel)
+    ->ArgsProduct({{1 << 20, 16 << 20, 128 << 20}, {2, 4}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

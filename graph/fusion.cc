@@ -1,6 +1,14 @@
 // Fusion: a matmul whose only reader is a bias_add on its last axis (a dense layer) becomes one
 // matmul with a bias epilogue (and the bias_add's fused relu): one actor and one pass over the
 // output less per layer. Runs after autodiff, so gradient rules only ever see unfused ops.
+//
+// One exception keeps the relu apart: on several devices, a matmul operand the user hinted split
+// on its contraction axis (a dense weight stored (units, in) with model_distribute=split(1))
+// makes the matmul compute partial sums, and relu of a partial sum is not the relu of the sum.
+// matmul + bias is linear, so it still fuses (the bias becomes a partial sum too); the relu
+// stays its own op, under the bias_add's name, so its output ref and the backward's readers of
+// it are unchanged, and the SBP pass reduces the partial sums before it. Fusing the relu there
+// would force the SBP pass to gather the hinted weight instead.
 #include <map>
 #include <set>
 
@@ -9,6 +17,29 @@
 namespace actorflow {
 namespace graph {
 namespace {
+
+// Whether `matmul`'s operands carry a user hint that splits the contraction axis (on more than
+// one device every such hint makes the product a partial sum).
+StatusOr<bool> HintSplitsContraction(const Graph& graph, const Node& matmul) {
+  if (graph.device_num() <= 1) return false;
+  auto devices = ResolvePlacement(matmul.placement, graph.device_num());
+  if (devices.ok() && devices->size() <= 1) return false;  // a bad placement is the placement pass's error
+  const bool transpose[2] = {matmul.attrs.GetBoolOr("transpose_a", false), matmul.attrs.GetBoolOr("transpose_b", false)};
+  for (int operand = 0; operand < 2; ++operand) {
+    AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(matmul.inputs[operand]));
+    const Node& node = *producer.first;
+    const size_t output = static_cast<size_t>(producer.second);
+    if (output >= node.output_sbp_hints.size() || !node.output_sbp_hints[output]) continue;
+    const Sbp& hint = *node.output_sbp_hints[output];
+    if (hint.kind == SbpKind::kPartialSum) return true;
+    if (hint.kind != SbpKind::kSplit) continue;
+    const int64_t rank = static_cast<int64_t>(node.output_descs[output].shape.size());
+    // op(a) is (M, K): K is a's last axis, or the one before when transposed; op(b) is (K, N).
+    const int64_t contraction = operand == 0 ? (transpose[0] ? rank - 2 : rank - 1) : (transpose[1] ? rank - 1 : rank - 2);
+    if ((hint.axis < 0 ? hint.axis + rank : hint.axis) == contraction) return true;
+  }
+  return false;
+}
 
 class FusionPass : public Pass {
  public:
@@ -27,6 +58,7 @@ class FusionPass : public Pass {
     std::map<std::string, std::string> renamed;  // bias_add output ref -> fused matmul output ref
     std::map<std::string, std::string> absorbed;  // bias_add name -> fused matmul name
     std::vector<bool> keep(graph.nodes().size(), true);
+    std::map<size_t, Node> relu_after;  // node index -> the relu that follows the fused node there
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
       const Node& add = graph.nodes()[i];
       if (add.kind != NodeKind::kOp || add.type != "bias_add" || add.inputs.size() != 2) continue;
@@ -47,15 +79,50 @@ class FusionPass : public Pass {
       Node fused = *mm;
       fused.inputs.push_back(add.inputs[1]);
       fused.attrs.Set("fuse_bias", true);
-      if (add.attrs.GetBoolOr("fuse_relu", false)) fused.attrs.Set("fuse_relu", true);
       fused.control_inputs.insert(fused.control_inputs.end(), add.control_inputs.begin(), add.control_inputs.end());
+      if (add.attrs.GetBoolOr("fuse_relu", false)) {
+        AF_ASSIGN_OR_RETURN(bool partial, HintSplitsContraction(graph, *mm));
+        if (partial) {
+          Node relu;
+          relu.name = add.name;  // its output is the bias_add's output ref: nothing to rename
+          relu.type = "relu";
+          relu.inputs = {fused.output_ref(0)};
+          relu.output_names = add.output_names;
+          relu.output_descs = add.output_descs;
+          relu.location = add.location;
+          relu.placement = add.placement;
+          relu.output_sbp_hints = add.output_sbp_hints;
+          relu_after[i] = std::move(relu);
+          graph.mutable_nodes()[i] = std::move(fused);
+          keep[mm_index] = false;
+          continue;
+        }
+        fused.attrs.Set("fuse_relu", true);
+      }
       // Whatever was ordered after the matmul is now ordered after matmul + bias: stronger.
       renamed[add.output_ref(0)] = fused.output_ref(0);
       absorbed[add.name] = fused.name;
       graph.mutable_nodes()[i] = std::move(fused);
       keep[mm_index] = false;
     }
-    if (renamed.empty()) return Status::Ok();
+    if (!relu_after.empty()) {
+      std::vector<Node> nodes;
+      std::vector<bool> kept;
+      for (size_t i = 0; i < graph.nodes().size(); ++i) {
+        nodes.push_back(std::move(graph.mutable_nodes()[i]));
+        kept.push_back(keep[i]);
+        auto relu = relu_after.find(i);
+        if (relu == relu_after.end()) continue;
+        nodes.push_back(std::move(relu->second));
+        kept.push_back(true);
+      }
+      graph.mutable_nodes() = std::move(nodes);
+      keep = std::move(kept);
+    }
+    if (renamed.empty()) {
+      if (!relu_after.empty()) graph.Retain(keep);
+      return Status::Ok();
+    }
     auto rename = [&](std::string& ref) {
       auto it = renamed.find(ref);
       if (it != renamed.end()) ref = it->second;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "graph/passes.h"
 #include "graph/test_util.h"
@@ -161,6 +162,51 @@ TEST(ParallelPassesTest, JobRoundTripKeepsDevicesAndHints) {
   ASSERT_EQ(node->output_sbp_hints.size(), 1u);
   ASSERT_TRUE(node->output_sbp_hints[0].has_value());
   EXPECT_EQ(*node->output_sbp_hints[0], Sbp::Split(1));
+}
+
+// A dense layer (matmul, bias_add with fused relu) whose weight, stored (units, in), is hinted
+// split on the contraction axis: on 2 devices the matmul computes partial sums from the S(1)
+// weight with the bias fused, and the relu stays a separate op after the reduction; on 1 device
+// (and without the hint) the fusion pass fuses all three as before.
+Graph DenseWithHintedWeight(int devices, bool hinted, const std::vector<std::string>& placement = {}) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("dense", "predict"));
+  if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("SetDeviceNum");
+  if (!placement.empty() && !b.SetPlacement(Placement{"cpu", placement}).ok()) throw std::runtime_error("SetPlacement");
+  std::string x = ValueOrDie(b.AddInput("x", {4, 6}, DType::kFloat32, "d.py:1"));
+  std::string w = ValueOrDie(b.AddVariable("weight", {5, 6}, DType::kFloat32, "d.py:2"));
+  std::string bias = ValueOrDie(b.AddVariable("bias", {5}, DType::kFloat32, "d.py:2"));
+  if (hinted && !b.SetOutputSbpHint(w, Sbp::Split(1)).ok()) throw std::runtime_error("SetOutputSbpHint");
+  std::string t = ValueOrDie(b.AddOp("matmul", "dense_matmul", {x, w}, Attrs{{"transpose_b", true}}, "d.py:2"))->output_ref(0);
+  t = ValueOrDie(b.AddOp("bias_add", "dense_bias_add", {t, bias}, Attrs{{"fuse_relu", true}}, "d.py:2"))->output_ref(0);
+  std::string y = ValueOrDie(b.AddOp("sigmoid", "after", {t}, {}, "d.py:3"))->output_ref(0);
+  if (!b.SetOutputs({y}).ok()) throw std::runtime_error("SetOutputs");
+  return b.graph();
+}
+
+TEST(ParallelPassesTest, ContractionSplitHintKeepsReluOutOfTheFusedMatmul) {
+  Graph g = DenseWithHintedWeight(2, true);
+  AF_ASSERT_OK(CompileGraph(g, CompileOptions{}).status());
+  const Node* matmul = g.FindNode("dense_matmul");
+  ASSERT_NE(matmul, nullptr);
+  EXPECT_TRUE(matmul->attrs.GetBoolOr("fuse_bias", false));
+  EXPECT_FALSE(matmul->attrs.GetBoolOr("fuse_relu", false));
+  const std::string summary = SbpSummary(g);
+  EXPECT_NE(summary.find("dense_matmul (matmul) on cpu 0:0,0:1: S(1),S(1),P->P"), std::string::npos) << summary;
+  const Node* relu = g.FindNode("dense_bias_add");
+  ASSERT_NE(relu, nullptr) << summary;
+  EXPECT_EQ(relu->type, "relu");
+  ASSERT_EQ(relu->input_sbp.size(), 1u);
+  EXPECT_NE(relu->input_sbp[0].kind, SbpKind::kPartialSum) << summary;
+
+  // One device, no hint, or the layer placed on one device of two: nothing is partial.
+  for (auto [devices, hinted, placement] : {std::tuple{1, true, std::vector<std::string>{}},
+                                            std::tuple{2, false, std::vector<std::string>{}},
+                                            std::tuple{2, true, std::vector<std::string>{"0:1"}}}) {
+    Graph fused = DenseWithHintedWeight(devices, hinted, placement);
+    AF_ASSERT_OK(CompileGraph(fused, CompileOptions{}).status());
+    EXPECT_TRUE(fused.FindNode("dense_matmul")->attrs.GetBoolOr("fuse_relu", false)) << devices << " " << hinted;
+    EXPECT_EQ(fused.FindNode("dense_bias_add"), nullptr);
+  }
 }
 
 }  // namespace

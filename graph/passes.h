@@ -40,7 +40,8 @@ std::unique_ptr<Pass> MakeOrderingPass();
 // Drops ops nothing needs (outputs, watches, in-place writers and their inputs are needed).
 std::unique_ptr<Pass> MakePrunePass();
 // Dense layers: matmul -> bias_add (last axis, optional fused relu) with the matmul read only by
-// the bias_add becomes one matmul with attrs fuse_bias (its third input) and fuse_relu.
+// the bias_add becomes one matmul with attrs fuse_bias (its third input) and fuse_relu (the
+// relu stays a separate op where a user hint splits a matmul operand's contraction axis).
 std::unique_ptr<Pass> MakeFusionPass();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every

@@ -143,6 +143,38 @@ TEST(BoxingTest, ReduceScatterSumsOnlyItsOwnSlice) {
     for (int64_t c = 0; c < 5; ++c) EXPECT_EQ(pieces[1][r * 5 + c], At(logical, kLogical, 4 + r, c));
 }
 
+TEST(BoxingTest, ReduceOfManyShardsOverLongRunsIsExact) {
+  // Runs longer than the sum's block (rows of 5000 float32), several runs per piece (P -> S(1)
+  // cuts every row), 2 to 5 shards: each element of every piece is the sum of its shards.
+  const Shape logical = {3, 5000};
+  const int64_t elements = NumElements(logical);
+  for (int64_t shards : {2, 3, 4, 5})
+    for (const Sbp& out : {Sbp::Split(0), Sbp::Split(1), Sbp::Broadcast()}) {
+      SCOPED_TRACE(std::to_string(shards) + " shards -> " + out.ToString());
+      std::vector<std::vector<float>> sources(shards, std::vector<float>(elements));
+      std::vector<TensorView> inputs;
+      for (int64_t k = 0; k < shards; ++k) {
+        for (int64_t i = 0; i < elements; ++i) sources[k][i] = static_cast<float>((i * (k + 3)) % 97 - 40 * k);
+        inputs.push_back({sources[k].data(), {logical, DType::kFloat32}});
+      }
+      const int64_t parts = out.kind == SbpKind::kBroadcast ? 1 : 2;
+      for (int64_t index = 0; index < parts; ++index) {
+        BoxingSpec spec{logical, DType::kFloat32, Sbp::PartialSum(), out, shards, parts, index};
+        const Shape shape = PhysicalShape(logical, out, parts, index).value();
+        std::vector<float> piece(NumElements(shape), -1.0f);
+        ASSERT_TRUE(RunBoxing(spec, inputs, {piece.data(), {shape, DType::kFloat32}}).ok());
+        const int64_t row0 = out == Sbp::Split(0) && index == 1 ? 2 : 0;
+        const int64_t col0 = out == Sbp::Split(1) && index == 1 ? 2500 : 0;
+        for (int64_t r = 0; r < shape[0]; ++r)
+          for (int64_t c = 0; c < shape[1]; ++c) {
+            float want = 0;
+            for (int64_t k = 0; k < shards; ++k) want += sources[k][(row0 + r) * 5000 + col0 + c];
+            ASSERT_EQ(piece[r * shape[1] + c], want) << r << "," << c;
+          }
+      }
+    }
+}
+
 TEST(BoxingTest, WrongShardsAreErrorsNamingTheLayout) {
   RegisterAllOps();
   BoxingSpec spec{kLogical, DType::kFloat64, Sbp::Split(0), Sbp::Broadcast(), 3, 1, 0};

@@ -147,17 +147,9 @@ def check_against_one_device(model, devices, layout, steps=STEPS):
     assert reference[-5:].mean() < 0.5 * reference[:5].mean()  # it learns: the comparison is not of constants
 
 
-# split(1) of a dense weight stored (units, in) splits the contraction axis: its matmul gives
-# partial sums, which the fusion pass's matmul+bias+relu cannot take (relu of a partial sum is
-# not the partial of a relu), so the hidden layer computes from a gathered weight. Strict: this
-# fails loudly once fusion leaves such a layer unfused.
-CONTRACTION_SPLIT_FUSED = pytest.mark.xfail(strict=True, reason="split(1) hint on a layer with a fused relu: the "
-                                                                "fused matmul cannot produce partial sums")
-
-
 @pytest.mark.parametrize("devices, layout", [
     (2, "data"), (3, "data"), (2, "placement"), (2, "mirrored"), (3, "mirrored"),
-    (2, "model0"), (3, "model0"), pytest.param(2, "model1", marks=CONTRACTION_SPLIT_FUSED), (2, "hybrid"),
+    (2, "model0"), (3, "model0"), (2, "model1"), (2, "hybrid"),
 ])
 def test_mlp_matches_one_device(devices, layout):
     check_against_one_device("mlp", devices, layout)

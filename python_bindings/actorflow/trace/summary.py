@@ -21,6 +21,7 @@ import json
 
 import numpy as np
 
+from . import devices as device_view
 from .reader import ACT, WAIT_BACKPRESSURE, WAIT_INPUT, WAIT_WORKER
 
 HOST = "the host (the caller feeding the job)"
@@ -185,7 +186,7 @@ def summarize(trace):
     devices = worker_saturation(trace)
     result = {"path": trace.path, "job": trace.job, "events": trace.num_events, "span_us": trace.span,
               "iterations": iterations, "iterations_per_second": rate, "actors": rows, "devices": devices,
-              "bottleneck": None, "advice": []}
+              "device_view": device_view.device_stats(trace), "bottleneck": None, "advice": []}
     active = [i for i, r in enumerate(rows) if r["acts"]]
     if not active:
         result["advice"].append("the trace holds no acts: nothing ran while it was recorded")
@@ -320,6 +321,7 @@ def format_text(result):
         seen = "" if d["workers_recorded"] else " (as many as seen running at once)"
         lines.append(f"workers of {d['device']}: {d['workers']}{seen}, busy {d['busy_pct']:.1f}%; actors waiting "
                      f"for a worker {d['worker_wait_pct']:.1f}% of their time")
+    lines.extend(device_view.format_lines(result.get("device_view", []), _time))
     if result["bottleneck"]:
         b = result["bottleneck"]
         lines.append(f"bottleneck: {b['actor'] or 'the worker threads of ' + b['device']}")
