@@ -452,14 +452,19 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
         Attrs attrs = n.attrs;
         if (n.type == "boxing") {
           // One input per source shard (one for a broadcast source), and this device's piece.
+          // A view's source is one whole register on one device (views are single-device
+          // reshapes, read through add_data_input); anything else is the producer's tasks.
           AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(n.inputs.at(0)));
-          const Physical& from = physical.at(resolved.first->name);
+          const bool from_view = views.count(n.inputs[0]) > 0;
+          static const Physical kWholeSource{};
+          const Physical& from = from_view ? kWholeSource : physical.at(resolved.first->name);
+          const size_t from_parts = from_view ? 1 : from.tasks.size();
           BoxingSpec spec;
           spec.logical_shape = n.output_descs[0].shape;
           spec.dtype = n.output_descs[0].dtype;
-          spec.in = from.tasks.size() == 1 ? Sbp::Broadcast() : output_sbp(*resolved.first, resolved.second);
+          spec.in = from_parts == 1 ? Sbp::Broadcast() : output_sbp(*resolved.first, resolved.second);
           spec.out = parts == 1 ? Sbp::Broadcast() : n.output_sbp.at(0);
-          spec.in_parts = static_cast<int64_t>(from.tasks.size());
+          spec.in_parts = static_cast<int64_t>(from_parts);
           spec.out_parts = static_cast<int64_t>(parts);
           spec.out_index = static_cast<int64_t>(index);
           attrs = BoxingTaskAttrs(spec);

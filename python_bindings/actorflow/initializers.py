@@ -9,8 +9,14 @@ def seed(value):
     _rng[0] = np.random.default_rng(int(value))
 
 
-def generator():
-    return _rng[0]
+def generator(seed=None):
+    """The session's generator, or with `seed` a generator of its own: an initializer given a
+    seed draws the same values every time it initializes (in any session)."""
+    if seed is None:
+        return _rng[0]
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError("initializer seed: expected a non-negative int, got %r" % (seed,))
+    return np.random.default_rng(int(seed))
 
 
 class Initializer:
@@ -25,12 +31,16 @@ class Initializer:
         return self.description
 
 
-def truncated_normal(stddev=1.0, mean=0.0):
+def truncated_normal(stddev=1.0, mean=0.0, seed=None):
+    if seed is not None:
+        generator(seed)  # checks it now, at the user's line
+
     def fn(shape):
-        out = generator().normal(mean, stddev, size=shape)
+        g = generator(seed)
+        out = g.normal(mean, stddev, size=shape)
         bad = np.abs(out - mean) > 2 * stddev
         while bad.any():  # resample outside two standard deviations
-            out[bad] = generator().normal(mean, stddev, size=int(bad.sum()))
+            out[bad] = g.normal(mean, stddev, size=int(bad.sum()))
             bad = np.abs(out - mean) > 2 * stddev
         return out
     return Initializer(fn, "truncated_normal(stddev=%g)" % stddev)
@@ -40,11 +50,15 @@ truncated_normal_initializer = truncated_normal
 
 
 def random_normal_initializer(mean=0.0, stddev=1.0, seed=None, dtype=None):
-    return Initializer(lambda s: generator().normal(mean, stddev, size=s), "random_normal(%g, %g)" % (mean, stddev))
+    if seed is not None:
+        generator(seed)  # checks it now, at the user's line
+    return Initializer(lambda s: generator(seed).normal(mean, stddev, size=s), "random_normal(%g, %g)" % (mean, stddev))
 
 
-def random_uniform_initializer(minval=0.0, maxval=1.0, dtype=None):
-    return Initializer(lambda s: generator().uniform(minval, maxval, size=s), "random_uniform(%g, %g)" % (minval, maxval))
+def random_uniform_initializer(minval=0.0, maxval=1.0, dtype=None, seed=None):
+    if seed is not None:
+        generator(seed)
+    return Initializer(lambda s: generator(seed).uniform(minval, maxval, size=s), "random_uniform(%g, %g)" % (minval, maxval))
 
 
 def zeros_initializer(dtype=None):

@@ -116,3 +116,22 @@ def test_load_mnist_separate_test_batch_size(tmp_path):
         f.truncate(100)
     with pytest.raises(ValueError, match="train-images-idx3-ubyte"):
         flow.data.load_mnist(4, data_dir=str(tmp_path))
+
+
+def test_an_initializer_seed_gives_the_same_values_in_every_session():
+    """seed= on an initializer was accepted and ignored (values changed between sessions)."""
+    def weights():
+        flow.clear_default_session()
+
+        @flow.global_function()
+        def seeded(x: tp.Numpy.Placeholder((2, 5))) -> tp.Numpy:
+            return flow.layers.dense(x, 3, name="d", kernel_initializer=flow.random_normal_initializer(stddev=0.1, seed=7))
+        seeded(np.ones((2, 5), np.float32))
+        return np.array(flow.get_all_variables()["d-weight"])
+    first, second = weights(), weights()
+    np.testing.assert_array_equal(first, second)
+    assert np.abs(first).max() > 0
+    with pytest.raises(ValueError, match="seed"):
+        flow.random_normal_initializer(seed=-1)
+    with pytest.raises(ValueError, match="seed"):
+        flow.random_uniform_initializer(seed="7")

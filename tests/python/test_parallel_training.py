@@ -213,3 +213,39 @@ def test_impossible_split_names_op_blob_axis_and_line_and_the_next_job_works():
 
     assert fine(np.ones((4, 3), np.float32)).tolist() == [[2.0] * 3] * 4
     assert plan_devices(fine) == {0, 1, 2, 3}
+
+
+def _conv_bn_dense_losses(devices, optimizer, steps=5):
+    flow.clear_default_session()
+    flow.config.cpu_device_num(devices)
+
+    @flow.global_function(type="train")
+    def conv_bn_dense(x: tp.Numpy.Placeholder((4, 1, 8, 8)), y: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.1, seed=3)
+        c = flow.layers.conv2d(x, 3, 3, padding="SAME", name="c", kernel_initializer=init)
+        b = flow.layers.batch_normalization(c, axis=1, name="bn")
+        r = flow.reshape(flow.nn.relu(b), (4, -1))  # a reshape the lowering makes a view
+        o = flow.layers.dense(r, 3, name="o", kernel_initializer=init)
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, o)
+        optimizer().minimize(loss)
+        return loss
+
+    rng = np.random.RandomState(0)
+    x = rng.rand(4, 1, 8, 8).astype(np.float32)
+    y = np.arange(4, dtype=np.int32) % 3
+    losses = [conv_bn_dense(x, y).copy() for _ in range(steps)]
+    assert plan_devices(conv_bn_dense) == set(range(devices))
+    return np.array(losses)
+
+
+@pytest.mark.parametrize("optimizer", [
+    lambda: flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [0.01]),
+                                grad_clipping=flow.optimizer.grad_clipping.by_global_norm(1.0)),
+    lambda: flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9),
+], ids=["adam_clipped", "momentum"])
+def test_boxing_of_a_reshape_view_compiles_and_matches_one_device(optimizer):
+    """A boxing whose source is a reshape the lowering turned into a view (compiling raised
+    IndexError: map::at before): 2 devices give the one-device losses."""
+    reference = _conv_bn_dense_losses(1, optimizer)
+    np.testing.assert_allclose(_conv_bn_dense_losses(2, optimizer), reference, rtol=1e-4)
+    assert reference[-1].mean() < reference[0].mean()
