@@ -342,7 +342,11 @@ PlanIdentity PlanIdentity::FromOps(const std::vector<std::pair<std::string, std:
 }
 
 void AddNetworkLayer(EnvironmentOptions& environment_options, const ClusterOptions& options) {
-  environment_options.configure_system = [options](caf::actor_system_config& config) {
+  environment_options.configure_system = NetworkLayerConfigurator(options);
+}
+
+std::function<void(caf::actor_system_config&)> NetworkLayerConfigurator(const ClusterOptions& options) {
+  return [options](caf::actor_system_config& config) {
     config.load<caf::io::middleman>();
     // Both are off in CAF 0.17 by default: without them a frozen peer is never detected.
     config.set("middleman.heartbeat-interval", caf::timespan{options.heartbeat_interval});

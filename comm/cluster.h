@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -68,8 +69,10 @@ struct PlanIdentity {
 
 uint64_t Fnv1a64(std::string_view bytes);
 
-// Sets EnvironmentOptions::configure_system to load the network layer with the heartbeat
-// settings and app identifier of `options`.
+// Loads the network layer with the heartbeat settings and app identifier of `options`: for
+// EnvironmentOptions::configure_system or Environment::SetSystemConfigurator.
+std::function<void(caf::actor_system_config&)> NetworkLayerConfigurator(const ClusterOptions& options);
+// environment_options.configure_system = NetworkLayerConfigurator(options).
 void AddNetworkLayer(EnvironmentOptions& environment_options, const ClusterOptions& options);
 
 class ClusterState;  // shared between the API and the rank's member actor (cluster.cc)

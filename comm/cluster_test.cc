@@ -198,6 +198,17 @@ TEST(ClusterTest, UnreachableRankZeroIsAnErrorNamingTheAddress) {
   EXPECT_EQ(rank1.Wait(kStep), 1);
 }
 
+TEST(ClusterTest, RankOfAnotherJobCannotJoin) {
+  Node rank0(Args(0, 2, 0, {"--job", "first", "--rendezvous-ms", "1500"}));
+  int port = PortOf(rank0);
+  Node stranger(Args(1, 2, port, {"--job", "second", "--rendezvous-ms", "1500"}));
+  std::string refused = stranger.LineStarting("error", kStep);
+  EXPECT_NE(refused.find("rank 1 could not reach rank 0 at 127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << refused;
+  std::string timeout = rank0.LineStarting("error", kStep);
+  EXPECT_NE(timeout.find("rank(s) [1] never joined"), std::string::npos) << timeout;
+}
+
 TEST(ClusterTest, PortInUseIsAClearError) {
   Node first(Args(0, 2, 0, {"--then", "sleep"}));
   int port = PortOf(first);
