@@ -15,8 +15,9 @@
 // process that knows the port and the job's app identifier can connect. Mutual TLS is the
 // next step and is required before binding anywhere but loopback.
 //
-// Thread-safety: every method may be called from any thread; calls are blocking and bounded
-// (each has a deadline). One Cluster per process.
+// Thread-safety: Rendezvous, Barrier and Shutdown are collective calls every rank makes in the
+// same order, from one thread at a time; health() may be called from any thread at any time.
+// Every call blocks for a bounded time (each has a deadline). One Cluster per process.
 #pragma once
 
 #include <chrono>
@@ -40,8 +41,8 @@ struct ClusterOptions {
   std::string coordinator_host = "127.0.0.1";
   // Rank 0 with port 0 binds a free port (read it back with Cluster::port()).
   uint16_t coordinator_port = 0;
-  // Rendezvous deadline: how long rank 0 waits for every rank to join and the others try to
-  // reach rank 0. The error names the ranks that never came.
+  // Rendezvous deadline: how long rank 0 waits (from Cluster::Create) for every rank to join,
+  // and how long the others try to reach rank 0. The error names the ranks that never came.
   std::chrono::milliseconds rendezvous_timeout{60000};
   // The network layer's heartbeat period and the silence after which a peer is declared lost.
   // Detection of a frozen peer takes at most about connection_timeout + heartbeat_interval.
