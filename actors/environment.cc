@@ -63,6 +63,7 @@ StatusOr<std::shared_ptr<ActorEnvironment>> ActorEnvironment::Create(const Envir
   // (CAF's default, 10 ms, lets a ready actor wait behind a long kernel that long).
   config->set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
   config->set("logger.console", caf::atom("none"));
+  if (options.configure_system) options.configure_system(*config);
   environment->system_ = std::make_unique<caf::actor_system>(*config);
   environment->config_ = std::move(config);
   return environment;

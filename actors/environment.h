@@ -31,6 +31,10 @@ struct EnvironmentOptions {
   // Called on every scheduler thread as it starts, with the resolved kernel_threads (e.g. to
   // call omp_set_num_threads; the runtime itself knows no threading library). Thread-safe.
   std::function<void(int kernel_threads)> on_worker_start;
+  // Called once with CAF's configuration before the actor system is built, for what must be
+  // in place at construction (the network layer's module and its settings: comm/cluster.h).
+  // Unset: the configuration, and so the thread count, is exactly the single-process one.
+  std::function<void(caf::actor_system_config&)> configure_system;
 };
 
 class ActorEnvironment {

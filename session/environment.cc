@@ -47,9 +47,19 @@ StatusOr<std::shared_ptr<ActorEnvironment>> Environment::ActorsFor(int num_worke
   EnvironmentOptions options;
   options.num_threads = num_workers;
   options.num_workers = num_workers;
+  options.configure_system = configure_system_;
   AF_ASSIGN_OR_RETURN(std::shared_ptr<ActorEnvironment> made, ActorEnvironment::Create(options));
   systems_.emplace(num_workers, made);
   return made;
+}
+
+Status Environment::SetSystemConfigurator(std::function<void(caf::actor_system_config&)> configure) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!systems_.empty())
+    return FailedPrecondition("Environment::SetSystemConfigurator: an actor system already exists; configure the "
+                              "network layer before the first job is compiled");
+  configure_system_ = std::move(configure);
+  return Status::Ok();
 }
 
 int Environment::scheduler_threads() const {

@@ -30,6 +30,12 @@ class Environment {
 
   // The shared actor system with `num_workers` scheduler threads, made on first request.
   StatusOr<std::shared_ptr<ActorEnvironment>> ActorsFor(int num_workers);
+  // Adds `configure` (EnvironmentOptions::configure_system) to every actor system made from
+  // now on, e.g. to load the network layer (comm/cluster.h) so the cluster's control plane
+  // runs on the process's one system instead of a second one. Only before the first system
+  // exists (a system cannot gain the network layer after construction): FailedPrecondition
+  // otherwise. Without a call nothing changes.
+  Status SetSystemConfigurator(std::function<void(caf::actor_system_config&)> configure);
   // Scheduler threads started so far, over every actor system of this generation.
   int scheduler_threads() const;
 
@@ -41,6 +47,7 @@ class Environment {
   static void AfterForkInChild();
   mutable std::mutex mu_;
   std::map<int, std::shared_ptr<ActorEnvironment>> systems_;  // by worker count
+  std::function<void(caf::actor_system_config&)> configure_system_;
 };
 
 }  // namespace actorflow

@@ -9,6 +9,7 @@ import types as _types
 from . import _C, _job
 from . import _parallel
 from . import checkpoint, config, data, initializers, layers, optimizer  # noqa: F401
+from . import env  # noqa: F401  (flow.env.machine / ctrl_port: docs/cluster.md)
 from . import typing  # noqa: F401
 from . import _losses  # noqa: F401  (adds flow.nn.*_cross_entropy_with_logits, flow.math.abs)
 from . import _conv  # noqa: F401,E402  (adds flow.nn.conv2d/pools/dropout, flow.layers.conv2d/batch_normalization)

@@ -1,0 +1,125 @@
+// Cluster: the control plane that joins one process per machine rank (docs/cluster.md).
+//
+// Rank 0 publishes a coordinator actor on CAF's network layer (the io middleman, BASP over
+// TCP); every other rank connects to it with a deadline and backoff. Rendezvous collects all
+// ranks and checks that every rank compiled the same plan and runs the same version; after it,
+// the network layer's heartbeats detect a peer that died (SIGKILL: its connection closes) or
+// froze (SIGSTOP: no heartbeat within connection_timeout), and every rank's pending and next
+// call fails with an error naming the lost rank.
+//
+// The control plane runs on an ActorEnvironment whose actor system has the network layer
+// loaded: build it with AddNetworkLayer (or, for the process-wide session environment,
+// Environment::SetSystemConfigurator(NetworkLayerConfigurator(options))).
+//
+// Security: nothing is authenticated. The port binds to 127.0.0.1 by default; any local
+// process that knows the port and the job's app identifier can connect. Mutual TLS is the
+// next step and is required before binding anywhere but loopback.
+//
+// Thread-safety: Rendezvous, Barrier and Shutdown are collective calls every rank makes in the
+// same order, from one thread at a time; health() may be called from any thread at any time.
+// Every call blocks for a bounded time (each has a deadline). One Cluster per process.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "actors/environment.h"
+#include "actors/status.h"
+
+namespace actorflow {
+
+struct ClusterOptions {
+  int rank = 0;
+  int world_size = 1;
+  // Rank 0 binds here; the others connect here. Loopback unless configured otherwise.
+  std::string coordinator_host = "127.0.0.1";
+  // Rank 0 with port 0 binds a free port (read it back with Cluster::port()).
+  uint16_t coordinator_port = 0;
+  // Rendezvous deadline: how long rank 0 waits (from Cluster::Create) for every rank to join,
+  // and how long the others try to reach rank 0. The error names the ranks that never came.
+  std::chrono::milliseconds rendezvous_timeout{60000};
+  // The network layer's heartbeat period and the silence after which a peer is declared lost.
+  // Detection of a frozen peer takes at most about connection_timeout + heartbeat_interval.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds connection_timeout{5000};
+  // Ranks of different jobs never join each other: BASP refuses a peer whose app identifier
+  // differs (this is a guard against mistakes, not authentication: it travels in clear).
+  std::string job_id = "actorflow";
+  // Compared at rendezvous; a mismatch is an error naming the ranks.
+  std::string version;
+};
+
+// What rendezvous compares: a digest of the whole plan plus one per op, so a mismatch can name
+// the first differing op. FNV-1a 64: a consistency check between cooperating ranks, not a
+// defence against a forged plan.
+struct PlanIdentity {
+  uint64_t digest = 0;
+  std::vector<std::string> op_names;
+  std::vector<uint64_t> op_digests;
+
+  static PlanIdentity FromBytes(std::string_view serialized_plan);
+  // ops: (op name, that op's serialized bytes), in plan order.
+  static PlanIdentity FromOps(const std::vector<std::pair<std::string, std::string>>& ops);
+};
+
+uint64_t Fnv1a64(std::string_view bytes);
+
+// Loads the network layer with the heartbeat settings and app identifier of `options`: for
+// EnvironmentOptions::configure_system or Environment::SetSystemConfigurator.
+std::function<void(caf::actor_system_config&)> NetworkLayerConfigurator(const ClusterOptions& options);
+// environment_options.configure_system = NetworkLayerConfigurator(options).
+void AddNetworkLayer(EnvironmentOptions& environment_options, const ClusterOptions& options);
+
+class ClusterState;  // shared between the API and the rank's member actor (cluster.cc)
+
+class Cluster {
+ public:
+  // Rank 0: spawns and publishes the coordinator (a port in use is an error naming it). Other
+  // ranks: connect to rank 0, retrying with backoff until rendezvous_timeout. Does not wait
+  // for the other ranks: Rendezvous does.
+  static StatusOr<std::unique_ptr<Cluster>> Create(const ClusterOptions& options,
+                                                   std::shared_ptr<ActorEnvironment> environment);
+  ~Cluster();  // leaves without waiting; peers see this rank as lost unless Shutdown ran
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Blocks until every rank has joined with the same plan and version (Ok), a mismatch
+  // (error naming the ranks and the first differing op), a rank never came within
+  // rendezvous_timeout (error naming the missing ranks) or a rank was lost.
+  Status Rendezvous(const PlanIdentity& plan);
+  // Blocks until every rank has called Barrier as often as this one (a collective call all
+  // ranks make in the same order). Fails with an error naming the lost rank if one is lost
+  // while waiting or before, or when `timeout` passes.
+  Status Barrier(std::chrono::milliseconds timeout);
+  // Ok while every rank is alive; the error naming the lost rank once one is lost.
+  Status health() const;
+  // Barrier, then leave so that peers exiting is not a failure; rank 0 waits (bounded by
+  // `timeout`) until the others have left before unpublishing.
+  Status Shutdown(std::chrono::milliseconds timeout);
+
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+  // The coordinator's port (rank 0: the one bound, useful with coordinator_port 0).
+  uint16_t port() const { return port_; }
+
+ private:
+  Cluster() = default;
+  Status Call(const char* what, std::chrono::milliseconds timeout, int kind, uint64_t epoch, const PlanIdentity* plan);
+
+  ClusterOptions options_;
+  std::shared_ptr<ActorEnvironment> environment_;
+  std::shared_ptr<ClusterState> state_;
+  uint16_t port_ = 0;
+  uint64_t barrier_epoch_ = 0;
+  bool joined_ = false;
+  struct Actors;
+  std::unique_ptr<Actors> actors_;
+};
+
+}  // namespace actorflow

@@ -1,0 +1,147 @@
+"""python -m actorflow.launch --nproc N script.py [args]: runs N processes of `script.py`, ranks
+0..N-1 of one job on this machine (loopback), and fails loudly when one of them fails.
+
+Every process gets ACTORFLOW_RANK, ACTORFLOW_WORLD_SIZE, ACTORFLOW_MASTER_ADDR (127.0.0.1),
+ACTORFLOW_MASTER_PORT (a free port), ACTORFLOW_JOB_ID and ACTORFLOW_CLUSTER_SECRET (fresh per
+launch). Rank 0's output passes through untouched; each line of rank r > 0 is prefixed with
+"[rank r] ". When a rank fails (non-zero exit or a signal), the others get SIGTERM, then SIGKILL
+after a grace period, and the launcher exits non-zero naming the rank: the whole job ends within
+20 s of the failure. See docs/cluster.md.
+"""
+import argparse
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from . import env as _env
+
+GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL; the whole teardown stays well under 20 s
+POLL_SECONDS = 0.05
+
+
+def _free_port(address):
+    # The port is free when chosen; rank 0 binds it moments later (a race with other programs
+    # that a fixed --master-port avoids).
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))
+        return probe.getsockname()[1]
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(prog="python -m actorflow.launch",
+                                     description="Run N ranks of an actorflow program on this machine.")
+    parser.add_argument("--nproc", type=int, required=True, help="number of processes (ranks 0..N-1)")
+    parser.add_argument("--master-port", type=int, default=0, help="rank 0's control port (default: a free one)")
+    parser.add_argument("script", help="the Python program every rank runs")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
+    options = parser.parse_args(argv)
+    if options.nproc < 1:
+        parser.error("--nproc must be >= 1, got %d" % options.nproc)
+    if not 0 <= options.master_port <= 65535:
+        parser.error("--master-port must be in [0, 65535], got %d" % options.master_port)
+    if not os.path.isfile(options.script):
+        parser.error("script %r: no such file" % options.script)
+    return options
+
+
+def _pump(stream, sink, prefix, lock):
+    """Copies `stream` to `sink` line by line, each line prefixed (bytes, so any encoding passes)."""
+    for line in iter(stream.readline, b""):
+        with lock:
+            sink.write(prefix + line)
+            sink.flush()
+    stream.close()
+
+
+def _describe(code):
+    if code < 0:
+        try:
+            return "was killed by %s" % signal.Signals(-code).name
+        except ValueError:
+            return "was killed by signal %d" % -code
+    return "failed with exit code %d" % code
+
+
+def _stop(processes, grace):
+    """SIGTERM every running rank's process group, SIGKILL what is left after `grace` seconds."""
+    running = [p for p in processes if p.poll() is None]
+    for process in running:
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(p.poll() is None for p in running) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    for process in running:
+        if process.poll() is None:
+            _signal_group(process, signal.SIGKILL)
+    for process in running:
+        process.wait()
+
+
+def _signal_group(process, signal_number):
+    try:
+        os.killpg(process.pid, signal_number)  # the rank and whatever it started
+    except ProcessLookupError:
+        pass
+
+
+def _interrupted(signal_number, frame):
+    raise KeyboardInterrupt  # the launcher's own SIGTERM stops every rank, as Ctrl-C does
+
+
+def main(argv=None):
+    options = _parse(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, _interrupted)
+    address = "127.0.0.1"
+    port = options.master_port or _free_port(address)
+    shared = {_env.WORLD_SIZE: str(options.nproc), _env.MASTER_ADDR: address, _env.MASTER_PORT: str(port),
+              _env.SECRET: secrets.token_hex(32), _env.JOB_ID: secrets.token_hex(8), "PYTHONUNBUFFERED": "1"}
+    lock = threading.Lock()
+    processes, pumps = [], []
+    try:
+        for rank in range(options.nproc):
+            child_env = dict(os.environ, **shared)
+            child_env[_env.RANK] = str(rank)
+            piped = subprocess.PIPE if rank > 0 else None
+            process = subprocess.Popen([sys.executable, options.script] + options.args, env=child_env,
+                                       stdout=piped, stderr=piped, start_new_session=True)
+            processes.append(process)
+            if rank > 0:
+                prefix = ("[rank %d] " % rank).encode()
+                for stream, sink in ((process.stdout, sys.stdout.buffer), (process.stderr, sys.stderr.buffer)):
+                    pump = threading.Thread(target=_pump, args=(stream, sink, prefix, lock), daemon=True)
+                    pump.start()
+                    pumps.append(pump)
+        failed = None
+        while failed is None and any(p.poll() is None for p in processes):
+            for rank, process in enumerate(processes):
+                code = process.poll()
+                if code is not None and code != 0:
+                    failed = (rank, code)
+                    break
+            else:
+                time.sleep(POLL_SECONDS)
+        if failed is None:  # all exited; one may have failed in the last poll interval
+            failed = next(((rank, p.returncode) for rank, p in enumerate(processes) if p.returncode != 0), None)
+        if failed is not None:
+            rank, code = failed
+            _stop(processes, GRACE_SECONDS)
+            for pump in pumps:
+                pump.join(timeout=2.0)
+            print("actorflow.launch: rank %d %s; stopped the other ranks" % (rank, _describe(code)), file=sys.stderr)
+            return code if code > 0 else 1
+        for pump in pumps:
+            pump.join(timeout=2.0)
+        return 0
+    except KeyboardInterrupt:
+        _stop(processes, GRACE_SECONDS)
+        print("actorflow.launch: interrupted; stopped every rank", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
