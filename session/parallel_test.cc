@@ -317,7 +317,9 @@ TEST(ParallelMachineryTest, EachLayoutOfASmallJobMatchesOneDevice) {
     SCOPED_TRACE(std::to_string(c.devices) + " devices, matmul " + c.matmul_signature);
     const auto got = RunSmallJob(c.devices, c.x_hint, c.w_hint, &summary, &plan);
     EXPECT_TRUE(Chose(summary, "mm", c.matmul_signature)) << summary;
-    if (c.boxing_tasks >= 0) EXPECT_EQ(CountTasks(plan, "boxing"), c.boxing_tasks) << summary;
+    if (c.boxing_tasks >= 0) {
+      EXPECT_EQ(CountTasks(plan, "boxing"), c.boxing_tasks) << summary;
+    }
     EXPECT_EQ(CountTasks(plan, "test_matmul"), c.devices);
     for (size_t k = 0; k < want.size(); ++k) EXPECT_LE(RelativeError(got[k], want[k]), 1e-6) << "output " << k;
   }
