@@ -31,6 +31,7 @@ class CandidateAncestors {
   }
   // node's ancestors += from and from's ancestors.
   void Merge(size_t node, size_t from) {
+    if (words_ == 0) return;  // no candidates: nothing to track (and no storage to index)
     uint64_t* to = &bits_[node * words_];
     const uint64_t* source = &bits_[from * words_];
     for (size_t w = 0; w < words_; ++w) to[w] |= source[w];
