@@ -18,7 +18,11 @@ constexpr size_t kAlignment = 64;
 thread_local bool t_grad_enabled = true;
 std::atomic<int> g_eager_threads{0};
 
-int DefaultThreads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+// hardware_concurrency() reads /sys on every call: once per process.
+int DefaultThreads() {
+  static const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return threads;
+}
 
 // A kernel shared by every call with the same key; its closure may hold scratch memory, so
 // one call at a time runs it.
@@ -232,8 +236,15 @@ StatusOr<std::shared_ptr<EagerOp>> EagerOp::Create(const std::string& type, Attr
   return std::shared_ptr<EagerOp>(new EagerOp(def, std::move(attrs), is_view));
 }
 
+// Ops reading fewer input elements than this run on one thread: waking an OpenMP team costs
+// more than a 64x64 matmul (measured on 2 cores: 9.4 us on 1 thread, 13.2 us on 2).
+constexpr int64_t kParallelElements = 32768;
+
 StatusOr<std::shared_ptr<EagerOp::Prepared>> EagerOp::Prepare(const std::vector<EagerTensorPtr>& inputs) const {
-  const int threads = EagerThreads();
+  int64_t elements = 0;
+  for (const EagerTensorPtr& t : inputs)
+    if (t) elements += t->desc().num_elements();
+  const int threads = elements >= kParallelElements ? EagerThreads() : 1;
   {
     std::lock_guard<std::mutex> lock(memo_mu_);
     if (memo_ && memo_->threads == threads && memo_->inputs.size() == inputs.size()) {

@@ -12,7 +12,7 @@
 // so results never depend on which unrelated call ran before.
 //
 // Threads: a kernel gets num_threads = the eager thread budget (SetEagerThreads; default the
-// number of cores, as compiled jobs default to). Eager kernels run on the calling thread; the
+// number of cores, as compiled jobs default to), or 1 when its inputs are small (see eager.cc). Eager kernels run on the calling thread; the
 // oneDNN/OpenMP setting is per calling thread, so the runtime's actor threads keep theirs.
 //
 // Thread-safety: tensors are not synchronized (like NumPy arrays: the caller orders writes).

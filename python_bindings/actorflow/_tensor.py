@@ -14,6 +14,7 @@ _new = object.__new__
 
 _ADD, _SUB, _MUL, _DIV = (_C.EagerOp(t, {}) for t in ("add", "sub", "mul", "div"))
 _RELU, _MATMUL, _NEG = _C.EagerOp("relu", {}), _C.EagerOp("matmul", {}), _C.EagerOp("negative", {})
+_SUM_ALL = _C.EagerOp("reduce_sum", {"axis": [], "keepdims": False})
 _COMPARE = {"==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
 _RANK = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float32": 4, "float64": 5}
 
@@ -100,11 +101,22 @@ def _binary(op_type, a, b):
     return run_op(op_type, [a, b])
 
 
+_scalar_ops = {"scalar_add": {}, "scalar_mul": {}}  # by the scalar's value; bounded below
+
+
 def _scalar_op(op_type, x, scalar):
-    if x._impl.dtype not in ("float32", "float64") and isinstance(scalar, float) and not scalar.is_integer():
+    if isinstance(scalar, float) and not scalar.is_integer() and x._impl.dtype not in ("float32", "float64"):
         x = x.to(_dtypes.float32)
+    ops = _scalar_ops[op_type]
+    op = ops.get(scalar)
     try:
-        return _wrap(prepared(op_type, {"scalar": float(scalar)}).run1([x._impl]))
+        if op is None:
+            if len(ops) > 1024:
+                ops.clear()
+            op = ops[scalar] = _C.EagerOp(op_type, {"scalar": float(scalar)})
+        t = _new(Tensor)
+        t._impl = op.run_unary(x._impl)
+        return t
     except (ValueError, RuntimeError) as e:
         raise located(e) from None
 
@@ -638,6 +650,13 @@ class Tensor:
         return run_op(op_type, [self], {"axis": _dims(dim, self.ndim, op_type + "'s dim"), "keepdims": bool(keepdim)})
 
     def sum(self, dim=None, keepdim=False):
+        if dim is None and not keepdim and self._impl.dtype in ("float32", "float64", "int64"):
+            try:
+                t = _new(Tensor)
+                t._impl = _SUM_ALL.run_unary(self._impl)
+                return t
+            except (ValueError, RuntimeError) as e:
+                raise located(e) from None
         x = self if self._impl.dtype in ("float32", "float64", "int64") else self.to(_dtypes.int64)  # as PyTorch
         return x._reduce("reduce_sum", dim, keepdim)
 
@@ -1112,5 +1131,6 @@ functions = {name: _tensor_function(name) for name in (
     "squeeze", "unsqueeze", "permute", "flatten", "numel", "t", "eq", "ne", "gt", "lt", "ge", "le", "max", "min",
     "square", "neg", "negative", "add", "sub", "mul", "div", "detach", "expand", "view")}
 
-_trace_ctx.Tensor = Tensor
+_trace_ctx.Tensor = _eager.Tensor = Tensor
+_eager._wrap = _wrap
 _trace_ctx.run_eager_op = run_op
