@@ -74,7 +74,10 @@ def _not_tensor(op_type, inputs):
 
 
 def run_op(op_type, inputs, attrs=None, num_outputs=1):
-    """Runs one op eagerly on Tensors; returns a Tensor (num_outputs == 1) or a list."""
+    """Runs one op eagerly on Tensors; returns a Tensor (num_outputs == 1) or a list. While this
+    thread traces (a job function or an nn.Graph), the op is traced instead (add_op)."""
+    if _trace_ctx.active_traces and _trace_ctx.get_current() is not None:
+        return _trace_ctx.add_op(op_type, inputs, attrs, None, num_outputs)
     try:
         impls = [x._impl for x in inputs]
     except AttributeError:

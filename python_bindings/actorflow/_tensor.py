@@ -7,8 +7,9 @@ import numbers
 
 import numpy as np
 
-from . import _C, _dtypes, _eager, _trace_ctx
+from . import _C, _dtypes, _eager, _trace_ctx, ops
 from ._eager import located, prepared, run_op
+from ._trace_ctx import BlobDef
 
 _new = object.__new__
 
@@ -90,6 +91,13 @@ def _as_tensor_like(value, like_dtype):
     raise TypeError("unsupported operand of type %s (at %s)" % (type(value).__name__, _trace_ctx.user_location()))
 
 
+def _tracing(other):
+    """Whether an operator with `other` must be traced (this thread traces, or other is a
+    BlobDef): then the job-function wrapper traces it, lifting eager tensors through the trace
+    context."""
+    return isinstance(other, BlobDef) or _trace_ctx.get_current() is not None
+
+
 def _binary(op_type, a, b):
     """a op b with NumPy broadcasting and type promotion (ints before floats, then width)."""
     a = _as_tensor_like(a, b.dtype.name if isinstance(b, Tensor) else "float32")
@@ -105,6 +113,8 @@ _scalar_ops = {"scalar_add": {}, "scalar_mul": {}}  # by the scalar's value; bou
 
 
 def _scalar_op(op_type, x, scalar):
+    if _trace_ctx.active_traces and _trace_ctx.get_current() is not None:
+        return _trace_ctx.add_op(op_type, [x], {"scalar": float(scalar)})
     if isinstance(scalar, float) and not scalar.is_integer() and x._impl.dtype not in ("float32", "float64"):
         x = x.to(_dtypes.float32)
     ops = _scalar_ops[op_type]
@@ -444,6 +454,8 @@ class Tensor:
 
     # Arithmetic --------------------------------------------------------------------------
     def __add__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.add(self, other)
         if isinstance(other, Tensor):
             try:
                 return _wrap(_ADD.run_binary(self._impl, other._impl))
@@ -456,6 +468,8 @@ class Tensor:
     __radd__ = __add__
 
     def __sub__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.subtract(self, other)
         if isinstance(other, Tensor):
             try:
                 return _wrap(_SUB.run_binary(self._impl, other._impl))
@@ -466,11 +480,15 @@ class Tensor:
         return _binary("sub", self, other)
 
     def __rsub__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.subtract(other, self)
         if _is_number(other):
             return _scalar_op("scalar_add", -self, other)
         return _binary("sub", other, self)
 
     def __mul__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.multiply(self, other)
         if isinstance(other, Tensor):
             try:
                 return _wrap(_MUL.run_binary(self._impl, other._impl))
@@ -483,6 +501,8 @@ class Tensor:
     __rmul__ = __mul__
 
     def __truediv__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.divide(self, other)
         if isinstance(other, Tensor):
             try:
                 return _wrap(_DIV.run_binary(self._impl, other._impl))
@@ -493,9 +513,13 @@ class Tensor:
         return _binary("div", self, other)
 
     def __rtruediv__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.divide(other, self)
         return _binary("div", other, self)
 
     def __neg__(self):
+        if _trace_ctx.active_traces:
+            return run_op("negative", [self])
         try:
             return _wrap(_NEG.run_unary(self._impl))
         except (ValueError, RuntimeError) as e:
@@ -584,6 +608,8 @@ class Tensor:
 
     # Elementwise -------------------------------------------------------------------------
     def relu(self):
+        if _trace_ctx.active_traces:
+            return run_op("relu", [self])
         try:
             return _wrap(_RELU.run_unary(self._impl))
         except (ValueError, RuntimeError) as e:
@@ -650,7 +676,7 @@ class Tensor:
         return run_op(op_type, [self], {"axis": _dims(dim, self.ndim, op_type + "'s dim"), "keepdims": bool(keepdim)})
 
     def sum(self, dim=None, keepdim=False):
-        if dim is None and not keepdim and self._impl.dtype in ("float32", "float64", "int64"):
+        if dim is None and not keepdim and not _trace_ctx.active_traces and self._impl.dtype in ("float32", "float64", "int64"):
             try:
                 t = _new(Tensor)
                 t._impl = _SUM_ALL.run_unary(self._impl)
@@ -692,6 +718,8 @@ class Tensor:
     # Layout ------------------------------------------------------------------------------
     def reshape(self, *shape):
         shape = _shape_args(shape, "reshape's shape")
+        if _trace_ctx.active_traces:
+            return run_op("reshape", [self], {"shape": shape})
         try:
             return _wrap(prepared("reshape", {"shape": shape}).run1([self._impl]))
         except (ValueError, RuntimeError) as e:
@@ -772,7 +800,7 @@ class Tensor:
     def matmul(self, other):
         other = _as_tensor_like(other, self.dtype.name)
         a_rank, b_rank = self.ndim, other.ndim
-        if a_rank == 2 and b_rank == 2:
+        if a_rank == 2 and b_rank == 2 and not _trace_ctx.active_traces:
             try:
                 return _wrap(_MATMUL.run_binary(self._impl, other._impl))
             except (ValueError, RuntimeError) as e:
