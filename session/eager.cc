@@ -159,7 +159,7 @@ StatusOr<std::shared_ptr<EagerTensor>> EagerTensor::ViewAs(const Shape& shape) c
   if (NumElements(shape) != desc_.num_elements())
     return InvalidArgument("view: shape " + ShapeToString(shape) + " has " + std::to_string(NumElements(shape)) +
                            " elements, the tensor " + desc_.ToString() + " has " + std::to_string(desc_.num_elements()));
-  return std::make_shared<EagerTensor>(TensorDesc{shape, desc_.dtype}, storage_);
+  return std::make_shared<EagerTensor>(TensorDesc{shape, desc_.dtype}, storage_, version_);
 }
 
 Status EagerTensor::CopyFrom(const EagerTensor& src) {
@@ -167,10 +167,12 @@ Status EagerTensor::CopyFrom(const EagerTensor& src) {
     return InvalidArgument("copy_: the source is " + src.desc_.ToString() + ", expected " + desc_.ToString() +
                            " like the destination");
   if (src.data() != data() && desc_.byte_size() > 0) std::memmove(data(), src.data(), desc_.byte_size());
+  BumpVersion();
   return Status::Ok();
 }
 
 void EagerTensor::Fill(double value) {
+  BumpVersion();
   const int64_t n = desc_.num_elements();
   auto fill = [&]<typename T>(T v) {
     T* p = static_cast<T*>(data());
@@ -304,7 +306,7 @@ StatusOr<std::vector<EagerTensorPtr>> EagerOp::RunWithoutHistory(const std::vect
   std::vector<EagerTensorPtr> outputs;
   outputs.reserve(prepared->outputs.size());
   if (is_view_) {
-    outputs.push_back(std::make_shared<EagerTensor>(prepared->outputs[0], inputs[0]->storage()));
+    outputs.push_back(std::make_shared<EagerTensor>(prepared->outputs[0], inputs[0]->storage(), inputs[0]->version_counter()));
     return outputs;
   }
   // The views vectors are reused per thread: a small op allocates only its outputs.
@@ -328,6 +330,8 @@ StatusOr<std::vector<EagerTensorPtr>> EagerOp::RunWithoutHistory(const std::vect
     status = kernel.value()(context);
   }
   if (!status.ok()) return status.WithContext("op '" + def_->type + "'");
+  for (int i : def_->mutable_inputs)
+    if (i < static_cast<int>(inputs.size())) inputs[i]->BumpVersion();
   return outputs;
 }
 

@@ -828,6 +828,7 @@ class Tensor:
             view[_numpy_index(index)] = value
         except (IndexError, ValueError) as e:
             raise type(e)("%s (at %s)" % (e, _trace_ctx.user_location())) from None
+        self._impl.bump_version()
 
 
 class _MaxResult(tuple):
