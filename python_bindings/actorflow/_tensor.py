@@ -167,7 +167,7 @@ class Tensor:
         # flow.Tensor(2, 3) is an uninitialized (zeroed) tensor of that shape; flow.Tensor(data)
         # converts data, as OneFlow's legacy constructor.
         if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
-            self._impl = tensor(args[0], dtype=dtype)._impl
+            self._impl = tensor(args[0], dtype=dtype or _dtypes.float32)._impl
         else:
             shape = _shape_args(args, "Tensor size")
             self._impl = _C.EagerTensor.empty(shape, _dtypes.as_dtype(dtype or _dtypes.float32).name, True)
@@ -312,6 +312,14 @@ class Tensor:
 
     def __hash__(self):
         return id(self)
+
+    def __deepcopy__(self, memo):
+        copy = _rebuild(self._impl.numpy(), type(self) is Parameter, self._impl.requires_grad)
+        memo[id(self)] = copy
+        return copy
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild, (self._impl.numpy(), type(self) is Parameter, self._impl.requires_grad))
 
     # Autograd ----------------------------------------------------------------------------
     def requires_grad_(self, requires_grad=True):
@@ -862,8 +870,11 @@ class Parameter(Tensor):
     def __repr__(self):
         return "Parameter containing:\n" + _format(self)
 
-    def __reduce_ex__(self, protocol):
-        return (Parameter, (tensor(self.numpy()), self.requires_grad))
+
+def _rebuild(array, parameter, requires_grad):
+    """A tensor (or Parameter) with a copy of `array` (deepcopy and pickling)."""
+    t = from_numpy(array)
+    return Parameter(t, requires_grad) if parameter else t.requires_grad_(requires_grad)
 
 
 def _numpy_index(index):

@@ -287,3 +287,17 @@ def test_blob_operands_defer_to_the_trace():
     with pytest.raises(TypeError, match="op 'add' at .*eager Tensor"):
         job(np.ones(2, np.float32))
     flow.clear_default_session()
+
+
+def test_copy_and_pickle_keep_data_dtype_and_kind():
+    import copy
+    import pickle
+    p = flow.nn.Parameter(flow.tensor([1.0, 2.0]))
+    q = copy.deepcopy(p)
+    assert isinstance(q, flow.nn.Parameter) and q.requires_grad
+    with flow.no_grad():
+        q.fill_(5.0)
+    np.testing.assert_array_equal(p.numpy(), [1, 2])  # a copy, not a view
+    t = pickle.loads(pickle.dumps(flow.tensor([[1, 2]], dtype=flow.int32)))
+    assert t.dtype == flow.int32 and t.tolist() == [[1, 2]] and not t.requires_grad
+    assert flow.Tensor([1, 2]).dtype == flow.float32 and flow.Tensor(2, 3).shape == (2, 3)
