@@ -825,7 +825,7 @@ class Tensor:
 
     # Indexing ----------------------------------------------------------------------------
     def __getitem__(self, index):
-        return _getitem(self, index)
+        return _indexing.getitem(self, index)
 
     def __setitem__(self, index, value):
         self._check_inplace("__setitem__")
@@ -833,7 +833,7 @@ class Tensor:
         if isinstance(value, Tensor):
             value = value._impl.numpy()
         try:
-            view[_numpy_index(index)] = value
+            view[_indexing.numpy_index(index)] = value
         except (IndexError, ValueError) as e:
             raise type(e)("%s (at %s)" % (e, _trace_ctx.user_location())) from None
         self._impl.bump_version()
@@ -877,75 +877,6 @@ def _rebuild(array, parameter, requires_grad):
     return Parameter(t, requires_grad) if parameter else t.requires_grad_(requires_grad)
 
 
-def _numpy_index(index):
-    """Converts Tensor entries of an index to numpy (for __setitem__)."""
-    if isinstance(index, tuple):
-        return tuple(i.numpy() if isinstance(i, Tensor) else i for i in index)
-    return index.numpy() if isinstance(index, Tensor) else index
-
-
-def _getitem(x, index):
-    """Basic indexing: ints, slices (positive steps), None and Ellipsis."""
-    if not isinstance(index, tuple):
-        index = (index,)
-    for i in index:
-        if not (i is None or i is Ellipsis or isinstance(i, (slice, int, np.integer)) and not isinstance(i, bool)):
-            raise NotImplementedError(
-                "indexing with %s is not supported (advanced indexing); use ints, slices, None and ... (at %s)" % (
-                    type(i).__name__, _trace_ctx.user_location()))
-    shape = list(x._impl.shape)
-    rank = len(shape)
-    used = sum(1 for i in index if i is not None and i is not Ellipsis)
-    if sum(1 for i in index if i is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis (at %s)" % _trace_ctx.user_location())
-    if used > rank:
-        raise IndexError("too many indices for a tensor of %d dimensions: %d (at %s)" % (
-            rank, used, _trace_ctx.user_location()))
-    expanded = []
-    for i in index:
-        if i is Ellipsis:
-            expanded.extend([slice(None)] * (rank - used))
-        else:
-            expanded.append(i)
-    expanded.extend([slice(None)] * (rank - sum(1 for i in expanded if i is not None)))
-    begin, end, stride, out_shape = [], [], [], []
-    d = 0
-    sliced = False
-    for i in expanded:
-        if i is None:
-            out_shape.append(1)
-            continue
-        size = shape[d]
-        if isinstance(i, slice):
-            start, stop, step = i.indices(size)
-            if step <= 0:
-                raise NotImplementedError("slicing with a non-positive step (%s) is not supported (at %s)" % (
-                    step, _trace_ctx.user_location()))
-            stop = max(stop, start)
-            begin.append(start)
-            end.append(stop)
-            stride.append(step)
-            out_shape.append(len(range(start, stop, step)))
-            sliced |= (start, stop, step) != (0, size, 1)
-        else:
-            k = int(i)
-            if not -size <= k < size:
-                raise IndexError("index %d is out of bounds for dimension %d with size %d (at %s)" % (
-                    k, d, size, _trace_ctx.user_location()))
-            k %= size
-            begin.append(k)
-            end.append(k + 1)
-            stride.append(1)
-            sliced = True
-        d += 1
-    out = x
-    if sliced:
-        out = run_op("slice", [x], {"begin": begin, "end": end, "stride": stride})
-    if list(out._impl.shape) != out_shape:
-        out = out.reshape(out_shape)
-    return out
-
-
 def _format(t):
     impl = t._impl
     dtype = "dtype=actorflow.%s" % impl.dtype
@@ -966,211 +897,10 @@ def _format(t):
     return "tensor(%s)" % ", ".join(parts)
 
 
-# Creation ----------------------------------------------------------------------------------
-
-def _default_dtype(array):
-    if array.dtype.kind == "f":
-        return np.float32 if array.dtype == np.float16 else array.dtype
-    if array.dtype.kind == "b":
-        return np.int8
-    if array.dtype.kind in "iu":
-        return array.dtype if array.dtype in (np.int8, np.uint8, np.int32, np.int64) else np.int64
-    raise TypeError("cannot make a tensor of numpy dtype %s (at %s)" % (array.dtype, _trace_ctx.user_location()))
-
-
-def tensor(data, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    """A tensor holding a copy of data (a number, nested lists, a NumPy array or a Tensor).
-    Python floats become float32 and ints int64 unless dtype says otherwise."""
-    if device is not None:
-        globals()["device"](device)
-    if isinstance(data, Tensor):
-        array = data._impl.numpy()
-    elif isinstance(data, np.ndarray):
-        array = data
-    else:
-        try:
-            array = np.asarray(data)
-        except (ValueError, TypeError) as e:
-            raise TypeError("tensor: cannot convert %r (at %s): %s" % (data, _trace_ctx.user_location(), e)) from None
-        if array.dtype == np.float64:
-            array = array.astype(np.float32)
-    if array.dtype == object:
-        raise TypeError("tensor: cannot convert %r (nested sequences of different lengths?) (at %s)" % (
-            data, _trace_ctx.user_location()))
-    target = _dtypes.as_dtype(dtype, "tensor's dtype").numpy if dtype is not None else _default_dtype(array)
-    array = np.require(array, dtype=target, requirements="C")  # (ascontiguousarray makes 0-d arrays 1-d)
-    out = _wrap(_C.EagerTensor.from_numpy(array))
-    if requires_grad:
-        out.requires_grad_(True)
-    return out
-
-
-def from_numpy(array):
-    """A tensor holding a copy of the array (its dtype kept)."""
-    if not isinstance(array, np.ndarray):
-        raise TypeError("from_numpy: expected a numpy.ndarray, got %s (at %s)" % (
-            type(array).__name__, _trace_ctx.user_location()))
-    return _wrap(_C.EagerTensor.from_numpy(np.require(array, dtype=_default_dtype(array), requirements="C")))
-
-
-def _creation_dtype(dtype, fallback=_dtypes.float32):
-    return _dtypes.as_dtype(dtype if dtype is not None else fallback, "dtype")
-
-
-def _finish(t, requires_grad):
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
-
-
-def zeros(*size, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    shape = _shape_args(size, "zeros' size")
-    return _finish(_wrap(_C.EagerTensor.empty(shape, _creation_dtype(dtype).name, True)), requires_grad)
-
-
-def ones(*size, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    shape = _shape_args(size, "ones' size")
-    return _finish(_wrap(_C.EagerTensor.full(shape, _creation_dtype(dtype).name, 1.0)), requires_grad)
-
-
-def empty(*size, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    return zeros(*size, dtype=dtype, requires_grad=requires_grad)
-
-
-def full(size, fill_value, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    shape = _shape_args((size,) if isinstance(size, (list, tuple)) else (size,), "full's size")
-    if dtype is None:
-        dtype = _dtypes.int64 if isinstance(fill_value, (int, np.integer)) and not isinstance(fill_value, bool) \
-            else _dtypes.float32
-    return _finish(_wrap(_C.EagerTensor.full(shape, _creation_dtype(dtype).name, float(fill_value))), requires_grad)
-
-
-def zeros_like(x, dtype=None, requires_grad=False):
-    return zeros(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def ones_like(x, dtype=None, requires_grad=False):
-    return ones(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def full_like(x, fill_value, dtype=None, requires_grad=False):
-    return full(list(x.shape), fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def randn(*size, dtype=None, device=None, generator=None, requires_grad=False):  # noqa: A002
-    """Standard normal samples from the eager generator (flow.manual_seed)."""
-    shape = _shape_args(size, "randn's size")
-    dtype = _creation_dtype(dtype)
-    rng = generator or _eager.generator()
-    array = rng.standard_normal(shape, dtype=np.float64 if dtype == _dtypes.float64 else np.float32)
-    return _finish(_wrap(_C.EagerTensor.from_numpy(array)), requires_grad)
-
-
-def rand(*size, dtype=None, device=None, generator=None, requires_grad=False):  # noqa: A002
-    """Uniform samples in [0, 1) from the eager generator."""
-    shape = _shape_args(size, "rand's size")
-    dtype = _creation_dtype(dtype)
-    rng = generator or _eager.generator()
-    array = rng.random(shape, dtype=np.float64 if dtype == _dtypes.float64 else np.float32)
-    return _finish(_wrap(_C.EagerTensor.from_numpy(array)), requires_grad)
-
-
-def randint(low, high=None, size=None, dtype=None, device=None, generator=None):  # noqa: A002
-    """Integers in [low, high) (randint(high, size) as PyTorch: low 0)."""
-    if high is None:
-        low, high = 0, low
-    if size is None:
-        raise TypeError("randint: size is required (at %s)" % _trace_ctx.user_location())
-    shape = _shape_args((size,) if isinstance(size, (list, tuple)) else (size,), "randint's size")
-    rng = generator or _eager.generator()
-    array = rng.integers(low, high, size=shape).astype(_creation_dtype(dtype, _dtypes.int64).numpy)
-    return _wrap(_C.EagerTensor.from_numpy(array))
-
-
-def randn_like(x, dtype=None, requires_grad=False):
-    return randn(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def rand_like(x, dtype=None, requires_grad=False):
-    return rand(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def randperm(n, dtype=None, device=None, generator=None):  # noqa: A002
-    rng = generator or _eager.generator()
-    return _wrap(_C.EagerTensor.from_numpy(rng.permutation(int(n)).astype(_creation_dtype(dtype, _dtypes.int64).numpy)))
-
-
-def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    if end is None:
-        start, end = 0, start
-    values = np.arange(start, end, step)
-    if dtype is None:
-        dtype = _dtypes.int64 if values.dtype.kind in "iu" else _dtypes.float32
-    return _finish(_wrap(_C.EagerTensor.from_numpy(values.astype(_creation_dtype(dtype).numpy))), requires_grad)
-
-
-def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    values = np.linspace(start, end, _trace_ctx.integer(steps, "linspace's steps"))
-    return _finish(_wrap(_C.EagerTensor.from_numpy(values.astype(_creation_dtype(dtype).numpy))), requires_grad)
-
-
-def cat(tensors, dim=0):
-    """Joins tensors along dim (other dimensions must match)."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("cat: expected a non-empty list of tensors (at %s)" % _trace_ctx.user_location())
-    d = _dim(dim, tensors[0].ndim, "cat's dim")
-    if len(tensors) == 1:
-        return tensors[0]
-    return run_op("concat", tensors, {"axis": d})
-
-
-concat = cat
-
-
-def stack(tensors, dim=0):
-    """Joins tensors along a new dim."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("stack: expected a non-empty list of tensors (at %s)" % _trace_ctx.user_location())
-    rank = tensors[0].ndim
-    d = _trace_ctx.integer(dim, "stack's dim")
-    if not -rank - 1 <= d <= rank:
-        raise IndexError("stack: dim %d is out of range for tensors of %d dimensions (at %s)" % (
-            d, rank, _trace_ctx.user_location()))
-    d %= rank + 1
-    for i, t in enumerate(tensors):
-        if t.shape != tensors[0].shape:
-            raise ValueError("stack: tensor %d has shape %s, expected %s like tensor 0 (at %s)" % (
-                i, tuple(t.shape), tuple(tensors[0].shape), _trace_ctx.user_location()))
-    return cat([t.unsqueeze(d) for t in tensors], d)
-
-
-def maximum(a, b):
-    """Elementwise max: b + relu(a - b) (the gradient goes to a where a > b, else to b)."""
-    return b + (a - b).relu()
-
-
-def minimum(a, b):
-    return a - (a - b).relu()
-
-
-def _tensor_function(method):
-    def fn(input, *args, **kwargs):  # noqa: A002
-        if not isinstance(input, Tensor):
-            input = tensor(input)
-        return getattr(input, method)(*args, **kwargs)
-    fn.__name__ = method
-    fn.__doc__ = "flow.%s(x, ...) = x.%s(...)" % (method, method)
-    return fn
-
-
-# flow.sum(x, dim), flow.exp(x), ...: the Tensor methods as functions (OneFlow's spelling).
-functions = {name: _tensor_function(name) for name in (
-    "sum", "mean", "exp", "log", "sqrt", "abs", "pow", "clamp", "clip", "sigmoid", "tanh", "softmax", "log_softmax",
-    "squeeze", "unsqueeze", "permute", "flatten", "numel", "t", "eq", "ne", "gt", "lt", "ge", "le", "max", "min",
-    "square", "neg", "negative", "add", "sub", "mul", "div", "detach", "expand", "view")}
-
 _trace_ctx.Tensor = _eager.Tensor = Tensor
 _eager._wrap = _wrap
 _trace_ctx.run_eager_op = run_op
+
+# The creation functions and indexing live beside this module; imported last (they use Tensor).
+from . import _creation, _indexing  # noqa: E402,F401
+from ._creation import from_numpy, maximum, tensor, zeros  # noqa: E402,F401
