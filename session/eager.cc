@@ -75,11 +75,6 @@ class KernelCache {
     return {static_cast<int64_t>(index_.size()), builds_, hits_};
   }
 
-  void CountHit() {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++hits_;
-  }
-
  private:
   void Trim() {
     while (index_.size() > capacity_) {

@@ -10,6 +10,9 @@
 // backward through the same nodes is a FailedPrecondition saying so. Saved tensors share
 // storage with the tensors they came from; a node records their versions, and backward refuses
 // (FailedPrecondition naming the op) a node whose saved tensor was written in place since.
+//
+// Thread-safety: recording is per op call; one backward at a time may walk a given graph (two
+// threads backpropagating through shared nodes must be ordered by the caller, as in PyTorch).
 #pragma once
 
 #include <memory>

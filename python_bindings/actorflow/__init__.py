@@ -22,7 +22,7 @@ from .initializers import (constant_initializer, glorot_uniform_initializer, kai
                            truncated_normal_initializer, xavier_uniform_initializer, zeros_initializer)
 from .layers import get_variable  # noqa: F401
 from .ops import flatten, math, matmul, nn, reflection_pad2d, reshape, zero_pad2d  # noqa: F401
-from . import _eager, _tensor, _creation  # noqa: E402  (_tensor first: it imports _creation last)
+from . import _creation, _eager, _tensor  # noqa: E402
 from ._eager import (enable_grad, get_num_threads, is_grad_enabled, manual_seed, no_grad,  # noqa: F401
                      set_grad_enabled, set_num_threads)
 from ._tensor import Parameter, Size, Tensor, device  # noqa: F401

@@ -87,7 +87,7 @@ def _as_tensor_like(value, like_dtype):
             dtype = "float32"
         return _wrap(_C.EagerTensor.full((), dtype, float(value)))
     if isinstance(value, (np.ndarray, list, tuple)):
-        return tensor(value)
+        return _creation.tensor(value)
     raise TypeError("unsupported operand of type %s (at %s)" % (type(value).__name__, _trace_ctx.user_location()))
 
 
@@ -167,7 +167,7 @@ class Tensor:
         # flow.Tensor(2, 3) is an uninitialized (zeroed) tensor of that shape; flow.Tensor(data)
         # converts data, as OneFlow's legacy constructor.
         if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
-            self._impl = tensor(args[0], dtype=dtype or _dtypes.float32)._impl
+            self._impl = _creation.tensor(args[0], dtype=dtype or _dtypes.float32)._impl
         else:
             shape = _shape_args(args, "Tensor size")
             self._impl = _C.EagerTensor.empty(shape, _dtypes.as_dtype(dtype or _dtypes.float32).name, True)
@@ -339,7 +339,7 @@ class Tensor:
         if create_graph:
             raise NotImplementedError("backward(create_graph=True) (higher-order gradients) is not supported yet")
         if gradient is not None and not isinstance(gradient, Tensor):
-            gradient = tensor(gradient, dtype=self.dtype)
+            gradient = _creation.tensor(gradient, dtype=self.dtype)
         try:
             self._impl.backward(None if gradient is None else gradient._impl, bool(retain_graph))
         except (ValueError, RuntimeError) as e:
@@ -367,7 +367,7 @@ class Tensor:
     def copy_(self, src):
         self._check_inplace("copy_")
         if not isinstance(src, Tensor):
-            src = tensor(src, dtype=self.dtype)
+            src = _creation.tensor(src, dtype=self.dtype)
         if src.dtype != self.dtype:
             src = src.to(self.dtype)
         if src.shape != self.shape:
@@ -705,7 +705,7 @@ class Tensor:
         if dim is None:
             return self._reduce("reduce_max", None, False)
         if isinstance(dim, Tensor):
-            return maximum(self, dim)
+            return _creation.maximum(self, dim)
         values = self._reduce("reduce_max", dim, keepdim)
         indices = self.argmax(dim, keepdim)
         return _MaxResult(values, indices)
@@ -799,7 +799,7 @@ class Tensor:
         sizes = _shape_args(sizes, "expand's sizes")
         shape = list(self._impl.shape)
         target = [s if s != -1 else shape[i - (len(sizes) - len(shape))] for i, s in enumerate(sizes)]
-        like = zeros(*target, dtype=self.dtype)
+        like = _creation.zeros(*target, dtype=self.dtype)
         return run_op("broadcast_like", [self, like])
 
     def expand_as(self, other):
@@ -862,7 +862,7 @@ class Parameter(Tensor):
         if data is None:
             data = Tensor(0)
         if not isinstance(data, Tensor):
-            data = tensor(data)
+            data = _creation.tensor(data)
         self._impl = data._impl.detach()
         if requires_grad:
             self.requires_grad_(True)
@@ -873,7 +873,7 @@ class Parameter(Tensor):
 
 def _rebuild(array, parameter, requires_grad):
     """A tensor (or Parameter) with a copy of `array` (deepcopy and pickling)."""
-    t = from_numpy(array)
+    t = _creation.from_numpy(array)
     return Parameter(t, requires_grad) if parameter else t.requires_grad_(requires_grad)
 
 
@@ -902,5 +902,4 @@ _eager._wrap = _wrap
 _trace_ctx.run_eager_op = run_op
 
 # The creation functions and indexing live beside this module; imported last (they use Tensor).
-from . import _creation, _indexing  # noqa: E402,F401
-from ._creation import from_numpy, maximum, tensor, zeros  # noqa: E402,F401
+from . import _creation, _indexing  # noqa: E402
