@@ -112,8 +112,18 @@ def is_grad_enabled():
 
 
 class _GradMode:
-    """Context manager and decorator setting grad mode, restoring the previous one on exit."""
+    """Context manager and decorator setting grad mode, restoring the previous one on exit:
+    `with flow.no_grad():`, `@flow.no_grad()` and `@flow.no_grad`."""
     _mode = True
+
+    def __new__(cls, *args):
+        self = super().__new__(cls)
+        if cls is not set_grad_enabled and len(args) == 1 and callable(args[0]):
+            return self(args[0])  # used as a decorator without parentheses
+        return self
+
+    def __init__(self, *args):
+        pass
 
     def __enter__(self):
         self._previous = _C.is_grad_enabled()

@@ -209,6 +209,11 @@ def test_no_grad_and_detach():
     def f(t):
         return t * 3
     assert not f(x).requires_grad
+
+    @flow.no_grad
+    def g(t):
+        return t * 3
+    assert not g(x).requires_grad and flow.is_grad_enabled()
     with flow.set_grad_enabled(False):
         assert not (x * 2).requires_grad
         with flow.enable_grad():
