@@ -188,3 +188,26 @@ TEST(EagerAutograd, SavedTensorWrittenInPlaceIsRefused) {
 
 }  // namespace
 }  // namespace actorflow
+
+namespace actorflow {
+namespace {
+
+TEST(Eager, LargeOpsOnTheThreadBudgetGiveTheOneThreadResult) {
+  // A GEMM big enough for the thread budget gives the one-thread result. (oneDNN's GEMM needs
+  // the whole OpenMP team it asked for: with OpenMP's dynamic adjustment on, a team shrunk under
+  // load left half of this output zero, so the engine leaves that setting alone.)
+  std::vector<float> a(200 * 300), b(300 * 250);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 7) % 13) / 13.0f - 0.5f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i * 5) % 11) / 11.0f - 0.5f;
+  auto x = Floats({200, 300}, a), y = Floats({300, 250}, b);
+  SetEagerThreads(1);
+  auto one = Values(Run1("matmul", {x, y}));
+  SetEagerThreads(2);
+  auto two = Values(Run1("matmul", {x, y}));
+  SetEagerThreads(0);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) ASSERT_NEAR(one[i], two[i], 1e-4) << i;
+}
+
+}  // namespace
+}  // namespace actorflow
