@@ -311,3 +311,39 @@ def test_saved_tensor_modified_in_place_is_a_clear_error():
     loss = (w * x).sum()  # recomputed: fine
     loss.backward()
     np.testing.assert_array_equal(w.grad.numpy(), [10, 4])
+
+
+def test_mlp_training_matches_torch_for_20_steps():
+    """Forward, cross entropy, backward and in-place SGD updates end to end, float32."""
+    rng = np.random.RandomState(7)
+    x = rng.rand(32, 20).astype(np.float32)
+    y = rng.randint(0, 5, 32)
+    init = [rng.randn(20, 16).astype(np.float32) * 0.3, np.zeros(16, np.float32),
+            rng.randn(16, 5).astype(np.float32) * 0.3, np.zeros(5, np.float32)]
+    ours = [flow.nn.Parameter(flow.tensor(v)) for v in init]
+    theirs = [torch.tensor(v, requires_grad=True) for v in init]
+    fx, fy, lr = flow.tensor(x), flow.tensor(y.astype(np.int32)), flow.tensor([0.5])
+    tx, ty = torch.tensor(x), torch.tensor(y)
+    our_losses, their_losses = [], []
+    for _ in range(20):
+        w1, b1, w2, b2 = ours
+        logits = (fx @ w1 + b1).relu() @ w2 + b2
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(fy, logits).mean()
+        for p in ours:
+            p.grad = None
+        loss.backward()
+        with flow.no_grad():
+            for p in ours:
+                flow._tensor.run_op("sgd_update", [p, p.grad, lr], {}, num_outputs=0)
+        our_losses.append(loss.item())
+        w1, b1, w2, b2 = theirs
+        tloss = torch.nn.functional.cross_entropy((tx @ w1 + b1).relu() @ w2 + b2, ty)
+        for p in theirs:
+            p.grad = None
+        tloss.backward()
+        with torch.no_grad():
+            for p in theirs:
+                p -= 0.5 * p.grad
+        their_losses.append(tloss.item())
+    np.testing.assert_allclose(our_losses, their_losses, rtol=1e-4)
+    assert our_losses[-1] < 0.8 * our_losses[0]  # it learns
