@@ -347,3 +347,36 @@ def test_mlp_training_matches_torch_for_20_steps():
         their_losses.append(tloss.item())
     np.testing.assert_allclose(our_losses, their_losses, rtol=1e-4)
     assert our_losses[-1] < 0.8 * our_losses[0]  # it learns
+
+
+def test_ops_and_backward_from_two_threads():
+    """Large ops and backward run without the GIL: another thread's eager ops proceed meanwhile
+    and both give correct results (bounded by join timeouts)."""
+    import threading
+    errors = []
+
+    def small_ops():
+        try:
+            a = flow.tensor([1.0, 2.0])
+            for i in range(2000):
+                out = (a * 2.0 + a).sum()
+                if out.item() != 9.0:
+                    errors.append("small op gave %r" % out.item())
+                    return
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append(repr(e))
+
+    thread = threading.Thread(target=small_ops)
+    thread.start()
+    rng = np.random.RandomState(1)
+    w = flow.tensor(rng.randn(300, 300).astype(np.float32), requires_grad=True)
+    x = flow.tensor(rng.randn(200, 300).astype(np.float32))
+    for _ in range(5):
+        w.grad = None
+        ((x @ w).relu() @ w).sum().backward()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the small-op thread did not finish"
+    assert not errors, errors
+    tw = torch.tensor(w.detach().numpy(), requires_grad=True)
+    ((torch.tensor(x.numpy()) @ tw).relu() @ tw).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-3, atol=1e-2)
