@@ -299,18 +299,24 @@ def test_config_num_threads_sets_the_eager_kernels_threads():
 def test_saved_tensor_modified_in_place_is_a_clear_error():
     w = flow.tensor([1.0, 2.0], requires_grad=True)
     x = flow.tensor([3.0, 4.0])
-    loss = (w * x).sum()
+    loss = (w * w).sum()
     with flow.no_grad():
         w.sub_(flow.tensor([0.5, 0.5]))  # an optimizer step between forward and backward
     with pytest.raises(RuntimeError, match="op 'mul'.*modified in place"):
         loss.backward()
     loss = (w * x).sum()
-    x[0] = 10.0  # through indexing
+    x[0] = 10.0  # through indexing: w's gradient reads x
     with pytest.raises(RuntimeError, match="modified in place"):
         loss.backward()
     loss = (w * x).sum()  # recomputed: fine
     loss.backward()
     np.testing.assert_array_equal(w.grad.numpy(), [10, 4])
+    # a saved tensor the rule does not read may change (add's gradient reads neither input)
+    w.grad = None
+    loss = (w + x).sum()
+    x.fill_(0.0)
+    loss.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [1, 1])
 
 
 def test_mlp_training_matches_torch_for_20_steps():
@@ -380,3 +386,21 @@ def test_ops_and_backward_from_two_threads():
     tw = torch.tensor(w.detach().numpy(), requires_grad=True)
     ((torch.tensor(x.numpy()) @ tw).relu() @ tw).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-3, atol=1e-2)
+
+
+def test_two_batch_norm_forwards_then_one_backward():
+    """Each training forward updates the moving statistics in place (mutable inputs); the first
+    forward's gradient does not read them, so backward through both works, as in PyTorch."""
+    rng = np.random.RandomState(2)
+    gamma = flow.tensor(np.ones(3, np.float32), requires_grad=True)
+    beta = flow.tensor(np.zeros(3, np.float32), requires_grad=True)
+    mean, var = flow.zeros(3), flow.ones(3)
+    attrs = {"axis": 1, "training": True, "momentum": 0.9, "epsilon": 1e-5}
+    outs = []
+    for _ in range(2):
+        x = flow.tensor(rng.randn(4, 3, 2, 2).astype(np.float32))
+        outs.append(flow._tensor.run_op("batch_normalization", [x, gamma, beta, mean, var], attrs, num_outputs=3)[0])
+    assert not np.allclose(mean.numpy(), 0)  # the statistics moved, twice
+    (outs[0] * outs[0] + outs[1]).sum().backward()
+    assert gamma.grad is not None and beta.grad is not None
+    np.testing.assert_allclose(beta.grad.numpy(), [16 * 1.0] * 3, rtol=1e-5)  # d(sum out1)/dbeta = N*H*W
