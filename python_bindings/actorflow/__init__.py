@@ -33,7 +33,11 @@ for _name, _fn in _creation.functions.items():
     if _name not in globals():
         globals()[_name] = _fn
 nn.Parameter = Parameter
-is_tensor = _tensor.Tensor.__instancecheck__
+
+
+def is_tensor(obj):
+    """Whether obj is an eager flow.Tensor (a Parameter included)."""
+    return isinstance(obj, Tensor)
 
 random = _types.SimpleNamespace(seed=initializers.seed)
 train = _types.SimpleNamespace(CheckPoint=checkpoint.CheckPoint)
