@@ -122,6 +122,17 @@ std::map<std::string, std::function<Case()>> Cases() {
     return k;
   };
   // relu_grad takes y: PyTorch's threshold_backward passes dy where y > 0, else 0.
+  // clamp keeps NaN (torch.clamp); its gradient is 0 for a NaN x and outside the bounds.
+  c["clamp"] = [] {
+    Case k = Unary([](double x) { return std::isnan(x) ? x : std::min(std::max(x, -1.0), 1.0); });
+    k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
+    return k;
+  };
+  c["clamp_grad"] = [] {
+    Case k = UnaryGrad([](double x, double dy) { return x >= -1.0 && x <= 1.0 ? dy : 0.0; });
+    k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
+    return k;
+  };
   c["relu_grad"] = [] { return UnaryGrad([](double y, double dy) { return y > 0 ? dy : 0.0; }); };
   c["sigmoid_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * y * (1 - y); }); };
   c["tanh_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * (1 - y * y); }); };
@@ -133,6 +144,25 @@ std::map<std::string, std::function<Case()>> Cases() {
   c["exp_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * y; }); };
   c["log_grad"] = [] { return UnaryGrad([](double x, double dy) { return dy / x; }); };
   c["sqrt_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * 0.5 / y; }); };
+  // math_ops.cc: NaN stays NaN through pow; the gradients follow PyTorch (abs's sign is 0 at NaN).
+  auto with = [](Case k, Attrs attrs) {
+    k.attrs = std::move(attrs);
+    return k;
+  };
+  c["scalar_pow"] = [with] { return with(Unary([](double x) { return x * x * x; }), Attrs{{"exponent", 3.0}}); };
+  c["scalar_pow_grad"] = [with] {
+    return with(UnaryGrad([](double x, double dy) { return dy * 3 * x * x; }), Attrs{{"exponent", 3.0}});
+  };
+  c["abs"] = [] { return Unary([](double x) { return std::abs(x); }); };
+  // abs_grad multiplies (dy * sign(x), as PyTorch: Inf or NaN dy at 0 gives NaN).
+  c["abs_grad"] = [] { return UnaryGrad([](double x, double dy) { return dy * (x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0); }); };
+  // Comparisons: NaN compares unequal to everything (IEEE, as NumPy).
+  c["equal"] = [] { return Binary([](double a, double b) { return a == b ? 1.0 : 0.0; }); };
+  c["not_equal"] = [] { return Binary([](double a, double b) { return a != b ? 1.0 : 0.0; }); };
+  c["less"] = [] { return Binary([](double a, double b) { return a < b ? 1.0 : 0.0; }); };
+  c["less_equal"] = [] { return Binary([](double a, double b) { return a <= b ? 1.0 : 0.0; }); };
+  c["greater"] = [] { return Binary([](double a, double b) { return a > b ? 1.0 : 0.0; }); };
+  c["greater_equal"] = [] { return Binary([](double a, double b) { return a >= b ? 1.0 : 0.0; }); };
   c["square_grad"] = [] { return UnaryGrad([](double x, double dy) { return dy * 2 * x; }); };
   c["add"] = [] { return Binary([](double a, double b) { return a + b; }); };
   c["sub"] = [] { return Binary([](double a, double b) { return a - b; }); };
