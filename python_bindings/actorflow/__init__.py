@@ -23,7 +23,7 @@ from .initializers import (constant_initializer, glorot_uniform_initializer, kai
 from .layers import get_variable  # noqa: F401
 from .ops import flatten, math, matmul, reflection_pad2d, reshape, zero_pad2d  # noqa: F401
 from . import nn  # noqa: E402  (a package: the job-function flow.nn.* names and the eager Module API)
-from . import optim, utils  # noqa: E402,F401
+from . import optim, utils, vision  # noqa: E402,F401
 
 random = _types.SimpleNamespace(seed=initializers.seed)
 train = _types.SimpleNamespace(CheckPoint=checkpoint.CheckPoint)
