@@ -118,3 +118,106 @@ def test_cifar10_missing_and_hostile_files(tmp_path):
     with pytest.raises(ValueError, match="not a CIFAR-10 python batch"):
         datasets.CIFAR10(str(tmp_path), train=False)
     assert not (tmp_path / "pwned").exists()
+
+
+def torch_mobilenet_v2(num_classes, in_channels=3):
+    """MobileNetV2 written with torch layers (torchvision is not installed): the standard
+    architecture the flow model must equal, layer for layer."""
+    tnn = torch.nn
+
+    def divisible(v, d=8):
+        r = max(d, int(v + d / 2) // d * d)
+        return r + d if r < 0.9 * v else r
+
+    class ConvBNActivation(tnn.Sequential):
+        def __init__(self, i, o, k=3, s=1, g=1):
+            super().__init__(tnn.Conv2d(i, o, k, s, (k - 1) // 2, groups=g, bias=False), tnn.BatchNorm2d(o),
+                             tnn.ReLU6(inplace=True))
+
+    class InvertedResidual(tnn.Module):
+        def __init__(self, i, o, s, t):
+            super().__init__()
+            hidden = int(round(i * t))
+            self.use_res_connect = s == 1 and i == o
+            layers = [ConvBNActivation(i, hidden, 1)] if t != 1 else []
+            layers += [ConvBNActivation(hidden, hidden, s=s, g=hidden), tnn.Conv2d(hidden, o, 1, 1, 0, bias=False),
+                       tnn.BatchNorm2d(o)]
+            self.conv = tnn.Sequential(*layers)
+
+        def forward(self, x):
+            return x + self.conv(x) if self.use_res_connect else self.conv(x)
+
+    class MobileNetV2(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            c_in = 32
+            features = [ConvBNActivation(in_channels, c_in, s=2)]
+            for t, c, n, s in [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1],
+                               [6, 160, 3, 2], [6, 320, 1, 1]]:
+                for i in range(n):
+                    features.append(InvertedResidual(c_in, divisible(c), s if i == 0 else 1, t))
+                    c_in = divisible(c)
+            features.append(ConvBNActivation(c_in, 1280, 1))
+            self.features = tnn.Sequential(*features)
+            self.classifier = tnn.Sequential(tnn.Dropout(0.2), tnn.Linear(1280, num_classes))
+
+        def forward(self, x):
+            x = torch.nn.functional.adaptive_avg_pool2d(self.features(x), (1, 1))
+            return self.classifier(torch.flatten(x, 1))
+    return MobileNetV2()
+
+
+def test_mobilenet_v2_structure_and_size():
+    from actorflow.vision.models import mobilenet_v2
+    model, reference = mobilenet_v2(num_classes=10), torch_mobilenet_v2(10)
+    assert repr(model).replace("InvertedResidual", "X") == repr(reference).replace("InvertedResidual", "X")
+    names = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+    assert names == [(n, tuple(p.shape)) for n, p in reference.named_parameters()]
+    count = sum(int(np.prod(p.shape)) for p in model.parameters())
+    assert count == sum(p.numel() for p in reference.parameters()) == 2236682  # torchvision's 10-class count
+    assert list(model.state_dict()) == list(reference.state_dict())
+    assert model.last_channel == 1280
+    one_channel = mobilenet_v2(num_classes=10, in_channels=1)
+    assert tuple(one_channel.features[0][0].weight.shape) == (32, 1, 3, 3)
+    with pytest.raises(ValueError, match="pretrained"):
+        mobilenet_v2(pretrained=True)
+
+
+def test_mobilenet_v2_forward_and_backward_match_torch():
+    from actorflow.vision.models import mobilenet_v2
+    model, reference = mobilenet_v2(num_classes=10), torch_mobilenet_v2(10)
+    reference.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
+    model.classifier[0].p = reference.classifier[0].p = 0.0
+    x = np.random.default_rng(5).standard_normal((4, 3, 32, 32)).astype(np.float32)
+    y = np.array([1, 3, 5, 7], np.int64)
+    out = model(flow.tensor(x))
+    expected = reference(torch.from_numpy(x))
+    assert tuple(out.shape) == (4, 10)
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-3, atol=1e-4)
+    loss = flow.nn.CrossEntropyLoss()(out, flow.tensor(y))
+    torch_loss = torch.nn.CrossEntropyLoss()(expected, torch.from_numpy(y))
+    loss.backward()
+    torch_loss.backward()
+    grads = dict(reference.named_parameters())
+    for name, param in model.named_parameters():
+        np.testing.assert_allclose(param.grad.numpy(), grads[name].grad.numpy(), rtol=1e-3, atol=2e-5, err_msg=name)
+    for name, buffer in model.named_buffers():  # the running statistics moved alike
+        np.testing.assert_allclose(buffer.numpy(), reference.state_dict()[name].numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_mobilenet_v2_training_step_lowers_the_loss():
+    from actorflow.vision.models import mobilenet_v2
+    flow.manual_seed(0)
+    model = mobilenet_v2(num_classes=10, in_channels=1)
+    model.classifier[0].p = 0.0
+    optimizer = flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = flow.tensor(np.random.default_rng(6).standard_normal((8, 1, 32, 32)).astype(np.float32))
+    y = flow.tensor(np.arange(8, dtype=np.int64) % 10)
+    losses = []
+    for _ in range(3):
+        loss = flow.nn.CrossEntropyLoss()(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.item()))
+    assert losses[2] < losses[0], losses
