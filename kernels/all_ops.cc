@@ -19,6 +19,7 @@ void RegisterConvOps(OpRegistry& registry);
 void RegisterPoolOps(OpRegistry& registry);
 void RegisterBatchNormOps(OpRegistry& registry);
 void RegisterDropoutOps(OpRegistry& registry);
+void RegisterClampOps(OpRegistry& registry);
 void RegisterBoxingOps(OpRegistry& registry);
 #ifdef ACTORFLOW_WITH_CUDA
 void RegisterCudaKernels(OpRegistry& registry);  // kernels/cuda/: "cuda" factories of registered ops
@@ -42,6 +43,7 @@ void RegisterAllOps() {
     RegisterPoolOps(registry);
     RegisterBatchNormOps(registry);
     RegisterDropoutOps(registry);
+    RegisterClampOps(registry);
     RegisterBoxingOps(registry);
 #ifdef ACTORFLOW_WITH_CUDA
     RegisterCudaKernels(registry);

@@ -122,6 +122,17 @@ std::map<std::string, std::function<Case()>> Cases() {
     return k;
   };
   // relu_grad takes y: PyTorch's threshold_backward passes dy where y > 0, else 0.
+  // clamp keeps NaN (torch.clamp); its gradient is 0 for a NaN x and outside the bounds.
+  c["clamp"] = [] {
+    Case k = Unary([](double x) { return std::isnan(x) ? x : std::min(std::max(x, -1.0), 1.0); });
+    k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
+    return k;
+  };
+  c["clamp_grad"] = [] {
+    Case k = UnaryGrad([](double x, double dy) { return x >= -1.0 && x <= 1.0 ? dy : 0.0; });
+    k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
+    return k;
+  };
   c["relu_grad"] = [] { return UnaryGrad([](double y, double dy) { return y > 0 ? dy : 0.0; }); };
   c["sigmoid_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * y * (1 - y); }); };
   c["tanh_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * (1 - y * y); }); };

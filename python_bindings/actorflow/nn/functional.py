@@ -117,19 +117,27 @@ def relu(input, inplace=False):  # noqa: A002
 
 
 def relu6(input, inplace=False):  # noqa: A002
-    """min(max(x, 0), 6) = relu(x) - relu(x - 6); the gradient is 1 on (0, 6), 0 elsewhere."""
+    """min(max(x, 0), 6); the gradient is 1 on (0, 6), 0 elsewhere (PyTorch's)."""
     return hardtanh(input, 0.0, 6.0)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):  # noqa: A002
-    """clamp(x, min_val, max_val) = min_val + relu(x - min_val) - relu(x - max_val)."""
+    """clamp(x, min_val, max_val) with PyTorch's hardtanh gradient (0 at the bounds)."""
     if not float(min_val) < float(max_val):
         raise ValueError("hardtanh: min_val %r must be below max_val %r" % (min_val, max_val))
-    shifted = input if float(min_val) == 0.0 else _op("scalar_add", [input], {"scalar": -float(min_val)})
-    low = _op("relu", [shifted])
-    high = _op("relu", [_op("scalar_add", [input], {"scalar": -float(max_val)})])
-    out = _op("sub", [low, high])
-    return out if float(min_val) == 0.0 else _op("scalar_add", [out], {"scalar": float(min_val)})
+    return _op("clamp", [input], {"min": float(min_val), "max": float(max_val), "inclusive": False})
+
+
+def clamp(input, min=None, max=None):  # noqa: A002
+    """min(max(x, min), max); either bound may be None. Gradient as torch.clamp (1 at the bounds)."""
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    attrs = {}
+    if min is not None:
+        attrs["min"] = float(min)
+    if max is not None:
+        attrs["max"] = float(max)
+    return _op("clamp", [input], attrs)
 
 
 def sigmoid(input):  # noqa: A002
