@@ -155,6 +155,9 @@ std::map<std::string, std::vector<Instance>> Instances() {
   const Attrs pool3{{"ksize", int64_t{3}}, {"strides", int64_t{1}}, {"padding", std::string("SAME")}};
   const Shape pool_in = {5, 3, 6, 6};
   for (const char* type : {"max_pool2d", "avg_pool2d"}) c[type] = {{{Random(pool_in)}, pool2}, {{Random(pool_in)}, pool3}};
+  const Attrs adaptive{{"output_size", std::vector<int64_t>{4, 5}}};
+  c["adaptive_avg_pool2d"] = {{{Random(pool_in)}, adaptive}};
+  c["adaptive_avg_pool2d_grad"] = {{{Random({5, 3, 4, 5}), Random(pool_in)}, adaptive}};
   {
     HostTensor x = Random(pool_in), y2 = Output("max_pool2d", {x}, pool2), y3 = Output("max_pool2d", {x}, pool3);
     c["max_pool2d_grad"] = {{{x, y2, Random({5, 3, 3, 3})}, pool2}, {{x, y3, Random(pool_in)}, pool3}};

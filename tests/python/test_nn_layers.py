@@ -116,6 +116,7 @@ def test_activations_and_shapes(name, args):
     lambda m: m.MaxPool2d(2), lambda m: m.MaxPool2d(3, stride=2, padding=1), lambda m: m.AvgPool2d(2),
     lambda m: m.AvgPool2d(3, stride=2, padding=1), lambda m: m.AvgPool2d(3, 1, 1, count_include_pad=False),
     lambda m: m.AdaptiveAvgPool2d(1), lambda m: m.AdaptiveAvgPool2d((2, 3)), lambda m: m.AdaptiveAvgPool2d((None, 1)),
+    lambda m: m.AdaptiveAvgPool2d((4, 5)), lambda m: m.AdaptiveAvgPool2d(7),  # windows of uneven sizes, overlapping
 ])
 def test_pooling(make):
     f, t = make(nn), make(torch.nn)
@@ -123,9 +124,11 @@ def test_pooling(make):
     run_both(f, t, randn(2, 3, 6, 9))
 
 
-def test_adaptive_pool_that_does_not_divide_is_refused():
-    with pytest.raises(ValueError, match="must divide"):
-        nn.AdaptiveAvgPool2d(4)(flow.tensor(randn(1, 1, 6, 6)))
+def test_adaptive_pool_arguments_are_checked():
+    with pytest.raises(ValueError, match="output_size"):
+        nn.AdaptiveAvgPool2d(0)(flow.tensor(randn(1, 1, 6, 6)))
+    with pytest.raises(ValueError, match="4-D"):
+        nn.AdaptiveAvgPool2d(2)(flow.tensor(randn(6, 6)))
 
 
 def test_dropout_train_and_eval():

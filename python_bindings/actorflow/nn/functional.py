@@ -222,24 +222,24 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 def adaptive_avg_pool2d(input, output_size):  # noqa: A002
-    """Averages into an output_size grid. Supported: (1, 1) (a mean over H and W) and sizes
-    that divide the input's (equal windows); other sizes raise."""
+    """Averages into an output_size grid with PyTorch's windows (rows floor(i*H/OH) to
+    ceil((i+1)*H/OH)); None in output_size keeps that axis."""
     _rank_check(input, (4,), "adaptive_avg_pool2d")
     h, w = input.shape[2], input.shape[3]
     if isinstance(output_size, (list, tuple)):
+        if len(output_size) != 2:
+            raise ValueError("adaptive_avg_pool2d: output_size must be an int or a pair, got %r" % (output_size,))
         out = [h if output_size[0] is None else output_size[0], w if output_size[1] is None else output_size[1]]
     else:
         out = [output_size, output_size]
     out = _pair(out, "adaptive_avg_pool2d output_size")
-    if out == [1, 1]:
+    if out[0] <= 0 or out[1] <= 0:
+        raise ValueError("adaptive_avg_pool2d: output_size must be positive, got %r" % (output_size,))
+    if out == [1, 1]:  # the global average: a (vectorized) mean over H and W
         return _op("reduce_mean", [input], {"axis": [2, 3], "keepdims": True})
-    if out[0] <= 0 or out[1] <= 0 or h % out[0] or w % out[1]:
-        raise ValueError("adaptive_avg_pool2d: output_size %s must divide the input's spatial size %s" % (
-            tuple(out), (h, w)))
     if out == [h, w]:
         return input
-    ksize = [h // out[0], w // out[1]]
-    return _op("avg_pool2d", [input], {"ksize": ksize, "strides": ksize, "padding": [0, 0], "data_format": "NCHW"})
+    return _op("adaptive_avg_pool2d", [input], {"output_size": out})
 
 
 # ---- dropout ----------------------------------------------------------------------------------
