@@ -197,7 +197,7 @@ std::map<std::string, std::vector<Instance>> Instances() {
   c["sgd_update"] = {update({}, 1)};
   c["momentum_update"] = {update({false}, 1)};
   c["rmsprop_update"] = {update({true}, 1)};
-  c["adam_update"] = {update({false, true}, 1)};
+  c["adam_update"] = {update({false, true}, 1), update({false, true}, 3)};
   c["lamb_update"] = {update({false, true}, 1), update({false, true}, 3)};
   return c;
 }

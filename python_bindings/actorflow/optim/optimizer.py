@@ -121,16 +121,19 @@ class Optimizer:
         raise NotImplementedError
 
     # ---- the update ops -----------------------------------------------------------------------
-    def _rate(self, group, value):
-        """A (1,) float32 tensor holding `value`, one per group, refilled only when it changes:
-        the update ops read lr from an input, so schedules need no new kernels."""
-        cached = group.get("_rate")
-        if cached is None:
+    def _rate(self, group, values, slot="_rate"):
+        """A float32 tensor holding `values` (a number or a tuple), one per group and slot,
+        rewritten only when they change: the update ops read lr (and Adam's bias corrections)
+        from an input, so schedules need no new kernels."""
+        values = tuple(values) if isinstance(values, (tuple, list)) else (float(values),)
+        cached = group.get(slot)
+        if cached is None or len(cached[0]) != len(values):
             from .. import float32, tensor
-            cached = group["_rate"] = [None, tensor([0.0], dtype=float32)]
-        if cached[0] != value:
-            cached[1].fill_(float(value))
-            cached[0] = value
+            cached = group[slot] = [values, tensor(list(values), dtype=float32)]
+        elif cached[0] != values:
+            from .. import float32, tensor
+            cached[1].copy_(tensor(list(values), dtype=float32))
+            cached[0] = values
         return cached[1]
 
     @staticmethod

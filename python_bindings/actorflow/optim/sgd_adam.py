@@ -1,7 +1,5 @@
 """SGD (momentum, weight decay), Adam and AdamW with PyTorch's semantics, updating in place
 through the registered sgd_update / momentum_update / adam_update ops."""
-import math
-
 from .optimizer import Optimizer, _as_tensor, _clone, required
 
 
@@ -81,11 +79,9 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """PyTorch's Adam (L2 weight decay added to the gradient; amsgrad not supported). The
-    bias corrections are folded into the op's lr: lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t).
-    PyTorch adds eps to sqrt(v / (1 - beta2^t)) where the op adds it to sqrt(v): the same update
-    with eps scaled by sqrt(1 - beta2^t), a difference far below float32 resolution unless the
-    gradients are ~eps."""
+    """PyTorch's Adam (L2 weight decay added to the gradient; amsgrad not supported): the
+    adam_update op gets lr = [lr, 1/(1-beta1^t), 1/(1-beta2^t)] and applies PyTorch's
+    bias-corrected step, eps added to sqrt(v^)."""
 
     decoupled = False
 
@@ -104,9 +100,8 @@ class Adam(Optimizer):
 
     def _update_group(self, group):
         lr, (beta1, beta2) = float(group["lr"]), group["betas"]
-        decay = float(group["weight_decay"])
         attrs = {"beta1": float(beta1), "beta2": float(beta2), "epsilon": float(group["eps"]),
-                 "weight_decay": 0.0 if self.decoupled else decay}
+                 "weight_decay": float(group["weight_decay"]), "decoupled_weight_decay": self.decoupled}
         for param in group["params"]:
             if param.grad is None:
                 continue
@@ -117,11 +112,8 @@ class Adam(Optimizer):
                 state["exp_avg_sq"] = _zeros_like(param)
             state["step"] += 1
             step = state["step"]
-            if self.decoupled and decay != 0.0:
-                param.mul_(1.0 - lr * decay)
-            rate = lr * math.sqrt(1.0 - beta2 ** step) / (1.0 - beta1 ** step)
-            self._update("adam_update", [param, param.grad, state["exp_avg"], state["exp_avg_sq"],
-                                         self._rate(group, rate)], attrs)
+            rate = self._rate(group, (lr, 1.0 / (1.0 - beta1 ** step), 1.0 / (1.0 - beta2 ** step)))
+            self._update("adam_update", [param, param.grad, state["exp_avg"], state["exp_avg_sq"], rate], attrs)
 
     def _export_state(self, param, group, state):
         return {k: _clone(v) for k, v in state.items()}
@@ -136,7 +128,8 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    """PyTorch's AdamW: param *= 1 - lr * weight_decay, then the Adam step without decay."""
+    """PyTorch's AdamW: param *= 1 - lr * weight_decay and the Adam step without decay, in one
+    adam_update (decoupled_weight_decay)."""
 
     decoupled = True
 
