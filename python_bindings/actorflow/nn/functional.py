@@ -263,8 +263,10 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
 # ---- losses -----------------------------------------------------------------------------------
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):  # noqa: A002
     """Softmax cross-entropy of logits input (N, C) against class indices target (N,)."""
-    if weight is not None or label_smoothing:
-        raise ValueError("cross_entropy: weight and label_smoothing are not supported")
+    if weight is not None or label_smoothing or ignore_index != -100:
+        raise ValueError("cross_entropy: weight, ignore_index and label_smoothing are not supported (got weight=%s, "
+                         "ignore_index=%r, label_smoothing=%r)" % ("None" if weight is None else "a tensor",
+                                                                   ignore_index, label_smoothing))
     if len(input.shape) != 2 or len(target.shape) != 1 or target.shape[0] != input.shape[0]:
         raise ValueError("cross_entropy: expected input (N, C) and target (N,), got %s and %s" % (
             tuple(input.shape), tuple(target.shape)))
