@@ -71,6 +71,16 @@ void BindEager(py::module_& m) {
           py::arg("shape"), py::arg("dtype"), py::arg("value"))
       .def("numpy", &ToNumpy, "a copy of the data")
       .def("item", &Item)
+      .def(
+          "numpy_view",
+          [](const std::shared_ptr<EagerTensor>& t) {
+            // Shares the storage (writes go to the tensor); the capsule keeps it alive.
+            std::vector<py::ssize_t> shape(t->shape().begin(), t->shape().end());
+            auto* owner = new std::shared_ptr<void>(t->storage());
+            py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+            return py::array(ToNumpyDType(t->dtype()), shape, t->data(), base);
+          },
+          "a NumPy array over the tensor's own storage (no copy)")
       .def_property_readonly("shape", [](const EagerTensor& t) { return ShapeTuple(t.shape()); })
       .def_property_readonly("dtype", [](const EagerTensor& t) { return std::string(DTypeName(t.dtype())); })
       .def_property_readonly("numel", [](const EagerTensor& t) { return t.desc().num_elements(); })
