@@ -254,8 +254,8 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
         return _op("scalar_mul", [input], {"scalar": 0.0})
     # A fresh seed per call from flow's generator: each call draws a new mask, reproducibly
     # after a seed (the eager engine builds the stateful dropout kernel per call).
-    from .. import initializers
-    seed = int(initializers.generator().integers(1, 2 ** 31))
+    from .. import _eager
+    seed = _eager.next_seed()
     out, _mask = _op("dropout", [input], {"rate": float(p), "seed": seed}, 2)
     return out
 

@@ -49,8 +49,19 @@ class Tanh(Module):
 
 
 class GELU(Module):
+    """The exact (erf) GELU; approximate='tanh' is not supported."""
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate != "none":
+            raise ValueError("GELU: approximate=%r is not supported; use 'none'" % (approximate,))
+        self.approximate = approximate
+
     def forward(self, input):  # noqa: A002
         return F.gelu(input)
+
+    def extra_repr(self):
+        return "approximate=%r" % (self.approximate,)
 
 
 class Softmax(Module):
