@@ -184,23 +184,32 @@ def test_mobilenet_v2_structure_and_size():
 
 
 def test_mobilenet_v2_forward_and_backward_match_torch():
+    """Train mode (batch statistics) through every layer. Batch norm over a few 1x1 maps at the
+    end is ill-conditioned, so float32 results differ from the exact ones by up to ~0.1% of a
+    gradient's size in PyTorch too: each gradient is held to PyTorch float32's own distance
+    from a float64 run of the same model (with slack), and the output to 1e-4."""
+    import copy
     from actorflow.vision.models import mobilenet_v2
     model, reference = mobilenet_v2(num_classes=10), torch_mobilenet_v2(10)
     reference.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
-    model.classifier[0].p = reference.classifier[0].p = 0.0
-    x = np.random.default_rng(5).standard_normal((4, 3, 32, 32)).astype(np.float32)
-    y = np.array([1, 3, 5, 7], np.int64)
+    exact = copy.deepcopy(reference).double()
+    for m in (model, reference, exact):
+        m.classifier[0].p = 0.0
+    x = np.random.default_rng(5).standard_normal((8, 3, 32, 32)).astype(np.float32)
+    y = np.array([1, 3, 5, 7, 9, 0, 2, 4], np.int64)
     out = model(flow.tensor(x))
     expected = reference(torch.from_numpy(x))
-    assert tuple(out.shape) == (4, 10)
-    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-3, atol=1e-4)
-    loss = flow.nn.CrossEntropyLoss()(out, flow.tensor(y))
-    torch_loss = torch.nn.CrossEntropyLoss()(expected, torch.from_numpy(y))
-    loss.backward()
-    torch_loss.backward()
-    grads = dict(reference.named_parameters())
+    assert tuple(out.shape) == (8, 10)
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+    flow.nn.CrossEntropyLoss()(out, flow.tensor(y)).backward()
+    torch.nn.CrossEntropyLoss()(expected, torch.from_numpy(y)).backward()
+    torch.nn.CrossEntropyLoss()(exact(torch.from_numpy(x).double()), torch.from_numpy(y)).backward()
+    float32, float64 = dict(reference.named_parameters()), dict(exact.named_parameters())
     for name, param in model.named_parameters():
-        np.testing.assert_allclose(param.grad.numpy(), grads[name].grad.numpy(), rtol=1e-3, atol=2e-5, err_msg=name)
+        truth = float64[name].grad.numpy()
+        ours = np.abs(param.grad.numpy() - truth).max()
+        theirs = np.abs(float32[name].grad.numpy() - truth).max()
+        assert ours <= 4 * theirs + 1e-5 * np.abs(truth).max() + 1e-7, (name, ours, theirs)
     for name, buffer in model.named_buffers():  # the running statistics moved alike
         np.testing.assert_allclose(buffer.numpy(), reference.state_dict()[name].numpy(), rtol=1e-4, atol=1e-5)
 
