@@ -122,15 +122,15 @@ std::map<std::string, std::function<Case()>> Cases() {
     return k;
   };
   // relu_grad takes y: PyTorch's threshold_backward passes dy where y > 0, else 0.
-  // clamp keeps NaN (torch.clamp); its gradient is 0 for a NaN x and outside the bounds.
-  c["clamp"] = [] {
+  // hardtanh keeps NaN; its gradient is 0 for a NaN x, at the bounds and outside them.
+  c["hardtanh"] = [] {
     Case k = Unary([](double x) { return std::isnan(x) ? x : std::min(std::max(x, -1.0), 1.0); });
-    k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
+    k.attrs = Attrs{{"min_val", -1.0}, {"max_val", 1.0}};
     return k;
   };
-  c["clamp_grad"] = [] {
-    Case k = UnaryGrad([](double x, double dy) { return x >= -1.0 && x <= 1.0 ? dy : 0.0; });
-    k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
+  c["hardtanh_grad"] = [] {
+    Case k = UnaryGrad([](double x, double dy) { return x > -1.0 && x < 1.0 ? dy : 0.0; });
+    k.attrs = Attrs{{"min_val", -1.0}, {"max_val", 1.0}};
     return k;
   };
   c["relu_grad"] = [] { return UnaryGrad([](double y, double dy) { return y > 0 ? dy : 0.0; }); };
