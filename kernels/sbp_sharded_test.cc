@@ -67,16 +67,19 @@ std::map<std::string, std::vector<Instance>> Instances() {
   for (const char* type : {"relu", "sigmoid", "tanh", "gelu", "exp", "square", "negative", "identity"})
     c[type] = {{{Random(m)}, {}}, {{Random({7, 3, 5})}, {}}};
   c["relu"].push_back({{Random(m, DType::kFloat32)}, {}});
+<<<<<<< HEAD
   c["hardtanh"] = {{{Random(m)}, {{"min_val", -0.3}, {"max_val", 0.4}}}, {{Random({7, 3, 5})}, {}}};
   c["hardtanh_grad"] = {{{Random(m), Random(m)}, {{"min_val", -0.3}, {"max_val", 0.4}}}};
+=======
+  c["clamp"] = {{{Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random({7, 3, 5})}, {{"max", 0.1}}}};
+  c["clamp_grad"] = {{{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}, {"inclusive", false}}}};
+>>>>>>> eager
   for (const char* type : {"log", "sqrt"}) c[type] = {{{Positive(m)}, {}}};
   for (const char* type : {"relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "exp_grad", "square_grad"})
     c[type] = {{{Random(m), Random(m)}, {}}};
   for (const char* type : {"log_grad", "sqrt_grad"}) c[type] = {{{Positive(m), Random(m)}, {}}};
   c["scalar_pow"] = {{{Positive(m)}, {{"exponent", 1.5}}}, {{Random({7, 3, 5})}, {{"exponent", 2.0}}}};
   c["scalar_pow_grad"] = {{{Positive(m), Random(m)}, {{"exponent", 1.5}}}};
-  c["clamp"] = {{{Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random({7, 3, 5})}, {{"min", 0.0}}}};
-  c["clamp_grad"] = {{{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}}}};
   c["abs"] = {{{Random(m)}, {}}};
   c["abs_grad"] = {{{Random(m), Random(m)}, {}}};
   for (const char* type : {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})

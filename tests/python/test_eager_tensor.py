@@ -147,6 +147,7 @@ def test_indexing_and_slicing():
                   (slice(5, 10),), (1, slice(3, 1))]:
         close(t[index], a[index])
         assert t[index].shape == a[index].shape, index
+    close(t[flow.tensor(1)], a[1])  # a 0-d integer tensor indexes like an int
     with pytest.raises(IndexError, match="out of bounds"):
         t[3]
     with pytest.raises(IndexError, match="too many indices"):
@@ -212,6 +213,8 @@ def test_errors_name_op_expected_and_line_and_the_next_call_works():
         a.sum(dim=3)
     with pytest.raises(TypeError, match="mean"):
         flow.tensor([1, 2]).mean()
+    with pytest.raises(TypeError, match="add: unsupported operand of type str"):
+        a + "x"
     close(a + a, np.full((2, 3), 2.0))  # the next call works
 
 
