@@ -20,7 +20,7 @@ void RegisterConvOps(OpRegistry& registry);
 void RegisterPoolOps(OpRegistry& registry);
 void RegisterBatchNormOps(OpRegistry& registry);
 void RegisterDropoutOps(OpRegistry& registry);
-void RegisterHardtanhOps(OpRegistry& registry);
+void RegisterClampOps(OpRegistry& registry);
 void RegisterAdaptivePoolOps(OpRegistry& registry);
 void RegisterBoxingOps(OpRegistry& registry);
 #ifdef ACTORFLOW_WITH_CUDA
@@ -46,7 +46,7 @@ void RegisterAllOps() {
     RegisterPoolOps(registry);
     RegisterBatchNormOps(registry);
     RegisterDropoutOps(registry);
-    RegisterHardtanhOps(registry);
+    RegisterClampOps(registry);
     RegisterAdaptivePoolOps(registry);
     RegisterBoxingOps(registry);
 #ifdef ACTORFLOW_WITH_CUDA

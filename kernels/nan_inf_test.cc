@@ -122,17 +122,6 @@ std::map<std::string, std::function<Case()>> Cases() {
     return k;
   };
   // relu_grad takes y: PyTorch's threshold_backward passes dy where y > 0, else 0.
-<<<<<<< HEAD
-  // hardtanh keeps NaN; its gradient is 0 for a NaN x, at the bounds and outside them.
-  c["hardtanh"] = [] {
-    Case k = Unary([](double x) { return std::isnan(x) ? x : std::min(std::max(x, -1.0), 1.0); });
-    k.attrs = Attrs{{"min_val", -1.0}, {"max_val", 1.0}};
-    return k;
-  };
-  c["hardtanh_grad"] = [] {
-    Case k = UnaryGrad([](double x, double dy) { return x > -1.0 && x < 1.0 ? dy : 0.0; });
-    k.attrs = Attrs{{"min_val", -1.0}, {"max_val", 1.0}};
-=======
   // clamp keeps NaN (torch.clamp); its gradient is 0 for a NaN x and outside the bounds.
   c["clamp"] = [] {
     Case k = Unary([](double x) { return std::isnan(x) ? x : std::min(std::max(x, -1.0), 1.0); });
@@ -142,7 +131,6 @@ std::map<std::string, std::function<Case()>> Cases() {
   c["clamp_grad"] = [] {
     Case k = UnaryGrad([](double x, double dy) { return x >= -1.0 && x <= 1.0 ? dy : 0.0; });
     k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
->>>>>>> eager
     return k;
   };
   c["relu_grad"] = [] { return UnaryGrad([](double y, double dy) { return y > 0 ? dy : 0.0; }); };

@@ -67,13 +67,8 @@ std::map<std::string, std::vector<Instance>> Instances() {
   for (const char* type : {"relu", "sigmoid", "tanh", "gelu", "exp", "square", "negative", "identity"})
     c[type] = {{{Random(m)}, {}}, {{Random({7, 3, 5})}, {}}};
   c["relu"].push_back({{Random(m, DType::kFloat32)}, {}});
-<<<<<<< HEAD
-  c["hardtanh"] = {{{Random(m)}, {{"min_val", -0.3}, {"max_val", 0.4}}}, {{Random({7, 3, 5})}, {}}};
-  c["hardtanh_grad"] = {{{Random(m), Random(m)}, {{"min_val", -0.3}, {"max_val", 0.4}}}};
-=======
   c["clamp"] = {{{Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random({7, 3, 5})}, {{"max", 0.1}}}};
-  c["clamp_grad"] = {{{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}, {"inclusive", false}}}};
->>>>>>> eager
+  c["clamp_grad"] = {{{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}, {"inclusive", false}}}};
   for (const char* type : {"log", "sqrt"}) c[type] = {{{Positive(m)}, {}}};
   for (const char* type : {"relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "exp_grad", "square_grad"})
     c[type] = {{{Random(m), Random(m)}, {}}};

@@ -125,12 +125,12 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):  # noqa: A002
     """clamp(x, min_val, max_val) with PyTorch's hardtanh gradient (0 at the bounds)."""
     if not float(min_val) < float(max_val):
         raise ValueError("hardtanh: min_val %r must be below max_val %r" % (min_val, max_val))
-    return _op("hardtanh", [input], {"min_val": float(min_val), "max_val": float(max_val)})
+    return _op("clamp", [input], {"min": float(min_val), "max": float(max_val), "inclusive": False})
 
 
 def clamp(input, min=None, max=None):  # noqa: A002
     """min(max(x, min), max); either bound may be None. Gradient as torch.clamp (1 at the bounds),
-    where hardtanh/relu6 have 0."""
+    where hardtanh/relu6 have 0 (the same op with inclusive=False)."""
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
     attrs = {}
