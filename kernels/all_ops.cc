@@ -22,6 +22,7 @@ void RegisterPoolOps(OpRegistry& registry);
 void RegisterBatchNormOps(OpRegistry& registry);
 void RegisterDropoutOps(OpRegistry& registry);
 void RegisterClampOps(OpRegistry& registry);
+void RegisterAdaptivePoolOps(OpRegistry& registry);
 void RegisterBoxingOps(OpRegistry& registry);
 #ifdef ACTORFLOW_WITH_CUDA
 void RegisterCudaKernels(OpRegistry& registry);  // kernels/cuda/: "cuda" factories of registered ops
@@ -48,6 +49,7 @@ void RegisterAllOps() {
     RegisterBatchNormOps(registry);
     RegisterDropoutOps(registry);
     RegisterClampOps(registry);
+    RegisterAdaptivePoolOps(registry);
     RegisterBoxingOps(registry);
 #ifdef ACTORFLOW_WITH_CUDA
     RegisterCudaKernels(registry);

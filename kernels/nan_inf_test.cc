@@ -253,6 +253,15 @@ std::map<std::string, std::function<Case()>> Cases() {
                 {{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("VALID")}},
                 [](const Observed& o) { ExpectValues(o.outputs[0], {7, 0, 0, 0, 0, 0, 0, 9}, "dx"); }};
   };
+  // Adaptive windows of 1x2 over a 2x4 image: a NaN or both infinities make NaN, like avg_pool2d.
+  c["adaptive_avg_pool2d"] = [image] {
+    return Case{{F64({1, 1, 2, 4}, image)}, {{"output_size", std::vector<int64_t>{2, 2}}},
+                [](const Observed& o) { ExpectValues(o.outputs[0], {kNan, -kInf, 2.5, kInf}, "out"); }};
+  };
+  c["adaptive_avg_pool2d_grad"] = [image] {
+    return Case{{F64({1, 1, 1, 2}, {kNan, 4}), F64({1, 1, 2, 4}, image)}, {{"output_size", std::vector<int64_t>{1, 2}}},
+                [](const Observed& o) { ExpectValues(o.outputs[0], {kNan, kNan, 1, 1, kNan, kNan, 1, 1}, "dx"); }};
+  };
   c["avg_pool2d_grad"] = [image] {
     return Case{{F64({1, 1, 1, 2}, {kNan, 4}), F64({1, 1, 2, 4}, image)},
                 {{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("VALID")}},
