@@ -382,6 +382,11 @@ std::map<std::string, std::function<Case()>> Cases() {
   c["rmsprop_update"] = update("rmsprop_update", 1);
   c["adam_update"] = update("adam_update", 2);
   c["lamb_update"] = update("lamb_update", 2);
+  // The fused SGD of a matmul gradient: a NaN in row 0 of a poisons row 0 of a·b, hence of var.
+  c["matmul_sgd_update"] = [] {
+    return Case{{F32({2, 2}, {1, 2, 3, 4}), F32({2, 1}, {kNan, 1}), F32({1, 2}, {1, -1}), F32({1}, {0.1})}, {},
+                [](const Observed& o) { ExpectNanAt(o.inputs[0], {0, 1}, "var"); }};
+  };
   return c;
 }
 
