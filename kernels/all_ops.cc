@@ -20,6 +20,7 @@ void RegisterPoolOps(OpRegistry& registry);
 void RegisterBatchNormOps(OpRegistry& registry);
 void RegisterDropoutOps(OpRegistry& registry);
 void RegisterBoxingOps(OpRegistry& registry);
+void RegisterDeviceCopyOps(OpRegistry& registry);
 #ifdef ACTORFLOW_WITH_CUDA
 void RegisterCudaKernels(OpRegistry& registry);  // kernels/cuda/: "cuda" factories of registered ops
 #endif
@@ -43,6 +44,7 @@ void RegisterAllOps() {
     RegisterBatchNormOps(registry);
     RegisterDropoutOps(registry);
     RegisterBoxingOps(registry);
+    RegisterDeviceCopyOps(registry);
 #ifdef ACTORFLOW_WITH_CUDA
     RegisterCudaKernels(registry);
 #endif

@@ -6,8 +6,10 @@
 #include <cstring>
 #include <thread>
 
+#include "actors/device.h"
 #include "actors/trace_recorder.h"
 #include "graph/attr_convert.h"
+#include "graph/device_placement.h"
 #include "actors/proto/plan.pb.h"
 
 namespace actorflow {
@@ -450,7 +452,17 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
       for (const plan::BlobDesc& b : r.blobs()) init.outputs.push_back(DescOfBlob(b));
     init.attrs = graph::AttrsFromProto(task.attrs());
     init.num_threads = kernel_threads;
-    return MakeCpuKernel(task.op_type(), init);
+    if (task.device_type() != "gpu") return MakeCpuKernel(task.op_type(), init);
+    // A GPU task (graph/device_placement.h): its CUDA kernel on the device's compute stream,
+    // or its copy stream for the compiler's copies.
+    init.device_type = kCudaDevice;
+    init.device_id = task.device_id();
+    AF_ASSIGN_OR_RETURN(auto backend, DeviceRegistry::Global().Find(kCudaDevice));
+    const bool copy = task.op_type() == graph::kCopyHostToDevice || task.op_type() == graph::kCopyDeviceToHost;
+    AF_ASSIGN_OR_RETURN(init.device_stream,
+                        copy ? backend->CopyStream(task.device_id()) : backend->ComputeStream(task.device_id()));
+    init.stream = init.device_stream->native_handle();
+    return MakeKernel(task.op_type(), init);
   };
   hooks.variable_buffer = [buffers](const plan::Task& task) -> StatusOr<void*> {
     auto it = buffers.find(task.variable_name());
