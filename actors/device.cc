@@ -140,17 +140,24 @@ CachingAllocator::Stats CachingAllocator::stats() const {
 
 namespace actorflow {
 
-KernelFn StreamKernel(DeviceStream* stream, KernelFn launch) {
-  return [stream, launch = std::move(launch)](KernelContext& context) -> Status {
+KernelFn StreamKernel(DeviceStream* stream, KernelFn launch, std::function<Status(int64_t iteration)> check_after) {
+  // Shared, so a completion still pending when the kernel is dropped keeps its check alive.
+  auto check = check_after ? std::make_shared<const std::function<Status(int64_t)>>(std::move(check_after)) : nullptr;
+  return [stream, launch = std::move(launch), check](KernelContext& context) -> Status {
+    const int64_t iteration = context.iteration;
     if (!context.asynchronous()) {
       Status launched = launch(context);
       Status finished = stream->Synchronize();
-      return launched.ok() ? finished : launched;
+      if (!launched.ok()) return launched;
+      if (!finished.ok() || !check) return finished;
+      return (*check)(iteration);
     }
     KernelCompletion completion = context.TakeCompletion();
     Status launched = launch(context);
-    Status enqueued = stream->OnComplete([completion, launched](Status finished) mutable {
-      completion.Complete(launched.ok() ? std::move(finished) : launched);
+    Status enqueued = stream->OnComplete([completion, launched, check, iteration](Status finished) mutable {
+      if (!launched.ok()) finished = launched;
+      else if (finished.ok() && check) finished = (*check)(iteration);
+      completion.Complete(std::move(finished));
     });
     // Not enqueued: nothing will call back; the act ends here (a dropped handle would too).
     if (!enqueued.ok()) completion.Complete(launched.ok() ? enqueued : launched);

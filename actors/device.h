@@ -137,8 +137,11 @@ namespace actorflow {
 // the actor's thread, returns once the work is enqueued). In an asynchronous act the act
 // completes from the stream's OnComplete with the device's status (a launch error still waits
 // for what was enqueued before failing the act); called outside the runtime (a synchronous
-// context: tests, eager calls) it waits for the stream instead.
-KernelFn StreamKernel(DeviceStream* stream, KernelFn launch);
+// context: tests, eager calls) it waits for the stream instead. `check_after`, when set, runs
+// once the act's device work finished (on the stream's completion thread, or the caller's in a
+// synchronous context) with the act's iteration, and may fail the act (e.g. a bad input the
+// device work recorded).
+KernelFn StreamKernel(DeviceStream* stream, KernelFn launch, std::function<Status(int64_t iteration)> check_after = nullptr);
 
 }  // namespace actorflow
 
