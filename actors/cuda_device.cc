@@ -146,7 +146,10 @@ class CudaDeviceMemory : public RawDeviceMemory {
   }
   Status Zero(int device_id, void* block, size_t bytes) override {
     AF_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_id), "cudaSetDevice(" + std::to_string(device_id) + ")"));
-    return CudaStatus(cudaMemset(block, 0, bytes), "cudaMemset on device " + std::to_string(device_id));
+    AF_RETURN_IF_ERROR(CudaStatus(cudaMemset(block, 0, bytes), "cudaMemset on device " + std::to_string(device_id)));
+    // The memset runs on the legacy default stream, which the runtime's non-blocking streams do
+    // not wait for: finish it here (instantiation only, never per iteration).
+    return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemset");
   }
 };
 
