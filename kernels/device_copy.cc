@@ -7,6 +7,7 @@
 
 #include "actors/device.h"
 #include "kernels/op_registry.h"
+#include "kernels/sbp_util.h"
 
 namespace actorflow {
 namespace {
@@ -35,6 +36,8 @@ OpDef CopyOp(const std::string& type, CopyDirection direction) {
       return InvalidArgument(type + ": one input and one output of the same size expected");
     return DeviceCopyKernel(init.device_stream, direction, init.outputs[0].byte_size());
   };
+  // A copy keeps any layout, partial sums included (it is linear).
+  def.sbp = [](const SbpContext& ctx) { return ElementwiseSbp(ctx, true); };
   def.doc = "out = x, copied " + std::string(direction == CopyDirection::kHostToDevice ? "host to device" : "device to host") +
             " (inserted by the compiler)";
   return def;
