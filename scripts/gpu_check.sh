@@ -164,6 +164,11 @@ run() {
   local build="$ROOT/build-gpu" jobs="${ACTORFLOW_GPU_CHECK_JOBS:-$(nproc)}" steps="${ACTORFLOW_GPU_CHECK_STEPS:-200}"
   GPU_PRESENT=0
   GPU_NAME=""
+  # cuDNN: the toolkit's, else PyTorch's wheel (nvidia-cudnn) for conv2d's kernels.
+  if [[ -z "${CUDNN_ROOT:-}" ]]; then
+    CUDNN_ROOT=$(python3 -c 'import nvidia.cudnn as c; print(list(c.__path__)[0])' 2>/dev/null || true)
+    [[ -n "$CUDNN_ROOT" ]] && export CUDNN_ROOT && export LD_LIBRARY_PATH="$CUDNN_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
   if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     GPU_PRESENT=1
     GPU_NAME=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1)

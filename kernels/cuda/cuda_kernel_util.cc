@@ -58,6 +58,9 @@ void RegisterCudaKernels(OpRegistry& registry) {
   cuda::RegisterSoftmaxCudaKernels(registry);
   cuda::RegisterOptimizerCudaKernels(registry);
   cuda::RegisterMatmulCudaKernels(registry);
+#ifdef ACTORFLOW_WITH_CUDNN
+  cuda::RegisterConvCudaKernels(registry);
+#endif
 }
 
 }  // namespace actorflow

@@ -36,5 +36,6 @@ void RegisterElementwiseCudaKernels(OpRegistry& registry);
 void RegisterSoftmaxCudaKernels(OpRegistry& registry);
 void RegisterOptimizerCudaKernels(OpRegistry& registry);
 void RegisterMatmulCudaKernels(OpRegistry& registry);
+void RegisterConvCudaKernels(OpRegistry& registry);  // built when cuDNN is found
 
 }  // namespace actorflow::cuda

@@ -251,6 +251,38 @@ TEST(CudaKernels, OptimizerUpdatesInPlace) {
   }
 }
 
+#ifdef ACTORFLOW_WITH_CUDNN
+// conv2d and its gradients through cuDNN: padding, strides, dilation and groups.
+TEST(CudaKernels, ConvolutionAndItsGradientsThroughCudnn) {
+  struct Case {
+    Shape x, filter;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 9, 9}, {4, 3, 3, 3}, Attrs{{"padding", std::string("SAME")}}},
+      {{2, 3, 9, 9}, {4, 3, 3, 3}, Attrs{{"strides", int64_t{2}}}},
+      {{1, 4, 11, 11}, {6, 2, 3, 3}, Attrs{{"groups", int64_t{2}}, {"padding", std::vector<int64_t>{1, 1}}}},
+      {{1, 2, 12, 12}, {3, 2, 3, 3}, Attrs{{"dilation_rate", int64_t{2}}}},
+  };
+  for (const Case& k : cases) {
+    HostTensor x = F32(k.x), filter = F32(k.filter, Ramp(NumElements(k.filter), 1.3));
+    auto y = RunOp("conv2d", {x, filter}, k.attrs);
+    ASSERT_TRUE(y.ok()) << y.status().ToString();
+    HostTensor dy = F32(y.value()[0].desc.shape, Ramp(y.value()[0].desc.num_elements(), 2.1));
+    CompareWithCpu("conv2d", {x, filter}, k.attrs, 1e-4);
+    CompareWithCpu("conv2d_grad_data", {dy, filter, x}, k.attrs, 1e-4);
+    CompareWithCpu("conv2d_grad_filter", {dy, x, filter}, k.attrs, 1e-4);
+  }
+  DeviceStream* stream = GpuStream();
+  if (stream == nullptr) return;
+  // "SAME" with an even filter pads asymmetrically, which cuDNN cannot: a clear refusal.
+  std::vector<HostTensor> even = {F32({1, 1, 6, 6}), F32({1, 1, 2, 2})};
+  auto refused = RunCuda("conv2d", even, Attrs{{"padding", std::string("SAME")}}, stream);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(Contains(refused.status().message(), "padding must be symmetric")) << refused.status().message();
+}
+#endif
+
 // The compiler's copies on the CUDA copy stream: host -> device -> host round trip.
 TEST(CudaKernels, HostDeviceCopies) {
   auto backend = DeviceRegistry::Global().Find(kCudaDevice);
