@@ -30,6 +30,7 @@ Status CheckGpuDevices(int gpu_device_num) {
 namespace {
 
 constexpr int kHost = -1;  // where a register lives: kHost or a GPU id
+constexpr int kUnread = -2, kMixed = -3;  // a variable's readers: none yet, on several places
 
 bool OnGpu(const plan::Task& task) { return task.kind() == plan::COMPUTE && task.device_type() == "gpu"; }
 
@@ -44,13 +45,39 @@ Status PlaceOnDevices(plan::Plan& plan) {
   bool any = false;
   for (const plan::Task& task : plan.tasks()) any |= OnGpu(task);
   if (!any) return Status::Ok();
-  // Updates of host registers (variables) run on the CPU; every other GPU op needs a CUDA kernel.
+  // A variable read (by data edges) only by ops of one GPU lives on that GPU: its register is
+  // device memory (the session keeps the device buffer) and its updates run there.
+  std::vector<int> reader_device(plan.tasks_size(), kUnread);
+  for (const plan::Task& task : plan.tasks())
+    for (const plan::InputDesc& in : task.inputs()) {
+      if (in.control()) continue;
+      int& seen = reader_device[in.producer_task_id()];
+      const int place = OnGpu(task) ? task.device_id() : kHost;
+      seen = seen == kUnread || seen == place ? place : kMixed;
+    }
+  for (plan::Task& task : *plan.mutable_tasks()) {
+    if (task.kind() != plan::VARIABLE || task.registers_size() == 0) continue;
+    const int device = reader_device[task.id()];
+    if (device < 0) continue;  // unread, read on the host, or by several places
+    task.mutable_registers(0)->mutable_memory_case()->set_kind(plan::MEMORY_DEVICE);
+    task.mutable_registers(0)->mutable_memory_case()->set_device_id(device);
+  }
+  // Where the blob of a task's register lives: kHost or a GPU id.
+  auto place_of_register = [](const plan::Task& task, int register_index) {
+    if (OnGpu(task)) return task.device_id();
+    const plan::MemoryCase& m = task.registers(register_index).memory_case();
+    return m.kind() == plan::MEMORY_DEVICE ? m.device_id() : kHost;
+  };
+  // Ops writing host registers in place run on the CPU; every other GPU op needs a CUDA kernel.
   for (plan::Task& task : *plan.mutable_tasks()) {
     if (!OnGpu(task)) continue;
     bool writes_host = false;
     const plan::Task& reading = task;
-    for (int m : reading.mutable_inputs())
-      writes_host |= !OnGpu(plan.tasks(static_cast<int>(reading.inputs(m).producer_task_id())));
+    for (int m : reading.mutable_inputs()) {
+      const plan::InputDesc& in = reading.inputs(m);
+      writes_host |= place_of_register(plan.tasks(static_cast<int>(in.producer_task_id())), in.producer_register()) !=
+                     task.device_id();
+    }
     if (writes_host) {
       task.set_device_type("cpu");
       continue;
@@ -62,7 +89,7 @@ Status PlaceOnDevices(plan::Plan& plan) {
                              task.op_type() + "' has no CUDA kernel; place it on the CPU with "
                              "flow.scope.placement(\"cpu\", \"0:0\")");
   }
-  auto place_of = [&](const plan::Task& task) { return OnGpu(task) ? task.device_id() : kHost; };
+  auto place_of = [&](const plan::Task& task) { return OnGpu(task) ? task.device_id() : kHost; };  // where it runs
 
   plan::Plan placed;
   placed.set_job_name(plan.job_name());
@@ -73,7 +100,7 @@ Status PlaceOnDevices(plan::Plan& plan) {
   auto copy_of = [&](const plan::Task& producer, const plan::InputDesc& in, int destination) -> int64_t {
     const auto key = std::make_tuple(new_id[producer.id()], in.producer_register(), in.blob_index(), destination);
     if (auto it = copies.find(key); it != copies.end()) return it->second;
-    const int source = place_of(producer);
+    const int source = place_of_register(producer, in.producer_register());
     const bool to_device = destination != kHost;
     plan::Task* from = placed.mutable_tasks(static_cast<int>(new_id[producer.id()]));
     plan::RegisterDesc* from_register = from->mutable_registers(in.producer_register());
@@ -113,7 +140,7 @@ Status PlaceOnDevices(plan::Plan& plan) {
     std::vector<plan::InputDesc> inputs(task.inputs().begin(), task.inputs().end());
     for (plan::InputDesc& in : inputs) {
       const plan::Task& producer = plan.tasks(static_cast<int>(in.producer_task_id()));
-      if (in.control() || place_of(producer) == needed) {
+      if (in.control() || place_of_register(producer, in.producer_register()) == needed) {
         in.set_producer_task_id(new_id[producer.id()]);
         continue;
       }
@@ -121,9 +148,10 @@ Status PlaceOnDevices(plan::Plan& plan) {
         in.set_producer_task_id(new_id[producer.id()]);
         continue;
       }
-      if (place_of(producer) != kHost && needed != kHost)
+      const int from = place_of_register(producer, in.producer_register());
+      if (from != kHost && needed != kHost)
         return InvalidArgument(Where(task) + " on gpu:" + std::to_string(needed) + " reads '" + producer.name() +
-                               "' on gpu:" + std::to_string(place_of(producer)) +
+                               "' on gpu:" + std::to_string(from) +
                                ": blobs do not move between GPUs yet; place both ops on one GPU");
       in.set_producer_task_id(copy_of(producer, in, needed));
       in.set_producer_register(0);

@@ -21,9 +21,10 @@ inline constexpr const char kCopyDeviceToHost[] = "copy_d2h";
 // lowering put on "gpu" (ops placed there) become CUDA tasks:
 //  - each must have a kernel of device type "cuda" in the op registry, else InvalidArgument
 //    naming the op, its type and the user's line;
-//  - an op writing a host register in place (an optimizer update of a variable: variables are
-//    session buffers in host memory) runs on the CPU instead, so nothing writes host memory
-//    from the device;
+//  - a variable read (by data edges) only by ops of one GPU lives on it: its register is device
+//    memory of that GPU (the session binds a device buffer holding its value) and its updates run
+//    there; other variables stay in host memory and an op writing a host register in place (an
+//    update of such a variable) runs on the CPU, so nothing writes host memory from the device;
 //  - they act asynchronously (plan Task.asynchronous) and their registers are device memory of
 //    their GPU;
 //  - where a blob crosses between host and GPU, a copy task (copy_h2d / copy_d2h, on that GPU,

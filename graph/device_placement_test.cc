@@ -88,12 +88,12 @@ TEST(DevicePlacement, GpuPlacementsResolveAgainstTheGpuCount) {
 }
 
 // The MLP train job on one GPU: every compute op on gpu:0 in device memory and asynchronous,
-// the feeds and variables copied in, the gradients copied out to the CPU's updates, the loss
-// copied out to the sink, and no edge between host and device without a copy.
+// the variables resident on the GPU and updated there, the feeds copied in, the loss copied out
+// to the sink, and no edge between host and device without a copy.
 TEST(DevicePlacement, MlpTrainPlanCopiesAcrossHostAndGpu) {
   WithTestGpus gpus(1);
   EnsureCudaFactories({"matmul", "bias_add", "relu", "relu_grad", "bias_add_grad", "sparse_softmax_cross_entropy",
-                       "sparse_softmax_cross_entropy_grad", "constant", "identity"});
+                       "sparse_softmax_cross_entropy_grad", "constant", "identity", "sgd_update"});
   JobBuilder b = ValueOrDie(JobBuilder::Create("gpu_mlp", "train"));
   ASSERT_TRUE(b.SetDeviceNum(0, 1).ok());
   EXPECT_EQ(b.placement().device_type, "gpu");  // OneFlow's default with GPUs configured
@@ -119,7 +119,7 @@ TEST(DevicePlacement, MlpTrainPlanCopiesAcrossHostAndGpu) {
   int h2d = 0, d2h = 0;
   for (const plan::Task& t : plan.tasks()) {
     const bool gpu = t.kind() == plan::COMPUTE && t.device_type() == "gpu";
-    const int place = gpu ? t.device_id() : -1;
+    const int place = gpu ? t.device_id() : -1;  // where it runs (a variable's readers check its register)
     if (gpu) {
       EXPECT_TRUE(t.asynchronous()) << t.name();
       EXPECT_EQ(t.device_id(), 0) << t.name();
@@ -134,7 +134,7 @@ TEST(DevicePlacement, MlpTrainPlanCopiesAcrossHostAndGpu) {
       if (r.blobs_size() == 0) continue;
       if (gpu && t.op_type() != kCopyDeviceToHost) {
         EXPECT_EQ(r.memory_case().kind(), plan::MEMORY_DEVICE) << t.name();
-      } else {
+      } else if (t.kind() != plan::VARIABLE) {
         EXPECT_NE(r.memory_case().kind(), plan::MEMORY_DEVICE) << t.name();
       }
     }
@@ -156,12 +156,16 @@ TEST(DevicePlacement, MlpTrainPlanCopiesAcrossHostAndGpu) {
   EXPECT_TRUE(gpu_types.count("matmul") && gpu_types.count("sparse_softmax_cross_entropy_grad") &&
               gpu_types.count("relu_grad"))
       << "ops of the forward and backward pass run on the GPU";
-  EXPECT_EQ(cpu_compute_types, std::set<std::string>{"sgd_update"}) << "only the host variables' updates stay on the CPU";
-  EXPECT_EQ(h2d, 4) << "x, labels, w1, w2 are copied in once each (learning_rate is read by the CPU updates)";
-  EXPECT_EQ(d2h, 3) << "the two weight gradients and the loss are copied out";
-  // Feeds that a host-to-device copy reads are pinned; variables are the session's own buffers.
+  EXPECT_TRUE(gpu_types.count("sgd_update")) << "the GPU-resident variables are updated on the GPU";
+  EXPECT_TRUE(cpu_compute_types.empty());
+  EXPECT_EQ(h2d, 3) << "x, labels and learning_rate are copied in once each";
+  EXPECT_EQ(d2h, 1) << "the loss is copied out";
+  // Feeds that a host-to-device copy reads are pinned; the variables live on the GPU.
   EXPECT_EQ(TaskNamed(plan, "x").registers(0).memory_case().kind(), plan::MEMORY_PINNED_HOST);
-  EXPECT_EQ(TaskNamed(plan, "w1").registers(0).memory_case().kind(), plan::MEMORY_HOST);
+  for (const char* name : {"w1", "w2"}) {
+    EXPECT_EQ(TaskNamed(plan, name).registers(0).memory_case().kind(), plan::MEMORY_DEVICE) << name;
+    EXPECT_EQ(TaskNamed(plan, name).registers(0).memory_case().device_id(), 0) << name;
+  }
   EXPECT_EQ(TaskNamed(plan, "x-to-gpu0").op_type(), kCopyHostToDevice);
   EXPECT_EQ(TaskNamed(plan, "loss-to-host").registers(0).memory_case().kind(), plan::MEMORY_PINNED_HOST);
   // Consumers agree with inputs after renumbering.
@@ -231,6 +235,47 @@ TEST(DevicePlacement, CpuOnlyPlansAreUnchangedAndMixedPlacementsCopyBothWays) {
   EXPECT_EQ(TaskNamed(plan, "g").device_type(), "gpu");
   EXPECT_EQ(TaskNamed(plan, "c").device_type(), "cpu");
   EXPECT_EQ(TaskNamed(plan, "c").inputs(0).producer_task_id(), TaskNamed(plan, "g-to-host").id());
+}
+
+// A variable read on the CPU and on the GPU stays in host memory; its in-place writer placed on
+// the GPU then runs on the CPU, reading the GPU's blob through a copy.
+TEST(DevicePlacement, VariableReadOnBothSidesStaysOnTheHostAndItsWriterOnTheCpu) {
+  EnsureCudaFactories({"relu", "sgd_update"});
+  plan::Plan plan;
+  plan.set_job_name("both");
+  auto add = [&](const std::string& name, plan::TaskKind kind, const std::string& device_type, const std::string& op,
+                 std::vector<int64_t> inputs) {
+    plan::Task* t = plan.add_tasks();
+    t->set_id(plan.tasks_size() - 1);
+    t->set_name(name);
+    t->set_kind(kind);
+    t->set_device_type(device_type);
+    t->set_op_type(op);
+    for (int64_t p : inputs) t->add_inputs()->set_producer_task_id(p);
+    if (kind != plan::SINK) {
+      plan::RegisterDesc* r = t->add_registers();
+      r->set_name("out");
+      r->set_register_num(kind == plan::VARIABLE ? 1 : 2);
+      plan::BlobDesc* b = r->add_blobs();
+      b->add_shape(3);
+      b->set_dtype(plan::DT_FLOAT32);
+      b->set_byte_size(12);
+    }
+    return t;
+  };
+  add("v", plan::VARIABLE, "cpu", "", {});
+  add("on_cpu", plan::COMPUTE, "cpu", "relu", {0});
+  add("on_gpu", plan::COMPUTE, "gpu", "relu", {0});
+  plan::Task* update = add("update", plan::COMPUTE, "gpu", "sgd_update", {0, 2});
+  update->add_mutable_inputs(0);
+  update->clear_registers();
+  add("output", plan::SINK, "cpu", "", {1, 2});
+  ASSERT_TRUE(PlaceOnDevices(plan).ok());
+  EXPECT_EQ(TaskNamed(plan, "v").registers(0).memory_case().kind(), plan::MEMORY_HOST);
+  EXPECT_EQ(TaskNamed(plan, "update").device_type(), "cpu");
+  EXPECT_EQ(TaskNamed(plan, "on_gpu").device_type(), "gpu");
+  EXPECT_EQ(plan.tasks(static_cast<int>(TaskNamed(plan, "update").inputs(1).producer_task_id())).name(), "on_gpu-to-host");
+  EXPECT_EQ(plan.tasks(static_cast<int>(TaskNamed(plan, "on_gpu").inputs(0).producer_task_id())).name(), "v-to-gpu0");
 }
 
 }  // namespace
