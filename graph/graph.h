@@ -33,8 +33,10 @@ struct Placement {
 // The device ids of `placement` on a machine with `device_num` CPU devices, in order and without
 // repeats. InvalidArgument naming the placement and the problem: syntax, a machine other than 0,
 // a device >= device_num ("device 3 does not exist: cpu_device_num is 2"), a device type other
-// than cpu.
-StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num);
+// than cpu. A "gpu" placement resolves against `gpu_device_num` (flow.config.gpu_device_num; 0:
+// no GPU, the placement is refused) and names one GPU so far (boxing between GPUs needs the
+// device collectives).
+StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num, int gpu_device_num = 0);
 // Placement naming exactly `devices` ("0:0", "0:1", ...).
 Placement PlacementOf(const std::vector<int>& devices, const std::string& device_type = "cpu");
 
@@ -102,6 +104,10 @@ class Graph {
   // CPU devices of the job's config (flow.config.cpu_device_num; 1 by default).
   int device_num() const { return device_num_; }
   void set_device_num(int device_num) { device_num_ = device_num < 1 ? 1 : device_num; }
+  // GPU devices of the job's config (flow.config.gpu_device_num; 0 by default). Set only once
+  // they were found present (JobBuilder::SetDeviceNum); placements on "gpu" resolve against it.
+  int gpu_device_num() const { return gpu_device_num_; }
+  void set_gpu_device_num(int gpu_device_num) { gpu_device_num_ = gpu_device_num < 0 ? 0 : gpu_device_num; }
 
   const std::vector<Node>& nodes() const { return nodes_; }
   std::vector<Node>& mutable_nodes() { return nodes_; }
@@ -161,6 +167,7 @@ class Graph {
   std::string job_name_;
   std::string job_type_ = "predict";
   int device_num_ = 1;
+  int gpu_device_num_ = 0;
   std::vector<Node> nodes_;
   std::unordered_map<std::string, size_t> index_;
   // variable_name -> name of its first kVariable node (rebuilt by Retain; checked on use).

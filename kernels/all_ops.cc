@@ -24,6 +24,7 @@ void RegisterDropoutOps(OpRegistry& registry);
 void RegisterClampOps(OpRegistry& registry);
 void RegisterAdaptivePoolOps(OpRegistry& registry);
 void RegisterBoxingOps(OpRegistry& registry);
+void RegisterDeviceCopyOps(OpRegistry& registry);
 #ifdef ACTORFLOW_WITH_CUDA
 void RegisterCudaKernels(OpRegistry& registry);  // kernels/cuda/: "cuda" factories of registered ops
 #endif
@@ -51,6 +52,7 @@ void RegisterAllOps() {
     RegisterClampOps(registry);
     RegisterAdaptivePoolOps(registry);
     RegisterBoxingOps(registry);
+    RegisterDeviceCopyOps(registry);
 #ifdef ACTORFLOW_WITH_CUDA
     RegisterCudaKernels(registry);
 #endif

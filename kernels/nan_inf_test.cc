@@ -116,6 +116,8 @@ std::map<std::string, std::function<Case()>> Cases() {
   c["square"] = [] { return Unary([](double x) { return x * x; }); };
   c["negative"] = [] { return Unary([](double x) { return -x; }); };
   c["identity"] = [] { return Unary([](double x) { return x; }); };
+  c["copy_h2d"] = [] { return Unary([](double x) { return x; }); };  // the CPU kernel: a copy
+  c["copy_d2h"] = [] { return Unary([](double x) { return x; }); };
   c["boxing"] = [] {  // one device on both sides: a copy
     Case k = Unary([](double x) { return x; });
     k.attrs = Attrs{{"in_sbp", std::string("B")}, {"out_sbp", std::string("B")}};

@@ -20,6 +20,8 @@
 
 namespace actorflow {
 
+class DeviceStream;  // actors/device.h
+
 using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>>;
 
 // Op attributes by name. Getters return an InvalidArgument Status that names the attribute
@@ -70,6 +72,9 @@ struct KernelInit {
   // the CPU, and the default stream is never used implicitly). Opaque so that this header
   // needs no device toolkit.
   void* stream = nullptr;
+  // The same stream as the runtime's device object (actors/device.h), for completing acts from
+  // it (StreamKernel) and for copies; null on the CPU. Copy kernels get the device's copy stream.
+  DeviceStream* device_stream = nullptr;
 };
 
 using KernelFactory = std::function<StatusOr<KernelFn>(const KernelInit&)>;

@@ -64,7 +64,7 @@ Attrs Axes(std::vector<int64_t> axes, bool keepdims) {
 std::map<std::string, std::vector<Instance>> Instances() {
   std::map<std::string, std::vector<Instance>> c;
   const Shape m = {5, 7};
-  for (const char* type : {"relu", "sigmoid", "tanh", "gelu", "exp", "square", "negative", "identity"})
+  for (const char* type : {"relu", "sigmoid", "tanh", "gelu", "exp", "square", "negative", "identity", "copy_h2d", "copy_d2h"})
     c[type] = {{{Random(m)}, {}}, {{Random({7, 3, 5})}, {}}};
   c["relu"].push_back({{Random(m, DType::kFloat32)}, {}});
   c["clamp"] = {{{Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random({7, 3, 5})}, {{"max", 0.1}}}};
