@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 
+#include "session/model_export.h"
 #include "session/session.h"
 #include "python_bindings/conversions.h"
 #include "python_bindings/trace_reader.h"
@@ -295,12 +296,12 @@ class PyJob {
   std::string SbpSummary() const { return graph::SbpSummary(job().graph()); }
   std::string PlanText() const { return job().plan().DebugString(); }
   std::vector<std::pair<std::string, double>> CompileTimings() const { return job().compile_timings(); }
-
- private:
   const CompiledJob& job() const {
     if (!job_) throw std::runtime_error("job is not compiled");
     return *job_;
   }
+
+ private:
   const void* owner_;  // the PySession that compiled it
   std::shared_ptr<CompiledJob> job_;
   py::dict handlers_;
@@ -373,6 +374,17 @@ class PySession {
     }
     job->Attach(Unwrap(std::move(compiled)));
     return job;
+  }
+
+  // Writes `job` as a model directory into `directory` (missing or empty; see session/model.h).
+  void SaveModel(const PyJob& job, const std::string& directory) {
+    if (job.owner() != this) throw py::value_error("save_model: the job was compiled by another session");
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = SaveCompiledJob(*session_, job.job(), directory);
+    }
+    Check(status);
   }
 
   void WaitAll() {
@@ -561,6 +573,7 @@ PYBIND11_MODULE(_C, m) {
       .def("set_variable", &PySession::SetVariable)
       .def("variable_names", &PySession::VariableNames)
       .def("compile", &PySession::Compile, py::arg("builder"), py::arg("options") = py::dict())
+      .def("save_model", &PySession::SaveModel, py::arg("job"), py::arg("directory"))
       .def("wait_all", &PySession::WaitAll)
       .def("reset", &PySession::Reset);
 

@@ -29,6 +29,22 @@ constexpr uint64_t kMaxPlanBytes = uint64_t{1} << 30;
 
 std::string Errno() { return std::strerror(errno); }
 
+// `text` with bytes that are not printable ASCII written as \xNN: parser messages quote the
+// damaged input, which must not reach a terminal or a log raw.
+std::string Printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  return out;
+}
+
 // More than 2^40 bytes (also when the element count overflows): no model holds that.
 bool TooLarge(const TensorDesc& desc) {
   double bytes = static_cast<double>(DTypeSize(desc.dtype));
@@ -409,8 +425,11 @@ StatusOr<std::vector<ModelOutput>> Model::Run(const std::vector<TensorView>& inp
   return outputs;
 }
 
-StatusOr<Model> LoadModel(const std::string& directory, const ModelOptions& options) {
-  RegisterAllOps();
+struct ModelLoader {
+  static StatusOr<Model> Load(const std::string& directory, const ModelOptions& options);
+};
+
+StatusOr<Model> ModelLoader::Load(const std::string& directory, const ModelOptions& options) {
   const std::string context = "model '" + directory + "'";
   struct stat info {};
   if (::stat(directory.c_str(), &info) != 0) return NotFound(context + ": no such directory (" + Errno() + ")");
@@ -511,6 +530,14 @@ StatusOr<Model> LoadModel(const std::string& directory, const ModelOptions& opti
   if (!runtime.ok()) return runtime.status().WithContext(context);
   state->runtime = std::move(runtime).value();
   return Model(std::move(state));
+}
+
+StatusOr<Model> LoadModel(const std::string& directory, const ModelOptions& options) {
+  RegisterAllOps();
+  StatusOr<Model> model = ModelLoader::Load(directory, options);
+  // Messages quote what the files hold (names, parser excerpts): printable ASCII only.
+  if (!model.ok()) return Status(model.status().code(), Printable(model.status().message()));
+  return model;
 }
 
 }  // namespace actorflow

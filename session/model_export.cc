@@ -8,9 +8,10 @@ namespace actorflow {
 
 Status SaveCompiledJob(Session& session, const CompiledJob& job, const std::string& directory) {
   const std::string context = "saving job '" + job.name() + "' as model '" + directory + "'";
-  if (!job.writes().empty())
-    return InvalidArgument(context + ": the job updates variables (e.g. '" + *job.writes().begin() +
-                           "'): only predict jobs are saved as models");
+  if (job.graph().job_type() != "predict")
+    return InvalidArgument(context + ": it is a " + job.graph().job_type() +
+                           " job (it updates its variables and takes a learning-rate feed): only predict jobs are "
+                           "saved as models");
   ModelContents contents;
   contents.plan = &job.plan();
   for (const NamedDesc& d : job.input_descs()) contents.inputs.push_back({d.name, d.desc});

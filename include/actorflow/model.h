@@ -64,7 +64,7 @@ class Model {
   Status Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
 
  private:
-  friend StatusOr<Model> LoadModel(const std::string& directory, const ModelOptions& options);
+  friend struct ModelLoader;  // LoadModel's implementation
   struct State;
   explicit Model(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
