@@ -13,7 +13,9 @@ import pytest
 import actorflow as flow
 import actorflow.typing as tp
 
-RUNNER = os.path.join(os.path.dirname(flow.__file__), os.pardir, os.pardir, "bin", "actorflow-run")
+# ACTORFLOW_RUN=build-asan/bin/actorflow-run runs these tests against a sanitizer build.
+RUNNER = os.environ.get("ACTORFLOW_RUN") or os.path.join(os.path.dirname(flow.__file__), os.pardir, os.pardir, "bin",
+                                                         "actorflow-run")
 
 
 @pytest.fixture(autouse=True)
