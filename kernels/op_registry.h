@@ -123,6 +123,9 @@ struct OpDef {
   std::vector<std::string> output_names;
   bool variadic_inputs = false;     // e.g. concat: any number of inputs named input_names[0]_i
   std::vector<int> mutable_inputs;  // inputs written in place (optimizer updates, moving stats)
+  // The kernel keeps state between calls (dropout's random stream): eager execution builds a
+  // fresh kernel per call instead of reusing a cached one (session/eager.h).
+  bool stateful_kernel = false;
   std::function<Status(InferContext&)> infer;
   // Kernel factories by device type (kCpuDevice, kCudaDevice); every op has a CPU one.
   std::map<std::string, KernelFactory> kernel_factories;

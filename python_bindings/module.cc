@@ -27,6 +27,9 @@
 
 namespace actorflow {
 namespace python {
+
+void BindEager(pybind11::module_& m);  // eager_bindings.cc
+
 namespace {
 
 namespace py = pybind11;
@@ -464,6 +467,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "actorflow's C++ core: job builder, compiler, session and runtime (see python_bindings/C_API.md)";
   RegisterAllOps();
   BindTraceReader(m);
+  BindEager(m);
 
   m.def("op_types", [] { return OpRegistry::Global().Types(); });
   m.def("op_signature", [](const std::string& type) {

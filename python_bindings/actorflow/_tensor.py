@@ -1,0 +1,1112 @@
+"""flow.Tensor: an eager tensor (data on the host, autograd as PyTorch) over _C.EagerTensor.
+
+Every op runs at once through a prepared _C.EagerOp (see _eager.py); the frequent ones
+(arithmetic, relu, matmul) keep their prepared op in a module global so a call costs one C++
+call and one wrapper object."""
+import numbers
+
+import numpy as np
+
+from . import _C, _dtypes, _eager, _trace_ctx
+from ._eager import located, prepared, run_op
+
+_new = object.__new__
+
+_ADD, _SUB, _MUL, _DIV = (_C.EagerOp(t, {}) for t in ("add", "sub", "mul", "div"))
+_RELU, _MATMUL, _NEG = _C.EagerOp("relu", {}), _C.EagerOp("matmul", {}), _C.EagerOp("negative", {})
+_COMPARE = {"==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
+_RANK = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float32": 4, "float64": 5}
+
+
+class Size(tuple):
+    """A tensor's shape: a tuple, printed as actorflow.Size([2, 3])."""
+
+    def __repr__(self):
+        return "actorflow.Size([%s])" % ", ".join(str(d) for d in self)
+
+    def numel(self):
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+
+class device:  # noqa: N801  (OneFlow's name)
+    """flow.device("cpu"): the only device eager tensors live on for now."""
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec="cpu", index=None):
+        if isinstance(spec, device):
+            spec, index = spec.type, spec.index
+        if not isinstance(spec, str):
+            raise TypeError("device: expected a string such as 'cpu', got %r" % (spec,))
+        kind, _, number = spec.partition(":")
+        if kind != "cpu":
+            raise ValueError("device %r is not available: eager tensors run on 'cpu' (CUDA eager execution is not "
+                             "built yet) (at %s)" % (spec, _trace_ctx.user_location()))
+        self.type = kind
+        self.index = int(number) if number else index
+
+    def __repr__(self):
+        return "device(type='%s'%s)" % (self.type, "" if self.index is None else ", index=%d" % self.index)
+
+    def __str__(self):
+        return self.type if self.index is None else "%s:%d" % (self.type, self.index)
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            other = device(other)
+        return isinstance(other, device) and other.type == self.type
+
+    def __hash__(self):
+        return hash(self.type)
+
+
+_CPU = device("cpu")
+
+
+def _wrap(impl):
+    t = _new(Tensor)
+    t._impl = impl
+    return t
+
+
+def _result_dtype(a, b):
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+def _as_tensor_like(value, like_dtype):
+    """A Python number or array as a Tensor for a binary op with a tensor of like_dtype."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, (bool, numbers.Number, np.number)):
+        dtype = like_dtype
+        if isinstance(value, float) and like_dtype not in ("float32", "float64"):
+            dtype = "float32"
+        return _wrap(_C.EagerTensor.full((), dtype, float(value)))
+    if isinstance(value, (np.ndarray, list, tuple)):
+        return tensor(value)
+    raise TypeError("unsupported operand of type %s (at %s)" % (type(value).__name__, _trace_ctx.user_location()))
+
+
+def _binary(op_type, a, b):
+    """a op b with NumPy broadcasting and type promotion (ints before floats, then width)."""
+    a = _as_tensor_like(a, b.dtype.name if isinstance(b, Tensor) else "float32")
+    b = _as_tensor_like(b, a.dtype.name)
+    da, db = a._impl.dtype, b._impl.dtype
+    if da != db:
+        target = _result_dtype(da, db)
+        a, b = a.to(_dtypes.by_name(target)), b.to(_dtypes.by_name(target))
+    return run_op(op_type, [a, b])
+
+
+def _scalar_op(op_type, x, scalar):
+    if x._impl.dtype not in ("float32", "float64") and isinstance(scalar, float) and not scalar.is_integer():
+        x = x.to(_dtypes.float32)
+    try:
+        return _wrap(prepared(op_type, {"scalar": float(scalar)}).run1([x._impl]))
+    except (ValueError, RuntimeError) as e:
+        raise located(e) from None
+
+
+def _is_number(value):
+    return isinstance(value, (numbers.Number, np.number)) and not isinstance(value, (bool, np.bool_))
+
+
+def _dim(d, rank, what):
+    d = _trace_ctx.integer(d, what)
+    if not -rank <= d < max(rank, 1):
+        raise IndexError("%s %d is out of range for a tensor of %d dimensions (at %s)" % (
+            what, d, rank, _trace_ctx.user_location()))
+    return d % rank if rank else 0
+
+
+def _dims(dim, rank, what):
+    if dim is None:
+        return []
+    if isinstance(dim, (list, tuple)):
+        return sorted({_dim(d, rank, what) for d in dim})
+    return [_dim(dim, rank, what)]
+
+
+def _shape_args(shape, what):
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        shape = tuple(shape[0])
+    return [_trace_ctx.integer(d, what) for d in shape]
+
+
+class Tensor:
+    """An eager tensor. Create one with flow.tensor / flow.randn / flow.zeros / ...; ops on it
+    run at once and, when it requires grad, record what backward() needs."""
+    __slots__ = ("_impl", "__dict__", "__weakref__")
+    __array_priority__ = 1000  # numpy defers `array + tensor` to Tensor.__radd__
+
+    def __init__(self, *args, dtype=None, requires_grad=False):
+        # flow.Tensor(2, 3) is an uninitialized (zeroed) tensor of that shape; flow.Tensor(data)
+        # converts data, as OneFlow's legacy constructor.
+        if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
+            self._impl = tensor(args[0], dtype=dtype)._impl
+        else:
+            shape = _shape_args(args, "Tensor size")
+            self._impl = _C.EagerTensor.empty(shape, _dtypes.as_dtype(dtype or _dtypes.float32).name, True)
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # Properties --------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return Size(self._impl.shape)
+
+    @property
+    def dtype(self):
+        return _dtypes.by_name(self._impl.dtype)
+
+    @property
+    def device(self):
+        return _CPU
+
+    @property
+    def is_lazy(self):
+        return False
+
+    @property
+    def requires_grad(self):
+        return self._impl.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        self.requires_grad_(value)
+
+    @property
+    def grad(self):
+        g = self._impl.grad
+        return None if g is None else _wrap(g)
+
+    @grad.setter
+    def grad(self, value):
+        try:
+            self._impl.grad = None if value is None else value._impl
+        except ValueError as e:
+            raise located(e) from None
+
+    @property
+    def is_leaf(self):
+        return self._impl.is_leaf
+
+    @property
+    def grad_fn(self):
+        op = self._impl.grad_fn
+        return None if op is None else "<%sBackward>" % op
+
+    @property
+    def data(self):
+        return _wrap(self._impl.detach())
+
+    @data.setter
+    def data(self, value):
+        if not isinstance(value, Tensor):
+            raise TypeError("data must be a Tensor, got %s" % type(value).__name__)
+        requires = self._impl.requires_grad
+        self._impl = value._impl.detach()
+        if requires:
+            self._impl.requires_grad = True
+
+    @property
+    def ndim(self):
+        return self._impl.ndim
+
+    @property
+    def T(self):  # noqa: N802
+        return self.permute(*reversed(range(self.ndim)))
+
+    # Conversions -------------------------------------------------------------------------
+    def numpy(self):
+        """A copy of the data as a NumPy array."""
+        return self._impl.numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        array = self._impl.numpy()
+        return array if dtype is None else array.astype(dtype)
+
+    def item(self):
+        try:
+            return self._impl.item()
+        except ValueError as e:
+            raise located(e) from None
+
+    def tolist(self):
+        return self._impl.numpy().tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self._impl.numel != 1:
+            raise RuntimeError("the truth value of a tensor with %d elements is ambiguous (at %s)" % (
+                self._impl.numel, _trace_ctx.user_location()))
+        return bool(self.item())
+
+    def __index__(self):
+        if self._impl.dtype in ("float32", "float64") or self._impl.numel != 1:
+            raise TypeError("only one-element integer tensors can be used as an index")
+        return int(self.item())
+
+    def __format__(self, spec):
+        if self._impl.numel == 1 and spec:
+            return format(self.item(), spec)
+        return format(str(self), spec)
+
+    def size(self, dim=None):
+        if dim is None:
+            return self.shape
+        return self._impl.shape[_dim(dim, self.ndim, "size's dim")]
+
+    def numel(self):
+        return self._impl.numel
+
+    def nelement(self):
+        return self._impl.numel
+
+    def dim(self):
+        return self._impl.ndim
+
+    def __len__(self):
+        if not self._impl.ndim:
+            raise TypeError("len() of a 0-d tensor")
+        return self._impl.shape[0]
+
+    def __iter__(self):
+        if not self._impl.ndim:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._impl.shape[0]))
+
+    def __repr__(self):
+        return _format(self)
+
+    __str__ = __repr__
+
+    def __hash__(self):
+        return id(self)
+
+    # Autograd ----------------------------------------------------------------------------
+    def requires_grad_(self, requires_grad=True):
+        try:
+            self._impl.requires_grad = bool(requires_grad)
+        except ValueError as e:
+            raise located(e) from None
+        return self
+
+    def retain_grad(self):
+        self._impl.retain_grad()
+
+    def detach(self):
+        return _wrap(self._impl.detach())
+
+    def backward(self, gradient=None, retain_graph=False, create_graph=False):
+        if create_graph:
+            raise NotImplementedError("backward(create_graph=True) (higher-order gradients) is not supported yet")
+        if gradient is not None and not isinstance(gradient, Tensor):
+            gradient = tensor(gradient, dtype=self.dtype)
+        try:
+            self._impl.backward(None if gradient is None else gradient._impl, bool(retain_graph))
+        except (ValueError, RuntimeError) as e:
+            raise located(e) from None
+
+    # In place ----------------------------------------------------------------------------
+    def _check_inplace(self, what):
+        if _C.is_grad_enabled() and self._impl.requires_grad:
+            if self._impl.is_leaf:
+                raise RuntimeError("%s: a leaf tensor that requires grad cannot be modified in place outside "
+                                   "flow.no_grad() (at %s)" % (what, _trace_ctx.user_location()))
+            raise RuntimeError("%s: in-place ops on a tensor that is part of an autograd graph are not supported; "
+                               "use the out-of-place op (at %s)" % (what, _trace_ctx.user_location()))
+
+    def zero_(self):
+        self._check_inplace("zero_")
+        self._impl.fill_(0.0)
+        return self
+
+    def fill_(self, value):
+        self._check_inplace("fill_")
+        self._impl.fill_(float(value))
+        return self
+
+    def copy_(self, src):
+        self._check_inplace("copy_")
+        if not isinstance(src, Tensor):
+            src = tensor(src, dtype=self.dtype)
+        if src.dtype != self.dtype:
+            src = src.to(self.dtype)
+        if src.shape != self.shape:
+            src = src.expand(*self.shape) if src.numel() != self.numel() else src.reshape(self.shape)
+        try:
+            self._impl.copy_(src._impl)
+        except ValueError as e:
+            raise located(e) from None
+        return self
+
+    def _inplace(self, what, result):
+        self._check_inplace(what)
+        if result.dtype != self.dtype:
+            result = result.to(self.dtype)
+        try:
+            self._impl.copy_(result._impl)
+        except ValueError as e:
+            raise located(e) from None
+        return self
+
+    def add_(self, other, alpha=1):
+        with _eager.no_grad():
+            return self._inplace("add_", self + (other * alpha if alpha != 1 else other))
+
+    def sub_(self, other, alpha=1):
+        with _eager.no_grad():
+            return self._inplace("sub_", self - (other * alpha if alpha != 1 else other))
+
+    def mul_(self, other):
+        with _eager.no_grad():
+            return self._inplace("mul_", self * other)
+
+    def div_(self, other):
+        with _eager.no_grad():
+            return self._inplace("div_", self / other)
+
+    def clamp_(self, min=None, max=None):  # noqa: A002
+        with _eager.no_grad():
+            return self._inplace("clamp_", self.clamp(min, max))
+
+    # Type and device ---------------------------------------------------------------------
+    def to(self, *args, **kwargs):
+        """to(device), to(dtype), to(device, dtype) or to(other tensor)."""
+        target_dtype = kwargs.pop("dtype", None)
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, Tensor):
+                target_dtype = a.dtype
+            elif isinstance(a, (str, device)):
+                device(a)  # validates: only the CPU exists
+            elif a is not None:
+                target_dtype = a
+        if target_dtype is None:
+            return self
+        target = _dtypes.as_dtype(target_dtype, "to's dtype")
+        if target.name == self._impl.dtype:
+            return self
+        return run_op("cast", [self], {"dtype": target.name})
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return "actorflow." + {"float32": "FloatTensor", "float64": "DoubleTensor", "int8": "CharTensor",
+                                   "int32": "IntTensor", "int64": "LongTensor", "uint8": "ByteTensor"}[self._impl.dtype]
+        return self.to(dtype)
+
+    def float(self):
+        return self.to(_dtypes.float32)
+
+    def double(self):
+        return self.to(_dtypes.float64)
+
+    def long(self):
+        return self.to(_dtypes.int64)
+
+    def int(self):
+        return self.to(_dtypes.int32)
+
+    def cpu(self):
+        return self
+
+    def clone(self):
+        return run_op("identity", [self])
+
+    def contiguous(self):
+        return self
+
+    def is_floating_point(self):
+        return self._impl.dtype in ("float32", "float64")
+
+    # Arithmetic --------------------------------------------------------------------------
+    def __add__(self, other):
+        if isinstance(other, Tensor):
+            try:
+                return _wrap(_ADD.run_binary(self._impl, other._impl))
+            except (ValueError, RuntimeError):
+                return _binary("add", self, other)  # promotion, or the located error
+        if _is_number(other):
+            return _scalar_op("scalar_add", self, other)
+        return _binary("add", self, other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        if isinstance(other, Tensor):
+            try:
+                return _wrap(_SUB.run_binary(self._impl, other._impl))
+            except (ValueError, RuntimeError):
+                return _binary("sub", self, other)
+        if _is_number(other):
+            return _scalar_op("scalar_add", self, -other)
+        return _binary("sub", self, other)
+
+    def __rsub__(self, other):
+        if _is_number(other):
+            return _scalar_op("scalar_add", -self, other)
+        return _binary("sub", other, self)
+
+    def __mul__(self, other):
+        if isinstance(other, Tensor):
+            try:
+                return _wrap(_MUL.run_binary(self._impl, other._impl))
+            except (ValueError, RuntimeError):
+                return _binary("mul", self, other)
+        if _is_number(other):
+            return _scalar_op("scalar_mul", self, other)
+        return _binary("mul", self, other)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        if isinstance(other, Tensor):
+            try:
+                return _wrap(_DIV.run_binary(self._impl, other._impl))
+            except (ValueError, RuntimeError):
+                return _binary("div", self, other)
+        if _is_number(other) and self.is_floating_point():
+            return _scalar_op("scalar_mul", self, 1.0 / other)
+        return _binary("div", self, other)
+
+    def __rtruediv__(self, other):
+        return _binary("div", other, self)
+
+    def __neg__(self):
+        try:
+            return _wrap(_NEG.run_unary(self._impl))
+        except (ValueError, RuntimeError) as e:
+            raise located(e) from None
+
+    def __pos__(self):
+        return self
+
+    def __pow__(self, exponent):
+        return self.pow(exponent)
+
+    def __rpow__(self, base):
+        return _as_tensor_like(base, self.dtype.name).pow(self)
+
+    def __matmul__(self, other):
+        return self.matmul(other)
+
+    def __rmatmul__(self, other):
+        return _as_tensor_like(other, self.dtype.name).matmul(self)
+
+    def __iadd__(self, other):
+        return self.add_(other)
+
+    def __isub__(self, other):
+        return self.sub_(other)
+
+    def __imul__(self, other):
+        return self.mul_(other)
+
+    def __itruediv__(self, other):
+        return self.div_(other)
+
+    def __abs__(self):
+        return self.abs()
+
+    def _compare(self, other, symbol):
+        return _binary(_COMPARE[symbol], self, other)
+
+    def __eq__(self, other):
+        return self._compare(other, "==")
+
+    def __ne__(self, other):
+        return self._compare(other, "!=")
+
+    def __lt__(self, other):
+        return self._compare(other, "<")
+
+    def __le__(self, other):
+        return self._compare(other, "<=")
+
+    def __gt__(self, other):
+        return self._compare(other, ">")
+
+    def __ge__(self, other):
+        return self._compare(other, ">=")
+
+    def eq(self, other):
+        return self == other
+
+    def ne(self, other):
+        return self != other
+
+    def lt(self, other):
+        return self < other
+
+    def gt(self, other):
+        return self > other
+
+    def le(self, other):
+        return self <= other
+
+    def ge(self, other):
+        return self >= other
+
+    def add(self, other, alpha=1):
+        return self + (other * alpha if alpha != 1 else other)
+
+    def sub(self, other, alpha=1):
+        return self - (other * alpha if alpha != 1 else other)
+
+    def mul(self, other):
+        return self * other
+
+    def div(self, other):
+        return self / other
+
+    # Elementwise -------------------------------------------------------------------------
+    def relu(self):
+        try:
+            return _wrap(_RELU.run_unary(self._impl))
+        except (ValueError, RuntimeError) as e:
+            raise located(e) from None
+
+    def sigmoid(self):
+        return run_op("sigmoid", [self])
+
+    def tanh(self):
+        return run_op("tanh", [self])
+
+    def exp(self):
+        return run_op("exp", [self])
+
+    def log(self):
+        return run_op("log", [self])
+
+    def sqrt(self):
+        return run_op("sqrt", [self])
+
+    def square(self):
+        return run_op("square", [self])
+
+    def neg(self):
+        return -self
+
+    def negative(self):
+        return -self
+
+    def abs(self):
+        return run_op("abs", [self])
+
+    def pow(self, exponent):
+        if _is_number(exponent):
+            if exponent == 2:
+                return run_op("square", [self])
+            if exponent == 1:
+                return self
+            return run_op("scalar_pow", [self.float() if not self.is_floating_point() else self],
+                          {"exponent": float(exponent)})
+        # a tensor exponent: x^y = exp(y * log(x)) (x > 0)
+        return (_as_tensor_like(exponent, self.dtype.name) * self.log()).exp()
+
+    def clamp(self, min=None, max=None):  # noqa: A002
+        if min is None and max is None:
+            raise ValueError("clamp: at least one of min and max must be given (at %s)" % _trace_ctx.user_location())
+        attrs = {}
+        if min is not None:
+            attrs["min"] = float(min)
+        if max is not None:
+            attrs["max"] = float(max)
+        return run_op("clamp", [self], attrs)
+
+    clip = clamp
+
+    def softmax(self, dim=-1):
+        return run_op("softmax", [self], {"axis": _dim(dim, self.ndim, "softmax's dim")})
+
+    def log_softmax(self, dim=-1):
+        return run_op("log_softmax", [self], {"axis": _dim(dim, self.ndim, "log_softmax's dim")})
+
+    # Reductions --------------------------------------------------------------------------
+    def _reduce(self, op_type, dim, keepdim):
+        return run_op(op_type, [self], {"axis": _dims(dim, self.ndim, op_type + "'s dim"), "keepdims": bool(keepdim)})
+
+    def sum(self, dim=None, keepdim=False):
+        return self._reduce("reduce_sum", dim, keepdim)
+
+    def mean(self, dim=None, keepdim=False):
+        if not self.is_floating_point():
+            raise TypeError("mean: needs a floating point tensor, this one is %s (at %s)" % (
+                self.dtype, _trace_ctx.user_location()))
+        return self._reduce("reduce_mean", dim, keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        """max() of all elements; max(dim) gives (values, indices) as PyTorch."""
+        if dim is None:
+            return self._reduce("reduce_max", None, False)
+        if isinstance(dim, Tensor):
+            return maximum(self, dim)
+        values = self._reduce("reduce_max", dim, keepdim)
+        indices = self.argmax(dim, keepdim)
+        return _MaxResult(values, indices)
+
+    def min(self, dim=None, keepdim=False):
+        result = (-self).max(dim, keepdim)
+        if isinstance(result, _MaxResult):
+            return _MaxResult(-result.values, result.indices)
+        return -result
+
+    def argmax(self, dim=None, keepdim=False):
+        if dim is None:
+            return run_op("argmax", [self.reshape(-1)], {"axis": 0})
+        d = _dim(dim, self.ndim, "argmax's dim")
+        out = run_op("argmax", [self], {"axis": d})
+        return out.unsqueeze(d) if keepdim else out
+
+    # Layout ------------------------------------------------------------------------------
+    def reshape(self, *shape):
+        shape = _shape_args(shape, "reshape's shape")
+        try:
+            return _wrap(prepared("reshape", {"shape": shape}).run1([self._impl]))
+        except (ValueError, RuntimeError) as e:
+            raise located(e) from None
+
+    view = reshape
+
+    def view_as(self, other):
+        return self.reshape(other.shape)
+
+    def reshape_as(self, other):
+        return self.reshape(other.shape)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        rank = self.ndim
+        if rank == 0:
+            return self.reshape(1)
+        s, e = _dim(start_dim, rank, "flatten's start_dim"), _dim(end_dim, rank, "flatten's end_dim")
+        shape = list(self._impl.shape)
+        merged = 1
+        for d in shape[s:e + 1]:
+            merged *= d
+        return self.reshape(shape[:s] + [merged] + shape[e + 1:])
+
+    def unsqueeze(self, dim):
+        rank = self.ndim
+        d = _trace_ctx.integer(dim, "unsqueeze's dim")
+        if not -rank - 1 <= d <= rank:
+            raise IndexError("unsqueeze: dim %d is out of range for a tensor of %d dimensions (at %s)" % (
+                d, rank, _trace_ctx.user_location()))
+        d = d % (rank + 1)
+        shape = list(self._impl.shape)
+        return self.reshape(shape[:d] + [1] + shape[d:])
+
+    def squeeze(self, dim=None):
+        shape = list(self._impl.shape)
+        if dim is None:
+            return self.reshape([d for d in shape if d != 1])
+        d = _dim(dim, self.ndim, "squeeze's dim")
+        if shape[d] != 1:
+            return self
+        return self.reshape(shape[:d] + shape[d + 1:])
+
+    def permute(self, *dims):
+        dims = _shape_args(dims, "permute's dims")
+        rank = self.ndim
+        perm = [_dim(d, rank, "permute's dim") for d in dims]
+        if sorted(perm) != list(range(rank)):
+            raise ValueError("permute: %s is not a permutation of the %d dimensions of shape %s (at %s)" % (
+                dims, rank, tuple(self._impl.shape), _trace_ctx.user_location()))
+        if perm == list(range(rank)):
+            return self
+        return run_op("transpose", [self], {"perm": perm})
+
+    def transpose(self, dim0, dim1):
+        rank = self.ndim
+        a, b = _dim(dim0, rank, "transpose's dim0"), _dim(dim1, rank, "transpose's dim1")
+        perm = list(range(rank))
+        perm[a], perm[b] = perm[b], perm[a]
+        return self.permute(*perm)
+
+    def t(self):
+        if self.ndim > 2:
+            raise ValueError("t(): expects a tensor of at most 2 dimensions, this one has %d (at %s)" % (
+                self.ndim, _trace_ctx.user_location()))
+        return self if self.ndim < 2 else self.transpose(0, 1)
+
+    def expand(self, *sizes):
+        sizes = _shape_args(sizes, "expand's sizes")
+        shape = list(self._impl.shape)
+        target = [s if s != -1 else shape[i - (len(sizes) - len(shape))] for i, s in enumerate(sizes)]
+        like = zeros(*target, dtype=self.dtype)
+        return run_op("broadcast_like", [self, like])
+
+    def expand_as(self, other):
+        return self.expand(*other.shape)
+
+    def matmul(self, other):
+        other = _as_tensor_like(other, self.dtype.name)
+        a_rank, b_rank = self.ndim, other.ndim
+        if a_rank == 2 and b_rank == 2:
+            try:
+                return _wrap(_MATMUL.run_binary(self._impl, other._impl))
+            except (ValueError, RuntimeError) as e:
+                raise located(e) from None
+        if a_rank == 1 and b_rank == 1:
+            return (self * other).sum()
+        if b_rank == 1:
+            return self.matmul(other.unsqueeze(1)).squeeze(-1)
+        if a_rank == 1:
+            return self.unsqueeze(0).matmul(other).squeeze(-2)
+        return run_op("matmul", [self, other], {})
+
+    mm = matmul
+
+    # Indexing ----------------------------------------------------------------------------
+    def __getitem__(self, index):
+        return _getitem(self, index)
+
+    def __setitem__(self, index, value):
+        self._check_inplace("__setitem__")
+        view = self._impl.numpy_view()
+        if isinstance(value, Tensor):
+            value = value._impl.numpy()
+        try:
+            view[_numpy_index(index)] = value
+        except (IndexError, ValueError) as e:
+            raise type(e)("%s (at %s)" % (e, _trace_ctx.user_location())) from None
+
+
+class _MaxResult(tuple):
+    """(values, indices) of max(dim)/min(dim), also by name."""
+
+    def __new__(cls, values, indices):
+        return tuple.__new__(cls, (values, indices))
+
+    @property
+    def values(self):
+        return self[0]
+
+    @property
+    def indices(self):
+        return self[1]
+
+
+class Parameter(Tensor):
+    """A tensor that is a module's parameter (requires grad by default); shares `data`'s storage."""
+    __slots__ = ()
+
+    def __init__(self, data=None, requires_grad=True):
+        if data is None:
+            data = Tensor(0)
+        if not isinstance(data, Tensor):
+            data = tensor(data)
+        self._impl = data._impl.detach()
+        if requires_grad:
+            self.requires_grad_(True)
+
+    def __repr__(self):
+        return "Parameter containing:\n" + _format(self)
+
+    def __reduce_ex__(self, protocol):
+        return (Parameter, (tensor(self.numpy()), self.requires_grad))
+
+
+def _numpy_index(index):
+    """Converts Tensor entries of an index to numpy (for __setitem__)."""
+    if isinstance(index, tuple):
+        return tuple(i.numpy() if isinstance(i, Tensor) else i for i in index)
+    return index.numpy() if isinstance(index, Tensor) else index
+
+
+def _getitem(x, index):
+    """Basic indexing: ints, slices (positive steps), None and Ellipsis."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    for i in index:
+        if not (i is None or i is Ellipsis or isinstance(i, (slice, int, np.integer)) and not isinstance(i, bool)):
+            raise NotImplementedError(
+                "indexing with %s is not supported (advanced indexing); use ints, slices, None and ... (at %s)" % (
+                    type(i).__name__, _trace_ctx.user_location()))
+    shape = list(x._impl.shape)
+    rank = len(shape)
+    used = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis (at %s)" % _trace_ctx.user_location())
+    if used > rank:
+        raise IndexError("too many indices for a tensor of %d dimensions: %d (at %s)" % (
+            rank, used, _trace_ctx.user_location()))
+    expanded = []
+    for i in index:
+        if i is Ellipsis:
+            expanded.extend([slice(None)] * (rank - used))
+        else:
+            expanded.append(i)
+    expanded.extend([slice(None)] * (rank - sum(1 for i in expanded if i is not None)))
+    begin, end, stride, out_shape = [], [], [], []
+    d = 0
+    sliced = False
+    for i in expanded:
+        if i is None:
+            out_shape.append(1)
+            continue
+        size = shape[d]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(size)
+            if step <= 0:
+                raise NotImplementedError("slicing with a non-positive step (%s) is not supported (at %s)" % (
+                    step, _trace_ctx.user_location()))
+            stop = max(stop, start)
+            begin.append(start)
+            end.append(stop)
+            stride.append(step)
+            out_shape.append(len(range(start, stop, step)))
+            sliced |= (start, stop, step) != (0, size, 1)
+        else:
+            k = int(i)
+            if not -size <= k < size:
+                raise IndexError("index %d is out of bounds for dimension %d with size %d (at %s)" % (
+                    k, d, size, _trace_ctx.user_location()))
+            k %= size
+            begin.append(k)
+            end.append(k + 1)
+            stride.append(1)
+            sliced = True
+        d += 1
+    out = x
+    if sliced:
+        out = run_op("slice", [x], {"begin": begin, "end": end, "stride": stride})
+    if list(out._impl.shape) != out_shape:
+        out = out.reshape(out_shape)
+    return out
+
+
+def _format(t):
+    impl = t._impl
+    dtype = "dtype=actorflow.%s" % impl.dtype
+    array = impl.numpy()
+    if array.dtype.kind == "f":
+        body = np.array2string(array, precision=4, separator=", ", prefix="tensor(",
+                               formatter=None, threshold=1000, edgeitems=3, floatmode="maxprec_equal")
+    else:
+        body = np.array2string(array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3)
+    parts = [body]
+    if impl.dtype not in ("float32", "int64"):
+        parts.append(dtype)
+    else:
+        parts.append(dtype)
+    if impl.grad_fn is not None:
+        parts.append("grad_fn=<%sBackward>" % impl.grad_fn)
+    elif impl.requires_grad:
+        parts.append("requires_grad=True")
+    return "tensor(%s)" % ", ".join(parts)
+
+
+# Creation ----------------------------------------------------------------------------------
+
+def _default_dtype(array):
+    if array.dtype.kind == "f":
+        return np.float32 if array.dtype == np.float16 else array.dtype
+    if array.dtype.kind == "b":
+        return np.int8
+    if array.dtype.kind in "iu":
+        return array.dtype if array.dtype in (np.int8, np.uint8, np.int32, np.int64) else np.int64
+    raise TypeError("cannot make a tensor of numpy dtype %s (at %s)" % (array.dtype, _trace_ctx.user_location()))
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    """A tensor holding a copy of data (a number, nested lists, a NumPy array or a Tensor).
+    Python floats become float32 and ints int64 unless dtype says otherwise."""
+    if device is not None:
+        globals()["device"](device)
+    if isinstance(data, Tensor):
+        array = data._impl.numpy()
+    elif isinstance(data, np.ndarray):
+        array = data
+    else:
+        try:
+            array = np.asarray(data)
+        except (ValueError, TypeError) as e:
+            raise TypeError("tensor: cannot convert %r (at %s): %s" % (data, _trace_ctx.user_location(), e)) from None
+        if array.dtype == np.float64:
+            array = array.astype(np.float32)
+    if array.dtype == object:
+        raise TypeError("tensor: cannot convert %r (nested sequences of different lengths?) (at %s)" % (
+            data, _trace_ctx.user_location()))
+    target = _dtypes.as_dtype(dtype, "tensor's dtype").numpy if dtype is not None else _default_dtype(array)
+    array = np.ascontiguousarray(array, dtype=target)
+    out = _wrap(_C.EagerTensor.from_numpy(array))
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def from_numpy(array):
+    """A tensor holding a copy of the array (its dtype kept)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError("from_numpy: expected a numpy.ndarray, got %s (at %s)" % (
+            type(array).__name__, _trace_ctx.user_location()))
+    return _wrap(_C.EagerTensor.from_numpy(np.ascontiguousarray(array, dtype=_default_dtype(array))))
+
+
+def _creation_dtype(dtype, fallback=_dtypes.float32):
+    return _dtypes.as_dtype(dtype if dtype is not None else fallback, "dtype")
+
+
+def _finish(t, requires_grad):
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    shape = _shape_args(size, "zeros' size")
+    return _finish(_wrap(_C.EagerTensor.empty(shape, _creation_dtype(dtype).name, True)), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    shape = _shape_args(size, "ones' size")
+    return _finish(_wrap(_C.EagerTensor.full(shape, _creation_dtype(dtype).name, 1.0)), requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    return zeros(*size, dtype=dtype, requires_grad=requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    shape = _shape_args((size,) if isinstance(size, (list, tuple)) else (size,), "full's size")
+    if dtype is None:
+        dtype = _dtypes.int64 if isinstance(fill_value, (int, np.integer)) and not isinstance(fill_value, bool) \
+            else _dtypes.float32
+    return _finish(_wrap(_C.EagerTensor.full(shape, _creation_dtype(dtype).name, float(fill_value))), requires_grad)
+
+
+def zeros_like(x, dtype=None, requires_grad=False):
+    return zeros(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def ones_like(x, dtype=None, requires_grad=False):
+    return ones(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def full_like(x, fill_value, dtype=None, requires_grad=False):
+    return full(list(x.shape), fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def randn(*size, dtype=None, device=None, generator=None, requires_grad=False):  # noqa: A002
+    """Standard normal samples from the eager generator (flow.manual_seed)."""
+    shape = _shape_args(size, "randn's size")
+    dtype = _creation_dtype(dtype)
+    rng = generator or _eager.generator()
+    array = rng.standard_normal(shape, dtype=np.float64 if dtype == _dtypes.float64 else np.float32)
+    return _finish(_wrap(_C.EagerTensor.from_numpy(array)), requires_grad)
+
+
+def rand(*size, dtype=None, device=None, generator=None, requires_grad=False):  # noqa: A002
+    """Uniform samples in [0, 1) from the eager generator."""
+    shape = _shape_args(size, "rand's size")
+    dtype = _creation_dtype(dtype)
+    rng = generator or _eager.generator()
+    array = rng.random(shape, dtype=np.float64 if dtype == _dtypes.float64 else np.float32)
+    return _finish(_wrap(_C.EagerTensor.from_numpy(array)), requires_grad)
+
+
+def randint(low, high=None, size=None, dtype=None, device=None, generator=None):  # noqa: A002
+    """Integers in [low, high) (randint(high, size) as PyTorch: low 0)."""
+    if high is None:
+        low, high = 0, low
+    if size is None:
+        raise TypeError("randint: size is required (at %s)" % _trace_ctx.user_location())
+    shape = _shape_args((size,) if isinstance(size, (list, tuple)) else (size,), "randint's size")
+    rng = generator or _eager.generator()
+    array = rng.integers(low, high, size=shape).astype(_creation_dtype(dtype, _dtypes.int64).numpy)
+    return _wrap(_C.EagerTensor.from_numpy(array))
+
+
+def randn_like(x, dtype=None, requires_grad=False):
+    return randn(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def rand_like(x, dtype=None, requires_grad=False):
+    return rand(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
+
+
+def randperm(n, dtype=None, device=None, generator=None):  # noqa: A002
+    rng = generator or _eager.generator()
+    return _wrap(_C.EagerTensor.from_numpy(rng.permutation(int(n)).astype(_creation_dtype(dtype, _dtypes.int64).numpy)))
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    if end is None:
+        start, end = 0, start
+    values = np.arange(start, end, step)
+    if dtype is None:
+        dtype = _dtypes.int64 if values.dtype.kind in "iu" else _dtypes.float32
+    return _finish(_wrap(_C.EagerTensor.from_numpy(values.astype(_creation_dtype(dtype).numpy))), requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    values = np.linspace(start, end, _trace_ctx.integer(steps, "linspace's steps"))
+    return _finish(_wrap(_C.EagerTensor.from_numpy(values.astype(_creation_dtype(dtype).numpy))), requires_grad)
+
+
+def cat(tensors, dim=0):
+    """Joins tensors along dim (other dimensions must match)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("cat: expected a non-empty list of tensors (at %s)" % _trace_ctx.user_location())
+    d = _dim(dim, tensors[0].ndim, "cat's dim")
+    if len(tensors) == 1:
+        return tensors[0]
+    return run_op("concat", tensors, {"axis": d})
+
+
+concat = cat
+
+
+def stack(tensors, dim=0):
+    """Joins tensors along a new dim."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors (at %s)" % _trace_ctx.user_location())
+    rank = tensors[0].ndim
+    d = _trace_ctx.integer(dim, "stack's dim")
+    if not -rank - 1 <= d <= rank:
+        raise IndexError("stack: dim %d is out of range for tensors of %d dimensions (at %s)" % (
+            d, rank, _trace_ctx.user_location()))
+    d %= rank + 1
+    for i, t in enumerate(tensors):
+        if t.shape != tensors[0].shape:
+            raise ValueError("stack: tensor %d has shape %s, expected %s like tensor 0 (at %s)" % (
+                i, tuple(t.shape), tuple(tensors[0].shape), _trace_ctx.user_location()))
+    return cat([t.unsqueeze(d) for t in tensors], d)
+
+
+def maximum(a, b):
+    """Elementwise max: b + relu(a - b) (the gradient goes to a where a > b, else to b)."""
+    return b + (a - b).relu()
+
+
+def minimum(a, b):
+    return a - (a - b).relu()
+
+
+def _tensor_function(method):
+    def fn(input, *args, **kwargs):  # noqa: A002
+        if not isinstance(input, Tensor):
+            input = tensor(input)
+        return getattr(input, method)(*args, **kwargs)
+    fn.__name__ = method
+    fn.__doc__ = "flow.%s(x, ...) = x.%s(...)" % (method, method)
+    return fn
+
+
+# flow.sum(x, dim), flow.exp(x), ...: the Tensor methods as functions (OneFlow's spelling).
+functions = {name: _tensor_function(name) for name in (
+    "sum", "mean", "exp", "log", "sqrt", "abs", "pow", "clamp", "clip", "sigmoid", "tanh", "softmax", "log_softmax",
+    "squeeze", "unsqueeze", "permute", "flatten", "numel", "t", "eq", "ne", "gt", "lt", "ge", "le", "max", "min",
+    "square", "neg", "negative", "add", "sub", "mul", "div", "detach", "expand", "view")}
+
+_trace_ctx.Tensor = Tensor
+_trace_ctx.run_eager_op = run_op
