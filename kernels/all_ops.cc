@@ -19,6 +19,8 @@ void RegisterConvOps(OpRegistry& registry);
 void RegisterPoolOps(OpRegistry& registry);
 void RegisterBatchNormOps(OpRegistry& registry);
 void RegisterDropoutOps(OpRegistry& registry);
+void RegisterClampOps(OpRegistry& registry);
+void RegisterAdaptivePoolOps(OpRegistry& registry);
 void RegisterBoxingOps(OpRegistry& registry);
 #ifdef ACTORFLOW_WITH_CUDA
 void RegisterCudaKernels(OpRegistry& registry);  // kernels/cuda/: "cuda" factories of registered ops
@@ -42,6 +44,8 @@ void RegisterAllOps() {
     RegisterPoolOps(registry);
     RegisterBatchNormOps(registry);
     RegisterDropoutOps(registry);
+    RegisterClampOps(registry);
+    RegisterAdaptivePoolOps(registry);
     RegisterBoxingOps(registry);
 #ifdef ACTORFLOW_WITH_CUDA
     RegisterCudaKernels(registry);

@@ -122,6 +122,17 @@ std::map<std::string, std::function<Case()>> Cases() {
     return k;
   };
   // relu_grad takes y: PyTorch's threshold_backward passes dy where y > 0, else 0.
+  // clamp keeps NaN (torch.clamp); its gradient is 0 for a NaN x and outside the bounds.
+  c["clamp"] = [] {
+    Case k = Unary([](double x) { return std::isnan(x) ? x : std::min(std::max(x, -1.0), 1.0); });
+    k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
+    return k;
+  };
+  c["clamp_grad"] = [] {
+    Case k = UnaryGrad([](double x, double dy) { return x >= -1.0 && x <= 1.0 ? dy : 0.0; });
+    k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
+    return k;
+  };
   c["relu_grad"] = [] { return UnaryGrad([](double y, double dy) { return y > 0 ? dy : 0.0; }); };
   c["sigmoid_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * y * (1 - y); }); };
   c["tanh_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * (1 - y * y); }); };
@@ -222,6 +233,15 @@ std::map<std::string, std::function<Case()>> Cases() {
     return Case{{F64({1, 1, 2, 4}, image), F64({1, 1, 1, 2}, {kNan, kInf}), F64({1, 1, 1, 2}, {7, 9})},
                 {{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("VALID")}},
                 [](const Observed& o) { ExpectValues(o.outputs[0], {7, 0, 0, 0, 0, 0, 0, 9}, "dx"); }};
+  };
+  // Adaptive windows of 1x2 over a 2x4 image: a NaN or both infinities make NaN, like avg_pool2d.
+  c["adaptive_avg_pool2d"] = [image] {
+    return Case{{F64({1, 1, 2, 4}, image)}, {{"output_size", std::vector<int64_t>{2, 2}}},
+                [](const Observed& o) { ExpectValues(o.outputs[0], {kNan, -kInf, 2.5, kInf}, "out"); }};
+  };
+  c["adaptive_avg_pool2d_grad"] = [image] {
+    return Case{{F64({1, 1, 1, 2}, {kNan, 4}), F64({1, 1, 2, 4}, image)}, {{"output_size", std::vector<int64_t>{1, 2}}},
+                [](const Observed& o) { ExpectValues(o.outputs[0], {kNan, kNan, 1, 1, kNan, kNan, 1, 1}, "dx"); }};
   };
   c["avg_pool2d_grad"] = [image] {
     return Case{{F64({1, 1, 1, 2}, {kNan, 4}), F64({1, 1, 2, 4}, image)},

@@ -22,7 +22,7 @@ from .initializers import (constant_initializer, glorot_uniform_initializer, kai
                            ones_initializer, random_normal_initializer, random_uniform_initializer, truncated_normal,
                            truncated_normal_initializer, xavier_uniform_initializer, zeros_initializer)
 from .layers import get_variable  # noqa: F401
-from .ops import flatten, math, matmul, nn, reflection_pad2d, reshape, zero_pad2d  # noqa: F401
+from .ops import flatten, math, matmul, reflection_pad2d, reshape, zero_pad2d  # noqa: F401
 from . import _eager, _tensor  # noqa: E402
 from ._eager import (enable_grad, get_num_threads, is_grad_enabled, manual_seed, no_grad,  # noqa: F401
                      set_grad_enabled, set_num_threads)
@@ -32,8 +32,9 @@ from ._tensor import (Parameter, Size, Tensor, arange, cat, device, empty, from_
 for _name, _fn in _tensor.functions.items():
     if _name not in globals():
         globals()[_name] = _fn
-nn.Parameter = Parameter
 is_tensor = _tensor.Tensor.__instancecheck__
+from . import nn  # noqa: E402  (a package: the job-function flow.nn.* names and the eager Module API)
+from . import optim, utils, vision  # noqa: E402,F401
 
 random = _types.SimpleNamespace(seed=initializers.seed)
 train = _types.SimpleNamespace(CheckPoint=checkpoint.CheckPoint)
