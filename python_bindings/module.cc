@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 
+#include "session/eager.h"
 #include "session/model_export.h"
 #include "session/session.h"
 #include "python_bindings/conversions.h"
@@ -379,6 +380,12 @@ class PySession {
     return job;
   }
 
+  // A variable over an eager tensor's storage (Session::CreateVariableOver); the name it has.
+  std::string CreateVariableOver(const std::string& name, const std::shared_ptr<EagerTensor>& tensor) {
+    if (!tensor) throw py::value_error("create_variable_over: no tensor");
+    return Unwrap(session_->CreateVariableOver(name, tensor->desc(), tensor->storage()));
+  }
+
   // Writes `job` as a model directory into `directory` (missing or empty; see session/model.h).
   void SaveModel(const PyJob& job, const std::string& directory) {
     if (job.owner() != this) throw py::value_error("save_model: the job was compiled by another session");
@@ -577,6 +584,7 @@ PYBIND11_MODULE(_C, m) {
       .def("set_variable", &PySession::SetVariable)
       .def("variable_names", &PySession::VariableNames)
       .def("compile", &PySession::Compile, py::arg("builder"), py::arg("options") = py::dict())
+      .def("create_variable_over", &PySession::CreateVariableOver, py::arg("name"), py::arg("tensor"))
       .def("save_model", &PySession::SaveModel, py::arg("job"), py::arg("directory"))
       .def("wait_all", &PySession::WaitAll)
       .def("reset", &PySession::Reset);

@@ -86,6 +86,74 @@ class LazyTensor(_trace_ctx.BlobDef):
     def __repr__(self):
         return _lazy_text(self.shape, self.dtype)
 
+    # The Tensor methods modules use, traced through the same functional ops as eager code.
+    def reshape(self, *shape):
+        from .nn import functional as F
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) else shape
+        return F.reshape(self, shape)
+
+    view = reshape
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        from .nn import functional as F
+        return F.flatten(self, start_dim, end_dim)
+
+    def unsqueeze(self, dim):
+        rank = len(self.shape)
+        dim = dim % (rank + 1)
+        return self.reshape(list(self.shape[:dim]) + [1] + list(self.shape[dim:]))
+
+    def squeeze(self, dim=None):
+        if dim is None:
+            return self.reshape([d for d in self.shape if d != 1])
+        dim = dim % len(self.shape)
+        if self.shape[dim] != 1:
+            return self
+        return self.reshape(list(self.shape[:dim]) + list(self.shape[dim + 1:]))
+
+    def permute(self, *dims):
+        dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (list, tuple)) else dims
+        return _trace_ctx.add_op("transpose", [self], {"perm": [d % len(self.shape) for d in dims]})
+
+    def transpose(self, dim0, dim1):
+        perm = list(range(len(self.shape)))
+        perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+        return self.permute(perm)
+
+    def _reduce(self, op_type, dim, keepdim):
+        axes = [] if dim is None else [d % len(self.shape) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+        return _trace_ctx.add_op(op_type, [self], {"axis": axes, "keepdims": bool(keepdim)})
+
+    def sum(self, dim=None, keepdim=False):
+        return self._reduce("reduce_sum", dim, keepdim)
+
+    def mean(self, dim=None, keepdim=False):
+        return self._reduce("reduce_mean", dim, keepdim)
+
+    def relu(self):
+        return _trace_ctx.add_op("relu", [self])
+
+    def sigmoid(self):
+        return _trace_ctx.add_op("sigmoid", [self])
+
+    def tanh(self):
+        return _trace_ctx.add_op("tanh", [self])
+
+    def softmax(self, dim=-1):
+        from .nn import functional as F
+        return F.softmax(self, dim)
+
+    def matmul(self, other):
+        return _trace_ctx.add_op("matmul", [self, other], {})
+
+    __matmul__ = matmul
+
+    def argmax(self, dim=None, keepdim=False):
+        if dim is None:
+            return _trace_ctx.add_op("argmax", [self.reshape(-1)], {"axis": 0})
+        out = _trace_ctx.add_op("argmax", [self], {"axis": dim % len(self.shape)})
+        return out.unsqueeze(dim) if keepdim else out
+
 
 def _dtype_text(dtype):
     return "actorflow." + getattr(dtype, "name", str(dtype))
