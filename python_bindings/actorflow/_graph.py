@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from . import _C, _trace_ctx
+from ._tensor import from_numpy
 
 _instances = collections.Counter()  # Graph subclass name -> instances made (GraphMobileNetV2_0, _1, ...)
 
@@ -170,6 +171,26 @@ def _eager_text(tensor, parameter):
     return text + ")"
 
 
+class _LoggingBuilder:
+    """The JobBuilder as the trace sees it at debug level >= 2: each op is logged as it is
+    added, with its inputs, outputs, device and SBP (level 3: and the user's source line)."""
+
+    def __init__(self, builder, graph):
+        self._builder = builder
+        self._graph = graph
+
+    def __getattr__(self, name):
+        return getattr(self._builder, name)
+
+    def add_op(self, op_type, name, inputs, attrs, location):
+        outs = self._builder.add_op(op_type, name, inputs, attrs, location)
+        described = ", ".join("%s %s" % (ref, tuple(self._builder.tensor_desc(ref)[0])) for ref in inputs)
+        produced = ", ".join("%s %s %s" % (ref, tuple(shape), dtype) for ref, shape, dtype in outs)
+        self._graph._debug_print(2, "(OPERATOR:%s:%s) inputs [%s] -> [%s], device cpu 0:0, SBP broadcast" % (
+            name, op_type, described, produced), location)
+        return outs
+
+
 class GraphTraceContext(_trace_ctx.TraceContext):
     """The trace of a Graph's build: eager tensors met by ops become job variables over their
     storage (lift_tensor), and backward() adds the loss."""
@@ -291,6 +312,8 @@ class Graph:
         job_type = "train" if self._optimizers else "predict"
         builder = _C.JobBuilder(self._name, job_type)
         ctx = GraphTraceContext(self, builder, job_type, "%s.build" % type(self).__name__)
+        if self._debug_level >= 2:
+            ctx.builder = _LoggingBuilder(builder, self)
         inputs = []
         for i, arg in enumerate(args):
             if not isinstance(arg, Tensor):
@@ -370,7 +393,6 @@ class Graph:
             feeds.append(np.array([_learning_rate(self._optimizers[0][0], self._step)], np.float32))
         arrays = self._compiled.run(feeds)
         object.__setattr__(self, "_step", self._step + 1)
-        from . import from_numpy
         return _unflatten_outputs([from_numpy(a) for a in arrays], structure)
 
     # ---- printing --------------------------------------------------------------------------------
@@ -401,8 +423,21 @@ class Graph:
             state["_optimizer_%d" % i] = optimizer.state_dict()
             if scheduler is not None and hasattr(scheduler, "state_dict"):
                 state["_lr_scheduler_%d" % i] = scheduler.state_dict()
+        states = self._optimizer_state_variables()
+        if states:  # the job's own optimizer state (momentum, Adam's moments), by variable name
+            session = _C.default_session()
+            state["_optimizer_state"] = collections.OrderedDict(
+                (name, from_numpy(session.get_variable(name))) for name in states)
         state["_train_step"] = self._step
         return state
+
+    def _optimizer_state_variables(self):
+        """The session variables the compiled train job keeps its optimizer state in."""
+        if self._compiled is None or not self._optimizers:
+            return []
+        session = _C.default_session()
+        return [name + "-" + suffix for name, _tensor, trainable in self._signature[2] if trainable
+                for suffix in ("momentum", "m", "v") if session.has_variable(name + "-" + suffix)]
 
     def load_state_dict(self, state_dict, strict=True):
         if not isinstance(state_dict, dict):
@@ -420,6 +455,19 @@ class Graph:
                 optimizer.load_state_dict(state_dict["_optimizer_%d" % i])
             if scheduler is not None and "_lr_scheduler_%d" % i in state_dict:
                 scheduler.load_state_dict(state_dict["_lr_scheduler_%d" % i])
+        saved_states = state_dict.get("_optimizer_state") or {}
+        if saved_states:
+            if self._compiled is None:
+                raise RuntimeError("graph '%s': load_state_dict with optimizer state before the first call; call the "
+                                   "graph once (it creates that state), then load" % self._name)
+            session = _C.default_session()
+            known = set(self._optimizer_state_variables())
+            for name, value in saved_states.items():
+                if name not in known:
+                    if strict:
+                        raise KeyError("graph '%s' has no optimizer state %r" % (self._name, name))
+                    continue
+                session.set_variable(name, np.ascontiguousarray(np.asarray(value)))
         if "_train_step" in state_dict:
             object.__setattr__(self, "_step", int(state_dict["_train_step"]))
 
@@ -435,7 +483,7 @@ class Graph:
 
 
 def _module_lines(module, name, tensor_names, module_io, indent):
-    lines = ["%s(MODULE:%s:%s()): (" % (indent, name, module._get_name())]
+    lines = ["%s(MODULE:%s:%s(%s)): (" % (indent, name, module._get_name(), module.extra_repr())]
     inner = indent + "  "
     if module_io is not None and name in module_io:
         for i, text in enumerate(module_io[name][0]):

@@ -100,16 +100,20 @@ def _json_leaf(value, where):
         return value.item()
     if isinstance(value, (list, tuple)):
         return [_json_leaf(v, where) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _json_leaf(v, where) for k, v in value.items()}
     raise TypeError("flow.save: %s is a %s; a state dict holds tensors, numpy arrays, nested dicts of them, and "
                     "numbers, strings or lists of them" % (where, type(value).__name__))
 
 
 def _flatten(state, prefix, arrays, entries):
     for key, value in state.items():
-        if not isinstance(key, str):
-            raise TypeError("flow.save: state dict keys must be str, got %r at %s" % (key, "/".join(prefix) or "top"))
+        # str keys, and int keys (an optimizer's state is keyed by parameter index)
+        if not isinstance(key, (str, int)) or isinstance(key, bool):
+            raise TypeError("flow.save: state dict keys must be str or int, got %r at %s" % (
+                key, "/".join(map(str, prefix)) or "top"))
         path = prefix + [key]
-        where = "'%s'" % "/".join(path)
+        where = "'%s'" % "/".join(map(str, path))
         if isinstance(value, dict):
             entries.append({"key": path, "dict": True})
             _flatten(value, path, arrays, entries)
@@ -121,7 +125,7 @@ def _flatten(state, prefix, arrays, entries):
         if array.dtype.name not in checkpoint._DTYPES:
             raise TypeError("flow.save: %s has dtype %s (tensors are saved as %s)" % (
                 where, array.dtype, ", ".join(checkpoint._DTYPES)))
-        name = "/".join(path)
+        name = "/".join(map(str, path))
         if name in arrays:
             raise ValueError("flow.save: two entries are both named %r once nested keys are joined with '/'" % name)
         arrays[name] = array
@@ -195,7 +199,8 @@ def load(path):
     root, used = collections.OrderedDict(), set()
     for entry in entries:
         key = entry.get("key") if isinstance(entry, dict) else None
-        if not isinstance(key, list) or not key or not all(isinstance(k, str) for k in key):
+        if (not isinstance(key, list) or not key
+                or not all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in key)):
             raise bad
         parent = root
         for part in key[:-1]:
