@@ -344,7 +344,8 @@ class Graph:
                                                                           traced - started))
         self._debug_print(0, "(GRAPH:%s:%s) start compiling plan and init graph runtime." % (
             self._name, type(self).__name__))
-        compiled = _C.default_session().compile(builder, {})
+        from . import config
+        compiled = _C.default_session().compile(builder, config.compile_options(self._name))
         self._debug_print(0, "(GRAPH:%s:%s) end compiling plan and init graph runtime (%.3f s)." % (
             self._name, type(self).__name__, time.perf_counter() - traced))
         object.__setattr__(self, "_signature", ([(tuple(a.shape), a.dtype) for a in args], structure, ctx.variables))
@@ -497,6 +498,8 @@ def _module_lines(module, name, tensor_names, module_io, indent):
     if module_io is not None and name in module_io:
         for i, text in enumerate(module_io[name][1]):
             lines.append("%s(OUTPUT:_%s-output_%d:%s)" % (inner, name, i, text))
+    if len(lines) == 1:  # nothing inside: "(MODULE:loss_fn:CrossEntropyLoss()): ()" as the seed prints
+        return [lines[0] + ")"]
     lines.append(indent + ")")
     return lines
 
