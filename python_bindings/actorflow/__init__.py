@@ -32,9 +32,9 @@ from ._tensor import (Parameter, Size, Tensor, arange, cat, device, empty, from_
 for _name, _fn in _tensor.functions.items():
     if _name not in globals():
         globals()[_name] = _fn
-is_tensor = _tensor.Tensor.__instancecheck__
 from . import nn  # noqa: E402  (a package: the job-function flow.nn.* names and the eager Module API)
 from . import optim, utils, vision  # noqa: E402,F401
+is_tensor = _tensor.Tensor.__instancecheck__
 
 random = _types.SimpleNamespace(seed=initializers.seed)
 train = _types.SimpleNamespace(CheckPoint=checkpoint.CheckPoint)

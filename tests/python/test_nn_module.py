@@ -111,7 +111,7 @@ def test_registration_rules():
     assert [n for n, _ in m.named_children()] == ["extra"]
     del m.extra
     assert list(m.children()) == []
-    with pytest.raises(KeyError, match="can't contain"):
+    with pytest.raises(KeyError, match='contain "."'):
         m.register_buffer("a.b", flow.zeros(1))
     with pytest.raises(TypeError, match="buffer 'b'"):
         m.register_buffer("b", np.zeros(1))

@@ -254,8 +254,8 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
         return _op("scalar_mul", [input], {"scalar": 0.0})
     # A fresh seed per call from flow's generator: each call draws a new mask, reproducibly
     # after a seed (the eager engine builds the stateful dropout kernel per call).
-    from .. import initializers
-    seed = int(initializers.generator().integers(1, 2 ** 31))
+    from .. import _eager
+    seed = _eager.next_seed()
     out, _mask = _op("dropout", [input], {"rate": float(p), "seed": seed}, 2)
     return out
 
@@ -263,8 +263,10 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
 # ---- losses -----------------------------------------------------------------------------------
 def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):  # noqa: A002
     """Softmax cross-entropy of logits input (N, C) against class indices target (N,)."""
-    if weight is not None or label_smoothing:
-        raise ValueError("cross_entropy: weight and label_smoothing are not supported")
+    if weight is not None or label_smoothing or ignore_index != -100:
+        raise ValueError("cross_entropy: weight, ignore_index and label_smoothing are not supported (got weight=%s, "
+                         "ignore_index=%r, label_smoothing=%r)" % ("None" if weight is None else "a tensor",
+                                                                   ignore_index, label_smoothing))
     if len(input.shape) != 2 or len(target.shape) != 1 or target.shape[0] != input.shape[0]:
         raise ValueError("cross_entropy: expected input (N, C) and target (N,), got %s and %s" % (
             tuple(input.shape), tuple(target.shape)))

@@ -141,7 +141,7 @@ class _BatchNorm(Module):
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, device=None,
                  dtype=None):
         super().__init__()
-        from ... import int64, ones, tensor, zeros
+        from ... import int64, ones, zeros
         _, Parameter = _tensor_types()
         self.num_features = _positive(num_features, type(self).__name__ + " num_features")
         self.eps, self.momentum = eps, momentum
@@ -155,7 +155,7 @@ class _BatchNorm(Module):
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features))
             self.register_buffer("running_var", ones(num_features))
-            self.register_buffer("num_batches_tracked", tensor(0, dtype=int64))
+            self.register_buffer("num_batches_tracked", zeros((), dtype=int64))
         else:
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)

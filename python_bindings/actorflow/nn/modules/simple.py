@@ -49,8 +49,19 @@ class Tanh(Module):
 
 
 class GELU(Module):
+    """The exact (erf) GELU; approximate='tanh' is not supported."""
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate != "none":
+            raise ValueError("GELU: approximate=%r is not supported; use 'none'" % (approximate,))
+        self.approximate = approximate
+
     def forward(self, input):  # noqa: A002
         return F.gelu(input)
+
+    def extra_repr(self):
+        return "approximate=%r" % (self.approximate,)
 
 
 class Softmax(Module):
@@ -162,12 +173,12 @@ class CrossEntropyLoss(_Loss):
 
     def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         super().__init__(reduction)
-        if weight is not None or label_smoothing:
-            raise ValueError("CrossEntropyLoss: weight and label_smoothing are not supported")
+        if weight is not None or label_smoothing or ignore_index != -100:
+            raise ValueError("CrossEntropyLoss: weight, ignore_index and label_smoothing are not supported")
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input, target):  # noqa: A002
-        return F.cross_entropy(input, target, reduction=self.reduction)
+        return F.cross_entropy(input, target, ignore_index=self.ignore_index, reduction=self.reduction)
 
 
 class NLLLoss(_Loss):

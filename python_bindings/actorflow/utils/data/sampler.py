@@ -3,14 +3,14 @@ import numpy as np
 
 
 def _generator(generator):
-    """A numpy Generator: the one given, one seeded by an int, or one drawn from flow's seeded
-    generator (flow.manual_seed / flow.random.seed), so shuffles reproduce after a seed."""
+    """A numpy Generator: the one given, one seeded by an int, or one seeded from flow's eager
+    generator (flow.manual_seed), so shuffles reproduce after a seed."""
     if isinstance(generator, np.random.Generator):
         return generator
     if generator is not None:
         return np.random.default_rng(int(generator))
-    from ... import initializers
-    return np.random.default_rng(int(initializers.generator().integers(0, 2 ** 63)))
+    from ... import _eager
+    return np.random.default_rng(_eager.next_seed())
 
 
 class Sampler:
