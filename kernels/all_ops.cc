@@ -8,6 +8,7 @@ namespace actorflow {
 void RegisterMatmulOps(OpRegistry& registry);
 void RegisterElementwiseOps(OpRegistry& registry);
 void RegisterActivationOps(OpRegistry& registry);
+void RegisterMathOps(OpRegistry& registry);
 void RegisterReduceOps(OpRegistry& registry);
 void RegisterSoftmaxOps(OpRegistry& registry);
 void RegisterShapeOps(OpRegistry& registry);
@@ -33,6 +34,7 @@ void RegisterAllOps() {
     RegisterMatmulOps(registry);
     RegisterElementwiseOps(registry);
     RegisterActivationOps(registry);
+    RegisterMathOps(registry);
     RegisterReduceOps(registry);
     RegisterSoftmaxOps(registry);
     RegisterShapeOps(registry);

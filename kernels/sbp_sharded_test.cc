@@ -73,6 +73,14 @@ std::map<std::string, std::vector<Instance>> Instances() {
   for (const char* type : {"relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "exp_grad", "square_grad"})
     c[type] = {{{Random(m), Random(m)}, {}}};
   for (const char* type : {"log_grad", "sqrt_grad"}) c[type] = {{{Positive(m), Random(m)}, {}}};
+  c["scalar_pow"] = {{{Positive(m)}, {{"exponent", 1.5}}}, {{Random({7, 3, 5})}, {{"exponent", 2.0}}}};
+  c["scalar_pow_grad"] = {{{Positive(m), Random(m)}, {{"exponent", 1.5}}}};
+  c["clamp"] = {{{Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random({7, 3, 5})}, {{"min", 0.0}}}};
+  c["clamp_grad"] = {{{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}}}};
+  c["abs"] = {{{Random(m)}, {}}};
+  c["abs_grad"] = {{{Random(m), Random(m)}, {}}};
+  for (const char* type : {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
+    c[type] = {{{Random(m), Random(m)}, {}}, {{Random(m), Random({7})}, {}}, {{Indices(m, 3), Indices({5, 1}, 3)}, {}}};
   for (const char* type : {"add", "sub", "mul"})
     c[type] = {{{Random(m), Random(m)}, {}}, {{Random(m), Random({7})}, {}}, {{Random({5, 1}), Random({1, 7})}, {}},
                {{Random({3, 1, 5}), Random({7, 1})}, {}}};

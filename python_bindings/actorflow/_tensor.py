@@ -349,7 +349,6 @@ class Tensor:
         return self
 
     def _inplace(self, what, result):
-        self._check_inplace(what)
         if result.dtype != self.dtype:
             result = result.to(self.dtype)
         try:
@@ -359,22 +358,27 @@ class Tensor:
         return self
 
     def add_(self, other, alpha=1):
+        self._check_inplace("add_")
         with _eager.no_grad():
             return self._inplace("add_", self + (other * alpha if alpha != 1 else other))
 
     def sub_(self, other, alpha=1):
+        self._check_inplace("sub_")
         with _eager.no_grad():
             return self._inplace("sub_", self - (other * alpha if alpha != 1 else other))
 
     def mul_(self, other):
+        self._check_inplace("mul_")
         with _eager.no_grad():
             return self._inplace("mul_", self * other)
 
     def div_(self, other):
+        self._check_inplace("div_")
         with _eager.no_grad():
             return self._inplace("div_", self / other)
 
     def clamp_(self, min=None, max=None):  # noqa: A002
+        self._check_inplace("clamp_")
         with _eager.no_grad():
             return self._inplace("clamp_", self.clamp(min, max))
 
@@ -634,7 +638,8 @@ class Tensor:
         return run_op(op_type, [self], {"axis": _dims(dim, self.ndim, op_type + "'s dim"), "keepdims": bool(keepdim)})
 
     def sum(self, dim=None, keepdim=False):
-        return self._reduce("reduce_sum", dim, keepdim)
+        x = self if self._impl.dtype in ("float32", "float64", "int64") else self.to(_dtypes.int64)  # as PyTorch
+        return x._reduce("reduce_sum", dim, keepdim)
 
     def mean(self, dim=None, keepdim=False):
         if not self.is_floating_point():
@@ -887,15 +892,14 @@ def _format(t):
     dtype = "dtype=actorflow.%s" % impl.dtype
     array = impl.numpy()
     if array.dtype.kind == "f":
-        body = np.array2string(array, precision=4, separator=", ", prefix="tensor(",
-                               formatter=None, threshold=1000, edgeitems=3, floatmode="maxprec_equal")
+        finite = array[np.isfinite(array)]
+        integral = finite.size == 0 or bool(np.all(finite == np.round(finite)))
+        # PyTorch's and OneFlow's style: 4 decimals, or "1." when every value is integral.
+        body = np.array2string(array, precision=4, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3,
+                               floatmode="maxprec_equal" if integral else "fixed")
     else:
         body = np.array2string(array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3)
-    parts = [body]
-    if impl.dtype not in ("float32", "int64"):
-        parts.append(dtype)
-    else:
-        parts.append(dtype)
+    parts = [body, dtype]
     if impl.grad_fn is not None:
         parts.append("grad_fn=<%sBackward>" % impl.grad_fn)
     elif impl.requires_grad:
@@ -935,7 +939,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):  # noqa: A002
         raise TypeError("tensor: cannot convert %r (nested sequences of different lengths?) (at %s)" % (
             data, _trace_ctx.user_location()))
     target = _dtypes.as_dtype(dtype, "tensor's dtype").numpy if dtype is not None else _default_dtype(array)
-    array = np.ascontiguousarray(array, dtype=target)
+    array = np.require(array, dtype=target, requirements="C")  # (ascontiguousarray makes 0-d arrays 1-d)
     out = _wrap(_C.EagerTensor.from_numpy(array))
     if requires_grad:
         out.requires_grad_(True)
@@ -947,7 +951,7 @@ def from_numpy(array):
     if not isinstance(array, np.ndarray):
         raise TypeError("from_numpy: expected a numpy.ndarray, got %s (at %s)" % (
             type(array).__name__, _trace_ctx.user_location()))
-    return _wrap(_C.EagerTensor.from_numpy(np.ascontiguousarray(array, dtype=_default_dtype(array))))
+    return _wrap(_C.EagerTensor.from_numpy(np.require(array, dtype=_default_dtype(array), requirements="C")))
 
 
 def _creation_dtype(dtype, fallback=_dtypes.float32):
