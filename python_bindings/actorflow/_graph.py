@@ -22,6 +22,7 @@ Train graphs map the eager optimizer onto the job's optimizer spec (SGD with mom
 weight decay, Adam, AdamW) and feed its learning rate per call from the optimizer's group
 (and the scheduler given to add_optimizer, stepped by the caller as in eager code)."""
 import collections
+import threading
 import time
 
 import numpy as np
@@ -255,6 +256,8 @@ class Graph:
         object.__setattr__(self, "_io_text", None)
         object.__setattr__(self, "_step", 0)
         object.__setattr__(self, "config", GraphConfig())
+        object.__setattr__(self, "_call_lock", threading.Lock())
+        object.__setattr__(self, "_batch_counters", [])
 
     def __setattr__(self, name, value):
         if "_modules" not in self.__dict__:
@@ -351,6 +354,12 @@ class Graph:
         object.__setattr__(self, "_signature", ([(tuple(a.shape), a.dtype) for a in args], structure, ctx.variables))
         object.__setattr__(self, "_io_text", ([_lazy_text(a.shape, a.dtype) for a in args],
                                               [_lazy_text(b.shape, b.dtype) for b in flat], ctx.module_io))
+        # Batch norms that count their training batches: the count is eager state the job does
+        # not update, advanced after each call as an eager forward would.
+        counters = [m.num_batches_tracked for root in self._modules.values() for m in root.modules()
+                    if job_type == "train" and m.training and getattr(m, "track_running_stats", False)
+                    and getattr(m, "num_batches_tracked", None) is not None]
+        object.__setattr__(self, "_batch_counters", counters)
         object.__setattr__(self, "_compiled", compiled)
 
     def _install_module_logging(self, ctx):
@@ -377,6 +386,12 @@ class Graph:
         if kwargs:
             raise TypeError("graph '%s': pass inputs positionally (got keyword arguments %s)" % (
                 self._name, ", ".join(sorted(kwargs))))
+        # One call at a time: the first traces and compiles, and a train graph's steps (its
+        # learning rate, the batch counters) follow the calls in order.
+        with self._call_lock:
+            return self._call(args)
+
+    def _call(self, args):
         if self._compiled is None:
             self._compile(args)
         expected, structure, _variables = self._signature
@@ -389,11 +404,16 @@ class Graph:
                        else type(arg).__name__)
                 raise ValueError("graph '%s', input %d: expected a tensor of shape %s and dtype %s (the first call's), "
                                  "got %s" % (self._name, i, shape, _dtype_text(dtype), got))
-            feeds.append(np.ascontiguousarray(arg.numpy()))
+            feeds.append(np.array(arg.numpy(), order="C"))  # keeps 0-d inputs 0-d
         if self._optimizers:
             feeds.append(np.array([_learning_rate(self._optimizers[0][0], self._step)], np.float32))
         arrays = self._compiled.run(feeds)
         object.__setattr__(self, "_step", self._step + 1)
+        if self._batch_counters:
+            from . import no_grad
+            with no_grad():
+                for counter in self._batch_counters:
+                    counter.add_(1)
         return _unflatten_outputs([from_numpy(a) for a in arrays], structure)
 
     # ---- printing --------------------------------------------------------------------------------
@@ -468,7 +488,7 @@ class Graph:
                     if strict:
                         raise KeyError("graph '%s' has no optimizer state %r" % (self._name, name))
                     continue
-                session.set_variable(name, np.ascontiguousarray(np.asarray(value)))
+                session.set_variable(name, np.array(np.asarray(value), order="C"))
         if "_train_step" in state_dict:
             object.__setattr__(self, "_step", int(state_dict["_train_step"]))
 

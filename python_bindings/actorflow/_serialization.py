@@ -86,10 +86,11 @@ def _tensor_type():
 def _as_array(value):
     """The numpy array a tensor-like leaf is saved as, or None for other values."""
     tensor_type = _tensor_type()
+    # np.array(order="C"), not np.ascontiguousarray: that one turns a 0-d array into shape (1,)
     if tensor_type is not None and isinstance(value, tensor_type):
-        return np.ascontiguousarray(value.numpy())
+        return np.array(value.numpy(), order="C")
     if isinstance(value, np.ndarray):
-        return np.ascontiguousarray(value)
+        return np.array(value, order="C")
     return None
 
 
