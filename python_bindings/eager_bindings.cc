@@ -104,6 +104,8 @@ void BindEager(py::module_& m) {
       .def("view_as", [](const EagerTensor& t, const py::iterable& shape) { return Unwrap(t.ViewAs(ToShape(shape, "view shape"))); })
       .def("copy_", [](EagerTensor& t, const EagerTensor& src) { Check(t.CopyFrom(src)); })
       .def("fill_", [](EagerTensor& t, double v) { t.Fill(v); })
+      .def_property_readonly("version", [](const EagerTensor& t) { return t.version(); })
+      .def("bump_version", [](EagerTensor& t) { t.BumpVersion(); }, "call after writing through numpy_view()")
       .def("shares_storage", [](const EagerTensor& t, const EagerTensor& o) { return t.storage() == o.storage(); })
       .def(
           "backward",

@@ -18,7 +18,11 @@ constexpr size_t kAlignment = 64;
 thread_local bool t_grad_enabled = true;
 std::atomic<int> g_eager_threads{0};
 
-int DefaultThreads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+// hardware_concurrency() reads /sys on every call: once per process.
+int DefaultThreads() {
+  static const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return threads;
+}
 
 // A kernel shared by every call with the same key; its closure may hold scratch memory, so
 // one call at a time runs it.
@@ -69,11 +73,6 @@ class KernelCache {
   EagerKernelCacheStats Stats() {
     std::lock_guard<std::mutex> lock(mu_);
     return {static_cast<int64_t>(index_.size()), builds_, hits_};
-  }
-
-  void CountHit() {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++hits_;
   }
 
  private:
@@ -155,7 +154,7 @@ StatusOr<std::shared_ptr<EagerTensor>> EagerTensor::ViewAs(const Shape& shape) c
   if (NumElements(shape) != desc_.num_elements())
     return InvalidArgument("view: shape " + ShapeToString(shape) + " has " + std::to_string(NumElements(shape)) +
                            " elements, the tensor " + desc_.ToString() + " has " + std::to_string(desc_.num_elements()));
-  return std::make_shared<EagerTensor>(TensorDesc{shape, desc_.dtype}, storage_);
+  return std::make_shared<EagerTensor>(TensorDesc{shape, desc_.dtype}, storage_, version_);
 }
 
 Status EagerTensor::CopyFrom(const EagerTensor& src) {
@@ -163,10 +162,12 @@ Status EagerTensor::CopyFrom(const EagerTensor& src) {
     return InvalidArgument("copy_: the source is " + src.desc_.ToString() + ", expected " + desc_.ToString() +
                            " like the destination");
   if (src.data() != data() && desc_.byte_size() > 0) std::memmove(data(), src.data(), desc_.byte_size());
+  BumpVersion();
   return Status::Ok();
 }
 
 void EagerTensor::Fill(double value) {
+  BumpVersion();
   const int64_t n = desc_.num_elements();
   auto fill = [&]<typename T>(T v) {
     T* p = static_cast<T*>(data());
@@ -232,8 +233,15 @@ StatusOr<std::shared_ptr<EagerOp>> EagerOp::Create(const std::string& type, Attr
   return std::shared_ptr<EagerOp>(new EagerOp(def, std::move(attrs), is_view));
 }
 
+// Ops reading fewer input elements than this run on one thread: waking an OpenMP team costs
+// more than a 64x64 matmul (measured on 2 cores: 9.4 us on 1 thread, 13.2 us on 2).
+constexpr int64_t kParallelElements = 32768;
+
 StatusOr<std::shared_ptr<EagerOp::Prepared>> EagerOp::Prepare(const std::vector<EagerTensorPtr>& inputs) const {
-  const int threads = EagerThreads();
+  int64_t elements = 0;
+  for (const EagerTensorPtr& t : inputs)
+    if (t) elements += t->desc().num_elements();
+  const int threads = elements >= kParallelElements ? EagerThreads() : 1;
   {
     std::lock_guard<std::mutex> lock(memo_mu_);
     if (memo_ && memo_->threads == threads && memo_->inputs.size() == inputs.size()) {
@@ -293,7 +301,7 @@ StatusOr<std::vector<EagerTensorPtr>> EagerOp::RunWithoutHistory(const std::vect
   std::vector<EagerTensorPtr> outputs;
   outputs.reserve(prepared->outputs.size());
   if (is_view_) {
-    outputs.push_back(std::make_shared<EagerTensor>(prepared->outputs[0], inputs[0]->storage()));
+    outputs.push_back(std::make_shared<EagerTensor>(prepared->outputs[0], inputs[0]->storage(), inputs[0]->version_counter()));
     return outputs;
   }
   // The views vectors are reused per thread: a small op allocates only its outputs.
@@ -317,6 +325,8 @@ StatusOr<std::vector<EagerTensorPtr>> EagerOp::RunWithoutHistory(const std::vect
     status = kernel.value()(context);
   }
   if (!status.ok()) return status.WithContext("op '" + def_->type + "'");
+  for (int i : def_->mutable_inputs)
+    if (i < static_cast<int>(inputs.size())) inputs[i]->BumpVersion();
   return outputs;
 }
 

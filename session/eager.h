@@ -12,7 +12,7 @@
 // so results never depend on which unrelated call ran before.
 //
 // Threads: a kernel gets num_threads = the eager thread budget (SetEagerThreads; default the
-// number of cores, as compiled jobs default to). Eager kernels run on the calling thread; the
+// number of cores, as compiled jobs default to), or 1 when its inputs are small (see eager.cc). Eager kernels run on the calling thread; the
 // oneDNN/OpenMP setting is per calling thread, so the runtime's actor threads keep theirs.
 //
 // Thread-safety: tensors are not synchronized (like NumPy arrays: the caller orders writes).
@@ -20,6 +20,7 @@
 // cached kernel (which may keep scratch memory) runs under its entry's lock.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,7 +41,11 @@ std::shared_ptr<void> AllocateEagerStorage(size_t bytes, bool zero = false);
 
 class EagerTensor {
  public:
-  EagerTensor(TensorDesc desc, std::shared_ptr<void> storage) : desc_(std::move(desc)), storage_(std::move(storage)) {}
+  EagerTensor(TensorDesc desc, std::shared_ptr<void> storage)
+      : desc_(std::move(desc)), storage_(std::move(storage)), version_(std::make_shared<std::atomic<int64_t>>(0)) {}
+  // A view: another desc over the same storage, sharing its version counter.
+  EagerTensor(TensorDesc desc, std::shared_ptr<void> storage, std::shared_ptr<std::atomic<int64_t>> version)
+      : desc_(std::move(desc)), storage_(std::move(storage)), version_(std::move(version)) {}
   // A new tensor of `desc` with its own (uninitialized or zeroed) storage.
   static std::shared_ptr<EagerTensor> Empty(const TensorDesc& desc, bool zero = false);
   // A tensor with its own storage holding a copy of `bytes` (desc.byte_size() of them).
@@ -54,10 +59,16 @@ class EagerTensor {
   TensorView view() const { return TensorView{storage_.get(), desc_}; }
 
   // The same storage and desc, without autograd history (detach()).
-  std::shared_ptr<EagerTensor> Detached() const { return std::make_shared<EagerTensor>(desc_, storage_); }
+  std::shared_ptr<EagerTensor> Detached() const { return std::make_shared<EagerTensor>(desc_, storage_, version_); }
+  // Counts in-place writes of the storage (shared by its views): autograd refuses to use a saved
+  // tensor written after it was saved. Every in-place writer calls BumpVersion.
+  int64_t version() const { return version_->load(std::memory_order_relaxed); }
+  void BumpVersion() { version_->fetch_add(1, std::memory_order_relaxed); }
+  const std::shared_ptr<std::atomic<int64_t>>& version_counter() const { return version_; }
   // The same storage seen with another shape of the same element count.
   StatusOr<std::shared_ptr<EagerTensor>> ViewAs(const Shape& shape) const;
-  // Writes: a copy of src's data (same desc: InvalidArgument otherwise), or `value` everywhere.
+  // Writes (bumping the version): a copy of src's data (same desc: InvalidArgument otherwise),
+  // or `value` everywhere.
   Status CopyFrom(const EagerTensor& src);
   void Fill(double value);
 
@@ -84,6 +95,7 @@ class EagerTensor {
  private:
   TensorDesc desc_;
   std::shared_ptr<void> storage_;
+  std::shared_ptr<std::atomic<int64_t>> version_;
   bool requires_grad_ = false;
   bool retains_grad_ = false;
   int output_index_ = 0;

@@ -102,6 +102,20 @@ Status AccumulateInto(EagerTensor& tensor, EagerTensorPtr g) {
   return tensor.SetGrad(std::move(sum));
 }
 
+Status CheckSavedVersions(const GradNode& n) {
+  auto check = [&](const std::vector<EagerTensorPtr>& saved, const std::vector<int64_t>& versions, const char* what) {
+    for (size_t i = 0; i < saved.size(); ++i)
+      if (saved[i]->version() != versions[i])
+        return FailedPrecondition("backward of op '" + n.type() + "': its " + what + " " + std::to_string(i) + " (" +
+                                  saved[i]->desc().ToString() + ") was modified in place after the op ran (version " +
+                                  std::to_string(saved[i]->version()) + ", saved at version " +
+                                  std::to_string(versions[i]) + "); compute the op again after the in-place write");
+    return Status::Ok();
+  };
+  AF_RETURN_IF_ERROR(check(n.inputs, n.input_versions, "input"));
+  return check(n.outputs, n.output_versions, "output");
+}
+
 struct LaterFirst {
   bool operator()(const GradNode* a, const GradNode* b) const { return a->sequence < b->sequence; }
 };
@@ -125,6 +139,7 @@ void RecordGradNode(const OpDef& def, const Attrs& attrs, const std::vector<Eage
   for (size_t i = 0; i < inputs.size(); ++i) {
     const EagerTensorPtr& t = inputs[i];
     node->input_descs.push_back(t->desc());
+    node->input_versions.push_back(t->version());
     if (!t->requires_grad()) continue;
     if (t->grad_fn()) {
       node->edges[i].node = t->grad_fn();
@@ -137,6 +152,7 @@ void RecordGradNode(const OpDef& def, const Attrs& attrs, const std::vector<Eage
     node->outputs.push_back(outputs[k]->Detached());
     node->output_tensors.push_back(outputs[k]);
     node->output_descs.push_back(outputs[k]->desc());
+    node->output_versions.push_back(outputs[k]->version());
   }
   for (size_t k = 0; k < outputs.size(); ++k)
     if (IsFloat(outputs[k]->dtype())) outputs[k]->SetHistory(node, static_cast<int>(k));
@@ -196,6 +212,7 @@ Status Backward(const EagerTensorPtr& root, const EagerTensorPtr& gradient, bool
     }
     bool any = false;
     for (const EagerTensorPtr& g : output_grads) any |= g != nullptr;
+    if (any) AF_RETURN_IF_ERROR(CheckSavedVersions(*n));
     if (any) {
       std::vector<EagerTensorPtr> input_grads;
       {

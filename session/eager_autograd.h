@@ -8,8 +8,11 @@
 // that asked for retain_grad()); a gradient that arrives at a leaf is added to what .grad
 // holds. Without retain_graph the saved tensors are freed after the pass, and a second
 // backward through the same nodes is a FailedPrecondition saying so. Saved tensors share
-// storage with the tensors they came from: writing those in place before backward changes the
-// gradient (no version counter yet).
+// storage with the tensors they came from; a node records their versions, and backward refuses
+// (FailedPrecondition naming the op) a node whose saved tensor was written in place since.
+//
+// Thread-safety: recording is per op call; one backward at a time may walk a given graph (two
+// threads backpropagating through shared nodes must be ordered by the caller, as in PyTorch).
 #pragma once
 
 #include <memory>
@@ -36,6 +39,7 @@ struct GradNode {
   std::vector<EagerTensorPtr> outputs;          // the outputs' data, without history (no cycle)
   std::vector<std::weak_ptr<EagerTensor>> output_tensors;  // for retain_grad()
   std::vector<TensorDesc> input_descs, output_descs;
+  std::vector<int64_t> input_versions, output_versions;  // of the saved tensors when recorded
   std::vector<GradEdge> edges;  // one per input
   int64_t sequence = 0;         // creation order: later nodes run first among the ready ones
   bool released = false;        // saved tensors freed by a backward without retain_graph

@@ -159,3 +159,32 @@ TEST(EagerAutograd, SharedGradientIsCopiedIntoEachLeaf) {
 
 }  // namespace
 }  // namespace actorflow
+
+namespace actorflow {
+namespace {
+
+TEST(EagerAutograd, SavedTensorWrittenInPlaceIsRefused) {
+  auto x = Floats({2}, {1, 2});
+  auto w = Floats({2}, {3, 4});
+  ASSERT_TRUE(w->SetRequiresGrad(true).ok());
+  auto y = Run1("mul", {x, w});  // saves x for w's gradient
+  auto lr = Floats({1}, {0.1});
+  // An update in place (mutable input) of w, and a fill of x, after the op ran.
+  ASSERT_TRUE(RunEagerOp("sgd_update", {}, {w, Floats({2}, {1, 1}), lr}).ok());
+  Status refused = Backward(y, Floats({2}, {1, 1}), true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("modified in place"), std::string::npos) << refused.ToString();
+  EXPECT_NE(refused.message().find("op 'mul'"), std::string::npos) << refused.ToString();
+  // Recomputed after the write: fine.
+  auto again = Run1("mul", {x, w});
+  ASSERT_TRUE(Backward(again, Floats({2}, {1, 1}), false).ok());
+  EXPECT_EQ(Values(w->grad()), (std::vector<float>{1, 2}));
+  // Views share the version: a fill through a reshape view is seen too.
+  auto z = Run1("mul", {x, w});
+  auto view = Run1("reshape", {x}, Attrs{{"shape", std::vector<int64_t>{2, 1}}});
+  view->Fill(0);
+  EXPECT_FALSE(Backward(z, Floats({2}, {1, 1}), false).ok());
+}
+
+}  // namespace
+}  // namespace actorflow

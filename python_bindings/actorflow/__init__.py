@@ -23,13 +23,14 @@ from .initializers import (constant_initializer, glorot_uniform_initializer, kai
                            truncated_normal_initializer, xavier_uniform_initializer, zeros_initializer)
 from .layers import get_variable  # noqa: F401
 from .ops import flatten, math, matmul, reflection_pad2d, reshape, zero_pad2d  # noqa: F401
-from . import _eager, _tensor  # noqa: E402
+from . import _creation, _eager, _tensor  # noqa: E402
 from ._eager import (enable_grad, get_num_threads, is_grad_enabled, manual_seed, no_grad,  # noqa: F401
                      set_grad_enabled, set_num_threads)
-from ._tensor import (Parameter, Size, Tensor, arange, cat, device, empty, from_numpy, full, full_like,  # noqa: F401
-                      linspace, maximum, minimum, ones, ones_like, rand, rand_like, randint, randn, randn_like,
-                      randperm, stack, tensor, zeros, zeros_like)
-for _name, _fn in _tensor.functions.items():
+from ._tensor import Parameter, Size, Tensor, device  # noqa: F401
+from ._creation import (arange, cat, empty, from_numpy, full, full_like, linspace, maximum, minimum, ones,  # noqa: F401
+                        ones_like, rand, rand_like, randint, randn, randn_like, randperm, stack, tensor, zeros,
+                        zeros_like)
+for _name, _fn in _creation.functions.items():
     if _name not in globals():
         globals()[_name] = _fn
 from . import nn  # noqa: E402  (a package: the job-function flow.nn.* names and the eager Module API)

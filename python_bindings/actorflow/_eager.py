@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _C, _trace_ctx
 
+_new = object.__new__
 _prepared = {}  # (op_type, attrs key) -> _C.EagerOp
 _PREPARED_LIMIT = 4096  # scalar attributes (x + 0.5, x * 3) make many keys: bounded, cleared when full
 _STATEFUL = {"dropout"}  # kernels with a random stream: a seed per call, never a cached op
@@ -61,34 +62,45 @@ def located(error):
     return type(error)("%s (at %s)" % (error, _trace_ctx.user_location()))
 
 
-def run_op(op_type, inputs, attrs=None, num_outputs=1):
-    """Runs one op eagerly on Tensors; returns a Tensor (num_outputs == 1) or a list."""
-    from ._tensor import Tensor, _wrap
-    impls = []
+Tensor = None  # set by _tensor.py (which imports this module)
+_wrap = None
+
+
+def _not_tensor(op_type, inputs):
     for i, x in enumerate(inputs):
-        if isinstance(x, Tensor):
-            impls.append(x._impl)
-        else:
-            raise TypeError("op '%s': input %d must be a Tensor, got %s (at %s)" % (
+        if not isinstance(x, Tensor):
+            return TypeError("op '%s': input %d must be a Tensor, got %s (at %s)" % (
                 op_type, i, type(x).__name__, _trace_ctx.user_location()))
-    if op_type in _STATEFUL:
-        attrs = dict(attrs or {})
-        attrs.setdefault("seed", next_seed())
-        try:
-            op = _C.EagerOp(op_type, attrs)
-        except (ValueError, RuntimeError) as e:
-            raise located(e) from None
-    else:
-        try:
-            op = prepared(op_type, attrs)
-        except (ValueError, RuntimeError) as e:
-            raise located(e) from None
+
+
+def run_op(op_type, inputs, attrs=None, num_outputs=1):
+    """Runs one op eagerly on Tensors; returns a Tensor (num_outputs == 1) or a list. While this
+    thread traces (a job function or an nn.Graph), the op is traced instead (add_op)."""
+    if _trace_ctx.active_traces and _trace_ctx.get_current() is not None:
+        return _trace_ctx.add_op(op_type, inputs, attrs, None, num_outputs)
     try:
+        impls = [x._impl for x in inputs]
+    except AttributeError:
+        raise _not_tensor(op_type, inputs) from None
+    op = None if attrs else _prepared.get(op_type)
+    try:
+        if op is None:
+            if op_type in _STATEFUL:
+                attrs = dict(attrs or {})
+                attrs.setdefault("seed", next_seed())
+                op = _C.EagerOp(op_type, attrs)
+            else:
+                op = prepared(op_type, attrs)
+        if num_outputs == 1:
+            out = op.run1(impls)
+            if out is None:
+                return None
+            t = _new(Tensor)
+            t._impl = out
+            return t
         outs = op.run(impls)
     except (ValueError, RuntimeError) as e:
         raise located(e) from None
-    if num_outputs == 1:
-        return _wrap(outs[0]) if outs else None
     wrapped = [_wrap(o) for o in outs]
     return wrapped[:num_outputs] if num_outputs else wrapped
 
@@ -100,8 +112,18 @@ def is_grad_enabled():
 
 
 class _GradMode:
-    """Context manager and decorator setting grad mode, restoring the previous one on exit."""
+    """Context manager and decorator setting grad mode, restoring the previous one on exit:
+    `with flow.no_grad():`, `@flow.no_grad()` and `@flow.no_grad`."""
     _mode = True
+
+    def __new__(cls, *args):
+        self = super().__new__(cls)
+        if cls is not set_grad_enabled and len(args) == 1 and callable(args[0]):
+            return self(args[0])  # used as a decorator without parentheses
+        return self
+
+    def __init__(self, *args):
+        pass
 
     def __enter__(self):
         self._previous = _C.is_grad_enabled()

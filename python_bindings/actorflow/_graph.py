@@ -28,7 +28,6 @@ import time
 import numpy as np
 
 from . import _C, _trace_ctx
-from ._tensor import from_numpy
 
 _instances = collections.Counter()  # Graph subclass name -> instances made (GraphMobileNetV2_0, _1, ...)
 
@@ -414,6 +413,7 @@ class Graph:
             with no_grad():
                 for counter in self._batch_counters:
                     counter.add_(1)
+        from . import from_numpy
         return _unflatten_outputs([from_numpy(a) for a in arrays], structure)
 
     # ---- printing --------------------------------------------------------------------------------
@@ -446,6 +446,7 @@ class Graph:
                 state["_lr_scheduler_%d" % i] = scheduler.state_dict()
         states = self._optimizer_state_variables()
         if states:  # the job's own optimizer state (momentum, Adam's moments), by variable name
+            from . import from_numpy
             session = _C.default_session()
             state["_optimizer_state"] = collections.OrderedDict(
                 (name, from_numpy(session.get_variable(name))) for name in states)

@@ -161,11 +161,10 @@ def save(obj, path):
 
 
 def _as_tensor(array, requires_grad=False):
-    tensor_type = _tensor_type()
-    if tensor_type is None:
+    if _tensor_type() is None:
         return array
-    from . import _tensor
-    tensor = _tensor.tensor(array) if hasattr(_tensor, "tensor") else tensor_type(array)
+    from . import from_numpy
+    tensor = from_numpy(array)  # the array is ours (read from the file): no copy, dtype kept
     if requires_grad:
         tensor.requires_grad_()
     return tensor

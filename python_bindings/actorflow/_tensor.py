@@ -7,13 +7,15 @@ import numbers
 
 import numpy as np
 
-from . import _C, _dtypes, _eager, _trace_ctx
+from . import _C, _dtypes, _eager, _trace_ctx, ops
 from ._eager import located, prepared, run_op
+from ._trace_ctx import BlobDef
 
 _new = object.__new__
 
 _ADD, _SUB, _MUL, _DIV = (_C.EagerOp(t, {}) for t in ("add", "sub", "mul", "div"))
 _RELU, _MATMUL, _NEG = _C.EagerOp("relu", {}), _C.EagerOp("matmul", {}), _C.EagerOp("negative", {})
+_SUM_ALL = _C.EagerOp("reduce_sum", {"axis": [], "keepdims": False})
 _COMPARE = {"==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
 _RANK = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float32": 4, "float64": 5}
 
@@ -85,8 +87,15 @@ def _as_tensor_like(value, like_dtype):
             dtype = "float32"
         return _wrap(_C.EagerTensor.full((), dtype, float(value)))
     if isinstance(value, (np.ndarray, list, tuple)):
-        return tensor(value)
+        return _creation.tensor(value)
     raise TypeError("unsupported operand of type %s (at %s)" % (type(value).__name__, _trace_ctx.user_location()))
+
+
+def _tracing(other):
+    """Whether an operator with `other` must be traced (this thread traces, or other is a
+    BlobDef): then the job-function wrapper traces it, lifting eager tensors through the trace
+    context."""
+    return isinstance(other, BlobDef) or _trace_ctx.get_current() is not None
 
 
 def _binary(op_type, a, b):
@@ -100,11 +109,24 @@ def _binary(op_type, a, b):
     return run_op(op_type, [a, b])
 
 
+_scalar_ops = {"scalar_add": {}, "scalar_mul": {}}  # by the scalar's value; bounded below
+
+
 def _scalar_op(op_type, x, scalar):
-    if x._impl.dtype not in ("float32", "float64") and isinstance(scalar, float) and not scalar.is_integer():
+    if _trace_ctx.active_traces and _trace_ctx.get_current() is not None:
+        return _trace_ctx.add_op(op_type, [x], {"scalar": float(scalar)})
+    if isinstance(scalar, float) and not scalar.is_integer() and x._impl.dtype not in ("float32", "float64"):
         x = x.to(_dtypes.float32)
+    ops = _scalar_ops[op_type]
+    op = ops.get(scalar)
     try:
-        return _wrap(prepared(op_type, {"scalar": float(scalar)}).run1([x._impl]))
+        if op is None:
+            if len(ops) > 1024:
+                ops.clear()
+            op = ops[scalar] = _C.EagerOp(op_type, {"scalar": float(scalar)})
+        t = _new(Tensor)
+        t._impl = op.run_unary(x._impl)
+        return t
     except (ValueError, RuntimeError) as e:
         raise located(e) from None
 
@@ -145,7 +167,7 @@ class Tensor:
         # flow.Tensor(2, 3) is an uninitialized (zeroed) tensor of that shape; flow.Tensor(data)
         # converts data, as OneFlow's legacy constructor.
         if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
-            self._impl = tensor(args[0], dtype=dtype)._impl
+            self._impl = _creation.tensor(args[0], dtype=dtype or _dtypes.float32)._impl
         else:
             shape = _shape_args(args, "Tensor size")
             self._impl = _C.EagerTensor.empty(shape, _dtypes.as_dtype(dtype or _dtypes.float32).name, True)
@@ -291,6 +313,14 @@ class Tensor:
     def __hash__(self):
         return id(self)
 
+    def __deepcopy__(self, memo):
+        copy = _rebuild(self._impl.numpy(), type(self) is Parameter, self._impl.requires_grad)
+        memo[id(self)] = copy
+        return copy
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild, (self._impl.numpy(), type(self) is Parameter, self._impl.requires_grad))
+
     # Autograd ----------------------------------------------------------------------------
     def requires_grad_(self, requires_grad=True):
         try:
@@ -309,7 +339,7 @@ class Tensor:
         if create_graph:
             raise NotImplementedError("backward(create_graph=True) (higher-order gradients) is not supported yet")
         if gradient is not None and not isinstance(gradient, Tensor):
-            gradient = tensor(gradient, dtype=self.dtype)
+            gradient = _creation.tensor(gradient, dtype=self.dtype)
         try:
             self._impl.backward(None if gradient is None else gradient._impl, bool(retain_graph))
         except (ValueError, RuntimeError) as e:
@@ -337,7 +367,7 @@ class Tensor:
     def copy_(self, src):
         self._check_inplace("copy_")
         if not isinstance(src, Tensor):
-            src = tensor(src, dtype=self.dtype)
+            src = _creation.tensor(src, dtype=self.dtype)
         if src.dtype != self.dtype:
             src = src.to(self.dtype)
         if src.shape != self.shape:
@@ -432,6 +462,8 @@ class Tensor:
 
     # Arithmetic --------------------------------------------------------------------------
     def __add__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.add(self, other)
         if isinstance(other, Tensor):
             try:
                 return _wrap(_ADD.run_binary(self._impl, other._impl))
@@ -444,6 +476,8 @@ class Tensor:
     __radd__ = __add__
 
     def __sub__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.subtract(self, other)
         if isinstance(other, Tensor):
             try:
                 return _wrap(_SUB.run_binary(self._impl, other._impl))
@@ -454,11 +488,15 @@ class Tensor:
         return _binary("sub", self, other)
 
     def __rsub__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.subtract(other, self)
         if _is_number(other):
             return _scalar_op("scalar_add", -self, other)
         return _binary("sub", other, self)
 
     def __mul__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.multiply(self, other)
         if isinstance(other, Tensor):
             try:
                 return _wrap(_MUL.run_binary(self._impl, other._impl))
@@ -471,6 +509,8 @@ class Tensor:
     __rmul__ = __mul__
 
     def __truediv__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.divide(self, other)
         if isinstance(other, Tensor):
             try:
                 return _wrap(_DIV.run_binary(self._impl, other._impl))
@@ -481,9 +521,13 @@ class Tensor:
         return _binary("div", self, other)
 
     def __rtruediv__(self, other):
+        if (_trace_ctx.active_traces or isinstance(other, BlobDef)) and _tracing(other):
+            return ops.math.divide(other, self)
         return _binary("div", other, self)
 
     def __neg__(self):
+        if _trace_ctx.active_traces:
+            return run_op("negative", [self])
         try:
             return _wrap(_NEG.run_unary(self._impl))
         except (ValueError, RuntimeError) as e:
@@ -572,6 +616,8 @@ class Tensor:
 
     # Elementwise -------------------------------------------------------------------------
     def relu(self):
+        if _trace_ctx.active_traces:
+            return run_op("relu", [self])
         try:
             return _wrap(_RELU.run_unary(self._impl))
         except (ValueError, RuntimeError) as e:
@@ -638,6 +684,13 @@ class Tensor:
         return run_op(op_type, [self], {"axis": _dims(dim, self.ndim, op_type + "'s dim"), "keepdims": bool(keepdim)})
 
     def sum(self, dim=None, keepdim=False):
+        if dim is None and not keepdim and not _trace_ctx.active_traces and self._impl.dtype in ("float32", "float64", "int64"):
+            try:
+                t = _new(Tensor)
+                t._impl = _SUM_ALL.run_unary(self._impl)
+                return t
+            except (ValueError, RuntimeError) as e:
+                raise located(e) from None
         x = self if self._impl.dtype in ("float32", "float64", "int64") else self.to(_dtypes.int64)  # as PyTorch
         return x._reduce("reduce_sum", dim, keepdim)
 
@@ -652,7 +705,7 @@ class Tensor:
         if dim is None:
             return self._reduce("reduce_max", None, False)
         if isinstance(dim, Tensor):
-            return maximum(self, dim)
+            return _creation.maximum(self, dim)
         values = self._reduce("reduce_max", dim, keepdim)
         indices = self.argmax(dim, keepdim)
         return _MaxResult(values, indices)
@@ -673,6 +726,8 @@ class Tensor:
     # Layout ------------------------------------------------------------------------------
     def reshape(self, *shape):
         shape = _shape_args(shape, "reshape's shape")
+        if _trace_ctx.active_traces:
+            return run_op("reshape", [self], {"shape": shape})
         try:
             return _wrap(prepared("reshape", {"shape": shape}).run1([self._impl]))
         except (ValueError, RuntimeError) as e:
@@ -744,7 +799,7 @@ class Tensor:
         sizes = _shape_args(sizes, "expand's sizes")
         shape = list(self._impl.shape)
         target = [s if s != -1 else shape[i - (len(sizes) - len(shape))] for i, s in enumerate(sizes)]
-        like = zeros(*target, dtype=self.dtype)
+        like = _creation.zeros(*target, dtype=self.dtype)
         return run_op("broadcast_like", [self, like])
 
     def expand_as(self, other):
@@ -753,7 +808,7 @@ class Tensor:
     def matmul(self, other):
         other = _as_tensor_like(other, self.dtype.name)
         a_rank, b_rank = self.ndim, other.ndim
-        if a_rank == 2 and b_rank == 2:
+        if a_rank == 2 and b_rank == 2 and not _trace_ctx.active_traces:
             try:
                 return _wrap(_MATMUL.run_binary(self._impl, other._impl))
             except (ValueError, RuntimeError) as e:
@@ -770,7 +825,7 @@ class Tensor:
 
     # Indexing ----------------------------------------------------------------------------
     def __getitem__(self, index):
-        return _getitem(self, index)
+        return _indexing.getitem(self, index)
 
     def __setitem__(self, index, value):
         self._check_inplace("__setitem__")
@@ -778,9 +833,10 @@ class Tensor:
         if isinstance(value, Tensor):
             value = value._impl.numpy()
         try:
-            view[_numpy_index(index)] = value
+            view[_indexing.numpy_index(index)] = value
         except (IndexError, ValueError) as e:
             raise type(e)("%s (at %s)" % (e, _trace_ctx.user_location())) from None
+        self._impl.bump_version()
 
 
 class _MaxResult(tuple):
@@ -806,7 +862,7 @@ class Parameter(Tensor):
         if data is None:
             data = Tensor(0)
         if not isinstance(data, Tensor):
-            data = tensor(data)
+            data = _creation.tensor(data)
         self._impl = data._impl.detach()
         if requires_grad:
             self.requires_grad_(True)
@@ -814,77 +870,11 @@ class Parameter(Tensor):
     def __repr__(self):
         return "Parameter containing:\n" + _format(self)
 
-    def __reduce_ex__(self, protocol):
-        return (Parameter, (tensor(self.numpy()), self.requires_grad))
 
-
-def _numpy_index(index):
-    """Converts Tensor entries of an index to numpy (for __setitem__)."""
-    if isinstance(index, tuple):
-        return tuple(i.numpy() if isinstance(i, Tensor) else i for i in index)
-    return index.numpy() if isinstance(index, Tensor) else index
-
-
-def _getitem(x, index):
-    """Basic indexing: ints, slices (positive steps), None and Ellipsis."""
-    if not isinstance(index, tuple):
-        index = (index,)
-    for i in index:
-        if not (i is None or i is Ellipsis or isinstance(i, (slice, int, np.integer)) and not isinstance(i, bool)):
-            raise NotImplementedError(
-                "indexing with %s is not supported (advanced indexing); use ints, slices, None and ... (at %s)" % (
-                    type(i).__name__, _trace_ctx.user_location()))
-    shape = list(x._impl.shape)
-    rank = len(shape)
-    used = sum(1 for i in index if i is not None and i is not Ellipsis)
-    if sum(1 for i in index if i is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis (at %s)" % _trace_ctx.user_location())
-    if used > rank:
-        raise IndexError("too many indices for a tensor of %d dimensions: %d (at %s)" % (
-            rank, used, _trace_ctx.user_location()))
-    expanded = []
-    for i in index:
-        if i is Ellipsis:
-            expanded.extend([slice(None)] * (rank - used))
-        else:
-            expanded.append(i)
-    expanded.extend([slice(None)] * (rank - sum(1 for i in expanded if i is not None)))
-    begin, end, stride, out_shape = [], [], [], []
-    d = 0
-    sliced = False
-    for i in expanded:
-        if i is None:
-            out_shape.append(1)
-            continue
-        size = shape[d]
-        if isinstance(i, slice):
-            start, stop, step = i.indices(size)
-            if step <= 0:
-                raise NotImplementedError("slicing with a non-positive step (%s) is not supported (at %s)" % (
-                    step, _trace_ctx.user_location()))
-            stop = max(stop, start)
-            begin.append(start)
-            end.append(stop)
-            stride.append(step)
-            out_shape.append(len(range(start, stop, step)))
-            sliced |= (start, stop, step) != (0, size, 1)
-        else:
-            k = int(i)
-            if not -size <= k < size:
-                raise IndexError("index %d is out of bounds for dimension %d with size %d (at %s)" % (
-                    k, d, size, _trace_ctx.user_location()))
-            k %= size
-            begin.append(k)
-            end.append(k + 1)
-            stride.append(1)
-            sliced = True
-        d += 1
-    out = x
-    if sliced:
-        out = run_op("slice", [x], {"begin": begin, "end": end, "stride": stride})
-    if list(out._impl.shape) != out_shape:
-        out = out.reshape(out_shape)
-    return out
+def _rebuild(array, parameter, requires_grad):
+    """A tensor (or Parameter) with a copy of `array` (deepcopy and pickling)."""
+    t = _creation.from_numpy(array)
+    return Parameter(t, requires_grad) if parameter else t.requires_grad_(requires_grad)
 
 
 def _format(t):
@@ -907,210 +897,9 @@ def _format(t):
     return "tensor(%s)" % ", ".join(parts)
 
 
-# Creation ----------------------------------------------------------------------------------
-
-def _default_dtype(array):
-    if array.dtype.kind == "f":
-        return np.float32 if array.dtype == np.float16 else array.dtype
-    if array.dtype.kind == "b":
-        return np.int8
-    if array.dtype.kind in "iu":
-        return array.dtype if array.dtype in (np.int8, np.uint8, np.int32, np.int64) else np.int64
-    raise TypeError("cannot make a tensor of numpy dtype %s (at %s)" % (array.dtype, _trace_ctx.user_location()))
-
-
-def tensor(data, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    """A tensor holding a copy of data (a number, nested lists, a NumPy array or a Tensor).
-    Python floats become float32 and ints int64 unless dtype says otherwise."""
-    if device is not None:
-        globals()["device"](device)
-    if isinstance(data, Tensor):
-        array = data._impl.numpy()
-    elif isinstance(data, np.ndarray):
-        array = data
-    else:
-        try:
-            array = np.asarray(data)
-        except (ValueError, TypeError) as e:
-            raise TypeError("tensor: cannot convert %r (at %s): %s" % (data, _trace_ctx.user_location(), e)) from None
-        if array.dtype == np.float64:
-            array = array.astype(np.float32)
-    if array.dtype == object:
-        raise TypeError("tensor: cannot convert %r (nested sequences of different lengths?) (at %s)" % (
-            data, _trace_ctx.user_location()))
-    target = _dtypes.as_dtype(dtype, "tensor's dtype").numpy if dtype is not None else _default_dtype(array)
-    array = np.require(array, dtype=target, requirements="C")  # (ascontiguousarray makes 0-d arrays 1-d)
-    out = _wrap(_C.EagerTensor.from_numpy(array))
-    if requires_grad:
-        out.requires_grad_(True)
-    return out
-
-
-def from_numpy(array):
-    """A tensor holding a copy of the array (its dtype kept)."""
-    if not isinstance(array, np.ndarray):
-        raise TypeError("from_numpy: expected a numpy.ndarray, got %s (at %s)" % (
-            type(array).__name__, _trace_ctx.user_location()))
-    return _wrap(_C.EagerTensor.from_numpy(np.require(array, dtype=_default_dtype(array), requirements="C")))
-
-
-def _creation_dtype(dtype, fallback=_dtypes.float32):
-    return _dtypes.as_dtype(dtype if dtype is not None else fallback, "dtype")
-
-
-def _finish(t, requires_grad):
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
-
-
-def zeros(*size, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    shape = _shape_args(size, "zeros' size")
-    return _finish(_wrap(_C.EagerTensor.empty(shape, _creation_dtype(dtype).name, True)), requires_grad)
-
-
-def ones(*size, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    shape = _shape_args(size, "ones' size")
-    return _finish(_wrap(_C.EagerTensor.full(shape, _creation_dtype(dtype).name, 1.0)), requires_grad)
-
-
-def empty(*size, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    return zeros(*size, dtype=dtype, requires_grad=requires_grad)
-
-
-def full(size, fill_value, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    shape = _shape_args((size,) if isinstance(size, (list, tuple)) else (size,), "full's size")
-    if dtype is None:
-        dtype = _dtypes.int64 if isinstance(fill_value, (int, np.integer)) and not isinstance(fill_value, bool) \
-            else _dtypes.float32
-    return _finish(_wrap(_C.EagerTensor.full(shape, _creation_dtype(dtype).name, float(fill_value))), requires_grad)
-
-
-def zeros_like(x, dtype=None, requires_grad=False):
-    return zeros(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def ones_like(x, dtype=None, requires_grad=False):
-    return ones(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def full_like(x, fill_value, dtype=None, requires_grad=False):
-    return full(list(x.shape), fill_value, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def randn(*size, dtype=None, device=None, generator=None, requires_grad=False):  # noqa: A002
-    """Standard normal samples from the eager generator (flow.manual_seed)."""
-    shape = _shape_args(size, "randn's size")
-    dtype = _creation_dtype(dtype)
-    rng = generator or _eager.generator()
-    array = rng.standard_normal(shape, dtype=np.float64 if dtype == _dtypes.float64 else np.float32)
-    return _finish(_wrap(_C.EagerTensor.from_numpy(array)), requires_grad)
-
-
-def rand(*size, dtype=None, device=None, generator=None, requires_grad=False):  # noqa: A002
-    """Uniform samples in [0, 1) from the eager generator."""
-    shape = _shape_args(size, "rand's size")
-    dtype = _creation_dtype(dtype)
-    rng = generator or _eager.generator()
-    array = rng.random(shape, dtype=np.float64 if dtype == _dtypes.float64 else np.float32)
-    return _finish(_wrap(_C.EagerTensor.from_numpy(array)), requires_grad)
-
-
-def randint(low, high=None, size=None, dtype=None, device=None, generator=None):  # noqa: A002
-    """Integers in [low, high) (randint(high, size) as PyTorch: low 0)."""
-    if high is None:
-        low, high = 0, low
-    if size is None:
-        raise TypeError("randint: size is required (at %s)" % _trace_ctx.user_location())
-    shape = _shape_args((size,) if isinstance(size, (list, tuple)) else (size,), "randint's size")
-    rng = generator or _eager.generator()
-    array = rng.integers(low, high, size=shape).astype(_creation_dtype(dtype, _dtypes.int64).numpy)
-    return _wrap(_C.EagerTensor.from_numpy(array))
-
-
-def randn_like(x, dtype=None, requires_grad=False):
-    return randn(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def rand_like(x, dtype=None, requires_grad=False):
-    return rand(*x.shape, dtype=dtype or x.dtype, requires_grad=requires_grad)
-
-
-def randperm(n, dtype=None, device=None, generator=None):  # noqa: A002
-    rng = generator or _eager.generator()
-    return _wrap(_C.EagerTensor.from_numpy(rng.permutation(int(n)).astype(_creation_dtype(dtype, _dtypes.int64).numpy)))
-
-
-def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    if end is None:
-        start, end = 0, start
-    values = np.arange(start, end, step)
-    if dtype is None:
-        dtype = _dtypes.int64 if values.dtype.kind in "iu" else _dtypes.float32
-    return _finish(_wrap(_C.EagerTensor.from_numpy(values.astype(_creation_dtype(dtype).numpy))), requires_grad)
-
-
-def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):  # noqa: A002
-    values = np.linspace(start, end, _trace_ctx.integer(steps, "linspace's steps"))
-    return _finish(_wrap(_C.EagerTensor.from_numpy(values.astype(_creation_dtype(dtype).numpy))), requires_grad)
-
-
-def cat(tensors, dim=0):
-    """Joins tensors along dim (other dimensions must match)."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("cat: expected a non-empty list of tensors (at %s)" % _trace_ctx.user_location())
-    d = _dim(dim, tensors[0].ndim, "cat's dim")
-    if len(tensors) == 1:
-        return tensors[0]
-    return run_op("concat", tensors, {"axis": d})
-
-
-concat = cat
-
-
-def stack(tensors, dim=0):
-    """Joins tensors along a new dim."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("stack: expected a non-empty list of tensors (at %s)" % _trace_ctx.user_location())
-    rank = tensors[0].ndim
-    d = _trace_ctx.integer(dim, "stack's dim")
-    if not -rank - 1 <= d <= rank:
-        raise IndexError("stack: dim %d is out of range for tensors of %d dimensions (at %s)" % (
-            d, rank, _trace_ctx.user_location()))
-    d %= rank + 1
-    for i, t in enumerate(tensors):
-        if t.shape != tensors[0].shape:
-            raise ValueError("stack: tensor %d has shape %s, expected %s like tensor 0 (at %s)" % (
-                i, tuple(t.shape), tuple(tensors[0].shape), _trace_ctx.user_location()))
-    return cat([t.unsqueeze(d) for t in tensors], d)
-
-
-def maximum(a, b):
-    """Elementwise max: b + relu(a - b) (the gradient goes to a where a > b, else to b)."""
-    return b + (a - b).relu()
-
-
-def minimum(a, b):
-    return a - (a - b).relu()
-
-
-def _tensor_function(method):
-    def fn(input, *args, **kwargs):  # noqa: A002
-        if not isinstance(input, Tensor):
-            input = tensor(input)
-        return getattr(input, method)(*args, **kwargs)
-    fn.__name__ = method
-    fn.__doc__ = "flow.%s(x, ...) = x.%s(...)" % (method, method)
-    return fn
-
-
-# flow.sum(x, dim), flow.exp(x), ...: the Tensor methods as functions (OneFlow's spelling).
-functions = {name: _tensor_function(name) for name in (
-    "sum", "mean", "exp", "log", "sqrt", "abs", "pow", "clamp", "clip", "sigmoid", "tanh", "softmax", "log_softmax",
-    "squeeze", "unsqueeze", "permute", "flatten", "numel", "t", "eq", "ne", "gt", "lt", "ge", "le", "max", "min",
-    "square", "neg", "negative", "add", "sub", "mul", "div", "detach", "expand", "view")}
-
-_trace_ctx.Tensor = Tensor
+_trace_ctx.Tensor = _eager.Tensor = Tensor
+_eager._wrap = _wrap
 _trace_ctx.run_eager_op = run_op
+
+# The creation functions and indexing live beside this module; imported last (they use Tensor).
+from . import _creation, _indexing  # noqa: E402

@@ -25,8 +25,20 @@ def get_current():
     return getattr(_local, "context", None)
 
 
+# Threads tracing now (a job function or an nn.Graph). Eager fast paths read only this: while
+# it is 0 no thread traces, so no per-thread lookup is needed; otherwise they go through add_op,
+# which checks this thread's context.
+active_traces = 0
+_active_lock = threading.Lock()
+
+
 def set_current(context):
+    global active_traces
+    previous = getattr(_local, "context", None)
     _local.context = context
+    if (previous is None) != (context is None):
+        with _active_lock:
+            active_traces += 1 if context is not None else -1
 
 
 _package_file = {}  # absolute file name -> whether it is in this package (user_location runs per op)

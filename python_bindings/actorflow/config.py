@@ -74,8 +74,11 @@ def trace_path_for(job_name):
 
 
 def num_threads(n):
-    """Threads of each job compiled after this call (0: the default)."""
+    """Threads of each job compiled after this call, and of eager kernels from now on (0: the
+    default, the number of cores)."""
     _settings["num_threads"] = _int_setting(n, "flow.config.num_threads", 0)
+    from . import _C
+    _C.set_eager_threads(_settings["num_threads"])
 
 
 def cpu_device_num(n):

@@ -24,7 +24,7 @@ def _scalar_left(op_type, s, y, name):
         return add_op("scalar_add", [neg], {"scalar": s}, name)
     # s / y = s * y^-1 via div against a broadcast constant
     if not isinstance(y, BlobDef):  # eager: y / s's reciprocal has no scalar op; a (1,) tensor
-        from ._tensor import full
+        from ._creation import full
         return add_op("div", [full([1], s, dtype=y.dtype), y], name=name)
     c = add_op("constant", [], {"shape": [1], "value": s, "dtype": y.dtype.name}, name)
     return add_op("div", [c, y], name=name)

@@ -209,6 +209,11 @@ def test_no_grad_and_detach():
     def f(t):
         return t * 3
     assert not f(x).requires_grad
+
+    @flow.no_grad
+    def g(t):
+        return t * 3
+    assert not g(x).requires_grad and flow.is_grad_enabled()
     with flow.set_grad_enabled(False):
         assert not (x * 2).requires_grad
         with flow.enable_grad():
@@ -269,3 +274,20 @@ def test_dropout_draws_new_masks_and_follows_manual_seed():
     out = flow._tensor.run_op("dropout", [xg], {"rate": 0.5}, num_outputs=2)[0]
     out.sum().backward()
     np.testing.assert_array_equal(xg.grad.numpy(), out.detach().numpy())
+
+
+def test_saved_tensor_modified_in_place_is_a_clear_error():
+    w = flow.tensor([1.0, 2.0], requires_grad=True)
+    x = flow.tensor([3.0, 4.0])
+    loss = (w * x).sum()
+    with flow.no_grad():
+        w.sub_(flow.tensor([0.5, 0.5]))  # an optimizer step between forward and backward
+    with pytest.raises(RuntimeError, match="op 'mul'.*modified in place"):
+        loss.backward()
+    loss = (w * x).sum()
+    x[0] = 10.0  # through indexing
+    with pytest.raises(RuntimeError, match="modified in place"):
+        loss.backward()
+    loss = (w * x).sum()  # recomputed: fine
+    loss.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [10, 4])

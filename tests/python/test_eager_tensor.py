@@ -251,3 +251,53 @@ def test_tensors_are_freed():
     del t, loss
     gc.collect()
     assert ref() is None
+
+
+def test_tensor_operators_are_traced_while_a_trace_is_active():
+    """Inside a job function, an eager tensor's operators go to the trace (whose lift refuses
+    it, naming the op) instead of silently running eagerly."""
+    import actorflow.typing as tp
+    outside = flow.ones(2)
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return x + outside * 2.0
+
+    with pytest.raises(TypeError, match=r"op 'scalar_mul' at test_eager_tensor.py:\d+.*eager Tensor"):
+        job(np.ones(2, np.float32))
+
+    @flow.global_function(type="predict")
+    def job2(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return outside.relu() + x
+
+    with pytest.raises(TypeError, match=r"op 'relu' at .*eager Tensor"):
+        job2(np.ones(2, np.float32))
+    flow.clear_default_session()
+    assert flow._trace_ctx.active_traces == 0
+    close(outside * 2.0 + outside, [3, 3])  # eager again afterwards
+
+
+def test_blob_operands_defer_to_the_trace():
+    import actorflow.typing as tp
+
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return flow.ones(2) + x
+
+    with pytest.raises(TypeError, match="op 'add' at .*eager Tensor"):
+        job(np.ones(2, np.float32))
+    flow.clear_default_session()
+
+
+def test_copy_and_pickle_keep_data_dtype_and_kind():
+    import copy
+    import pickle
+    p = flow.nn.Parameter(flow.tensor([1.0, 2.0]))
+    q = copy.deepcopy(p)
+    assert isinstance(q, flow.nn.Parameter) and q.requires_grad
+    with flow.no_grad():
+        q.fill_(5.0)
+    np.testing.assert_array_equal(p.numpy(), [1, 2])  # a copy, not a view
+    t = pickle.loads(pickle.dumps(flow.tensor([[1, 2]], dtype=flow.int32)))
+    assert t.dtype == flow.int32 and t.tolist() == [[1, 2]] and not t.requires_grad
+    assert flow.Tensor([1, 2]).dtype == flow.float32 and flow.Tensor(2, 3).shape == (2, 3)
