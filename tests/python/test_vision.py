@@ -183,26 +183,50 @@ def test_mobilenet_v2_structure_and_size():
         mobilenet_v2(pretrained=True)
 
 
-def test_mobilenet_v2_forward_and_backward_match_torch():
+def _mobilenet_pair(dtype):
     from actorflow.vision.models import mobilenet_v2
+    flow.manual_seed(1)
     model, reference = mobilenet_v2(num_classes=10), torch_mobilenet_v2(10)
     reference.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in model.state_dict().items()})
+    if dtype == "float64":
+        model.to(flow.float64)
+        reference.double()
     model.classifier[0].p = reference.classifier[0].p = 0.0
-    x = np.random.default_rng(5).standard_normal((4, 3, 32, 32)).astype(np.float32)
-    y = np.array([1, 3, 5, 7], np.int64)
+    return model, reference
+
+
+def _compare_step(model, reference, x, y, rtol, atol):
     out = model(flow.tensor(x))
     expected = reference(torch.from_numpy(x))
-    assert tuple(out.shape) == (4, 10)
-    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-3, atol=1e-4)
-    loss = flow.nn.CrossEntropyLoss()(out, flow.tensor(y))
-    torch_loss = torch.nn.CrossEntropyLoss()(expected, torch.from_numpy(y))
-    loss.backward()
-    torch_loss.backward()
+    assert tuple(out.shape) == (x.shape[0], 10)
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=rtol, atol=atol)
+    flow.nn.CrossEntropyLoss()(out, flow.tensor(y)).backward()
+    torch.nn.CrossEntropyLoss()(expected, torch.from_numpy(y)).backward()
     grads = dict(reference.named_parameters())
     for name, param in model.named_parameters():
-        np.testing.assert_allclose(param.grad.numpy(), grads[name].grad.numpy(), rtol=1e-3, atol=2e-5, err_msg=name)
+        scale = np.abs(grads[name].grad.numpy()).max()
+        np.testing.assert_allclose(param.grad.numpy(), grads[name].grad.numpy(), rtol=rtol, atol=atol * max(scale, 1),
+                                   err_msg=name)
     for name, buffer in model.named_buffers():  # the running statistics moved alike
-        np.testing.assert_allclose(buffer.numpy(), reference.state_dict()[name].numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(buffer.numpy(), reference.state_dict()[name].numpy(), rtol=rtol, atol=atol)
+
+
+def test_mobilenet_v2_train_mode_matches_torch_in_float64():
+    """Train mode (batch statistics, running-stat updates) through every layer, in float64:
+    batch norm over 8 samples of 1x1 maps makes float32 gradients chaotic (a pre-activation
+    within rounding of a ReLU6 bound flips its mask; PyTorch float32 and float64 then differ by
+    up to 1% too), so the exact comparison is made where rounding does not decide."""
+    model, reference = _mobilenet_pair("float64")
+    x = np.random.default_rng(5).standard_normal((8, 3, 32, 32))
+    _compare_step(model, reference, x, np.array([1, 3, 5, 7, 9, 0, 2, 4], np.int64), rtol=1e-7, atol=1e-9)
+
+
+def test_mobilenet_v2_eval_mode_matches_torch_in_float32():
+    model, reference = _mobilenet_pair("float32")
+    model.eval()
+    reference.eval()
+    x = np.random.default_rng(6).standard_normal((4, 3, 32, 32)).astype(np.float32)
+    _compare_step(model, reference, x, np.array([2, 4, 6, 8], np.int64), rtol=1e-4, atol=1e-5)
 
 
 def test_mobilenet_v2_training_step_lowers_the_loss():
