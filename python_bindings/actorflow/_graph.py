@@ -217,8 +217,17 @@ class GraphTraceContext(_trace_ctx.TraceContext):
         kind, name = qualified if isinstance(qualified, tuple) else ("BUFFER", qualified)
         trainable = kind == "PARAMETER" and bool(getattr(tensor, "requires_grad", False))
         # One variable per storage: graphs sharing a module share its variables (and are
-        # ordered by them).
-        variable = _C.default_session().create_variable_over(name, tensor._impl)
+        # ordered by them). Named after this graph ("GraphName_0.model.fc.weight"); another
+        # variable of that name (a graph of the same class and number in an earlier session
+        # state) moves it to the next free suffix.
+        session = _C.default_session()
+        preferred, suffix = "%s.%s" % (self.job_name, name), 0
+        while True:
+            candidate = preferred if suffix == 0 else "%s_%d" % (preferred, suffix)
+            if not session.has_variable(candidate):
+                break
+            suffix += 1
+        variable = session.create_variable_over(candidate, tensor._impl)
         location = _trace_ctx.user_location()
         ref = self.builder.add_variable(variable, list(tensor.shape), tensor.dtype.name, location, trainable)
         blob = LazyTensor(ref, tensor.shape, tensor.dtype, self)

@@ -155,6 +155,21 @@ def test_parameters_are_shared_both_ways():
     np.testing.assert_allclose(graph(x).numpy(), model(x).numpy(), rtol=1e-6)
 
 
+def test_graphs_over_different_modules_of_the_same_structure_are_independent():
+    flow.manual_seed(6)
+    first, second = nn.Linear(3, 2), nn.Linear(3, 2)  # the same parameter names, other tensors
+    x = flow.randn(4, 3)
+    one, two = Wrap(first), Wrap(second)
+    np.testing.assert_allclose(one(x).numpy(), first(x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(two(x).numpy(), second(x).numpy(), rtol=1e-6)
+    # A second graph over the same module reads the same variables (one per tensor).
+    again = Wrap(first)
+    np.testing.assert_allclose(again(x).numpy(), first(x).numpy(), rtol=1e-6)
+    names = flow._C.default_session().variable_names()
+    assert "%s.model.weight" % one._name in names and "%s.model.weight" % two._name in names
+    assert "%s.model.weight" % again._name not in names
+
+
 def test_debug_levels_log_while_building(capsys):
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
     quiet = Wrap(model)
