@@ -234,6 +234,15 @@ def test_tensors_and_nested_state_dicts_round_trip(tmp_path):
     assert again["model"]["sub/x"].dtype == flow.int64
     # The directory is a checkpoint: flow.checkpoint.get reads its tensors too.
     assert set(flow.checkpoint.get(tmp_path / "s")) == {"model/w", "model/sub/x"}
+    # Saving over something a save did not write is refused, and it is left as it was.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("mine")
+    with pytest.raises(flow.checkpoint.CheckpointError, match=r"not a checkpoint.*notes\.txt.*nothing was written"):
+        flow.save(state, project)
+    assert os.listdir(project) == ["notes.txt"]
+    flow.save({"w": flow.zeros(3)}, tmp_path / "s")  # over a previous save: replaced whole
+    assert list(flow.load(tmp_path / "s")) == ["w"]
     with pytest.raises(TypeError, match="state dict keys must be str or int"):
         flow.save({1.5: flow.ones(1)}, tmp_path / "bad")
     with pytest.raises(TypeError, match="'x' is a object"):
