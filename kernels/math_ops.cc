@@ -1,8 +1,7 @@
-// Pointwise math with parameters (scalar_pow, clamp, abs, each with its `<op>_grad`) and the
+// Pointwise math (scalar_pow with attr exponent, abs; each with its `<op>_grad`) and the
 // comparisons (equal, not_equal, less, less_equal, greater, greater_equal: NumPy broadcasting,
 // int8 results of 0/1, no gradient). The backward ops take x and dy: dx = dy * f'(x).
 #include <cmath>
-#include <limits>
 
 #include "kernels/broadcast.h"
 #include "kernels/kernel_util.h"
@@ -11,49 +10,33 @@
 namespace actorflow {
 namespace {
 
-enum class Pointwise { kPow, kClamp, kAbs };
+enum class Pointwise { kPow, kAbs };
 
 // The parameters a pointwise op reads from its attributes once, at kernel creation.
 struct PointwiseParams {
-  double exponent = 1, low = -std::numeric_limits<double>::infinity(), high = std::numeric_limits<double>::infinity();
-  static PointwiseParams Of(const Attrs& attrs) {
-    PointwiseParams p;
-    p.exponent = attrs.GetFloatOr("exponent", 1);
-    p.low = attrs.GetFloatOr("min", p.low);
-    p.high = attrs.GetFloatOr("max", p.high);
-    return p;
-  }
+  double exponent = 1;
+  static PointwiseParams Of(const Attrs& attrs) { return PointwiseParams{attrs.GetFloatOr("exponent", 1)}; }
 };
 
 template <typename T>
 inline T Apply(Pointwise f, const PointwiseParams& p, T x) {
   switch (f) {
     case Pointwise::kPow: return static_cast<T>(std::pow(x, static_cast<T>(p.exponent)));
-    // NaN stays NaN (as NumPy's clip and PyTorch's clamp).
-    case Pointwise::kClamp: return x < static_cast<T>(p.low) ? static_cast<T>(p.low) : x > static_cast<T>(p.high) ? static_cast<T>(p.high) : x;
     default: return std::abs(x);
   }
 }
 
-// f'(x), as PyTorch defines it at the kinks: clamp passes the gradient on [min, max] inclusive,
-// abs has sign(x) (0 at 0).
+// f'(x), as PyTorch defines it: abs has sign(x) (0 at 0 and at NaN).
 template <typename T>
 inline T Derivative(Pointwise f, const PointwiseParams& p, T x) {
   switch (f) {
     case Pointwise::kPow: return p.exponent == 0 ? T(0) : static_cast<T>(p.exponent * std::pow(x, static_cast<T>(p.exponent - 1)));
-    case Pointwise::kClamp: return x >= static_cast<T>(p.low) && x <= static_cast<T>(p.high) ? T(1) : T(0);
     default: return x > T(0) ? T(1) : x < T(0) ? T(-1) : T(0);
   }
 }
 
 Status CheckParams(Pointwise f, const Attrs& attrs, const std::string& type) {
   if (f == Pointwise::kPow && !attrs.Has("exponent")) return InvalidArgument(type + ": missing attribute 'exponent'");
-  if (f == Pointwise::kClamp) {
-    if (!attrs.Has("min") && !attrs.Has("max")) return InvalidArgument(type + ": needs attribute 'min' or 'max' (or both)");
-    PointwiseParams p = PointwiseParams::Of(attrs);
-    if (p.low > p.high)
-      return InvalidArgument(type + ": min " + std::to_string(p.low) + " is greater than max " + std::to_string(p.high));
-  }
   return Status::Ok();
 }
 
@@ -77,7 +60,6 @@ void RegisterPointwise(OpRegistry& registry, const std::string& type, Pointwise 
         T* __restrict y = c.output(0).as<T>();
         switch (f) {  // one loop per op so each vectorizes
           case Pointwise::kPow: for (int64_t i = 0; i < n; ++i) y[i] = Apply(Pointwise::kPow, p, x[i]); break;
-          case Pointwise::kClamp: for (int64_t i = 0; i < n; ++i) y[i] = Apply(Pointwise::kClamp, p, x[i]); break;
           default: for (int64_t i = 0; i < n; ++i) y[i] = Apply(Pointwise::kAbs, p, x[i]); break;
         }
         return Status::Ok();
@@ -113,14 +95,7 @@ void RegisterPointwise(OpRegistry& registry, const std::string& type, Pointwise 
         const T* __restrict x = c.input(0).as<T>();
         const T* __restrict dy = c.input(1).as<T>();
         T* __restrict dx = c.output(0).as<T>();
-        if (f == Pointwise::kClamp) {  // a select, as PyTorch: a NaN or Inf dy outside the range gives 0
-          for (int64_t i = 0; i < n; ++i) {
-            T d = dy[i];
-            dx[i] = Derivative(Pointwise::kClamp, p, x[i]) != T(0) ? d : T(0);
-          }
-        } else {
-          for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * Derivative(f, p, x[i]);
-        }
+        for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * Derivative(f, p, x[i]);
         return Status::Ok();
       });
     });
@@ -219,8 +194,6 @@ void RegisterCompare(OpRegistry& registry, const std::string& type, Compare op, 
 
 void RegisterMathOps(OpRegistry& registry) {
   RegisterPointwise(registry, "scalar_pow", Pointwise::kPow, "out = x ** exponent (attr exponent, a float)");
-  RegisterPointwise(registry, "clamp", Pointwise::kClamp,
-                    "out = x limited to [min, max] (attrs min and/or max; NaN stays NaN)");
   RegisterPointwise(registry, "abs", Pointwise::kAbs, "out = |x| (gradient sign(x), 0 at 0)");
   RegisterCompare(registry, "equal", Compare::kEqual, "==");
   RegisterCompare(registry, "not_equal", Compare::kNotEqual, "!=");

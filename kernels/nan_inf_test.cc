@@ -144,8 +144,7 @@ std::map<std::string, std::function<Case()>> Cases() {
   c["exp_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * y; }); };
   c["log_grad"] = [] { return UnaryGrad([](double x, double dy) { return dy / x; }); };
   c["sqrt_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * 0.5 / y; }); };
-  // math_ops.cc: NaN stays NaN through pow and clamp (np.clip); the gradients follow PyTorch
-  // (at a NaN x, clamp's and abs's masks compare false).
+  // math_ops.cc: NaN stays NaN through pow; the gradients follow PyTorch (abs's sign is 0 at NaN).
   auto with = [](Case k, Attrs attrs) {
     k.attrs = std::move(attrs);
     return k;
@@ -154,14 +153,8 @@ std::map<std::string, std::function<Case()>> Cases() {
   c["scalar_pow_grad"] = [with] {
     return with(UnaryGrad([](double x, double dy) { return dy * 3 * x * x; }), Attrs{{"exponent", 3.0}});
   };
-  c["clamp"] = [with] {
-    return with(Unary([](double x) { return x < -1 ? -1.0 : x > 1 ? 1.0 : x; }), Attrs{{"min", -1.0}, {"max", 1.0}});
-  };
-  c["clamp_grad"] = [with] {
-    return with(UnaryGrad([](double x, double dy) { return x >= -1 && x <= 1 ? dy : 0.0; }), Attrs{{"min", -1.0}, {"max", 1.0}});
-  };
   c["abs"] = [] { return Unary([](double x) { return std::abs(x); }); };
-  // abs_grad multiplies (dy * sign(x), as PyTorch: Inf or NaN dy at 0 gives NaN); clamp_grad selects.
+  // abs_grad multiplies (dy * sign(x), as PyTorch: Inf or NaN dy at 0 gives NaN).
   c["abs_grad"] = [] { return UnaryGrad([](double x, double dy) { return dy * (x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0); }); };
   // Comparisons: NaN compares unequal to everything (IEEE, as NumPy).
   c["equal"] = [] { return Binary([](double a, double b) { return a == b ? 1.0 : 0.0; }); };

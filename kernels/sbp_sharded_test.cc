@@ -75,8 +75,6 @@ std::map<std::string, std::vector<Instance>> Instances() {
   for (const char* type : {"log_grad", "sqrt_grad"}) c[type] = {{{Positive(m), Random(m)}, {}}};
   c["scalar_pow"] = {{{Positive(m)}, {{"exponent", 1.5}}}, {{Random({7, 3, 5})}, {{"exponent", 2.0}}}};
   c["scalar_pow_grad"] = {{{Positive(m), Random(m)}, {{"exponent", 1.5}}}};
-  c["clamp"] = {{{Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random({7, 3, 5})}, {{"min", 0.0}}}};
-  c["clamp_grad"] = {{{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}}}};
   c["abs"] = {{{Random(m)}, {}}};
   c["abs_grad"] = {{{Random(m), Random(m)}, {}}};
   for (const char* type : {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})

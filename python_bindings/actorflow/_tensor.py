@@ -77,7 +77,7 @@ def _result_dtype(a, b):
     return a if _RANK[a] >= _RANK[b] else b
 
 
-def _as_tensor_like(value, like_dtype):
+def _as_tensor_like(value, like_dtype, op_type="a tensor op"):
     """A Python number or array as a Tensor for a binary op with a tensor of like_dtype."""
     if isinstance(value, Tensor):
         return value
@@ -88,7 +88,8 @@ def _as_tensor_like(value, like_dtype):
         return _wrap(_C.EagerTensor.full((), dtype, float(value)))
     if isinstance(value, (np.ndarray, list, tuple)):
         return _creation.tensor(value)
-    raise TypeError("unsupported operand of type %s (at %s)" % (type(value).__name__, _trace_ctx.user_location()))
+    raise TypeError("%s: unsupported operand of type %s; expected a Tensor, a number or an array (at %s)" % (
+        op_type, type(value).__name__, _trace_ctx.user_location()))
 
 
 def _tracing(other):
@@ -100,8 +101,8 @@ def _tracing(other):
 
 def _binary(op_type, a, b):
     """a op b with NumPy broadcasting and type promotion (ints before floats, then width)."""
-    a = _as_tensor_like(a, b.dtype.name if isinstance(b, Tensor) else "float32")
-    b = _as_tensor_like(b, a.dtype.name)
+    a = _as_tensor_like(a, b.dtype.name if isinstance(b, Tensor) else "float32", op_type)
+    b = _as_tensor_like(b, a.dtype.name, op_type)
     da, db = a._impl.dtype, b._impl.dtype
     if da != db:
         target = _result_dtype(da, db)

@@ -46,7 +46,14 @@ CASES = [
     ("cat_stack", lambda a, b: torch_or_flow(a).cat([a, b], dim=1) + torch_or_flow(a).stack([a, b], dim=0).sum(0).repeat_cols(),
      [(2, 3), (2, 3)], False),
     ("expand", lambda a: a.expand(3, 4) * 2, [(1, 4)], False),
+    ("cast_clone", lambda a: a.float().double().clone() * a, [(4,)], False),
+    ("sub_div_methods", lambda a, b: a.sub(b, alpha=2).div(b).mul(a).add(b), [(3,), (3,)], True),
+    ("maximum_minimum", lambda a, b: _ns(a).maximum(a, b) * 2 + _ns(a).minimum(a, b), [(5,), (5,)], False),
 ]
+
+
+def _ns(x):
+    return torch if isinstance(x, torch.Tensor) else flow
 
 
 def torch_or_flow(x):
@@ -274,6 +281,19 @@ def test_dropout_draws_new_masks_and_follows_manual_seed():
     out = flow._tensor.run_op("dropout", [xg], {"rate": 0.5}, num_outputs=2)[0]
     out.sum().backward()
     np.testing.assert_array_equal(xg.grad.numpy(), out.detach().numpy())
+
+
+def test_config_num_threads_sets_the_eager_kernels_threads():
+    previous = flow.get_num_threads()
+    try:
+        flow.config.num_threads(1)
+        assert flow.get_num_threads() == 1
+        close = np.testing.assert_allclose
+        a = np.random.RandomState(3).randn(300, 200).astype(np.float32)
+        close((flow.tensor(a) @ flow.tensor(a.T)).numpy(), a @ a.T, rtol=1e-4, atol=1e-3)
+    finally:
+        flow.config.num_threads(0)
+        flow.set_num_threads(previous)
 
 
 def test_saved_tensor_modified_in_place_is_a_clear_error():

@@ -212,6 +212,8 @@ def test_errors_name_op_expected_and_line_and_the_next_call_works():
         a.sum(dim=3)
     with pytest.raises(TypeError, match="mean"):
         flow.tensor([1, 2]).mean()
+    with pytest.raises(TypeError, match="add: unsupported operand of type str"):
+        a + "x"
     close(a + a, np.full((2, 3), 2.0))  # the next call works
 
 
