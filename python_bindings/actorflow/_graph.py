@@ -266,6 +266,7 @@ class Graph:
         object.__setattr__(self, "config", GraphConfig())
         object.__setattr__(self, "_call_lock", threading.Lock())
         object.__setattr__(self, "_batch_counters", [])
+        object.__setattr__(self, "_momentum_rate", None)  # the rate the momentum buffers are scaled by
 
     def __setattr__(self, name, value):
         if "_modules" not in self.__dict__:
@@ -281,6 +282,9 @@ class Graph:
 
     # ---- configuration --------------------------------------------------------------------------
     def add_optimizer(self, optimizer, *, lr_sch=None):
+        """Makes this a train graph: build must call loss.backward(). Each call feeds the
+        optimizer's current lr, then steps lr_sch (a flow.optim.lr_scheduler of `optimizer`),
+        as OneFlow's graphs do; without one, the caller may change the lr between calls."""
         if self._compiled is not None:
             raise RuntimeError("graph '%s': add_optimizer after the first call" % self._name)
         from .optim import Optimizer
@@ -289,6 +293,8 @@ class Graph:
         if self._optimizers:
             raise ValueError("graph '%s': one optimizer per graph (this one has %s)" % (
                 self._name, type(self._optimizers[0][0]).__name__))
+        if lr_sch is not None and getattr(lr_sch, "optimizer", None) is not optimizer:
+            raise ValueError("add_optimizer: lr_sch must be a scheduler of this optimizer")
         self._optimizers.append((optimizer, lr_sch))
         self.config.training = True
 
@@ -370,6 +376,22 @@ class Graph:
         object.__setattr__(self, "_batch_counters", counters)
         object.__setattr__(self, "_compiled", compiled)
 
+    def _rescale_momentum(self, rate):
+        """The job's momentum buffer holds -lr * PyTorch's buffer (momentum_update: m = beta * m
+        - lr * g, w += m). When the rate changes, the buffers are rescaled by new / old, so the
+        steps follow PyTorch's recurrence (buf = beta * buf + g, w -= lr * buf) under any
+        schedule, as the eager SGD does. A rate of 0 keeps the previous scale."""
+        previous = self._momentum_rate
+        if rate == 0.0 or previous is None or previous == rate:
+            if rate != 0.0:
+                object.__setattr__(self, "_momentum_rate", rate)
+            return
+        session = _C.default_session()
+        for name in self._optimizer_state_variables():
+            if name.endswith("-momentum"):
+                session.set_variable(name, session.get_variable(name) * np.float32(rate / previous))
+        object.__setattr__(self, "_momentum_rate", rate)
+
     def _install_module_logging(self, ctx):
         """Forward hooks recording each module's lazy inputs and outputs (print after the first
         call) and logging them at debug level 1."""
@@ -414,9 +436,14 @@ class Graph:
                                  "got %s" % (self._name, i, shape, _dtype_text(dtype), got))
             feeds.append(np.array(arg.numpy(), order="C"))  # keeps 0-d inputs 0-d
         if self._optimizers:
-            feeds.append(np.array([_learning_rate(self._optimizers[0][0], self._step)], np.float32))
+            rate = _learning_rate(self._optimizers[0][0], self._step)
+            self._rescale_momentum(rate)
+            feeds.append(np.array([rate], np.float32))
         arrays = self._compiled.run(feeds)
         object.__setattr__(self, "_step", self._step + 1)
+        scheduler = self._optimizers[0][1] if self._optimizers else None
+        if scheduler is not None:  # as OneFlow: a scheduler given to add_optimizer steps with each call
+            scheduler.step()
         if self._batch_counters:
             from . import no_grad
             with no_grad():
@@ -459,6 +486,8 @@ class Graph:
             session = _C.default_session()
             state["_optimizer_state"] = collections.OrderedDict(
                 (name, from_numpy(session.get_variable(name))) for name in states)
+            if self._momentum_rate is not None:
+                state["_momentum_rate"] = self._momentum_rate  # the scale the momentum buffers hold
         state["_train_step"] = self._step
         return state
 
@@ -499,6 +528,7 @@ class Graph:
                         raise KeyError("graph '%s' has no optimizer state %r" % (self._name, name))
                     continue
                 session.set_variable(name, np.array(np.asarray(value), order="C"))
+            object.__setattr__(self, "_momentum_rate", state_dict.get("_momentum_rate"))
         if "_train_step" in state_dict:
             object.__setattr__(self, "_step", int(state_dict["_train_step"]))
 

@@ -137,6 +137,37 @@ def test_graph_training_gives_the_eager_losses(make_optimizer):
     assert int(graph_model[1].num_batches_tracked.item()) == 20
 
 
+def test_scheduler_given_to_add_optimizer_steps_with_each_call():
+    flow.manual_seed(7)
+    eager_model, graph_model = twin(lambda: nn.Linear(4, 3))
+    eager_opt = flow.optim.SGD(eager_model.parameters(), lr=0.5, momentum=0.5)
+    graph_opt = flow.optim.SGD(graph_model.parameters(), lr=0.5, momentum=0.5)
+    eager_sch = flow.optim.lr_scheduler.StepLR(eager_opt, step_size=2, gamma=0.3)
+    graph_sch = flow.optim.lr_scheduler.StepLR(graph_opt, step_size=2, gamma=0.3)
+
+    class Scheduled(TrainGraph):
+        def __init__(self):
+            nn.Graph.__init__(self)
+            self.model = graph_model
+            self.loss_fn = nn.MSELoss()
+            self.add_optimizer(graph_opt, lr_sch=graph_sch)
+    graph = Scheduled()
+    rng = np.random.default_rng(1)
+    for step in range(7):
+        x = flow.tensor(rng.standard_normal((5, 4)).astype(np.float32))
+        y = flow.tensor(rng.standard_normal((5, 3)).astype(np.float32))
+        loss = nn.MSELoss()(eager_model(x), y)
+        eager_opt.zero_grad()
+        loss.backward()
+        eager_opt.step()
+        eager_sch.step()
+        np.testing.assert_allclose(float(graph(x, y).numpy().reshape(())), loss.item(), rtol=1e-5,
+                                   err_msg="step %d" % step)
+    assert graph_opt.param_groups[0]["lr"] == pytest.approx(eager_opt.param_groups[0]["lr"])
+    with pytest.raises(ValueError, match="lr_sch must be a scheduler of this optimizer"):
+        Wrap(graph_model).add_optimizer(graph_opt, lr_sch=eager_sch)
+
+
 def test_parameters_are_shared_both_ways():
     flow.manual_seed(3)
     model = nn.Linear(3, 2)
