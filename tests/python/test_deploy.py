@@ -76,6 +76,8 @@ def test_runner_gives_the_jobs_outputs(tmp_path):
     assert y.dtype == np.float32 and y.shape == (4, 5)
     # The same kernels on the same inputs; only the intra-op thread split may differ.
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(flow.checkpoint.CheckpointError, match="this is a saved model"):
+        flow.load(tmp_path / "model")
     # Saving again over the previous model directory replaces it (it holds only its own files).
     flow.save(classify, tmp_path / "model")
     result = run_model(tmp_path / "model", [tmp_path / "images.npy", tmp_path / "offset.npy"], [tmp_path / "y.npy"])
