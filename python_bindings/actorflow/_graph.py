@@ -204,17 +204,17 @@ class GraphTraceContext(_trace_ctx.TraceContext):
         self.variables = []  # (variable name, tensor, trainable) in the order the trace met them
         self.losses = []
         self.constants = 0
+        self.tensor_names = graph._tensor_names()  # once per trace: id(tensor) -> (kind, name)
 
     def lift_tensor(self, tensor):
         known = self.lifted.get(id(tensor))
         if known is not None:
             return known[1]
-        names = self.graph._tensor_names()
-        qualified = names.get(id(tensor))
+        qualified = self.tensor_names.get(id(tensor))
         if qualified is None:  # a tensor the build made or captured: a constant of the job
-            qualified = "_%s.constant_%d" % (self.job_name, self.constants)
+            qualified = ("BUFFER", "constant_%d" % self.constants)
             self.constants += 1
-        kind, name = qualified if isinstance(qualified, tuple) else ("BUFFER", qualified)
+        kind, name = qualified
         trainable = kind == "PARAMETER" and bool(getattr(tensor, "requires_grad", False))
         # One variable per storage: graphs sharing a module share its variables (and are
         # ordered by them). Named after this graph ("GraphName_0.model.fc.weight"); another
@@ -234,7 +234,7 @@ class GraphTraceContext(_trace_ctx.TraceContext):
         self.lifted[id(tensor)] = (tensor, blob)
         self.variables.append((variable, tensor, trainable))
         self.graph._debug_print(2, "(VARIABLE:%s) %s over %s, trainable=%s, device cpu, SBP broadcast" % (
-            variable, _lazy_text(tensor.shape, tensor.dtype), qualified, trainable), location)
+            variable, _lazy_text(tensor.shape, tensor.dtype), name, trainable), location)
         return blob
 
     def add_loss(self, blob, gradient):

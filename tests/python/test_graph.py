@@ -201,6 +201,21 @@ def test_graphs_over_different_modules_of_the_same_structure_are_independent():
     assert "%s.model.weight" % again._name not in names
 
 
+def test_tensors_made_in_build_become_constants_of_the_job():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.fc(x) * flow.tensor([2.0, 3.0])
+    model = Scaled()
+    graph = Wrap(model)
+    x = flow.randn(4, 3)
+    np.testing.assert_allclose(graph(x).numpy(), model(x).numpy(), rtol=1e-6)
+    assert "%s.constant_0" % graph._name in flow._C.default_session().variable_names()
+
+
 def test_debug_levels_log_while_building(capsys):
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
     quiet = Wrap(model)
