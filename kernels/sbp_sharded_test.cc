@@ -68,7 +68,7 @@ std::map<std::string, std::vector<Instance>> Instances() {
     c[type] = {{{Random(m)}, {}}, {{Random({7, 3, 5})}, {}}};
   c["relu"].push_back({{Random(m, DType::kFloat32)}, {}});
   c["clamp"] = {{{Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random({7, 3, 5})}, {{"max", 0.1}}}};
-  c["clamp_grad"] = {{{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}, {"inclusive", false}}}};
+  c["clamp_grad"] = {{{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}, {"inclusive", false}}}};
   for (const char* type : {"log", "sqrt"}) c[type] = {{{Positive(m)}, {}}};
   for (const char* type : {"relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "exp_grad", "square_grad"})
     c[type] = {{{Random(m), Random(m)}, {}}};

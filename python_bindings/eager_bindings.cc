@@ -1,7 +1,8 @@
 // actorflow._C's eager part: EagerTensor (data + autograd record), EagerOp (an op type with
 // fixed attributes, prepared once, run at once) and grad mode. The Python Tensor
 // (actorflow/_tensor.py) wraps an EagerTensor; every eager op goes through EagerOp.run.
-// Small ops keep the GIL (releasing and taking it back costs more than they do).
+// Small ops keep the GIL (releasing and taking it back costs more than they do); large ones and
+// backward release it.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -42,6 +43,23 @@ py::object Item(const EagerTensor& t) {
     case DType::kUInt8: return py::int_(*static_cast<const uint8_t*>(t.data()));
     default: throw py::value_error("item(): invalid dtype");
   }
+}
+
+// Ops reading at least this many input elements run without the GIL (a DataLoader's prefetching
+// thread keeps working meanwhile); smaller ones keep it: releasing costs more than they do.
+constexpr int64_t kReleaseGilElements = 32768;
+
+std::vector<EagerTensorPtr> RunOp(const EagerOp& op, const std::vector<EagerTensorPtr>& inputs) {
+  int64_t elements = 0;
+  for (const EagerTensorPtr& t : inputs)
+    if (t) elements += t->desc().num_elements();
+  if (elements < kReleaseGilElements) return Unwrap(op.Run(inputs));
+  StatusOr<std::vector<EagerTensorPtr>> out = Status(StatusCode::kInternal, "not run");
+  {
+    py::gil_scoped_release release;
+    out = op.Run(inputs);
+  }
+  return Unwrap(std::move(out));
 }
 
 py::tuple ShapeTuple(const Shape& shape) {
@@ -110,7 +128,12 @@ void BindEager(py::module_& m) {
       .def(
           "backward",
           [](const std::shared_ptr<EagerTensor>& t, std::shared_ptr<EagerTensor> gradient, bool retain_graph) {
-            Check(Backward(t, gradient, retain_graph));
+            Status status;
+            {
+              py::gil_scoped_release release;  // runs only C++ gradient ops; other Python threads go on
+              status = Backward(t, gradient, retain_graph);
+            }
+            Check(status);
           },
           py::arg("gradient") = nullptr, py::arg("retain_graph") = false);
 
@@ -120,20 +143,19 @@ void BindEager(py::module_& m) {
            }),
            py::arg("type"), py::arg("attrs") = py::dict())
       .def_property_readonly("type", &EagerOp::type)
-      .def("run", [](const EagerOp& op, const std::vector<EagerTensorPtr>& inputs) { return Unwrap(op.Run(inputs)); })
+      .def("run", [](const EagerOp& op, const std::vector<EagerTensorPtr>& inputs) { return RunOp(op, inputs); })
       .def("run1",
            [](const EagerOp& op, const std::vector<EagerTensorPtr>& inputs) {
-             std::vector<EagerTensorPtr> out = Unwrap(op.Run(inputs));
-             if (out.empty()) return EagerTensorPtr();
-             return out[0];
+             std::vector<EagerTensorPtr> out = RunOp(op, inputs);
+             return out.empty() ? EagerTensorPtr() : out[0];
            })
       .def("run_unary",
            [](const EagerOp& op, const EagerTensorPtr& x) {
-             std::vector<EagerTensorPtr> out = Unwrap(op.Run({x}));
+             std::vector<EagerTensorPtr> out = RunOp(op, {x});
              return out.empty() ? EagerTensorPtr() : out[0];
            })
       .def("run_binary", [](const EagerOp& op, const EagerTensorPtr& x, const EagerTensorPtr& y) {
-        std::vector<EagerTensorPtr> out = Unwrap(op.Run({x, y}));
+        std::vector<EagerTensorPtr> out = RunOp(op, {x, y});
         return out.empty() ? EagerTensorPtr() : out[0];
       });
 

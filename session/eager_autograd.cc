@@ -18,9 +18,13 @@ class EagerGradBuilder : public GradBuilder {
  public:
   EagerGradBuilder(const GradNode& node, const std::vector<EagerTensorPtr>& output_grads)
       : node_(node), input_grads_(node.inputs.size()) {
-    for (size_t i = 0; i < node.inputs.size(); ++i) tensors_["in" + std::to_string(i)] = node.inputs[i];
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      tensors_["in" + std::to_string(i)] = node.inputs[i];
+      saved_["in" + std::to_string(i)] = {node.input_versions[i], "input " + std::to_string(i)};
+    }
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       tensors_["out" + std::to_string(k)] = node.outputs[k];
+      saved_["out" + std::to_string(k)] = {node.output_versions[k], "output " + std::to_string(k)};
       if (output_grads[k]) tensors_["dout" + std::to_string(k)] = output_grads[k];
     }
   }
@@ -45,6 +49,7 @@ class EagerGradBuilder : public GradBuilder {
       auto it = tensors_.find(name);
       if (it == tensors_.end())
         return Internal("gradient of '" + node_.type() + "': its rule referenced unknown tensor '" + name + "'");
+      AF_RETURN_IF_ERROR(CheckVersion(name, *it->second));
       in.push_back(it->second);
     }
     AF_ASSIGN_OR_RETURN(std::vector<EagerTensorPtr> out, RunEagerOp(type, attrs, in, /*record_history=*/false));
@@ -58,6 +63,17 @@ class EagerGradBuilder : public GradBuilder {
   }
   void SetInputGrad(int i, const std::string& ref) override { input_grads_[i] = ref; }
 
+  // A saved tensor the rule reads must hold what the op saw: refused when written in place
+  // since (only tensors the rule actually reads are checked, as PyTorch checks what it saved).
+  Status CheckVersion(const std::string& name, const EagerTensor& tensor) const {
+    auto saved = saved_.find(name);
+    if (saved == saved_.end() || tensor.version() == saved->second.version) return Status::Ok();
+    return FailedPrecondition("backward of op '" + node_.type() + "': its " + saved->second.what + " (" +
+                              tensor.desc().ToString() + "), needed for the gradient, was modified in place after "
+                              "the op ran (version " + std::to_string(tensor.version()) + ", saved at version " +
+                              std::to_string(saved->second.version) + "); compute the op again after the in-place write");
+  }
+
   // The input gradients the rule set (null where none), moving them out of the table.
   StatusOr<std::vector<EagerTensorPtr>> TakeInputGrads() {
     std::vector<EagerTensorPtr> grads(input_grads_.size());
@@ -65,6 +81,7 @@ class EagerGradBuilder : public GradBuilder {
       if (input_grads_[i].empty() || !node_.edges[i].valid()) continue;
       auto it = tensors_.find(input_grads_[i]);
       if (it == tensors_.end()) return Internal("gradient of '" + node_.type() + "': unknown tensor '" + input_grads_[i] + "'");
+      AF_RETURN_IF_ERROR(CheckVersion(input_grads_[i], *it->second));
       if (it->second->desc() != node_.input_descs[i])
         return Internal("gradient of '" + node_.type() + "' for input " + std::to_string(i) + " is " +
                         it->second->desc().ToString() + ", expected " + node_.input_descs[i].ToString());
@@ -77,6 +94,11 @@ class EagerGradBuilder : public GradBuilder {
  private:
   const GradNode& node_;
   std::unordered_map<std::string, EagerTensorPtr> tensors_;
+  struct Saved {
+    int64_t version;
+    std::string what;
+  };
+  std::unordered_map<std::string, Saved> saved_;  // in<i>, out<k>: versions when recorded
   std::vector<std::string> input_grads_;
   int counter_ = 0;
 };
@@ -100,20 +122,6 @@ Status AccumulateInto(EagerTensor& tensor, EagerTensorPtr g) {
   if (!tensor.grad()) return tensor.SetGrad(Owned(g));
   AF_ASSIGN_OR_RETURN(EagerTensorPtr sum, Sum(tensor.grad(), g));
   return tensor.SetGrad(std::move(sum));
-}
-
-Status CheckSavedVersions(const GradNode& n) {
-  auto check = [&](const std::vector<EagerTensorPtr>& saved, const std::vector<int64_t>& versions, const char* what) {
-    for (size_t i = 0; i < saved.size(); ++i)
-      if (saved[i]->version() != versions[i])
-        return FailedPrecondition("backward of op '" + n.type() + "': its " + what + " " + std::to_string(i) + " (" +
-                                  saved[i]->desc().ToString() + ") was modified in place after the op ran (version " +
-                                  std::to_string(saved[i]->version()) + ", saved at version " +
-                                  std::to_string(versions[i]) + "); compute the op again after the in-place write");
-    return Status::Ok();
-  };
-  AF_RETURN_IF_ERROR(check(n.inputs, n.input_versions, "input"));
-  return check(n.outputs, n.output_versions, "output");
 }
 
 struct LaterFirst {
@@ -212,7 +220,6 @@ Status Backward(const EagerTensorPtr& root, const EagerTensorPtr& gradient, bool
     }
     bool any = false;
     for (const EagerTensorPtr& g : output_grads) any |= g != nullptr;
-    if (any) AF_RETURN_IF_ERROR(CheckSavedVersions(*n));
     if (any) {
       std::vector<EagerTensorPtr> input_grads;
       {

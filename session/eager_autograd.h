@@ -9,7 +9,9 @@
 // holds. Without retain_graph the saved tensors are freed after the pass, and a second
 // backward through the same nodes is a FailedPrecondition saying so. Saved tensors share
 // storage with the tensors they came from; a node records their versions, and backward refuses
-// (FailedPrecondition naming the op) a node whose saved tensor was written in place since.
+// (FailedPrecondition naming the op) to let a gradient rule read a saved tensor written in
+// place since (tensors the rule does not read may change: add's inputs, batch norm's moving
+// statistics).
 //
 // Thread-safety: recording is per op call; one backward at a time may walk a given graph (two
 // threads backpropagating through shared nodes must be ordered by the caller, as in PyTorch).

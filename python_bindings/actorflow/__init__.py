@@ -35,7 +35,12 @@ for _name, _fn in _creation.functions.items():
         globals()[_name] = _fn
 from . import nn  # noqa: E402  (a package: the job-function flow.nn.* names and the eager Module API)
 from . import optim, utils, vision  # noqa: E402,F401
-is_tensor = _tensor.Tensor.__instancecheck__
+
+
+def is_tensor(obj):
+    """Whether obj is an eager flow.Tensor (a Parameter included)."""
+    return isinstance(obj, Tensor)
+
 
 random = _types.SimpleNamespace(seed=initializers.seed)
 train = _types.SimpleNamespace(CheckPoint=checkpoint.CheckPoint)

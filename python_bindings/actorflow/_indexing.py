@@ -18,6 +18,8 @@ def getitem(x, index):
     """Basic indexing: ints, slices (positive steps), None and Ellipsis."""
     if not isinstance(index, tuple):
         index = (index,)
+    # a one-element integer tensor indexes like the int it holds (PyTorch)
+    index = tuple(int(i) if isinstance(i, Tensor) and i.ndim == 0 and not i.is_floating_point() else i for i in index)
     for i in index:
         if not (i is None or i is Ellipsis or isinstance(i, (slice, int, np.integer)) and not isinstance(i, bool)):
             raise NotImplementedError(

@@ -1,7 +1,7 @@
 """Thin op wrappers with OneFlow's names and arguments: each adds one registered op."""
 import types
 
-from ._trace_ctx import BlobDef, add_op, integer, is_tensor, number
+from ._trace_ctx import BlobDef, add_op, get_current, integer, is_tensor, number
 
 
 def _binary(op_type, scalar_form, x, y, name):
@@ -23,7 +23,7 @@ def _scalar_left(op_type, s, y, name):
         neg = add_op("scalar_mul", [y], {"scalar": -1.0}, name)
         return add_op("scalar_add", [neg], {"scalar": s}, name)
     # s / y = s * y^-1 via div against a broadcast constant
-    if not isinstance(y, BlobDef):  # eager: y / s's reciprocal has no scalar op; a (1,) tensor
+    if get_current() is None and not isinstance(y, BlobDef):  # eager: a (1,) tensor holding s
         from ._creation import full
         return add_op("div", [full([1], s, dtype=y.dtype), y], name=name)
     c = add_op("constant", [], {"shape": [1], "value": s, "dtype": y.dtype.name}, name)

@@ -147,6 +147,7 @@ def test_indexing_and_slicing():
                   (slice(5, 10),), (1, slice(3, 1))]:
         close(t[index], a[index])
         assert t[index].shape == a[index].shape, index
+    close(t[flow.tensor(1)], a[1])  # a 0-d integer tensor indexes like an int
     with pytest.raises(IndexError, match="out of bounds"):
         t[3]
     with pytest.raises(IndexError, match="too many indices"):

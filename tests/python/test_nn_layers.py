@@ -112,6 +112,15 @@ def test_activations_and_shapes(name, args):
     run_both(f, t, x)
 
 
+def test_relu6_and_clamp_gradients_at_the_bounds():
+    x = np.array([-1.0, 0.0, 3.0, 6.0, 7.0], np.float32)
+    run_both(nn.ReLU6(), torch.nn.ReLU6(), x)  # 0 at x == 0 and x == 6, as PyTorch's hardtanh
+    xf, xt = flow.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    F.clamp(xf, 0.0, 6.0).sum().backward()
+    torch.clamp(xt, 0.0, 6.0).sum().backward()
+    np.testing.assert_array_equal(xf.grad.numpy(), xt.grad.numpy())  # torch.clamp: 1 at the bounds
+
+
 @pytest.mark.parametrize("make", [
     lambda m: m.MaxPool2d(2), lambda m: m.MaxPool2d(3, stride=2, padding=1), lambda m: m.AvgPool2d(2),
     lambda m: m.AvgPool2d(3, stride=2, padding=1), lambda m: m.AvgPool2d(3, 1, 1, count_include_pad=False),

@@ -148,6 +148,15 @@ def test_modes_zero_grad_apply_hooks_and_to():
     assert f.to("cpu") is f
     with pytest.raises(ValueError, match="device"):
         f.to("cuda")
+    weight = f.head.fc.weight
+    assert f.to(flow.float64) is f and f.head.fc.weight is weight  # cast in place, same Parameter
+    assert weight.dtype == flow.float64 and weight.requires_grad and f.features[0].bn.running_mean.dtype == flow.float64
+    assert f.features[0].bn.num_batches_tracked.dtype == flow.int64  # integer buffers are left alone
+    f(flow.tensor(np.ones((2, 3, 4, 4)))).sum().backward()
+    assert weight.grad.dtype == flow.float64
+    f.float()
+    with pytest.raises(TypeError, match="floating point"):
+        f.to(flow.int32)
     f.requires_grad_(False)
     assert not any(p.requires_grad for p in f.parameters())
 

@@ -129,7 +129,8 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):  # noqa: A002
 
 
 def clamp(input, min=None, max=None):  # noqa: A002
-    """min(max(x, min), max); either bound may be None. Gradient as torch.clamp (1 at the bounds)."""
+    """min(max(x, min), max); either bound may be None. Gradient as torch.clamp (1 at the bounds),
+    where hardtanh/relu6 have 0 (the same op with inclusive=False)."""
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
     attrs = {}

@@ -309,8 +309,9 @@ class Module:
         return self
 
     def to(self, *args, **kwargs):
-        """to(device) / to(dtype) / to(device, dtype): moves or casts every parameter and
-        buffer in place (floating ones only for a dtype, as PyTorch) and returns self."""
+        """to(device) / to(dtype) / to(device, dtype): casts every floating parameter and buffer
+        in place (the tensor objects stay, their data changes; gradients are dropped) and returns
+        self. Only the CPU device exists for eager tensors."""
         from ... import _dtypes
         device, dtype = None, None
         for value in list(args) + list(kwargs.values()):
@@ -334,10 +335,10 @@ class Module:
                     for table in (module._parameters, module._buffers):
                         for key, value in table.items():
                             if value is not None and value.dtype.name.startswith("float") and value.dtype != dtype:
-                                converted = value.to(dtype)
-                                if key in module._parameters:
-                                    converted = type(value)(converted, requires_grad=value.requires_grad)
-                                table[key] = converted
+                                # in place (the same Parameter object), so optimizers built
+                                # before the cast keep updating the module's parameters
+                                value.data = value.to(dtype)
+                                value.grad = None
         return self
 
     def float(self):
