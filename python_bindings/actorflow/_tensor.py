@@ -347,39 +347,40 @@ class Tensor:
             raise located(e) from None
 
     # In place ----------------------------------------------------------------------------
+    # Without autograd in play the result is written into this tensor's storage (its views see
+    # it; its version is bumped). With grad mode on and this tensor or an operand requiring grad
+    # (`out += identity` in a residual block, `acc += w * 2`), the write is recorded: this Python
+    # tensor is rebound to the out-of-place result, history included, and other views of its old
+    # storage do not see the write. A leaf that requires grad is refused outside flow.no_grad().
+
+    def _check_leaf(self, what):
+        if _C.is_grad_enabled() and self._impl.requires_grad and self._impl.is_leaf:
+            raise RuntimeError("%s: a leaf tensor that requires grad cannot be modified in place outside "
+                               "flow.no_grad() (at %s)" % (what, _trace_ctx.user_location()))
+
     def _check_inplace(self, what):
+        self._check_leaf(what)
         if _C.is_grad_enabled() and self._impl.requires_grad:
-            if self._impl.is_leaf:
-                raise RuntimeError("%s: a leaf tensor that requires grad cannot be modified in place outside "
-                                   "flow.no_grad() (at %s)" % (what, _trace_ctx.user_location()))
-            raise RuntimeError("%s: in-place ops on a tensor that is part of an autograd graph are not supported; "
-                               "use the out-of-place op (at %s)" % (what, _trace_ctx.user_location()))
+            raise RuntimeError("%s on a tensor that is part of an autograd graph is not supported; use the "
+                               "out-of-place form (at %s)" % (what, _trace_ctx.user_location()))
 
-    def zero_(self):
-        self._check_inplace("zero_")
-        self._impl.fill_(0.0)
-        return self
-
-    def fill_(self, value):
-        self._check_inplace("fill_")
-        self._impl.fill_(float(value))
-        return self
-
-    def copy_(self, src):
-        self._check_inplace("copy_")
-        if not isinstance(src, Tensor):
-            src = _creation.tensor(src, dtype=self.dtype)
-        if src.dtype != self.dtype:
-            src = src.to(self.dtype)
-        if src.shape != self.shape:
-            src = src.expand(*self.shape) if src.numel() != self.numel() else src.reshape(self.shape)
-        try:
-            self._impl.copy_(src._impl)
-        except ValueError as e:
-            raise located(e) from None
-        return self
-
-    def _inplace(self, what, result):
+    def _inplace(self, what, compute, operand=None):
+        """Runs compute() (the out-of-place result) and makes it this tensor's value."""
+        self._check_leaf(what)
+        recorded = _C.is_grad_enabled() and (
+            self._impl.requires_grad or (isinstance(operand, Tensor) and operand._impl.requires_grad))
+        if recorded:
+            result = compute()
+            if result.dtype != self.dtype:
+                result = result.to(self.dtype)
+            if result.shape != self.shape:
+                raise RuntimeError("%s: the result has shape %s, this tensor %s (an in-place op cannot change the "
+                                   "shape) (at %s)" % (what, tuple(result.shape), tuple(self.shape),
+                                                       _trace_ctx.user_location()))
+            self._impl = result._impl
+            return self
+        with _eager.no_grad():
+            result = compute()
         if result.dtype != self.dtype:
             result = result.to(self.dtype)
         try:
@@ -388,30 +389,44 @@ class Tensor:
             raise located(e) from None
         return self
 
+    def zero_(self):
+        return self.fill_(0.0)
+
+    def fill_(self, value):
+        if not (_C.is_grad_enabled() and self._impl.requires_grad):
+            self._check_leaf("fill_")
+            self._impl.fill_(float(value))
+            return self
+        return self._inplace("fill_", lambda: self * 0.0 + float(value))
+
+    def copy_(self, src):
+        if not isinstance(src, Tensor):
+            src = _creation.tensor(src, dtype=self.dtype)
+
+        def compute():
+            value = src.to(self.dtype)
+            if value.shape != self.shape:
+                value = value.expand(*self.shape) if value.numel() != self.numel() else value.reshape(self.shape)
+            return value * 1.0 if value is src else value  # a new tensor, never src itself
+        return self._inplace("copy_", compute, src)
+
     def add_(self, other, alpha=1):
-        self._check_inplace("add_")
-        with _eager.no_grad():
-            return self._inplace("add_", self + (other * alpha if alpha != 1 else other))
+        return self._inplace("add_", lambda: self + (other * alpha if alpha != 1 else other), other)
 
     def sub_(self, other, alpha=1):
-        self._check_inplace("sub_")
-        with _eager.no_grad():
-            return self._inplace("sub_", self - (other * alpha if alpha != 1 else other))
+        return self._inplace("sub_", lambda: self - (other * alpha if alpha != 1 else other), other)
 
     def mul_(self, other):
-        self._check_inplace("mul_")
-        with _eager.no_grad():
-            return self._inplace("mul_", self * other)
+        return self._inplace("mul_", lambda: self * other, other)
 
     def div_(self, other):
-        self._check_inplace("div_")
-        with _eager.no_grad():
-            return self._inplace("div_", self / other)
+        return self._inplace("div_", lambda: self / other, other)
 
     def clamp_(self, min=None, max=None):  # noqa: A002
-        self._check_inplace("clamp_")
-        with _eager.no_grad():
-            return self._inplace("clamp_", self.clamp(min, max))
+        return self._inplace("clamp_", lambda: self.clamp(min, max))
+
+    def relu_(self):
+        return self._inplace("relu_", lambda: self.relu())
 
     # Type and device ---------------------------------------------------------------------
     def to(self, *args, **kwargs):

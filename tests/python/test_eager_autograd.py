@@ -404,3 +404,36 @@ def test_two_batch_norm_forwards_then_one_backward():
     (outs[0] * outs[0] + outs[1]).sum().backward()
     assert gamma.grad is not None and beta.grad is not None
     np.testing.assert_allclose(beta.grad.numpy(), [16 * 1.0] * 3, rtol=1e-5)  # d(sum out1)/dbeta = N*H*W
+
+
+def test_inplace_ops_on_graph_tensors_are_recorded_like_torch():
+    """`out += identity` (a residual block), `acc += w * 2` on a plain tensor, relu_/mul_/clamp_
+    on non-leaves: the gradient is PyTorch's; a leaf that requires grad is still refused."""
+    x0, w0 = arrays((3, 4), (4, 4))
+
+    def run(lib, x, w):
+        identity = x
+        out = x @ w  # (a matmul saves no output: PyTorch allows writing it in place)
+        out += identity
+        out.clamp_(max=1.2)
+        out.mul_(2.0)
+        out.relu_()
+        acc = lib.zeros(3, 4, dtype=x.dtype)
+        acc += w.sum() * out
+        acc.sub_(x, alpha=0.5)
+        return acc
+
+    fx, fw = flow.tensor(x0, requires_grad=True), flow.tensor(w0, requires_grad=True)
+    tx, tw = torch.tensor(x0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    ours, theirs = run(flow, fx, fw), run(torch, tx, tw)
+    assert not ours.is_leaf and ours.requires_grad
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-10)
+    weight = RNG.randn(3, 4)
+    (ours * flow.tensor(weight)).sum().backward()
+    (theirs * torch.tensor(weight)).sum().backward()
+    np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fw.grad.numpy(), tw.grad.numpy(), rtol=1e-9, atol=1e-12)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        fx += 1.0
+    with pytest.raises(RuntimeError, match="not supported"):
+        (fx * 2)[0] = 1.0  # indexing assignment on a graph tensor
