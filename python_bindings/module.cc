@@ -20,6 +20,8 @@
 #include <set>
 
 #include "graph/device_placement.h"
+#include "session/eager.h"
+#include "session/model_export.h"
 #include "session/session.h"
 #include "python_bindings/conversions.h"
 #include "python_bindings/trace_reader.h"
@@ -299,12 +301,12 @@ class PyJob {
   std::string SbpSummary() const { return graph::SbpSummary(job().graph()); }
   std::string PlanText() const { return job().plan().DebugString(); }
   std::vector<std::pair<std::string, double>> CompileTimings() const { return job().compile_timings(); }
-
- private:
   const CompiledJob& job() const {
     if (!job_) throw std::runtime_error("job is not compiled");
     return *job_;
   }
+
+ private:
   const void* owner_;  // the PySession that compiled it
   std::shared_ptr<CompiledJob> job_;
   py::dict handlers_;
@@ -378,6 +380,23 @@ class PySession {
     }
     job->Attach(Unwrap(std::move(compiled)));
     return job;
+  }
+
+  // A variable over an eager tensor's storage (Session::CreateVariableOver); the name it has.
+  std::string CreateVariableOver(const std::string& name, const std::shared_ptr<EagerTensor>& tensor) {
+    if (!tensor) throw py::value_error("create_variable_over: no tensor");
+    return Unwrap(session_->CreateVariableOver(name, tensor->desc(), tensor->storage()));
+  }
+
+  // Writes `job` as a model directory into `directory` (missing or empty; see session/model.h).
+  void SaveModel(const PyJob& job, const std::string& directory) {
+    if (job.owner() != this) throw py::value_error("save_model: the job was compiled by another session");
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = SaveCompiledJob(*session_, job.job(), directory);
+    }
+    Check(status);
   }
 
   void WaitAll() {
@@ -572,6 +591,8 @@ PYBIND11_MODULE(_C, m) {
       .def("set_variable", &PySession::SetVariable)
       .def("variable_names", &PySession::VariableNames)
       .def("compile", &PySession::Compile, py::arg("builder"), py::arg("options") = py::dict())
+      .def("create_variable_over", &PySession::CreateVariableOver, py::arg("name"), py::arg("tensor"))
+      .def("save_model", &PySession::SaveModel, py::arg("job"), py::arg("directory"))
       .def("wait_all", &PySession::WaitAll)
       .def("reset", &PySession::Reset);
 

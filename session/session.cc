@@ -53,9 +53,13 @@ struct DeviceVariable {
   }
 };
 
+// `data` counts the store and the compiled jobs holding the variable (DeleteVariable relies on
+// it); for a variable over outside memory it is an aliasing handle whose own count excludes
+// the outside owners, and `external` is that memory.
 struct StoredVariable {
   TensorDesc desc;
   std::shared_ptr<void> data;
+  std::shared_ptr<void> external;
   std::shared_ptr<DeviceVariable> device;  // set once a job binds it on a GPU
   bool bound_on_host = false;              // a job reads the host buffer itself
   Status CopyFromDevice() {
@@ -309,11 +313,35 @@ Status Session::CreateVariable(const std::string& name, const TensorDesc& desc, 
   auto it = state_->variables.find(name);
   if (it != state_->variables.end())
     return InvalidArgument("variable '" + name + "' already exists as " + it->second.desc.ToString());
-  StoredVariable v{desc, AllocateZeros(desc.byte_size())};
+  StoredVariable v{desc, AllocateZeros(desc.byte_size()), nullptr};
   if (!v.data) return Internal("out of memory for variable '" + name + "'");
   if (initial != nullptr) std::memcpy(v.data.get(), initial, desc.byte_size());
   state_->variables.emplace(name, std::move(v));
   return Status::Ok();
+}
+
+StatusOr<std::string> Session::CreateVariableOver(const std::string& name, const TensorDesc& desc,
+                                                  std::shared_ptr<void> storage) {
+  if (name.empty()) return InvalidArgument("variable name is empty");
+  AF_RETURN_IF_ERROR(ValidateTensorDesc(desc, "variable '" + name + "'"));
+  for (int64_t d : desc.shape)
+    if (d <= 0) return InvalidArgument("variable '" + name + "': shape " + ShapeToString(desc.shape) + " has a dimension <= 0");
+  if (!storage) return InvalidArgument("variable '" + name + "': no storage");
+  if (reinterpret_cast<uintptr_t>(storage.get()) % kVariableAlignment != 0)
+    return InvalidArgument("variable '" + name + "': the storage is not " + std::to_string(kVariableAlignment) +
+                           "-byte aligned");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  for (const auto& [existing, v] : state_->variables)
+    if (v.external == storage && v.desc == desc) return existing;
+  auto it = state_->variables.find(name);
+  if (it != state_->variables.end())
+    return InvalidArgument("variable '" + name + "' already exists as " + it->second.desc.ToString() +
+                           (it->second.external ? " over other memory" : ""));
+  // The handle owns a reference to the storage; jobs copy the handle, outside owners do not.
+  auto holder = std::make_shared<std::shared_ptr<void>>(storage);
+  std::shared_ptr<void> handle(holder, storage.get());
+  state_->variables.emplace(name, StoredVariable{desc, std::move(handle), std::move(storage)});
+  return name;
 }
 
 Status Session::DeleteVariable(const std::string& name) {
@@ -440,7 +468,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
         if (!n.zeros_if_missing)
           return FailedPrecondition("job '" + graph.job_name() + "': variable '" + n.variable_name + "' (declared at " +
                                     n.location + ") was not created in the session");
-        StoredVariable v{n.output_descs[0], AllocateZeros(n.output_descs[0].byte_size())};
+        StoredVariable v{n.output_descs[0], AllocateZeros(n.output_descs[0].byte_size()), nullptr};
         it = state_->variables.emplace(n.variable_name, std::move(v)).first;
       }
       if (it->second.desc != n.output_descs[0])

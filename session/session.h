@@ -136,6 +136,15 @@ class Session {
   bool HasVariable(const std::string& name) const;
   // InvalidArgument if it exists (with another shape/dtype) or the data size is wrong.
   Status CreateVariable(const std::string& name, const TensorDesc& desc, const void* initial);
+  // A variable over memory someone else owns (an eager tensor's storage, session/eager.h):
+  // jobs read and write `storage` itself, so a compiled job's updates are seen by the owner
+  // and the owner's writes by later calls; the caller orders its own writes against calls in
+  // flight. `storage` must hold desc.byte_size() bytes, aligned like a variable's (64), and is
+  // kept alive while the session or a job holds the variable. When a variable over the same
+  // storage and desc exists already, its name is returned and nothing is created (so jobs
+  // sharing a tensor are ordered by one variable); otherwise one named `name` is created
+  // (InvalidArgument if that name is taken, the storage is null or misaligned).
+  StatusOr<std::string> CreateVariableOver(const std::string& name, const TensorDesc& desc, std::shared_ptr<void> storage);
   // Removes a variable no compiled job holds (FailedPrecondition if one does, NotFound if it
   // does not exist): what a job that failed to compile created is rolled back this way.
   Status DeleteVariable(const std::string& name);

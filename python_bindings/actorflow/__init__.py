@@ -16,6 +16,7 @@ from . import _conv  # noqa: F401,E402  (adds flow.nn.conv2d/pools/dropout, flow
 from ._array_ops import argmax, cast, concat, identity, one_hot, slice, slice_v2, transpose  # noqa: F401,A004
 from ._dtypes import DType, double, float, float32, float64, int8, int32, int64, uint8  # noqa: F401,A004
 from ._job import FunctionConfig, JobError, function_config, global_function  # noqa: F401
+from ._serialization import load, save  # noqa: F401
 from ._trace_ctx import BlobDef, check_blob as _check_blob, current as _current, user_location as _user_location
 from .initializers import (constant_initializer, glorot_uniform_initializer, kaiming_initializer,  # noqa: F401
                            ones_initializer, random_normal_initializer, random_uniform_initializer, truncated_normal,

@@ -75,6 +75,9 @@ def traceback_location(tb):
 
 
 class TraceContext:
+    # The handle add_op returns: BlobDef here; nn.Graph's trace returns its lazy tensors.
+    blob_type = None  # set to BlobDef below (defined later in this module)
+
     def __init__(self, builder, job_type, job_name=None, location=""):
         self.builder = builder
         self.job_type = job_type
@@ -187,6 +190,9 @@ class BlobDef:
         return ops.math.negative(self)
 
 
+TraceContext.blob_type = BlobDef
+
+
 class EagerTensorInJobError(TypeError):
     """An eager Tensor reached an op of a job function being traced."""
 
@@ -244,7 +250,7 @@ def add_op(op_type, inputs, attrs=None, name=None, num_outputs=1):
     location = user_location()
     op_name = ctx.unique(name or op_type)
     outs = ctx.builder.add_op(op_type, op_name, [x.ref for x in inputs], attrs or {}, location)
-    blobs = [BlobDef(ref, shape, dtype, ctx) for ref, shape, dtype in outs]
+    blobs = [ctx.blob_type(ref, shape, dtype, ctx) for ref, shape, dtype in outs]
     return blobs[0] if num_outputs == 1 else blobs[:num_outputs] if num_outputs else blobs
 
 

@@ -16,27 +16,21 @@ are removed by the next save to the same path.
 A save is a consistent snapshot between iterations (see _snapshot.py): it waits for the job
 calls in progress, keeps new ones out while it copies, and stores each train job's step with
 the weights that step produced. Loading checks everything before it sets anything."""
-import ctypes
 import io
 import json
 import os
-import random
 import re
-import shutil
-import threading
 import warnings
 import zlib
 
 import numpy as np
 
-from . import _C, _job, _snapshot
+from . import _C, _atomic_dir, _job, _snapshot
 from ._snapshot import SnapshotInCallbackError  # noqa: F401  (flow.checkpoint.SnapshotInCallbackError)
 
 _MANIFEST = "manifest.json"
 _FORMAT = "actorflow-checkpoint"
 _VERSION = 2
-_IN_PROGRESS = ".actorflow-save-in-progress"  # inside a temporary directory while it is written
-_TMP_INFIX = ".tmp-actorflow-"
 # dtypes a session variable can have; a manifest naming another is corrupt
 _DTYPES = ("float32", "float64", "int8", "int32", "int64", "uint8")
 _READABLE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -45,7 +39,6 @@ _READABLE = re.compile(r"[^A-Za-z0-9._-]+")
 # variables when first called): get_variable uses them instead of the initializer.
 _pending = {}
 _warn_unused_after_compile = [False]
-_save_lock = threading.Lock()  # one save at a time in this process: its temp dirs are its own
 
 
 class CheckpointError(ValueError):
@@ -117,31 +110,6 @@ def _file_name(index, var_name):
     return "%06d-%s.npy" % (index, readable)
 
 
-def _fsync_directory(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems cannot sync a directory; the files themselves are synced
-    finally:
-        os.close(fd)
-
-
-def _exchange(a, b):
-    """Atomically swaps two directories (Linux renameat2 RENAME_EXCHANGE), so `path` always
-    names a complete checkpoint, old or new. False where the call or the file system lacks it."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
 def _read_manifest_quietly(path):
     try:
         with open(os.path.join(path, _MANIFEST), "rb") as f:
@@ -151,8 +119,9 @@ def _read_manifest_quietly(path):
     return manifest if isinstance(manifest, dict) and manifest.get("format") == _FORMAT else None
 
 
-def _only_checkpoint_files(path):
-    """The entries of `path` that a checkpoint save did not write ([] for a pure checkpoint)."""
+def _owned_files(path):
+    """The entries a checkpoint save wrote in `path` (its manifest and the .npy files it
+    lists), or None when `path` holds no checkpoint manifest."""
     manifest = _read_manifest_quietly(path)
     if manifest is None:
         return None
@@ -162,97 +131,30 @@ def _only_checkpoint_files(path):
         # only .npy files: a manifest listing a user's train.py does not make it ours
         ours |= {e.get("file") for e in variables.values()
                  if isinstance(e, dict) and isinstance(e.get("file"), str) and e["file"].endswith(".npy")}
-    return sorted(name for name in os.listdir(path)
-                  if name not in ours or not os.path.isfile(os.path.join(path, name))
-                  or os.path.islink(os.path.join(path, name)))
+    return ours
 
 
-def _check_target(path):
-    """Refuses (CheckpointError) unless replacing `path` loses nothing the saves did not write."""
-    ancestor = os.path.dirname(path)
-    while True:
-        if _read_manifest_quietly(ancestor) is not None:
-            raise CheckpointError("flow.checkpoint.save('%s'): the path is inside the checkpoint '%s'; saving there "
-                                  "would add files that checkpoint does not list, so nothing was written"
-                                  % (path, ancestor))
-        if os.path.dirname(ancestor) == ancestor:
-            break
-        ancestor = os.path.dirname(ancestor)
-    if os.path.islink(path):
-        raise CheckpointError("flow.checkpoint.save('%s'): the path is a symbolic link; save to the directory it "
-                              "points to (%s) or to a new path" % (path, os.path.realpath(path)))
-    if not os.path.lexists(path):
-        return
-    if not os.path.isdir(path):
-        raise CheckpointError("flow.checkpoint.save('%s'): the path is an existing file, not a checkpoint directory; "
-                              "nothing was written (choose a new path)" % path)
-    entries = os.listdir(path)
-    if not entries:
-        return
-    foreign = _only_checkpoint_files(path)
-    if foreign is None:
-        raise CheckpointError("flow.checkpoint.save('%s'): the directory exists and is not a checkpoint (no valid %s; "
-                              "it holds %s); saving would replace it, so nothing was written (save to a new or "
-                              "empty directory, e.g. '%s')" % (path, _MANIFEST, _listing(entries),
-                                                                os.path.join(path, "checkpoint")))
-    if foreign:
-        raise CheckpointError("flow.checkpoint.save('%s'): the checkpoint directory also holds files it did not "
-                              "write (%s); saving would replace them, so nothing was written" % (path, _listing(foreign)))
+LAYOUT = _atomic_dir.register(_atomic_dir.Layout(
+    "checkpoint", _MANIFEST, _owned_files, lambda name: name == _MANIFEST or name.endswith(".npy"), CheckpointError))
 
 
-def _listing(names):
-    names = sorted(names)
-    return ", ".join(repr(n) for n in names[:5]) + (" and %d more" % (len(names) - 5) if len(names) > 5 else "")
-
-
-def _temp_prefix(path):
-    return "." + os.path.basename(path)[:100] + _TMP_INFIX
-
-
-def _process_alive(pid):
-    if pid == os.getpid():
-        return False  # saves in this process are serialized: an older one of ours is stale
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by another user
-    return True
-
-
-def _remove_stale_temporaries(path):
-    """Removes temporary directories of killed saves to `path`, only when the name, a gone
-    process and the contents (checkpoint files only) all say they are ours."""
-    parent, prefix = os.path.dirname(path), _temp_prefix(path)
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(prefix):
-            continue
-        match = re.fullmatch(r"(\d+)-[0-9a-f]+(-old)?", name[len(prefix):])
-        candidate = os.path.join(parent, name)
-        if not match or os.path.islink(candidate) or not os.path.isdir(candidate):
-            continue
-        if _process_alive(int(match.group(1))):
-            continue
-        try:
-            entries = os.listdir(candidate)
-        except OSError:
-            continue
-        if all((entry in (_MANIFEST, _IN_PROGRESS) or entry.endswith(".npy"))
-               and os.path.isfile(os.path.join(candidate, entry)) and not os.path.islink(os.path.join(candidate, entry))
-               for entry in entries):
-            shutil.rmtree(candidate, ignore_errors=True)
-
-
-def _write_file(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())  # on disk before the rename makes the directory current
+def write_values(path, values, api="flow.checkpoint.save", extra=None):
+    """Writes {name: numpy array} to directory `path` in the checkpoint layout, in the order of
+    `values` (see _atomic_dir for what `path` may be); `extra` adds keys to the manifest."""
+    def write_into(tmp):
+        manifest = {"format": _FORMAT, "version": _VERSION, "variables": {}}
+        manifest.update(extra or {})
+        for index, (name, value) in enumerate(values.items()):
+            buffer = io.BytesIO()
+            np.save(buffer, value, allow_pickle=False)
+            data = buffer.getvalue()
+            file = _file_name(index, name)
+            _atomic_dir.write_file(os.path.join(tmp, file), data)
+            manifest["variables"][name] = {"file": file, "shape": list(value.shape), "dtype": str(value.dtype),
+                                           "bytes": len(data), "crc32": zlib.crc32(data)}
+        _atomic_dir.write_file(os.path.join(tmp, _MANIFEST),
+                               json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
+    return _atomic_dir.write_directory(path, LAYOUT, api, write_into)
 
 
 def save(path):
@@ -261,51 +163,10 @@ def save(path):
     holds something else."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError("flow.checkpoint.save: path must be a str or os.PathLike, got %s" % type(path).__name__)
-    path = os.path.abspath(os.fspath(path))
-    if not os.path.basename(path):
-        raise CheckpointError("flow.checkpoint.save('%s'): the path names no directory" % path)
-    with _save_lock:
-        _check_target(path)
-        values = snapshot("flow.checkpoint.save")
-        parent = os.path.dirname(path)
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as e:
-            raise CheckpointError("flow.checkpoint.save('%s'): cannot create the parent directory: %s" % (path, e)) from e
-        _remove_stale_temporaries(path)
-        tmp = os.path.join(parent, "%s%d-%016x" % (_temp_prefix(path), os.getpid(), random.getrandbits(64)))
-        os.mkdir(tmp)
-        try:
-            _write_file(os.path.join(tmp, _IN_PROGRESS), b"")
-            manifest = {"format": _FORMAT, "version": _VERSION, "variables": {}}
-            for index, (name, value) in enumerate(sorted(values.items())):
-                buffer = io.BytesIO()
-                np.save(buffer, value, allow_pickle=False)
-                data = buffer.getvalue()
-                file = _file_name(index, name)
-                _write_file(os.path.join(tmp, file), data)
-                manifest["variables"][name] = {"file": file, "shape": list(value.shape), "dtype": str(value.dtype),
-                                               "bytes": len(data), "crc32": zlib.crc32(data)}
-            _write_file(os.path.join(tmp, _MANIFEST),
-                        json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False).encode("utf-8"))
-            os.remove(os.path.join(tmp, _IN_PROGRESS))
-            _fsync_directory(tmp)
-            _check_target(path)  # unchanged since the check above, or refuse
-            if os.path.lexists(path) and _exchange(tmp, path):
-                _fsync_directory(parent)
-                shutil.rmtree(tmp, ignore_errors=True)  # now holds the previous checkpoint
-                return
-            old = None
-            if os.path.lexists(path):  # no atomic exchange here: a short window without `path`
-                old = tmp + "-old"
-                os.rename(path, old)
-            os.rename(tmp, path)
-            _fsync_directory(parent)
-            if old:
-                shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    # Checked before the snapshot too: a refused path costs no copy and stops no job.
+    _atomic_dir.check_target(os.path.abspath(os.fspath(path)), LAYOUT, "flow.checkpoint.save")
+    values = snapshot("flow.checkpoint.save")
+    write_values(path, dict(sorted(values.items())))
 
 
 # --------------------------------------------------------------------------------- loading

@@ -1,7 +1,8 @@
-# Driver for the install test: cmake -DBUILD_DIR=.. -DSOURCE_DIR=.. -DWORK_DIR=.. [-DSANITIZE_FLAGS=..]
-#   -P run_consumer_test.cmake
+# Driver for the install test: cmake -DBUILD_DIR=.. -DSOURCE_DIR=.. -DWORK_DIR=.. -DMAKE_MODEL=..
+#   [-DSANITIZE_FLAGS=..] -P run_consumer_test.cmake
 # Installs actorflow's runtime component into a temporary prefix, configures and builds the
-# consumer project against it with find_package(actorflow CONFIG REQUIRED), and runs it.
+# consumer project against it with find_package(actorflow CONFIG REQUIRED), saves a model
+# directory with MAKE_MODEL (built with the project) and runs the consumer on it.
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(step)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE result)
@@ -20,4 +21,5 @@ if(SANITIZE_FLAGS)
 endif()
 step(${configure})
 step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
-step("${WORK_DIR}/build/consumer")
+step("${MAKE_MODEL}" "${WORK_DIR}/model")
+step("${WORK_DIR}/build/consumer" "${WORK_DIR}/model")
