@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -93,6 +94,12 @@ struct OutputSlots {
   MemoryPlace place;                   // where the blocks live (memory case, allocator)
   std::vector<int> pending_acks;       // per register
   std::vector<int> free_registers;     // stack of free register indices (actor-owned; sources: host-owned)
+  // Registers shared with other tasks' (RegisterDesc.reserved_byte_size, slice_of) are used in
+  // strict rotation 0, 1, ..., so every task of the group writes iteration i into block
+  // i mod register_num: registers come back in iteration order (every consumer acks in order),
+  // so waiting for the next one in rotation never waits longer than for any free one.
+  bool rotating = false;
+  int next_rotation = 0;
   struct Consumer {
     int task_index;  // the consumer's index in the plan
     int in_edge;     // index of the matching InputSlots in the consumer
@@ -103,7 +110,22 @@ struct OutputSlots {
   void* blob(int reg, int b) const { return register_memory[reg] + blob_offsets[b]; }
   // TSan channel of one register's handover (ready/fill and ack); stable after instantiation.
   const void* channel(int reg) const { return &pending_acks[reg]; }
-  bool has_free() const { return !free_registers.empty(); }
+  bool has_free() const {
+    if (!rotating) return !free_registers.empty();
+    return std::find(free_registers.begin(), free_registers.end(), next_rotation) != free_registers.end();
+  }
+  // A free register for the next act (has_free()): the last freed, or the next in rotation.
+  int take_free() {
+    if (!rotating) {
+      const int reg = free_registers.back();
+      free_registers.pop_back();
+      return reg;
+    }
+    const int reg = next_rotation;
+    free_registers.erase(std::find(free_registers.begin(), free_registers.end(), reg));
+    next_rotation = reg + 1 == register_num ? 0 : reg + 1;
+    return reg;
+  }
   bool all_free() const { return static_cast<int>(free_registers.size()) == register_num; }
 };
 
@@ -157,6 +179,9 @@ struct DataInput {
   int blob_index;
   const OutputSlots* constant = nullptr;
   TensorDesc desc;
+  // An input read whole (InputDesc.whole): the in-edges of the registers sliced into its block.
+  // Each act checks they deliver the same block (the group's rotation guarantees it).
+  std::vector<int> slice_edges;
 };
 
 // An actor kind is three policies, chosen once per task at instantiation (TaskPolicies::For)
