@@ -132,6 +132,7 @@ class Runtime::Impl : public RuntimeCore {
   std::vector<caf::actor> actors_;
   // Every register's memory; outstanding completions of asynchronous acts share it.
   std::shared_ptr<RegisterMemory> register_memory_ = std::make_shared<RegisterMemory>();
+  ThreadLending lending_;  // RuntimeOptions::lend_idle_threads
   std::vector<int> sources_;  // task index by feed_index
   std::vector<int> roots_;    // non-source tasks without inputs: ticked by the first source (or the host)
   int num_sinks_ = 0;
@@ -326,6 +327,13 @@ Status Runtime::Impl::Instantiate() {
   }
   for (int s : sources_) input_descs.push_back(states_[s]->outputs()[0].blob_descs[0]);
   for (auto& state : states_) AF_RETURN_IF_ERROR(state->FinishSetup(register_memory_));
+  if (options_.lend_idle_threads && options_.num_workers > 1 && options_.kernel_threads > 0 &&
+      options_.num_threads > options_.kernel_threads) {
+    lending_.workers = options_.num_workers;
+    lending_.share = options_.kernel_threads;
+    lending_.budget = options_.num_threads;
+    for (auto& state : states_) state->set_thread_lending(&lending_);
+  }
 
   if (!environment_) {
     EnvironmentOptions own;

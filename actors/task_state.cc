@@ -268,7 +268,9 @@ void TaskState::Act(caf::event_based_actor* self) {
       case ActPolicy::kKernel: {
         KernelContext ctx;
         ctx.iteration = iteration;
+        if (lending_ != nullptr) ctx.threads = lending_->Borrow();
         status = RunKernel(ctx);
+        if (lending_ != nullptr) lending_->Return();
         break;
       }
       case ActPolicy::kDeliver:

@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -208,6 +209,19 @@ struct TaskPolicies {
   std::string ToString() const;  // "input=ring output=own act=kernel"
 };
 
+// Kernels acting now (RuntimeOptions::lend_idle_threads), shared by a runtime's tasks.
+struct ThreadLending {
+  std::atomic<int> acting{0};
+  int workers = 1, share = 1, budget = 1;
+  // The threads an act starting now may use; Return() when it ends.
+  int Borrow() {
+    const int others = acting.fetch_add(1, std::memory_order_relaxed);
+    const int idle = workers - 1 - others;
+    return std::min(budget, share * (1 + std::max(0, idle)));
+  }
+  void Return() { acting.fetch_sub(1, std::memory_order_relaxed); }
+};
+
 namespace runtime_internal {
 // One in-flight act of an asynchronous task, shared by the actor and the KernelCompletion
 // handles of that act (kernel.h). Everything is under `mu`: handles run on any thread.
@@ -251,6 +265,7 @@ class TaskState {
   // "op 'x' iteration 3" for each launched act whose completion was not called. Thread-safe.
   std::vector<std::string> OutstandingCompletions() const;
   void set_trace_lane(TraceLane* lane) { lane_ = lane; }  // after the observer's OnPlan
+  void set_thread_lending(ThreadLending* lending) { lending_ = lending; }  // null: none
   // A source that passes each iteration's tick on to the roots (variables, constants), so the
   // host sends one message per iteration instead of one per root.
   void add_tick_target(caf::actor actor, const TaskState* state) { tick_targets_.push_back({std::move(actor), state}); }
@@ -338,6 +353,7 @@ class TaskState {
   int64_t launches_started_ = 0;
   // Trace (trace_clock ticks): the lane, and the wait in progress, if any.
   TraceLane* lane_ = nullptr;
+  ThreadLending* lending_ = nullptr;
   bool waiting_ = false;
   WaitReason wait_reason_ = WaitReason::kInputNotReady;
   int64_t wait_start_ = 0;

@@ -730,6 +730,9 @@ std::string PlanToDot(const plan::Plan& plan) {
         Shape s(b.shape().begin(), b.shape().end());
         label += " " + TensorDesc{s, FromProtoDType(b.dtype())}.ToString();
       }
+      if (r.reserved_byte_size() > 0) label += " in a block of " + std::to_string(r.reserved_byte_size()) + " B";
+      if (r.has_slice_of())
+        label += " at +" + std::to_string(r.slice_of().byte_offset()) + " B of #" + std::to_string(r.slice_of().task_id());
     }
     dot << "  t" << t.id() << " [label=" << quote(label) << "];\n";
     for (int i = 0; i < t.inputs_size(); ++i) {
@@ -737,7 +740,8 @@ std::string PlanToDot(const plan::Plan& plan) {
       bool is_mutable = false;
       for (int m : t.mutable_inputs()) is_mutable |= m == i;
       dot << "  t" << in.producer_task_id() << " -> t" << t.id()
-          << (in.control() ? " [style=dashed]" : is_mutable ? " [color=red]" : "") << ";\n";
+          << (in.control() ? " [style=dashed]" : is_mutable ? " [color=red]" : in.whole() ? " [style=bold, label=whole]" : "")
+          << ";\n";
     }
   }
   dot << "}\n";

@@ -132,6 +132,11 @@ TEST(ParallelPassesTest, AllReduceWritesEachDevicesSumIntoOneBlock) {
     EXPECT_TRUE(HasControlFrom(plan, *update, name)) << name;
   }
   EXPECT_EQ(offset, 128 * 160 * 4);
+  // The plan's DOT shows the block, the slices and the whole read.
+  const std::string dot = PlanToDot(plan);
+  EXPECT_NE(dot.find("in a block of 81920 B"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("at +27520 B of #" + std::to_string(owner.id())), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=whole"), std::string::npos) << dot;
   // No task gathers it; the small gradients (under 64 KiB) are summed by one task on device 0.
   EXPECT_EQ(FindTask(plan, "hidden-matmul-grad-boxing-boxing"), nullptr) << PlanToDot(plan);
   const plan::Task* small = FindTask(plan, "output-matmul-grad_1-boxing");
