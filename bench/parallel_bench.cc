@@ -248,7 +248,8 @@ struct MlpJob {
   Status Step() { return job->Run(inputs, outputs); }
 };
 
-StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threads) {
+// kernel_threads > 0 fixes each kernel's share (and turns off lending idle shares).
+StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threads, int kernel_threads = 0) {
   auto made = std::make_unique<MlpJob>();
   made->session = std::make_unique<Session>();
   for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
@@ -261,6 +262,7 @@ StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threa
   JobOptions options;
   options.num_threads = threads;
   options.num_workers = workers;
+  options.kernel_threads = kernel_threads;
   AF_ASSIGN_OR_RETURN(made->job, made->session->Compile(builder, options));
   made->x.resize(kBatch * kIn);
   for (size_t i = 0; i < made->x.size(); ++i) made->x[i] = std::sin(0.37f * static_cast<float>(i));
@@ -286,10 +288,12 @@ void MlpTrainStep(benchmark::State& state) {
 
 // The 2-device over 1-device step time at one budget, drift cancelled: both jobs in one
 // process, blocks of 20 steps alternating ABBA; counters: median and quartiles of the blocks'
-// ratios, and each side's median step (us).
+// ratios, and each side's median step (us). Second argument 0: the 2-device job's kernels keep
+// their share (threads / 2), no lending of idle shares (how it ran before lending).
 void MlpTwoOverOneDevice(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  auto one = MakeMlpJob(1, 0, threads), two = MakeMlpJob(2, 0, threads);
+  const bool lend = state.range(1) != 0;
+  auto one = MakeMlpJob(1, 0, threads), two = MakeMlpJob(2, 0, threads, lend ? 0 : std::max(1, threads / 2));
   if (!one.ok() || !two.ok()) return state.SkipWithError("compile failed");
   auto block = [](MlpJob& job) {
     const auto start = std::chrono::steady_clock::now();
@@ -320,7 +324,7 @@ void MlpTwoOverOneDevice(benchmark::State& state) {
   state.counters["one_device_us"] = quantile(ones, 0.5);
   state.counters["two_devices_us"] = quantile(twos, 0.5);
 }
-BENCHMARK(MlpTwoOverOneDevice)->Arg(1)->Arg(2)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(MlpTwoOverOneDevice)->Args({1, 1})->Args({2, 1})->Args({2, 0})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK(MlpTrainStep)
     ->Args({1, 0, 1})
