@@ -74,6 +74,9 @@ struct KernelContext {
   const std::vector<TensorView>* inputs = nullptr;   // data inputs, in InputDesc order (control inputs excluded)
   const std::vector<TensorView>* outputs = nullptr;  // blobs of the task's free output registers, in register/blob order
   int64_t iteration = 0;
+  // Intra-op threads this act may use (RuntimeOptions::lend_idle_threads): its share plus the
+  // shares of workers idle as it starts. 0: no lending; use KernelInit::num_threads.
+  int threads = 0;
 
   const TensorView& input(size_t i) const { return (*inputs)[i]; }
   const TensorView& output(size_t i) const { return (*outputs)[i]; }

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "actors/plan_dtype.h"
+#include "actors/register_slices.h"
 #include "actors/task_state.h"
 #include "actors/proto/plan.pb.h"
 
@@ -131,6 +132,7 @@ class Runtime::Impl : public RuntimeCore {
   std::vector<caf::actor> actors_;
   // Every register's memory; outstanding completions of asynchronous acts share it.
   std::shared_ptr<RegisterMemory> register_memory_ = std::make_shared<RegisterMemory>();
+  ThreadLending lending_;  // RuntimeOptions::lend_idle_threads
   std::vector<int> sources_;  // task index by feed_index
   std::vector<int> roots_;    // non-source tasks without inputs: ticked by the first source (or the host)
   int num_sinks_ = 0;
@@ -183,14 +185,26 @@ Status Runtime::Impl::Instantiate() {
         bytes += AlignUp(desc.byte_size());
         out.blob_descs.push_back(std::move(desc));
       }
+      // The bytes the blobs use (`bytes` also pads the last one to the alignment).
+      const size_t used = out.blob_descs.empty() ? 0 : out.blob_offsets.back() + out.blob_descs.back().byte_size();
+      if (reg.reserved_byte_size() > 0 && static_cast<size_t>(reg.reserved_byte_size()) < used)
+        return InvalidArgument("plan: task '" + task.name() + "' register '" + reg.name() + "' reserves " +
+                               std::to_string(reg.reserved_byte_size()) + " bytes, less than its own blobs' " +
+                               std::to_string(used));
+      // A block shared by several tasks' registers (slices; RegisterDesc.slice_of): its
+      // registers rotate, so one iteration's slices meet in one block.
+      out.rotating = reg.reserved_byte_size() > 0 || reg.has_slice_of();
+      const size_t block_bytes = std::max(bytes, static_cast<size_t>(reg.reserved_byte_size()));
       for (int r = 0; r < out.register_num; ++r) {
         char* memory = nullptr;
-        if (task.kind() == plan::VARIABLE) {
+        if (reg.has_slice_of()) {
+          // Placed into the owner's block below, once every task's registers exist.
+        } else if (task.kind() == plan::VARIABLE) {
           if (!hooks_.variable_buffer) return InvalidArgument("plan has variable '" + task.name() + "' but no variable_buffer hook");
           AF_ASSIGN_OR_RETURN(void* buffer, hooks_.variable_buffer(task));
           memory = static_cast<char*>(buffer);
-        } else if (bytes > 0) {
-          auto block = register_memory_->Allocate(allocator.value(), memory_case, bytes, kAlignment);
+        } else if (block_bytes > 0) {
+          auto block = register_memory_->Allocate(allocator.value(), memory_case, block_bytes, kAlignment);
           if (!block.ok())
             return block.status().WithContext("allocating register " + std::to_string(r) + " of task '" + task.name() + "'");
           memory = static_cast<char*>(block.value());
@@ -233,12 +247,14 @@ Status Runtime::Impl::Instantiate() {
     return InvalidArgument("plan must have exactly one main sink (sink_name \"\"), found " + std::to_string(main_sinks));
   for (size_t k = 0; k < sources_.size(); ++k)
     if (sources_[k] < 0) return InvalidArgument("plan: no source for feed " + std::to_string(k));
+  AF_ASSIGN_OR_RETURN(const SliceGroups slice_groups, PlaceRegisterSlices(plan_, index_of, states_));
 
   // Wire inputs: one in-edge per (producer, register); data inputs refer to blobs of it.
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
     TaskState& state = *states_[i];
     std::map<std::pair<int, int>, int> edge_of;
+    std::vector<std::pair<size_t, std::pair<int, int>>> whole_inputs;  // (data input, producer register)
     for (const plan::InputDesc& input : task.inputs()) {
       auto it = index_of.find(input.producer_task_id());
       if (it == index_of.end())
@@ -256,7 +272,18 @@ Status Runtime::Impl::Instantiate() {
           return InvalidArgument("plan: task '" + task.name() + "' reads blob " + std::to_string(input.blob_index()) +
                                  " of a register of '" + producer.task().name() + "'");
         desc = slots.blob_descs[input.blob_index()];
-        if (input.has_view()) {
+        const int64_t reserved = producer.task().registers(input.producer_register()).reserved_byte_size();
+        if (input.whole() && (reserved <= 0 || !input.has_view() || input.blob_index() != 0))
+          return InvalidArgument("plan: task '" + task.name() + "' reads register " +
+                                 std::to_string(input.producer_register()) + " of '" + producer.task().name() +
+                                 "' whole, which needs a register reserving a block and a view of blob 0");
+        if (input.whole()) {
+          TensorDesc view{Shape(input.view_shape().begin(), input.view_shape().end()), desc.dtype};
+          if (static_cast<int64_t>(view.byte_size()) != reserved)
+            return InvalidArgument("plan: task '" + task.name() + "' views the block of '" + producer.task().name() +
+                                   "' (" + std::to_string(reserved) + " bytes) as " + view.ToString());
+          desc = view;
+        } else if (input.has_view()) {
           TensorDesc view{Shape(input.view_shape().begin(), input.view_shape().end()), desc.dtype};
           if (view.byte_size() != desc.byte_size())
             return InvalidArgument("plan: task '" + task.name() + "' views " + desc.ToString() + " of '" +
@@ -287,6 +314,11 @@ Status Runtime::Impl::Instantiate() {
         edge = found->second;
       }
       if (!input.control()) state.data_inputs().push_back(DataInput{edge, input.blob_index(), nullptr, desc});
+      if (input.whole()) whole_inputs.emplace_back(state.data_inputs().size() - 1, key);
+    }
+    for (const auto& [data_input, owner] : whole_inputs) {
+      AF_ASSIGN_OR_RETURN(state.data_inputs()[data_input].slice_edges,
+                          WholeInputSliceEdges(plan_, slice_groups, i, owner.first, owner.second, edge_of));
     }
     if (task.kind() == plan::SINK && task.sink_name().empty()) {
       for (const DataInput& d : state.data_inputs()) output_descs.push_back(d.desc);
@@ -295,6 +327,13 @@ Status Runtime::Impl::Instantiate() {
   }
   for (int s : sources_) input_descs.push_back(states_[s]->outputs()[0].blob_descs[0]);
   for (auto& state : states_) AF_RETURN_IF_ERROR(state->FinishSetup(register_memory_));
+  if (options_.lend_idle_threads && options_.num_workers > 1 && options_.kernel_threads > 0 &&
+      options_.num_threads > options_.kernel_threads) {
+    lending_.workers = options_.num_workers;
+    lending_.share = options_.kernel_threads;
+    lending_.budget = options_.num_threads;
+    for (auto& state : states_) state->set_thread_lending(&lending_);
+  }
 
   if (!environment_) {
     EnvironmentOptions own;

@@ -46,6 +46,12 @@ struct RuntimeOptions {
   int num_workers = 0;
   int kernel_threads = 0;
   std::function<void(int kernel_threads)> on_worker_start;
+  // Idle shares lent to acting kernels: with num_workers > 1 and num_threads > kernel_threads,
+  // each kernel act is told (KernelContext::threads) kernel_threads times the number of workers
+  // whose kernel is not acting right now (its own included), at most num_threads. A device
+  // waiting on another then lends its cores to the one computing; both acting, each keeps its
+  // share. Costs two atomic operations per kernel act; off (0 in ctx.threads) otherwise.
+  bool lend_idle_threads = false;
   // Optional observer (e.g. ChromeTraceRecorder). Not owned; must outlive the Runtime.
   RuntimeObserver* observer = nullptr;
   // How long Shutdown (and the destructor) waits for in-flight iterations to drain and for

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -539,6 +540,87 @@ TEST(Runtime, ThreadBudgetReachesEveryWorker) {
     EXPECT_TRUE(kernel_on_started_thread) << "a kernel ran on a thread the hook never saw";
     EXPECT_EQ(shares, (std::set<int>{c.kernel_threads})) << c.threads << " threads, " << c.workers << " workers";
     EXPECT_GE(started.size(), expected);
+  }
+}
+
+// Idle shares are lent (RuntimeOptions::lend_idle_threads): a kernel acting alone may use the
+// whole budget; one starting while another kernel acts gets its own share only. Pipeline:
+// x -> {left, right} -> join; left and right meet inside their kernels (each waits, bounded,
+// until the other started), so they act at once; join acts alone.
+TEST(Runtime, IdleWorkersLendTheirThreadsToAnActingKernel) {
+  for (bool lend : {true, false}) {
+    std::mutex mu;
+    std::condition_variable cv;
+    int started = 0;
+    std::vector<int> pair_threads, join_threads;
+    auto meet = [&](KernelContext& c) {
+      std::unique_lock<std::mutex> lock(mu);
+      pair_threads.push_back(c.threads);
+      ++started;
+      cv.notify_all();
+      const int want = 2 * (c.iteration + 1);
+      cv.wait_for(lock, std::chrono::seconds(5), [&] { return started >= want; });
+      *c.output(0).as<float>() = *c.input(0).as<float>();
+      return Status::Ok();
+    };
+    plan::Plan plan;
+    auto add_task = [&](const std::string& name, plan::TaskKind kind, std::vector<int> inputs) {
+      plan::Task* t = plan.add_tasks();
+      t->set_id(plan.tasks_size() - 1);
+      t->set_name(name);
+      t->set_kind(kind);
+      t->set_op_type(name);
+      for (int producer : inputs) {
+        t->add_inputs()->set_producer_task_id(producer);
+        plan.mutable_tasks(producer)->mutable_registers(0)->add_consumer_task_ids(t->id());
+      }
+      if (kind == plan::SINK) return;
+      plan::RegisterDesc* r = t->add_registers();
+      r->set_register_num(1);
+      plan::BlobDesc* b = r->add_blobs();
+      b->add_shape(1);
+      b->set_dtype(plan::DT_FLOAT32);
+      b->set_byte_size(4);
+    };
+    add_task("x", plan::SOURCE, {});
+    add_task("left", plan::COMPUTE, {0});
+    add_task("right", plan::COMPUTE, {0});
+    add_task("join", plan::COMPUTE, {1, 2});
+    add_task("output", plan::SINK, {3});
+    RuntimeHooks hooks;
+    hooks.make_kernel = [&](const plan::Task& t) -> StatusOr<KernelFn> {
+      if (t.name() != "join") return KernelFn(meet);
+      return KernelFn([&](KernelContext& c) {
+        std::lock_guard<std::mutex> lock(mu);
+        join_threads.push_back(c.threads);
+        *c.output(0).as<float>() = *c.input(0).as<float>() + *c.input(1).as<float>();
+        return Status::Ok();
+      });
+    };
+    RuntimeOptions options;
+    options.num_threads = 4;
+    options.num_workers = 2;
+    options.kernel_threads = 2;
+    options.lend_idle_threads = lend;
+    testing_support::FinishesWithin(std::chrono::seconds(60), "lending plan", [&] {
+      auto runtime = Runtime::Create(plan, hooks, options);
+      ASSERT_TRUE(runtime.ok()) << runtime.status().ToString();
+      for (int i = 0; i < 10; ++i) {
+        float in = static_cast<float>(i), out = 0;
+        ASSERT_TRUE((*runtime)->Run({View(&in)}, {View(&out)}).ok());
+        EXPECT_EQ(out, 2.0f * i);
+      }
+    });
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(pair_threads.size(), 20u);
+    ASSERT_EQ(join_threads.size(), 10u);
+    for (int i = 0; i < 10; ++i) {
+      // Of each meeting pair the later one started while the other acted: its share only.
+      const int low = std::min(pair_threads[2 * i], pair_threads[2 * i + 1]);
+      EXPECT_EQ(low, lend ? 2 : 0) << "iteration " << i;
+      // The join acts alone (left and right are done): both workers' shares.
+      EXPECT_EQ(join_threads[i], lend ? 4 : 0) << "iteration " << i;
+    }
   }
 }
 

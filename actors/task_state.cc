@@ -185,7 +185,11 @@ int64_t TaskState::TakeInputsAndOutputs(bool* failed, int* registers) {
         const DataInput& d = data_inputs_[i];
         if (d.in_edge < 0) continue;  // a read-only variable: the view never changes
         const InputSlots& in = in_edges_[d.in_edge];
-        input_views_[i].data = in.producer_slots->blob(in.next().register_index, d.blob_index);
+        const int block = in.next().register_index;
+        input_views_[i].data = in.producer_slots->blob(block, d.blob_index);
+        for (int e : d.slice_edges)
+          AF_CHECK_EQ(in_edges_[e].next().register_index, block)
+              << "'" << task_.name() << "' reads a block whole whose slices are in another block (rotation broken)";
       }
       for (InputSlots& in : in_edges_) {
         const InputSlots::Ready& ready = in.next();
@@ -205,8 +209,7 @@ int64_t TaskState::TakeInputsAndOutputs(bool* failed, int* registers) {
   for (size_t o = 0; o < outputs_.size(); ++o) {
     OutputSlots& out = outputs_[o];
     AF_CHECK(out.has_free()) << "act of '" << task_.name() << "' without a free output register";
-    int reg = out.free_registers.back();
-    out.free_registers.pop_back();
+    const int reg = out.take_free();
     registers[o] = reg;
     for (size_t b = 0; b < out.blob_descs.size(); ++b) output_views_[v++].data = out.blob(reg, static_cast<int>(b));
   }
@@ -265,7 +268,9 @@ void TaskState::Act(caf::event_based_actor* self) {
       case ActPolicy::kKernel: {
         KernelContext ctx;
         ctx.iteration = iteration;
+        if (lending_ != nullptr) ctx.threads = lending_->Borrow();
         status = RunKernel(ctx);
+        if (lending_ != nullptr) lending_->Return();
         break;
       }
       case ActPolicy::kDeliver:

@@ -5,6 +5,8 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -93,6 +95,12 @@ struct OutputSlots {
   MemoryPlace place;                   // where the blocks live (memory case, allocator)
   std::vector<int> pending_acks;       // per register
   std::vector<int> free_registers;     // stack of free register indices (actor-owned; sources: host-owned)
+  // Registers shared with other tasks' (RegisterDesc.reserved_byte_size, slice_of) are used in
+  // strict rotation 0, 1, ..., so every task of the group writes iteration i into block
+  // i mod register_num: registers come back in iteration order (every consumer acks in order),
+  // so waiting for the next one in rotation never waits longer than for any free one.
+  bool rotating = false;
+  int next_rotation = 0;
   struct Consumer {
     int task_index;  // the consumer's index in the plan
     int in_edge;     // index of the matching InputSlots in the consumer
@@ -103,7 +111,22 @@ struct OutputSlots {
   void* blob(int reg, int b) const { return register_memory[reg] + blob_offsets[b]; }
   // TSan channel of one register's handover (ready/fill and ack); stable after instantiation.
   const void* channel(int reg) const { return &pending_acks[reg]; }
-  bool has_free() const { return !free_registers.empty(); }
+  bool has_free() const {
+    if (!rotating) return !free_registers.empty();
+    return std::find(free_registers.begin(), free_registers.end(), next_rotation) != free_registers.end();
+  }
+  // A free register for the next act (has_free()): the last freed, or the next in rotation.
+  int take_free() {
+    if (!rotating) {
+      const int reg = free_registers.back();
+      free_registers.pop_back();
+      return reg;
+    }
+    const int reg = next_rotation;
+    free_registers.erase(std::find(free_registers.begin(), free_registers.end(), reg));
+    next_rotation = reg + 1 == register_num ? 0 : reg + 1;
+    return reg;
+  }
   bool all_free() const { return static_cast<int>(free_registers.size()) == register_num; }
 };
 
@@ -157,6 +180,9 @@ struct DataInput {
   int blob_index;
   const OutputSlots* constant = nullptr;
   TensorDesc desc;
+  // An input read whole (InputDesc.whole): the in-edges of the registers sliced into its block.
+  // Each act checks they deliver the same block (the group's rotation guarantees it).
+  std::vector<int> slice_edges;
 };
 
 // An actor kind is three policies, chosen once per task at instantiation (TaskPolicies::For)
@@ -181,6 +207,19 @@ struct TaskPolicies {
   // InvalidArgument for a combination the runtime has no actor for (an asynchronous sink).
   static StatusOr<TaskPolicies> For(const plan::Task& task, bool has_in_edges);
   std::string ToString() const;  // "input=ring output=own act=kernel"
+};
+
+// Kernels acting now (RuntimeOptions::lend_idle_threads), shared by a runtime's tasks.
+struct ThreadLending {
+  std::atomic<int> acting{0};
+  int workers = 1, share = 1, budget = 1;
+  // The threads an act starting now may use; Return() when it ends.
+  int Borrow() {
+    const int others = acting.fetch_add(1, std::memory_order_relaxed);
+    const int idle = workers - 1 - others;
+    return std::min(budget, share * (1 + std::max(0, idle)));
+  }
+  void Return() { acting.fetch_sub(1, std::memory_order_relaxed); }
 };
 
 namespace runtime_internal {
@@ -226,6 +265,7 @@ class TaskState {
   // "op 'x' iteration 3" for each launched act whose completion was not called. Thread-safe.
   std::vector<std::string> OutstandingCompletions() const;
   void set_trace_lane(TraceLane* lane) { lane_ = lane; }  // after the observer's OnPlan
+  void set_thread_lending(ThreadLending* lending) { lending_ = lending; }  // null: none
   // A source that passes each iteration's tick on to the roots (variables, constants), so the
   // host sends one message per iteration instead of one per root.
   void add_tick_target(caf::actor actor, const TaskState* state) { tick_targets_.push_back({std::move(actor), state}); }
@@ -313,6 +353,7 @@ class TaskState {
   int64_t launches_started_ = 0;
   // Trace (trace_clock ticks): the lane, and the wait in progress, if any.
   TraceLane* lane_ = nullptr;
+  ThreadLending* lending_ = nullptr;
   bool waiting_ = false;
   WaitReason wait_reason_ = WaitReason::kInputNotReady;
   int64_t wait_start_ = 0;

@@ -3,10 +3,12 @@
 //    The physical limit the all-reduce is compared with, measured in the same run.
 //  - AllReduce/bytes/devices: the compiler's all-reduce as a plan of real tasks: per device a
 //    partial-sum shard (a read-only variable) and a reduce-scatter boxing task (P->S(0): each
-//    sums its 1/n slice of every shard), then one gather task (S(0)->B) whose register every
-//    device reads in place (in one process, B needs one copy), on the process's
-//    thread budget (2 threads, min(devices, 2) workers). GB/s = bytes / time per all-reduce,
-//    one iteration at a time.
+//    sums its 1/n slice of every shard) whose register is a slice of one block (device 0's
+//    register reserves it), so the S(0)->B gather costs nothing: the reader (here the sink,
+//    which waits for every slice) finds B whole in the block. On the process's thread budget
+//    (2 threads, min(devices, 2) workers). GB/s = bytes / time per all-reduce, one iteration at
+//    a time. AllReduceGatherTask/bytes/devices: the same with the gather as one task copying
+//    the slices into its register (how P->B was lowered before), for comparison.
 //  - AllReduceKernel/bytes/devices/stage: the all-reduce's two kernels alone on one thread
 //    (stage 0: one device's reduce-scatter, stage 1: the gather), to see where its time goes.
 //    Compare cpu_time on a shared machine: real time there includes waiting for a core.
@@ -76,8 +78,8 @@ void AddInput(plan::Task* t, int64_t producer, bool control = false) {
   in->set_control(control);
 }
 
-// trigger -> n reduce-scatter tasks (reading the n shards) -> n all-gather tasks -> sink.
-plan::Plan AllReducePlan(int64_t elements, int devices) {
+// trigger -> n reduce-scatter tasks (reading the n shards) -> [one gather task] -> sink.
+plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task) {
   plan::Plan plan;
   plan.set_job_name("all_reduce");
   plan::Task* trigger = AddTask(plan, "trigger", plan::SOURCE, 0);
@@ -89,9 +91,9 @@ plan::Plan AllReducePlan(int64_t elements, int devices) {
     AddRegister(shard, {elements});
   }
   const Shape logical = {elements};
-  // As the compiler lowers P->B: a reduce-scatter task per device, then one gather whose
-  // register every device reads in place.
-  for (int stage = 0; stage < 2; ++stage)
+  // As the compiler lowers P->B: a reduce-scatter task per device writing its slice of one
+  // block (or, with gather_task, into its own register, then one gather task copying).
+  for (int stage = 0; stage < (gather_task ? 2 : 1); ++stage)
     for (int d = 0; d < (stage == 0 ? devices : 1); ++d) {
       BoxingSpec spec{logical, DType::kFloat32, stage == 0 ? Sbp::PartialSum() : Sbp::Split(0),
                       stage == 0 ? Sbp::Split(0) : Sbp::Broadcast(), devices, stage == 0 ? devices : 1, d};
@@ -102,9 +104,25 @@ plan::Plan AllReducePlan(int64_t elements, int devices) {
       for (int s = 0; s < devices; ++s) AddInput(t, first_source + s);
       if (stage == 0) AddInput(t, 0, /*control=*/true);
       AddRegister(t, PhysicalShape(logical, spec.out, devices, d).value());
+      if (stage == 0 && !gather_task) {
+        plan::RegisterDesc* r = t->mutable_registers(0);
+        if (d == 0) {
+          r->set_reserved_byte_size(elements * 4);
+        } else {
+          int64_t offset = 0;
+          for (int before = 0; before < d; ++before)
+            offset += NumElements(PhysicalShape(logical, spec.out, devices, before).value()) * 4;
+          r->mutable_slice_of()->set_task_id(1 + devices);
+          r->mutable_slice_of()->set_byte_offset(offset);
+        }
+      }
     }
   plan::Task* sink = AddTask(plan, "output", plan::SINK, 0);
-  AddInput(sink, 1 + 2 * devices, /*control=*/true);
+  if (gather_task) {
+    AddInput(sink, 1 + 2 * devices, /*control=*/true);
+  } else {
+    for (int d = 0; d < devices; ++d) AddInput(sink, 1 + devices + d, /*control=*/true);
+  }
   for (const plan::Task& t : plan.tasks()) {
     std::set<int64_t> seen;
     for (const plan::InputDesc& in : t.inputs())
@@ -114,10 +132,10 @@ plan::Plan AllReducePlan(int64_t elements, int devices) {
   return plan;
 }
 
-void AllReduce(benchmark::State& state) {
+void RunAllReduce(benchmark::State& state, bool gather_task) {
   const int64_t bytes = state.range(0), elements = bytes / 4;
   const int devices = static_cast<int>(state.range(1));
-  const plan::Plan plan = AllReducePlan(elements, devices);
+  const plan::Plan plan = AllReducePlan(elements, devices, gather_task);
   std::vector<std::vector<float>> shards(devices, std::vector<float>(elements, 0.5f));
   RuntimeHooks hooks;
   hooks.make_kernel = [&plan](const plan::Task& task) -> StatusOr<KernelFn> {
@@ -150,7 +168,13 @@ void AllReduce(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes);
 }
+void AllReduce(benchmark::State& state) { RunAllReduce(state, false); }
+void AllReduceGatherTask(benchmark::State& state) { RunAllReduce(state, true); }
 BENCHMARK(AllReduce)
+    ->ArgsProduct({{1 << 20, 16 << 20, 128 << 20}, {2, 4}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(AllReduceGatherTask)
     ->ArgsProduct({{1 << 20, 16 << 20, 128 << 20}, {2, 4}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
@@ -224,7 +248,8 @@ struct MlpJob {
   Status Step() { return job->Run(inputs, outputs); }
 };
 
-StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threads) {
+// kernel_threads > 0 fixes each kernel's share (and turns off lending idle shares).
+StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threads, int kernel_threads = 0) {
   auto made = std::make_unique<MlpJob>();
   made->session = std::make_unique<Session>();
   for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
@@ -237,6 +262,7 @@ StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threa
   JobOptions options;
   options.num_threads = threads;
   options.num_workers = workers;
+  options.kernel_threads = kernel_threads;
   AF_ASSIGN_OR_RETURN(made->job, made->session->Compile(builder, options));
   made->x.resize(kBatch * kIn);
   for (size_t i = 0; i < made->x.size(); ++i) made->x[i] = std::sin(0.37f * static_cast<float>(i));
@@ -262,10 +288,12 @@ void MlpTrainStep(benchmark::State& state) {
 
 // The 2-device over 1-device step time at one budget, drift cancelled: both jobs in one
 // process, blocks of 20 steps alternating ABBA; counters: median and quartiles of the blocks'
-// ratios, and each side's median step (us).
+// ratios, and each side's median step (us). Second argument 0: the 2-device job's kernels keep
+// their share (threads / 2), no lending of idle shares (how it ran before lending).
 void MlpTwoOverOneDevice(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  auto one = MakeMlpJob(1, 0, threads), two = MakeMlpJob(2, 0, threads);
+  const bool lend = state.range(1) != 0;
+  auto one = MakeMlpJob(1, 0, threads), two = MakeMlpJob(2, 0, threads, lend ? 0 : std::max(1, threads / 2));
   if (!one.ok() || !two.ok()) return state.SkipWithError("compile failed");
   auto block = [](MlpJob& job) {
     const auto start = std::chrono::steady_clock::now();
@@ -296,7 +324,7 @@ void MlpTwoOverOneDevice(benchmark::State& state) {
   state.counters["one_device_us"] = quantile(ones, 0.5);
   state.counters["two_devices_us"] = quantile(twos, 0.5);
 }
-BENCHMARK(MlpTwoOverOneDevice)->Arg(1)->Arg(2)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(MlpTwoOverOneDevice)->Args({1, 1})->Args({2, 1})->Args({2, 0})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK(MlpTrainStep)
     ->Args({1, 0, 1})

@@ -346,15 +346,31 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   // The task (and its register) a reader on device `device`, index `index` of `reader_devices`,
   // reads for `ref`: the producer's only task, its task on that device (or its first) for a
   // broadcast blob, else its task of the same index (the boxing pass made the layouts equal).
+  // A boxing to B from a split whose shards are contiguous byte ranges of the whole (every
+  // axis before the split axis has length 1) makes no task: the producer's registers on its
+  // devices become slices of one block (RegisterDesc.slice_of), and readers take the block
+  // whole (InputDesc.whole), waiting for every slice. Each device's task (a reduce-scatter's
+  // sum, a layer's output) thus writes its piece straight into the tensor every reader reads;
+  // in one process the gather costs no copy.
+  struct Gathered {
+    std::vector<int> tasks;  // the producer's, one per shard, in order
+    int register_index;
+    TensorDesc logical;
+  };
+  std::map<std::string, Gathered> gathered;  // boxing node -> the block it reads
   struct Source {
     int task;
     int register_index;
     const View* view;
+    const Gathered* gathered = nullptr;
   };
   auto source_of = [&](const std::string& ref, int device, size_t index,
                        const std::vector<int>& reader_devices) -> StatusOr<Source> {
     auto view = views.find(ref);
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(view == views.end() ? ref : view->second.base));
+    if (auto g = gathered.find(resolved.first->name); g != gathered.end())
+      return Source{g->second.tasks[0], g->second.register_index, view == views.end() ? nullptr : &view->second,
+                    &g->second};
     const Physical& p = physical.at(resolved.first->name);
     Source source{p.tasks[0], resolved.second, view == views.end() ? nullptr : &view->second};
     if (p.tasks.size() == 1) return source;
@@ -375,10 +391,60 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     in->set_producer_task_id(source.task);
     in->set_producer_register(source.register_index);
     in->set_blob_index(0);
-    if (source.view != nullptr) {
+    if (source.view != nullptr || source.gathered != nullptr) {
       in->set_has_view(true);
-      for (int64_t d : source.view->desc.shape) in->add_view_shape(d);
+      in->set_whole(source.gathered != nullptr);
+      const Shape& shape = source.view != nullptr ? source.view->desc.shape : source.gathered->logical.shape;
+      for (int64_t d : shape) in->add_view_shape(d);
     }
+    if (source.gathered == nullptr) return;
+    for (size_t k = 1; k < source.gathered->tasks.size(); ++k) {  // wait for every slice, hold it until acked
+      plan::InputDesc* slice = consumer->add_inputs();
+      slice->set_producer_task_id(source.gathered->tasks[k]);
+      slice->set_producer_register(source.register_index);
+      slice->set_control(true);
+    }
+  };
+  // Whether boxing node `n` (to B) is a gather in place (see Gathered); if so, lays out the
+  // producer's registers as slices of one block and records it.
+  auto gather_in_place = [&](const Node& n) -> StatusOr<bool> {
+    if (n.type != "boxing" || n.output_sbp.empty() || n.output_sbp[0].kind != SbpKind::kBroadcast ||
+        views.count(n.inputs.at(0)))
+      return false;
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(n.inputs[0]));
+    const Node& producer = *resolved.first;
+    const Sbp from = output_sbp(producer, resolved.second);
+    const Physical& shards = physical.at(producer.name);
+    if (producer.kind != NodeKind::kOp || from.kind != SbpKind::kSplit || shards.tasks.size() < 2) return false;
+    const TensorDesc& logical = producer.output_descs.at(resolved.second);
+    for (int64_t a = 0; a < from.axis; ++a)
+      if (logical.shape[a] != 1) return false;  // shards are strided, not byte ranges
+    if (gathered.count(n.name)) return true;
+    for (const auto& [name, other] : gathered)  // a second gather of the same shards shares the block
+      if (other.tasks == shards.tasks && other.register_index == resolved.second) {
+        gathered.emplace(n.name, other);
+        return true;
+      }
+    const int owner = shards.tasks[0];
+    int64_t offset = 0;
+    for (int task : shards.tasks) {
+      plan::RegisterDesc* r = plan.mutable_tasks(task)->mutable_registers(resolved.second);
+      if (r->blobs_size() != 1 || r->has_slice_of() || r->reserved_byte_size() > 0)
+        return Internal("op '" + producer.name + "': its register is already laid out for another gather");
+      if (task == owner) {
+        r->set_reserved_byte_size(static_cast<int64_t>(logical.byte_size()));
+      } else {
+        r->mutable_slice_of()->set_task_id(owner);
+        r->mutable_slice_of()->set_register_index(resolved.second);
+        r->mutable_slice_of()->set_byte_offset(offset);
+      }
+      offset += r->blobs(0).byte_size();
+    }
+    if (offset != static_cast<int64_t>(logical.byte_size()))
+      return Internal("op '" + producer.name + "': its shards hold " + std::to_string(offset) + " bytes of " +
+                      logical.ToString());
+    gathered.emplace(n.name, Gathered{shards.tasks, resolved.second, logical});
+    return true;
   };
   auto add_data_input = [&](plan::Task* consumer, const std::string& ref, int device = 0, size_t index = 0,
                             const std::vector<int>& reader_devices = {0}) -> Status {
@@ -408,10 +474,15 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   bool spread = false;  // some node runs on several devices
   for (const Node& n : graph.nodes()) {
     if (n.kind == NodeKind::kOp && n.output_names.size() == 1 && views.count(n.output_ref(0))) continue;  // a view
+    if (n.kind == NodeKind::kOp) {
+      AF_ASSIGN_OR_RETURN(bool in_place, gather_in_place(n));
+      if (in_place) continue;
+    }
     const std::vector<int> all_devices = devices_of(n);
     // Inputs and variables: one task holding the whole tensor, on the first device. So is a
     // boxing to B: registers are host memory, so one copy serves the readers of every device
-    // (an all-gather is one gather, an all-reduce a reduce-scatter and one gather).
+    // (an all-gather is one gather, an all-reduce a reduce-scatter and one gather; where the
+    // shards are byte ranges of the whole, no gather at all: see gather_in_place).
     const bool whole_once = n.kind != NodeKind::kOp ||
                             (n.type == "boxing" && !n.output_sbp.empty() && n.output_sbp[0].kind == SbpKind::kBroadcast);
     const std::vector<int> task_devices = whole_once ? std::vector<int>{all_devices[0]} : all_devices;
@@ -459,9 +530,10 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
         if (n.type == "boxing") {
           // One input per source shard (one for a broadcast source), and this device's piece.
           // A view's source is one whole register on one device (views are single-device
-          // reshapes, read through add_data_input); anything else is the producer's tasks.
+          // reshapes, read through add_data_input), so is a gather in place (one block);
+          // anything else is the producer's tasks.
           AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(n.inputs.at(0)));
-          const bool from_view = views.count(n.inputs[0]) > 0;
+          const bool from_view = views.count(n.inputs[0]) > 0 || gathered.count(resolved.first->name) > 0;
           static const Physical kWholeSource{};
           const Physical& from = from_view ? kWholeSource : physical.at(resolved.first->name);
           const size_t from_parts = from_view ? 1 : from.tasks.size();
@@ -676,6 +748,9 @@ std::string PlanToDot(const plan::Plan& plan) {
         Shape s(b.shape().begin(), b.shape().end());
         label += " " + TensorDesc{s, FromProtoDType(b.dtype())}.ToString();
       }
+      if (r.reserved_byte_size() > 0) label += " in a block of " + std::to_string(r.reserved_byte_size()) + " B";
+      if (r.has_slice_of())
+        label += " at +" + std::to_string(r.slice_of().byte_offset()) + " B of #" + std::to_string(r.slice_of().task_id());
     }
     dot << "  t" << t.id() << " [label=" << quote(label) << "];\n";
     for (int i = 0; i < t.inputs_size(); ++i) {
@@ -683,7 +758,8 @@ std::string PlanToDot(const plan::Plan& plan) {
       bool is_mutable = false;
       for (int m : t.mutable_inputs()) is_mutable |= m == i;
       dot << "  t" << in.producer_task_id() << " -> t" << t.id()
-          << (in.control() ? " [style=dashed]" : is_mutable ? " [color=red]" : "") << ";\n";
+          << (in.control() ? " [style=dashed]" : is_mutable ? " [color=red]" : in.whole() ? " [style=bold, label=whole]" : "")
+          << ";\n";
     }
   }
   dot << "}\n";

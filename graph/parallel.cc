@@ -12,6 +12,10 @@ namespace actorflow {
 namespace graph {
 namespace {
 
+// Below this a partial sum read on other devices is summed by one task there: a reduce-scatter
+// costs a task and a message hop per device (~10 us each), more than summing 64 KiB takes.
+constexpr size_t kParallelSumBytes = 64 << 10;
+
 // Added to the cost of a candidate that boxes a user-hinted blob into another layout.
 constexpr double kHintedLayoutPenalty = 1e18;
 
@@ -340,7 +344,11 @@ class BoxingPass : public Pass {
  private:
   // `ref` as a reader on `devices` laid out `want` reads it: itself, or a boxing node's output
   // (made once per ref and destination). P->B over the same devices goes through S(k), so
-  // each device sums 1/n of the blob (reduce-scatter) and then gathers (all-gather).
+  // each device sums 1/n of the blob (reduce-scatter) and then gathers (all-gather). P->B onto
+  // other devices (a gradient read by its update on the variable's device) does too where the
+  // shards of S(k) are byte ranges of the whole, which lowering gathers in place (no copy), and
+  // the blob is large enough that summing it on one worker would take longer than the
+  // devices' extra hops (kParallelSumBytes).
   StatusOr<std::string> Boxed(Graph& graph, const std::string& ref, const std::vector<int>& devices, const Sbp& want,
                               const std::string& location) {
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
@@ -352,10 +360,15 @@ class BoxingPass : public Pass {
     const std::string key = ref + "|" + PlacementOf(devices).ToString() + "|" + to.ToString();
     if (auto it = made_.find(key); it != made_.end()) return it->second;
     const TensorDesc& desc = producer.output_descs[resolved.second];
-    if (from.kind == SbpKind::kPartialSum && to.kind == SbpKind::kBroadcast && from_devices == devices) {
+    const bool elsewhere = from_devices != devices;
+    if (from.kind == SbpKind::kPartialSum && to.kind == SbpKind::kBroadcast &&
+        (!elsewhere || (from_devices.size() > 1 && desc.byte_size() >= kParallelSumBytes))) {
       for (size_t axis = 0; axis < desc.shape.size(); ++axis) {
-        if (desc.shape[axis] < static_cast<int64_t>(devices.size())) continue;
-        AF_ASSIGN_OR_RETURN(std::string scattered, Insert(graph, ref, from, devices, Sbp::Split(axis), location));
+        if (desc.shape[axis] < static_cast<int64_t>(from_devices.size())) {
+          if (elsewhere && desc.shape[axis] != 1) break;  // later axes' shards would be strided
+          continue;
+        }
+        AF_ASSIGN_OR_RETURN(std::string scattered, Insert(graph, ref, from, from_devices, Sbp::Split(axis), location));
         AF_ASSIGN_OR_RETURN(std::string gathered, Insert(graph, scattered, Sbp::Split(axis), devices, to, location));
         made_[key] = gathered;
         return gathered;

@@ -94,6 +94,56 @@ TEST(ParallelPassesTest, DataParallelMlpOnThreeDevices) {
   EXPECT_NE(dot.find("on cpu 0:0,0:1,0:2: S(0),B,B->S(0)"), std::string::npos) << dot;
 }
 
+// P->B (a weight gradient's all-reduce) is a reduce-scatter whose per-device sums are slices of
+// one block: no gather task; the update reads the block whole and waits for every slice.
+TEST(ParallelPassesTest, AllReduceWritesEachDevicesSumIntoOneBlock) {
+  testing::Mlp m = testing::BuildMlp("train", 300, 128, 160, 2);
+  Graph g = m.builder.graph();
+  g.set_device_num(3);
+  plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  const plan::Task* update = FindTask(plan, "hidden-weight-update");
+  ASSERT_NE(update, nullptr) << PlanToDot(plan);
+  // The weight's gradient (128 x 160 floats, 80 KiB) is summed where it is made, each device
+  // its rows, and read whole by the update on device 0: a view of the logical shape.
+  const plan::InputDesc* whole = nullptr;
+  for (const plan::InputDesc& in : update->inputs())
+    if (in.whole()) whole = &in;
+  ASSERT_NE(whole, nullptr) << PlanToDot(plan);
+  EXPECT_EQ(std::vector<int64_t>(whole->view_shape().begin(), whole->view_shape().end()), (std::vector<int64_t>{128, 160}));
+  const plan::Task& owner = plan.tasks(static_cast<int>(whole->producer_task_id()));
+  EXPECT_EQ(owner.op_type(), "boxing");
+  EXPECT_EQ(owner.device_id(), 0);
+  const plan::RegisterDesc& block = owner.registers(whole->producer_register());
+  EXPECT_EQ(block.reserved_byte_size(), 128 * 160 * 4);
+  EXPECT_EQ(block.blobs(0).shape(0), 43);  // rows 0..42 of 128 (43/43/42)
+  // Devices 1 and 2 sum rows 43..85 and 86..127 into the block at their offsets; the update
+  // waits for them (control inputs on their registers).
+  int64_t offset = 43 * 160 * 4;
+  for (int d = 1; d < 3; ++d) {
+    const std::string name = owner.name().substr(0, owner.name().size() - 1) + std::to_string(d);
+    const plan::Task* slice = FindTask(plan, name);
+    ASSERT_NE(slice, nullptr) << name;
+    EXPECT_EQ(slice->device_id(), d);
+    const plan::RegisterDesc& r = slice->registers(whole->producer_register());
+    ASSERT_TRUE(r.has_slice_of()) << name;
+    EXPECT_EQ(r.slice_of().task_id(), owner.id());
+    EXPECT_EQ(r.slice_of().byte_offset(), offset);
+    offset += r.blobs(0).byte_size();
+    EXPECT_TRUE(HasControlFrom(plan, *update, name)) << name;
+  }
+  EXPECT_EQ(offset, 128 * 160 * 4);
+  // The plan's DOT shows the block, the slices and the whole read.
+  const std::string dot = PlanToDot(plan);
+  EXPECT_NE(dot.find("in a block of 81920 B"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("at +27520 B of #" + std::to_string(owner.id())), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=whole"), std::string::npos) << dot;
+  // No task gathers it; the small gradients (under 64 KiB) are summed by one task on device 0.
+  EXPECT_EQ(FindTask(plan, "hidden-matmul-grad-boxing-boxing"), nullptr) << PlanToDot(plan);
+  const plan::Task* small = FindTask(plan, "output-matmul-grad_1-boxing");
+  ASSERT_NE(small, nullptr) << PlanToDot(plan);
+  EXPECT_EQ(small->device_id(), 0);
+}
+
 // A reader of a variable that is a data ancestor of the variable's writer on the logical graph
 // (so the ordering pass adds no control edge) but not physically: the copy on device 1 of a
 // broadcast identity feeds nothing the writer on device 0 reads. Lowering must order it.

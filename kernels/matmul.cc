@@ -89,7 +89,8 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
   // (batch-1 inference: 115 -> 65 us for the MLP on 2 cores).
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
                        static_cast<double>(batch);
-  const int threads = flops < kParallelGemmFlops ? 1 : std::max(1, init.num_threads);
+  const bool small = flops < kParallelGemmFlops;
+  const int threads = small ? 1 : std::max(1, init.num_threads);
   // Epilogue (the compiler's fusion pass): out += bias per column, then relu.
   const bool fuse_bias = init.attrs.GetBoolOr("fuse_bias", false), fuse_relu = init.attrs.GetBoolOr("fuse_relu", false);
   if (fuse_bias && (init.inputs.size() != 3 || init.inputs[2].shape != Shape{n} || init.inputs[2].dtype != init.inputs[0].dtype))
@@ -118,7 +119,9 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
       return Status::Ok();
     });
   return KernelFn([=](KernelContext& c) {
-    omp_set_num_threads(threads);  // the per-thread ICV oneDNN reads: this kernel's share of the budget
+    // The per-thread ICV oneDNN reads: this kernel's share of the budget, or more while other
+    // devices' workers idle (KernelContext::threads); a small GEMM stays on one thread.
+    omp_set_num_threads(!small && c.threads > threads ? c.threads : threads);
     for (int64_t i = 0; i < batch; ++i) {
       dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, c.input(0).as<float>() + i * a_step,
                                    ta ? m : k, c.input(1).as<float>() + i * b_step, tb ? k : n, 0.0f,

@@ -574,9 +574,12 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     return Status::Ok();
   };
   RuntimeOptions& runtime_options = job->runtime_options_;
-  runtime_options.num_threads = options.num_threads;
+  runtime_options.num_threads = budget;
   runtime_options.num_workers = workers;
   runtime_options.kernel_threads = kernel_threads;
+  // Devices lend their share to one computing while they wait on it (a gradient's matmul on
+  // the update's device while the others idle), so n devices lose no cores to idle shares.
+  runtime_options.lend_idle_threads = device_count > 1 && options.kernel_threads <= 0;
   if (!options.trace_path.empty()) {
     AF_RETURN_IF_ERROR(ChromeTraceRecorder::CheckWritable(options.trace_path));
     job->recorder_ = std::make_unique<ChromeTraceRecorder>();
