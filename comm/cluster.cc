@@ -16,17 +16,38 @@ namespace actorflow {
 class ClusterState {
  public:
   void Fail(const std::string& message) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (failure_.empty()) failure_ = message;
+    std::vector<std::function<void(const std::string&)>> listeners;
+    std::string failure;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!failure_.empty()) return;
+      failure_ = message;
+      failure = failure_;
+      listeners = listeners_;  // called outside the lock: a listener may ask for failure()
+    }
+    for (auto& listener : listeners) listener(failure);
   }
   std::string failure() const {
     std::lock_guard<std::mutex> lock(mu_);
     return failure_;
   }
+  void AddListener(std::function<void(const std::string&)> listener) {
+    std::string failure;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failure_.empty()) {
+        listeners_.push_back(std::move(listener));
+        return;
+      }
+      failure = failure_;
+    }
+    listener(failure);
+  }
 
  private:
   mutable std::mutex mu_;
   std::string failure_;
+  std::vector<std::function<void(const std::string&)>> listeners_;
 };
 
 namespace {
@@ -39,6 +60,9 @@ namespace {
 //   coordinator -> member  (lost, message)
 //   rank 0 -> coordinator  (drain) -> string, once every remote member answered a ping
 //   coordinator -> member  (ping) -> string: everything sent to it earlier has arrived
+//   member -> coordinator  (plancheck, rank, epoch, digest, op_names, op_digests) -> string, once
+//                          every rank sent that epoch: a job's plan compared across ranks
+//   member -> coordinator  (gather, rank, actor) -> (string, actors by rank), once every rank sent
 // A reply string is empty for success and the error's message otherwise.
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using barrier_atom = caf::atom_constant<caf::atom("barrier")>;
@@ -51,6 +75,10 @@ using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using api_join_atom = caf::atom_constant<caf::atom("apijoin")>;
 using api_barrier_atom = caf::atom_constant<caf::atom("apibarrier")>;
 using api_leave_atom = caf::atom_constant<caf::atom("apileave")>;
+using plan_check_atom = caf::atom_constant<caf::atom("plancheck")>;
+using gather_atom = caf::atom_constant<caf::atom("gather")>;
+using api_plan_atom = caf::atom_constant<caf::atom("apiplan")>;
+using api_gather_atom = caf::atom_constant<caf::atom("apigather")>;
 
 std::string Hex(uint64_t value) {
   char text[17];
@@ -86,6 +114,10 @@ struct CoordinatorState {
   std::set<int> drain_pending;
   std::vector<caf::response_promise> drain_promises;
   bool rendezvous_done = false;
+  std::map<uint64_t, std::map<int, JoinedRank>> plan_checks;  // by epoch
+  std::map<uint64_t, std::vector<caf::response_promise>> plan_check_promises;
+  std::map<int, caf::actor> gathered;
+  std::vector<caf::response_promise> gather_promises;
   std::string failure;
   static inline const char* name = "actorflow.cluster.coordinator";
 };
@@ -104,6 +136,11 @@ void FailCluster(caf::stateful_actor<CoordinatorState>* self, const std::string&
   for (auto& [epoch, promises] : state.barriers) DeliverAll(promises, state.failure);
   state.barriers.clear();
   DeliverAll(state.left_waiters, state.failure);
+  for (auto& [epoch, promises] : state.plan_check_promises) DeliverAll(promises, state.failure);
+  state.plan_check_promises.clear();
+  for (auto& promise : state.gather_promises)
+    if (promise.pending()) promise.deliver(state.failure, std::vector<caf::actor>());
+  state.gather_promises.clear();
   for (auto& [rank, joined] : state.joined)
     if (rank != lost_rank && !state.left.count(rank)) self->send(joined.member, lost_atom::value, state.failure);
 }
@@ -114,10 +151,10 @@ void DrainDone(caf::stateful_actor<CoordinatorState>* self, int rank) {
 }
 
 // Every rank against rank 0: version first, then the plan, naming the first differing op.
-std::string CheckConsistency(const CoordinatorState& state) {
-  const JoinedRank& reference = state.joined.at(0);
+std::string CheckConsistency(const std::map<int, JoinedRank>& ranks, const std::string& what = "cluster rendezvous") {
+  const JoinedRank& reference = ranks.at(0);
   std::string problems;
-  for (const auto& [rank, joined] : state.joined) {
+  for (const auto& [rank, joined] : ranks) {
     if (rank == 0) continue;
     std::string problem;
     if (joined.version != reference.version) {
@@ -144,7 +181,7 @@ std::string CheckConsistency(const CoordinatorState& state) {
     }
     if (!problem.empty()) problems += (problems.empty() ? "" : "; ") + problem;
   }
-  return problems.empty() ? "" : "cluster rendezvous: " + problems;
+  return problems.empty() ? "" : what + ": " + problems;
 }
 
 caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world_size,
@@ -183,7 +220,7 @@ caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world
         state.join_promises.push_back(self->make_response_promise());
         if (static_cast<int>(state.joined.size()) == state.world_size) {
           state.rendezvous_done = true;
-          std::string problem = CheckConsistency(state);
+          std::string problem = CheckConsistency(state.joined);
           if (!problem.empty()) {
             state.failure = problem;
             DeliverAll(state.join_promises, problem);
@@ -214,6 +251,38 @@ caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world
           state.barriers.erase(epoch);
         }
         return caf::delegated<std::string>();
+      },
+      [self](plan_check_atom, int32_t rank, uint64_t epoch, uint64_t digest, const std::vector<std::string>& op_names,
+             const std::vector<std::string>& op_digests) -> caf::result<std::string> {
+        auto& state = self->state;
+        if (!state.failure.empty()) return state.failure;
+        auto& ranks = state.plan_checks[epoch];
+        ranks[rank] = JoinedRank{caf::actor(), "", digest, op_names, op_digests};
+        auto& promises = state.plan_check_promises[epoch];
+        promises.push_back(self->make_response_promise());
+        if (static_cast<int>(ranks.size()) == state.world_size) {
+          // A mismatch fails this job's compile on every rank, not the cluster: the ranks may
+          // compile other jobs that agree.
+          std::string problem = CheckConsistency(ranks, "job plan check #" + std::to_string(epoch));
+          DeliverAll(promises, problem);
+          state.plan_checks.erase(epoch);
+          state.plan_check_promises.erase(epoch);
+        }
+        return caf::delegated<std::string>();
+      },
+      [self](gather_atom, int32_t rank, const caf::actor& actor) -> caf::result<std::string, std::vector<caf::actor>> {
+        auto& state = self->state;
+        if (!state.failure.empty()) return caf::result<std::string, std::vector<caf::actor>>(state.failure, std::vector<caf::actor>());
+        state.gathered[rank] = actor;
+        state.gather_promises.push_back(self->make_response_promise());
+        if (static_cast<int>(state.gathered.size()) == state.world_size) {
+          std::vector<caf::actor> actors;
+          for (auto& [r, a] : state.gathered) actors.push_back(a);
+          for (auto& promise : state.gather_promises)
+            if (promise.pending()) promise.deliver(std::string(), actors);
+          state.gather_promises.clear();
+        }
+        return caf::delegated<std::string, std::vector<caf::actor>>();
       },
       [self](leave_atom, int32_t rank) -> std::string {
         auto& state = self->state;
@@ -254,6 +323,7 @@ struct MemberState {
   int rank = 0;
   std::shared_ptr<ClusterState> shared;
   std::vector<caf::response_promise> pending;
+  std::vector<caf::response_promise> gather_pending;  // answered with (error, actors)
   bool leaving = false;
   static inline const char* name = "actorflow.cluster.member";
 };
@@ -261,6 +331,9 @@ struct MemberState {
 void FailMember(caf::stateful_actor<MemberState>* self, const std::string& message) {
   self->state.shared->Fail(message);
   DeliverAll(self->state.pending, self->state.shared->failure());
+  for (auto& promise : self->state.gather_pending)
+    if (promise.pending()) promise.deliver(self->state.shared->failure(), std::vector<caf::actor>());
+  self->state.gather_pending.clear();
 }
 
 // Sends `request` to the coordinator; its reply (or the rank's failure) completes a promise.
@@ -299,6 +372,27 @@ caf::behavior Member(caf::stateful_actor<MemberState>* self, caf::actor coordina
                        caf::actor_cast<caf::actor>(self));
       },
       [self](api_barrier_atom, uint64_t epoch) { return Forward(self, barrier_atom::value, self->state.rank, epoch); },
+      [self](api_plan_atom, uint64_t epoch, uint64_t digest, const std::vector<std::string>& op_names,
+             const std::vector<std::string>& op_digests) {
+        return Forward(self, plan_check_atom::value, self->state.rank, epoch, digest, op_names, op_digests);
+      },
+      [self](api_gather_atom, const caf::actor& actor) -> caf::result<std::string, std::vector<caf::actor>> {
+        std::string failure = self->state.shared->failure();
+        if (!failure.empty()) return caf::result<std::string, std::vector<caf::actor>>(failure, std::vector<caf::actor>());
+        auto promise = self->make_response_promise();
+        self->state.gather_pending.push_back(promise);
+        self->request(self->state.coordinator, caf::infinite, gather_atom::value, self->state.rank, actor)
+            .then(
+                [promise](std::string& error, std::vector<caf::actor>& actors) mutable {
+                  if (promise.pending()) promise.deliver(std::move(error), std::move(actors));
+                },
+                [self, promise](caf::error& error) mutable {
+                  if (promise.pending())
+                    promise.deliver("cluster: rank 0 did not answer: " + self->system().render(error),
+                                    std::vector<caf::actor>());
+                });
+        return caf::delegated<std::string, std::vector<caf::actor>>();
+      },
       [self](api_leave_atom) {
         self->state.leaving = true;
         if (self->state.rank == 0) return Forward(self, wait_left_atom::value);
@@ -489,6 +583,54 @@ Status Cluster::Barrier(std::chrono::milliseconds timeout) {
   if (!joined_) return FailedPrecondition("Cluster::Barrier: call Rendezvous first");
   return Call("cluster barrier", timeout, 1, barrier_epoch_++, nullptr);
 }
+
+Status Cluster::CheckPlan(const PlanIdentity& plan, std::chrono::milliseconds timeout) {
+  if (!joined_) return FailedPrecondition("Cluster::CheckPlan: call Rendezvous first");
+  if (plan.op_names.size() != plan.op_digests.size())
+    return InvalidArgument("Cluster::CheckPlan: plan has " + std::to_string(plan.op_names.size()) + " op names and " +
+                           std::to_string(plan.op_digests.size()) + " op digests");
+  AF_RETURN_IF_ERROR(health());
+  std::vector<std::string> digests;
+  for (uint64_t digest : plan.op_digests) digests.push_back(Hex(digest));
+  caf::scoped_actor self{environment_->system()};
+  std::string reply;
+  self->request(actors_->member, timeout, api_plan_atom::value, plan_epoch_++, plan.digest, plan.op_names, digests)
+      .receive([&](std::string& text) { reply = std::move(text); },
+               [&](caf::error& error) {
+                 reply = error == caf::sec::request_timeout
+                             ? "job plan check timed out after " + Millis(timeout) + " on rank " + std::to_string(rank()) +
+                                   " (does every rank compile the same jobs in the same order?)"
+                             : "job plan check: " + environment_->system().render(error);
+               });
+  if (reply.empty()) return Status::Ok();
+  return FailedPrecondition(reply);
+}
+
+StatusOr<std::vector<caf::actor>> Cluster::AllGather(const caf::actor& mine, std::chrono::milliseconds timeout) {
+  if (!joined_) return FailedPrecondition("Cluster::AllGather: call Rendezvous first");
+  AF_RETURN_IF_ERROR(health());
+  caf::scoped_actor self{environment_->system()};
+  std::string failure;
+  std::vector<caf::actor> actors;
+  self->request(actors_->member, timeout, api_gather_atom::value, mine)
+      .receive(
+          [&](std::string& error, std::vector<caf::actor>& gathered) {
+            failure = std::move(error);
+            actors = std::move(gathered);
+          },
+          [&](caf::error& error) {
+            failure = error == caf::sec::request_timeout
+                          ? "cluster all-gather timed out after " + Millis(timeout) + " on rank " + std::to_string(rank())
+                          : "cluster all-gather: " + environment_->system().render(error);
+          });
+  if (!failure.empty()) return FailedPrecondition(failure);
+  if (static_cast<int>(actors.size()) != world_size())
+    return Internal("cluster all-gather returned " + std::to_string(actors.size()) + " actors for " +
+                    std::to_string(world_size()) + " ranks");
+  return actors;
+}
+
+void Cluster::OnFailure(std::function<void(const std::string&)> listener) { state_->AddListener(std::move(listener)); }
 
 Status Cluster::Shutdown(std::chrono::milliseconds timeout) {
   AF_RETURN_IF_ERROR(Barrier(timeout));

@@ -23,6 +23,9 @@ class JobBuilder {
   // device). Call before placements are set. No GPU is usable by placements yet: gpu_device_num
   // > 0 is FailedPrecondition saying so and naming cpu_device_num(n) as the CPU equivalent.
   Status SetDeviceNum(int cpu_device_num, int gpu_device_num = 0);
+  // The machines (processes) of the job (flow.config.machine_num; 0 = one). Call before
+  // placements are set; device counts are per machine.
+  Status SetMachineNum(int machine_num);
   // The job's view, recorded as JobConfig.default_logical_view: "consistent" ("" too) or
   // "mirrored". The front end builds both on the consistent machinery (a mirrored job's list
   // placeholders are logical inputs split on axis 0), so the compiler does not read it.

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -300,14 +301,16 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   };
   std::map<std::string, Physical> physical;
   auto devices_of = [](const Node& n) { return n.devices.empty() ? std::vector<int>{0} : n.devices; };
+  // `device` is a global device id (graph.h): machine device / D, device device % D.
+  const int device_num = graph.device_num();
   auto new_task = [&](const std::string& name, plan::TaskKind kind, int device = 0) {
     plan::Task* t = plan.add_tasks();
     t->set_id(plan.tasks_size() - 1);
     t->set_name(name);
     t->set_kind(kind);
     t->set_device_type("cpu");
-    t->set_device_id(device);
-    t->set_machine_id(0);
+    t->set_device_id(device % device_num);
+    t->set_machine_id(device / device_num);
     return t;
   };
   // Reshape and flatten become views: their readers read the input's register with the new
@@ -521,9 +524,18 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   }
   if (spread) OrderInPlaceWriters(plan, add_control_input);
 
-  plan::Task* sink = new_task("output", plan::SINK);
-  const int sink_id = static_cast<int>(sink->id());
-  for (const auto& ref : graph.outputs()) AF_RETURN_IF_ERROR(add_data_input(plan.mutable_tasks(sink_id), ref));
+  // Every machine has a main sink reading the call's outputs and a sink per watch, so that the
+  // same program gets the same results on every rank (cross-machine reads become send/recv
+  // pairs, InsertCrossMachineTransfers). One machine: the watch sits on the watched blob's device.
+  const int machine_num = graph.machine_num();
+  std::vector<int> sink_ids;  // main sink of each machine
+  for (int machine = 0; machine < machine_num; ++machine) {
+    plan::Task* sink = new_task(machine == 0 ? "output" : "output@machine" + std::to_string(machine), plan::SINK,
+                                machine * device_num);
+    sink_ids.push_back(static_cast<int>(sink->id()));
+    for (const auto& ref : graph.outputs()) AF_RETURN_IF_ERROR(add_data_input(plan.mutable_tasks(sink_ids.back()), ref));
+  }
+  const int sink_id = sink_ids.front();
   for (const Watch& w : graph.watches()) {
     std::string ref = w.ref;
     if (w.diff) {
@@ -533,10 +545,13 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       ref = it->second;
     }
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
-    plan::Task* t = new_task("watch-" + w.handler_name, plan::SINK, devices_of(*resolved.first)[0]);
-    t->set_sink_name(w.handler_name);
-    t->set_source_location(w.location);
-    AF_RETURN_IF_ERROR(add_data_input(t, ref));
+    for (int machine = 0; machine < machine_num; ++machine) {
+      plan::Task* t = new_task("watch-" + w.handler_name + (machine == 0 ? "" : "@machine" + std::to_string(machine)),
+                               plan::SINK, machine_num == 1 ? devices_of(*resolved.first)[0] : machine * device_num);
+      t->set_sink_name(w.handler_name);
+      t->set_source_location(w.location);
+      AF_RETURN_IF_ERROR(add_data_input(t, ref));
+    }
   }
 
   // Consumers, deduplicated per task (the runtime makes one in-edge per producer register).
@@ -560,21 +575,23 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     }
   fill_consumers();
   // A call completes when the main sink has acted: it also waits (control) for every register
-  // nobody reads, so updates and unused feeds belong to the iteration they serve.
+  // nobody reads, so updates and unused feeds belong to the iteration they serve. Each machine's
+  // main sink waits for its machine's registers.
   for (int i = 0; i < sink_id; ++i) {
     for (int r = 0; r < plan.tasks(i).registers_size(); ++r) {
       if (plan.tasks(i).registers(r).consumer_task_ids_size() > 0) continue;
-      plan::InputDesc* in = plan.mutable_tasks(sink_id)->add_inputs();
+      plan::InputDesc* in = plan.mutable_tasks(sink_ids.at(plan.tasks(i).machine_id()))->add_inputs();
       in->set_producer_task_id(i);
       in->set_producer_register(r);
       in->set_control(true);
     }
   }
   // A job with nothing to return (only watches): the main sink still fires once per call.
-  if (plan.tasks(sink_id).inputs_size() == 0) {
+  for (int sink : sink_ids) {
+    if (plan.tasks(sink).inputs_size() > 0) continue;
     for (int i = 0; i < sink_id; ++i) {
       if (plan.tasks(i).kind() != plan::SOURCE) continue;
-      plan::InputDesc* in = plan.mutable_tasks(sink_id)->add_inputs();
+      plan::InputDesc* in = plan.mutable_tasks(sink)->add_inputs();
       in->set_producer_task_id(i);
       in->set_producer_register(0);
       in->set_control(true);
@@ -582,6 +599,167 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   }
   fill_consumers();
   return plan;
+}
+
+namespace {
+
+// Recomputes every register's consumer list from the tasks' inputs (one entry per task).
+void FillConsumers(plan::Plan& plan) {
+  for (plan::Task& t : *plan.mutable_tasks())
+    for (plan::RegisterDesc& r : *t.mutable_registers()) r.clear_consumer_task_ids();
+  for (const plan::Task& t : plan.tasks()) {
+    std::set<std::pair<int64_t, int>> seen;
+    for (const plan::InputDesc& in : t.inputs())
+      if (seen.insert({in.producer_task_id(), in.producer_register()}).second)
+        plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())->add_consumer_task_ids(t.id());
+  }
+}
+
+plan::AttrValue IntAttr(int64_t value) {
+  plan::AttrValue attr;
+  attr.set_i(value);
+  return attr;
+}
+
+}  // namespace
+
+StatusOr<plan::Plan> InsertCrossMachineTransfers(const plan::Plan& plan, int register_num) {
+  register_num = std::max(1, register_num);
+  bool crosses = false;
+  for (const plan::Task& t : plan.tasks())
+    for (const plan::InputDesc& in : t.inputs())
+      crosses |= plan.tasks(static_cast<int>(in.producer_task_id())).machine_id() != t.machine_id();
+  if (!crosses) return plan;
+  plan::Plan out;
+  out.set_job_name(plan.job_name());
+  std::vector<int64_t> new_id(plan.tasks_size(), -1);
+  // (producer, register, consumer machine) -> its RECV task (new id).
+  std::map<std::tuple<int64_t, int, int>, int64_t> received;
+  std::vector<std::pair<int, int64_t>> sends;  // (machine, SEND task id): their main sinks wait for them
+  int64_t channel = 0;
+  // The pairs a task needs go right before it; those of the sinks (all at the end) before the
+  // first sink, since sinks wait for sends of their own machine.
+  bool sinks_reached = false;
+  for (int index = 0; index < plan.tasks_size(); ++index) {
+    const plan::Task& task = plan.tasks(index);
+    std::vector<std::pair<const plan::Task*, const plan::InputDesc*>> crossing;
+    const bool first_sink = task.kind() == plan::SINK && !sinks_reached;
+    sinks_reached |= first_sink;
+    for (int reader = index; reader < (first_sink ? plan.tasks_size() : index + 1); ++reader)
+      for (const plan::InputDesc& in : plan.tasks(reader).inputs()) crossing.emplace_back(&plan.tasks(reader), &in);
+    for (const auto& [consumer, input] : crossing) {
+      const plan::Task& task = *consumer;
+      const plan::InputDesc& in = *input;
+      const plan::Task& producer = plan.tasks(static_cast<int>(in.producer_task_id()));
+      if (producer.machine_id() == task.machine_id()) continue;
+      const auto key = std::make_tuple(producer.id(), in.producer_register(), task.machine_id());
+      if (received.count(key)) continue;
+      const plan::RegisterDesc& reg = producer.registers(in.producer_register());
+      if (reg.blobs_size() > 1)
+        return Internal("plan '" + plan.job_name() + "': register '" + reg.name() + "' of '" + producer.name() +
+                        "' holds " + std::to_string(reg.blobs_size()) + " blobs; a send carries one");
+      int64_t bytes = 0;
+      for (const plan::BlobDesc& blob : reg.blobs()) bytes += blob.byte_size();
+      const std::string what = producer.name() + "/" + reg.name() + "@machine" + std::to_string(producer.machine_id()) +
+                               "->machine" + std::to_string(task.machine_id());
+      plan::Task* send = out.add_tasks();
+      send->set_id(out.tasks_size() - 1);
+      send->set_name("send " + what);
+      send->set_kind(plan::COMPUTE);
+      send->set_op_type("send");
+      send->set_asynchronous(true);
+      send->set_device_type(producer.device_type());
+      send->set_device_id(producer.device_id());
+      send->set_machine_id(producer.machine_id());
+      send->set_source_location(producer.source_location());
+      (*send->mutable_attrs())["channel"] = IntAttr(channel);
+      (*send->mutable_attrs())["peer"] = IntAttr(task.machine_id());
+      (*send->mutable_attrs())["bytes"] = IntAttr(bytes);
+      plan::InputDesc* from = send->add_inputs();
+      from->set_producer_task_id(new_id.at(producer.id()));
+      from->set_producer_register(in.producer_register());
+      from->set_blob_index(0);
+      from->set_control(reg.blobs_size() == 0);
+      plan::RegisterDesc* done = send->add_registers();
+      done->set_name("done");
+      done->set_register_num(register_num);
+      sends.emplace_back(producer.machine_id(), send->id());
+
+      plan::Task* recv = out.add_tasks();
+      recv->set_id(out.tasks_size() - 1);
+      recv->set_name("recv " + what);
+      recv->set_kind(plan::COMPUTE);
+      recv->set_op_type("recv");
+      recv->set_asynchronous(true);
+      recv->set_device_type(task.device_type());
+      recv->set_device_id(task.device_id());
+      recv->set_machine_id(task.machine_id());
+      recv->set_source_location(producer.source_location());
+      (*recv->mutable_attrs())["channel"] = IntAttr(channel);
+      (*recv->mutable_attrs())["peer"] = IntAttr(producer.machine_id());
+      (*recv->mutable_attrs())["bytes"] = IntAttr(bytes);
+      plan::RegisterDesc* copy = recv->add_registers();
+      *copy = reg;
+      copy->clear_consumer_task_ids();
+      copy->clear_memory_case();  // received into host memory
+      copy->set_register_num(register_num);
+      received.emplace(key, recv->id());
+      ++channel;
+    }
+    plan::Task* copy = out.add_tasks();
+    *copy = task;
+    copy->set_id(out.tasks_size() - 1);
+    new_id[index] = copy->id();
+    for (plan::InputDesc& in : *copy->mutable_inputs()) {
+      const plan::Task& producer = plan.tasks(static_cast<int>(in.producer_task_id()));
+      if (producer.machine_id() == task.machine_id()) {
+        in.set_producer_task_id(new_id.at(producer.id()));
+        continue;
+      }
+      in.set_producer_task_id(received.at(std::make_tuple(producer.id(), in.producer_register(), task.machine_id())));
+      in.set_producer_register(0);
+    }
+  }
+  // A call on a machine completes once its sends were received: its main sink waits for them.
+  std::map<int, int64_t> main_sink;
+  for (const plan::Task& t : out.tasks())
+    if (t.kind() == plan::SINK && t.sink_name().empty()) main_sink.emplace(t.machine_id(), t.id());
+  for (const auto& [machine, send] : sends) {
+    auto sink = main_sink.find(machine);
+    if (sink == main_sink.end())
+      return Internal("plan '" + plan.job_name() + "': machine " + std::to_string(machine) + " has no main sink");
+    plan::InputDesc* in = out.mutable_tasks(static_cast<int>(sink->second))->add_inputs();
+    in->set_producer_task_id(send);
+    in->set_producer_register(0);
+    in->set_control(true);
+  }
+  FillConsumers(out);
+  return out;
+}
+
+StatusOr<MachinePlan> ExtractMachinePlan(const plan::Plan& plan, int machine) {
+  MachinePlan local;
+  local.plan.set_job_name(plan.job_name());
+  std::vector<std::pair<int, plan::Task*>> sources;  // (global feed index, task)
+  for (const plan::Task& t : plan.tasks()) {
+    if (t.machine_id() != machine) continue;
+    plan::Task* copy = local.plan.add_tasks();
+    *copy = t;
+    for (const plan::InputDesc& in : t.inputs())
+      if (plan.tasks(static_cast<int>(in.producer_task_id())).machine_id() != machine)
+        return Internal("plan '" + plan.job_name() + "': task '" + t.name() + "' on machine " + std::to_string(machine) +
+                        " reads '" + plan.tasks(static_cast<int>(in.producer_task_id())).name() +
+                        "' of another machine without a send/recv pair");
+    if (t.kind() == plan::SOURCE) sources.emplace_back(t.feed_index(), copy);
+  }
+  if (local.plan.tasks_size() == 0)
+    return InvalidArgument("plan '" + plan.job_name() + "' has no task on machine " + std::to_string(machine));
+  std::sort(sources.begin(), sources.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t k = 0; k < sources.size(); ++k) {
+    local.feeds.push_back(sources[k].first);
+    sources[k].second->set_feed_index(static_cast<int>(k));
+  }
+  return local;
 }
 
 StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
@@ -632,6 +810,13 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   lap("lower");
   AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
   lap("verify");
+  // After the order check: a recv has no inputs in the plan, so the order a writer keeps with
+  // a reader on another machine runs through the network (the reader's send copies the bytes
+  // before the reader, and so the writer, can act), which the check cannot follow.
+  if (graph.machine_num() > 1) {
+    AF_ASSIGN_OR_RETURN(plan, InsertCrossMachineTransfers(plan, options.register_num));
+    lap("send/recv");
+  }
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "plan.dot", PlanToDot(plan)));
   return plan;
 }
