@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -53,7 +55,8 @@ class ClusterState {
 namespace {
 
 // Wire protocol (every message carries only CAF's built-in types, so nothing is announced):
-//   member -> coordinator  (join, rank, world_size, version, digest, op_names, op_digests, member) -> string
+//   member -> coordinator  (join, rank, world_size, version, digest, op_names, op_digests, member,
+//                           proof) -> string
 //   member -> coordinator  (barrier, rank, epoch) -> string
 //   member -> coordinator  (leave, rank) -> string
 //   rank 0 -> coordinator  (wait_left) -> string, once every other rank has left
@@ -185,7 +188,7 @@ std::string CheckConsistency(const std::map<int, JoinedRank>& ranks, const std::
 }
 
 caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world_size,
-                          std::chrono::milliseconds rendezvous_timeout) {
+                          std::chrono::milliseconds rendezvous_timeout, std::string secret, std::string job_id) {
   self->state.world_size = world_size;
   self->state.rendezvous_timeout = rendezvous_timeout;
   self->delayed_send(self, rendezvous_timeout, deadline_atom::value);
@@ -201,10 +204,18 @@ caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world
     }
   });
   return {
-      [self](join_atom, int32_t rank, int32_t world, const std::string& version, uint64_t digest,
+      [self, secret, job_id](join_atom, int32_t rank, int32_t world, const std::string& version, uint64_t digest,
              const std::vector<std::string>& op_names, const std::vector<std::string>& op_digests,
-             const caf::actor& member) -> caf::result<std::string> {
+             const caf::actor& member, const std::string& proof) -> caf::result<std::string> {
         auto& state = self->state;
+        if (!secret.empty() && (rank < 0 || proof != JoinProof(secret, job_id, rank))) {
+          // Not counted as joined: the right rank may still come.
+          std::string why = proof.empty() ? "presented no cluster secret" : "presented the wrong cluster secret";
+          std::fprintf(stderr, "actorflow: cluster rank 0 refused a peer claiming rank %d: it %s\n", rank, why.c_str());
+          std::fflush(stderr);
+          return "cluster rendezvous: refused by rank 0: this process (rank " + std::to_string(rank) + ") " + why +
+                 " (is it part of another launch? every rank needs the launcher's ACTORFLOW_CLUSTER_SECRET)";
+        }
         if (!state.failure.empty()) return state.failure;
         if (world != state.world_size)
           return "cluster rendezvous: rank " + std::to_string(rank) + " was started with world size " +
@@ -367,9 +378,10 @@ caf::behavior Member(caf::stateful_actor<MemberState>* self, caf::actor coordina
   });
   return {
       [self](api_join_atom, int32_t world, const std::string& version, uint64_t digest,
-             const std::vector<std::string>& op_names, const std::vector<std::string>& op_digests) {
+             const std::vector<std::string>& op_names, const std::vector<std::string>& op_digests,
+             const std::string& proof) {
         return Forward(self, join_atom::value, self->state.rank, world, version, digest, op_names, op_digests,
-                       caf::actor_cast<caf::actor>(self));
+                       caf::actor_cast<caf::actor>(self), proof);
       },
       [self](api_barrier_atom, uint64_t epoch) { return Forward(self, barrier_atom::value, self->state.rank, epoch); },
       [self](api_plan_atom, uint64_t epoch, uint64_t digest, const std::vector<std::string>& op_names,
@@ -404,6 +416,21 @@ caf::behavior Member(caf::stateful_actor<MemberState>* self, caf::actor coordina
 }
 
 }  // namespace
+
+std::string JoinProof(const std::string& secret, const std::string& job_id, int rank) {
+  const std::string message = "actorflow-join/" + job_id + "/" + std::to_string(rank);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(message.data()),
+       message.size(), digest, &length);
+  std::string hex;
+  char byte[3];
+  for (unsigned int i = 0; i < length; ++i) {
+    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
+    hex += byte;
+  }
+  return hex;
+}
 
 uint64_t Fnv1a64(std::string_view bytes) {
   uint64_t hash = 14695981039346656037ull;
@@ -477,7 +504,8 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   caf::actor_system& system = environment->system();
   std::string where = options.coordinator_host + ":" + std::to_string(options.coordinator_port);
   if (options.rank == 0) {
-    caf::actor coordinator = system.spawn(Coordinator, options.world_size, options.rendezvous_timeout);
+    caf::actor coordinator =
+        system.spawn(Coordinator, options.world_size, options.rendezvous_timeout, options.secret, options.job_id);
     auto port = system.middleman().publish(coordinator, options.coordinator_port, options.coordinator_host.c_str(),
                                            /*reuse_addr=*/false);
     if (!port) {
@@ -552,7 +580,8 @@ Status Cluster::Call(const char* what, std::chrono::milliseconds timeout, int ki
     std::vector<std::string> digests;
     for (uint64_t digest : plan->op_digests) digests.push_back(Hex(digest));
     self->request(actors_->member, timeout, api_join_atom::value, static_cast<int32_t>(options_.world_size),
-                  options_.version, plan->digest, plan->op_names, digests)
+                  options_.version, plan->digest, plan->op_names, digests,
+                  options_.secret.empty() ? std::string() : JoinProof(options_.secret, options_.job_id, rank()))
         .receive(on_reply, on_error);
   } else if (kind == 1) {
     self->request(actors_->member, timeout, api_barrier_atom::value, epoch).receive(on_reply, on_error);

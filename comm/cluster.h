@@ -55,7 +55,17 @@ struct ClusterOptions {
   std::string job_id = "actorflow";
   // Compared at rendezvous; a mismatch is an error naming the ranks.
   std::string version;
+  // The launcher's shared secret (ACTORFLOW_CLUSTER_SECRET). When rank 0 has one, a joining
+  // rank must prove it knows the same one: it sends HMAC-SHA256(secret, job_id and its rank),
+  // never the secret; a wrong or missing proof is refused (that peer gets an error naming the
+  // cause, rank 0 logs it on stderr, the job goes on waiting for the right rank). A guard
+  // against strangers and other launches on the same host, not against an eavesdropper who
+  // can replay a proof (mutual TLS is the answer to that).
+  std::string secret;
 };
+
+// HMAC-SHA256(secret, "actorflow-join/<job_id>/<rank>") in hex: a joining rank's proof.
+std::string JoinProof(const std::string& secret, const std::string& job_id, int rank);
 
 // What rendezvous compares: a digest of the whole plan plus one per op, so a mismatch can name
 // the first differing op. FNV-1a 64: a consistency check between cooperating ranks, not a

@@ -572,7 +572,8 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "cluster_start",
       [](int rank, int world_size, const std::string& host, int port, const std::string& job_id,
-         const std::string& version, int rendezvous_ms, int heartbeat_ms, int connection_timeout_ms) {
+         const std::string& version, int rendezvous_ms, int heartbeat_ms, int connection_timeout_ms,
+         const std::string& secret) {
         if (port < 0 || port > 65535) throw py::value_error("cluster_start: port must be in [0, 65535], got " + std::to_string(port));
         ClusterOptions options;
         options.rank = rank;
@@ -581,6 +582,7 @@ PYBIND11_MODULE(_C, m) {
         options.coordinator_port = static_cast<uint16_t>(port);
         options.job_id = job_id;
         options.version = version;
+        options.secret = secret;
         options.rendezvous_timeout = std::chrono::milliseconds(rendezvous_ms);
         options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
         options.connection_timeout = std::chrono::milliseconds(connection_timeout_ms);
@@ -593,7 +595,7 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("rank"), py::arg("world_size"), py::arg("host"), py::arg("port"), py::arg("job_id"),
       py::arg("version") = "", py::arg("rendezvous_ms") = 60000, py::arg("heartbeat_ms") = 1000,
-      py::arg("connection_timeout_ms") = 5000);
+      py::arg("connection_timeout_ms") = 5000, py::arg("secret") = "");
   m.def(
       "cluster_stop",
       [](int timeout_ms) {

@@ -130,7 +130,7 @@ def ensure_started():
     version = getattr(sys.modules.get(__package__), "__version__", "")
     _C.cluster_start(settings["rank"], settings["world_size"], settings["master_addr"], settings["master_port"],
                      os.environ.get(JOB_ID, "actorflow"), version, _ms(RENDEZVOUS_MS, 60000),
-                     _ms(HEARTBEAT_MS, 1000), _ms(CONNECTION_TIMEOUT_MS, 5000))
+                     _ms(HEARTBEAT_MS, 1000), _ms(CONNECTION_TIMEOUT_MS, 5000), os.environ.get(SECRET, ""))
     _started["rank"] = settings["rank"]
     atexit.register(_leave)
     return settings["rank"]

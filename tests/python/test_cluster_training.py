@@ -52,13 +52,14 @@ def _free_port():
         return probe.getsockname()[1]
 
 
-def _ranks_by_hand(args, timeout=60, **extra):
+def _ranks_by_hand(args, timeout=60, secrets=("0" * 64, "0" * 64), **extra):
     """Both ranks with the launcher's environment but no launcher (which would stop the survivor
     as soon as a rank dies): [(returncode, output)] by rank."""
     shared = dict(ACTORFLOW_WORLD_SIZE="2", ACTORFLOW_MASTER_ADDR="127.0.0.1", ACTORFLOW_MASTER_PORT=str(_free_port()),
-                  ACTORFLOW_JOB_ID="test%d" % os.getpid(), ACTORFLOW_CLUSTER_SECRET="0" * 64, **extra)
+                  ACTORFLOW_JOB_ID="test%d" % os.getpid(), **extra)
     processes = [subprocess.Popen([PYTHON, PROGRAM, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, env=_clean_env(ACTORFLOW_RANK=str(rank), **shared))
+                                  text=True, env=_clean_env(ACTORFLOW_RANK=str(rank),
+                                                            ACTORFLOW_CLUSTER_SECRET=secrets[rank], **shared))
                  for rank in range(2)]
     try:
         return [_finish(p, timeout) for p in processes]
@@ -173,3 +174,12 @@ def test_machine_num_must_agree_with_the_launcher(tmp_path):
     code, out = _finish(process, 60)
     assert code == 0, out
     assert out.count("flow.config.machine_num(3) disagrees with the launcher, which started 2 processes") == 2, out
+
+
+def test_a_rank_with_another_launchs_secret_is_refused():
+    (code0, out0), (code1, out1) = _ranks_by_hand(["3", "1", "/dev/null/unused"], secrets=("a" * 64, "b" * 64),
+                                                  ACTORFLOW_RENDEZVOUS_MS="3000")
+    assert code1 == 7 and "refused by rank 0: this process (rank 1) presented the wrong cluster secret" in out1, out1
+    assert "actorflow: cluster rank 0 refused a peer claiming rank 1: it presented the wrong cluster secret" in out0
+    # Rank 0 is not fooled into starting: the real rank 1 never came.
+    assert code0 == 7 and "rank(s) [1] never joined" in out0, out0
