@@ -183,3 +183,40 @@ def test_a_rank_with_another_launchs_secret_is_refused():
     assert "actorflow: cluster rank 0 refused a peer claiming rank 1: it presented the wrong cluster secret" in out0
     # Rank 0 is not fooled into starting: the real rank 1 never came.
     assert code0 == 7 and "rank(s) [1] never joined" in out0, out0
+
+
+def test_two_nodes_each_with_its_own_launcher(tmp_path):
+    port = str(_free_port())
+    env = _clean_env(ACTORFLOW_CLUSTER_SECRET="c" * 64)
+    launchers = [subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nnodes", "2", "--node-rank", str(node),
+                                   "--nproc", "1", "--master-port", port, PROGRAM, "3", "1", str(tmp_path / "nodes")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                  for node in range(2)]
+    try:
+        (code0, out0), (code1, out1) = [_finish(p, 120) for p in launchers]
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=20)
+    assert code0 == 0 and "rank 0 done" in out0, out0
+    assert code1 == 0 and "[rank 1] rank 1 done" in out1, out1  # node 1 runs rank 1
+    rank0, rank1 = np.load(tmp_path / "nodes.rank0.npz"), np.load(tmp_path / "nodes.rank1.npz")
+    assert rank0["distributed"] and rank1["distributed"]
+    np.testing.assert_array_equal(rank0["losses"], rank1["losses"])
+
+
+@pytest.mark.parametrize("flags, env, message", [
+    (["--nnodes", "2", "--node-rank", "0", "--master-port", "29999"], {}, "needs the same ACTORFLOW_CLUSTER_SECRET"),
+    (["--nnodes", "2", "--node-rank", "1"], {"ACTORFLOW_CLUSTER_SECRET": "x"}, "--nnodes 2 needs --master-port"),
+    (["--nnodes", "2", "--node-rank", "2"], {}, "--node-rank must be in [0, 2) (--nnodes 2), got 2"),
+    (["--master-addr", "8.8.8.8"], {}, "--master-addr '8.8.8.8' is not a loopback address"),
+    (["--nnodes", "0"], {}, "--nnodes must be >= 1, got 0"),
+])
+def test_node_flags_are_checked(tmp_path, flags, env, message):
+    script = tmp_path / "noop.py"
+    script.write_text("print('ran')\n")
+    done = subprocess.run([PYTHON, "-m", "actorflow.launch", "--nproc", "1", *flags, str(script)], capture_output=True,
+                          text=True, timeout=60, env=_clean_env(**env))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr and "ran" not in done.stdout, done.stderr
