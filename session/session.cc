@@ -459,6 +459,13 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
                       : std::string("not part of a cluster")) +
           ": run the program on every machine, e.g. python -m actorflow.launch --nproc " +
           std::to_string(graph.machine_num()) + " program.py");
+    for (const plan::Task& task : job->plan_.tasks())
+      if (task.kind() == plan::VARIABLE && task.machine_id() != 0)
+        return FailedPrecondition("job '" + graph.job_name() + "': variable '" + task.variable_name() +
+                                  "' is placed on machine " + std::to_string(task.machine_id()) +
+                                  (task.source_location().empty() ? "" : " at " + task.source_location()) +
+                                  ": the variables of a multi-machine job live on machine 0 for now (checkpoints "
+                                  "and flow.get_all_variables read rank 0's copies); place them there");
     std::vector<std::pair<std::string, std::string>> ops;
     for (const plan::Task& task : job->plan_.tasks()) {
       // Deterministic: map fields (attrs) are otherwise serialized in an order that differs

@@ -102,6 +102,9 @@ def cluster():
 RENDEZVOUS_MS = "ACTORFLOW_RENDEZVOUS_MS"
 HEARTBEAT_MS = "ACTORFLOW_HEARTBEAT_MS"
 CONNECTION_TIMEOUT_MS = "ACTORFLOW_CONNECTION_TIMEOUT_MS"
+# How long a rank that finished waits at exit for the others to finish too (a rank 0 still
+# evaluating or saving is not a failure; a dead or frozen one is detected by the heartbeats).
+EXIT_TIMEOUT_MS = "ACTORFLOW_EXIT_TIMEOUT_MS"
 _started = {"rank": None}
 
 
@@ -136,13 +139,18 @@ def ensure_started():
     return settings["rank"]
 
 
+def started_rank():
+    """This process's rank once it joined a cluster (ensure_started), else None."""
+    return _started["rank"]
+
+
 def _leave():
     """At exit: finish this rank's calls, then leave together (a barrier with every rank), so no
     rank sees another's normal exit as a failure."""
     from . import _C
     try:
         _C.default_session().wait_all()
-        _C.cluster_stop(_ms(RENDEZVOUS_MS, 60000))
+        _C.cluster_stop(_ms(EXIT_TIMEOUT_MS, 600000))
     except Exception as error:  # the process is exiting: say why the cluster did not end cleanly
         print("actorflow: rank %s left the cluster uncleanly: %s" % (_started["rank"], error), file=sys.stderr)
         sys.stderr.flush()

@@ -220,3 +220,48 @@ def test_node_flags_are_checked(tmp_path, flags, env, message):
                           text=True, timeout=60, env=_clean_env(**env))
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr and "ran" not in done.stdout, done.stderr
+
+
+def test_checkpoints_and_variables_come_from_rank_0(tmp_path):
+    program = tmp_path / "checkpoint.py"
+    saved = tmp_path / "saved"
+    program.write_text(
+        "import numpy as np, actorflow as flow, actorflow.typing as tp\n"
+        "rank = flow.env.cluster()['rank']\n"
+        "flow.random.seed(7)\n"
+        "@flow.global_function(type='train')\n"
+        "def train(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:\n"
+        "    y = flow.layers.dense(x, 2, name='layer')\n"
+        "    loss = flow.math.reduce_mean(y * y)\n"
+        "    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)\n"
+        "    return loss\n"
+        "for _ in range(3):\n"
+        "    train(np.arange(12, dtype=np.float32).reshape(4, 3))\n"
+        "flow.checkpoint.save(%r)\n"
+        "try:\n"
+        "    values = flow.get_all_variables()\n"
+        "    np.save(%r, values['layer-weight'])\n"
+        "except RuntimeError as error:\n"
+        "    print('error:', error, flush=True)\n"
+        "@flow.global_function()\n"
+        "def elsewhere(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:\n"
+        "    with flow.scope.placement('cpu', '1:0'):\n"
+        "        return flow.layers.dense(x, 2, name='other')\n"
+        "try:\n"
+        "    elsewhere(np.ones((4, 3), np.float32))\n"
+        "except Exception as error:\n"
+        "    print('placement error:', error, flush=True)\n" % (str(saved), str(tmp_path / "trained.npy")))
+    process = subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nproc", "2", str(program)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_clean_env())
+    code, out = _finish(process, 120)
+    assert code == 0, out
+    assert "[rank 1] actorflow: flow.checkpoint.save(%r) on rank 1: skipped, rank 0 writes" % str(saved) in out, out
+    assert "[rank 1] error: flow.get_all_variables on rank 1: the variables of a multi-machine job live on machine 0" \
+        in out, out
+    assert out.count("placement error:") == 2 and "variable 'other-weight' is placed on machine 1" in out, out
+    trained = np.load(tmp_path / "trained.npy")
+    loaded = subprocess.run([PYTHON, "-c", "import actorflow as flow, numpy as np; "
+                             "print(np.asarray(flow.checkpoint.get(%r)['layer-weight']).tolist())" % str(saved)],
+                            capture_output=True, text=True, timeout=60, env=_clean_env())
+    assert loaded.returncode == 0, loaded.stderr
+    np.testing.assert_array_equal(np.array(eval(loaded.stdout)), trained)
