@@ -174,6 +174,13 @@ bool DataPlane::Handles(const std::string& op_type) { return op_type == "send" |
 
 int DataPlane::rank() const { return core_->rank; }
 
+size_t DataPlane::waiting_payloads() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  size_t waiting = 0;
+  for (const auto& [key, channel] : core_->recvs) waiting += channel.arrived.size();
+  return waiting;
+}
+
 StatusOr<KernelFn> DataPlane::MakeKernel(const std::string& job, const plan::Task& task) {
   const int64_t channel_id = IntAttr(task, "channel"), peer = IntAttr(task, "peer"), bytes = IntAttr(task, "bytes");
   const std::string what = task.op_type() + " '" + task.name() + "'";

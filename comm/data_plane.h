@@ -58,6 +58,9 @@ class DataPlane {
   StatusOr<KernelFn> MakeKernel(const std::string& job, const plan::Task& task);
 
   int rank() const;
+  // Payloads received before their RECV act posted a register, over all channels now (each
+  // channel holds at most its sender's register_num: the bound tests check).
+  size_t waiting_payloads() const;
 
  private:
   DataPlane() = default;

@@ -67,7 +67,8 @@ StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int devi
                       " (devices 0-" + std::to_string(device_num - 1) + ")");
         const int global = machine * device_num + d;
         if (std::find(devices.begin(), devices.end(), global) != devices.end())
-          return fail("device " + std::to_string(machine) + ":" + std::to_string(d) + " is listed twice");
+          return fail("device " + (machine_num == 1 ? "" : std::to_string(machine) + ":") + std::to_string(d) +
+                      " is listed twice");
         devices.push_back(global);
       }
     }

@@ -135,16 +135,18 @@ def parse_placement(device_type, machine_device_ids, what="flow.scope.placement"
             raise ValueError("%s: machine_device_ids entry %r is an empty range (at %s)" % (what, entry, where))
         machines = _config.machines()
         if last_machine >= machines:
-            raise ValueError("%s: machine_device_ids entry %r names machine %d, but the job has %d machine(s) "
-                             "(flow.config.machine_num or python -m actorflow.launch --nproc) (at %s)" % (
-                                 what, entry, last_machine, machines, where))
+            have = "one machine (0)" if machines == 1 else "%d machines (0-%d)" % (machines, machines - 1)
+            raise ValueError("%s: machine_device_ids entry %r names machine %d, but the job has %s "
+                             "(flow.config.machine_num, python -m actorflow.launch --nproc) (at %s)" % (
+                                 what, entry, last_machine, have, where))
         per_machine = device_count(device_type)
         for machine in range(first_machine, last_machine + 1):
             for device in range(first, last + 1):
                 index = machine * per_machine + device
                 if index in devices:
-                    raise ValueError("%s: device %d:%d is named twice in %r (at %s)" % (
-                        what, machine, device, machine_device_ids, where))
+                    name = "%d" % device if machines == 1 else "%d:%d" % (machine, device)
+                    raise ValueError("%s: device %s is named twice in %r (at %s)" % (
+                        what, name, machine_device_ids, where))
                 devices.append(index)
         machine_text = "%d" % first_machine if first_machine == last_machine else "%d-%d" % (first_machine,
                                                                                           last_machine)
