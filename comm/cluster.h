@@ -129,6 +129,7 @@ class Cluster {
 
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
+  const ClusterOptions& options() const { return options_; }
   // The coordinator's port (rank 0: the one bound, useful with coordinator_port 0).
   uint16_t port() const { return port_; }
 

@@ -14,10 +14,10 @@
 // (bounded as above). Iterations pair up by number: every rank must push the same iterations
 // of a job in the same order (the SPMD program does).
 //
-// Transport: one endpoint actor per process on CAF's network layer (the control plane's
-// connections, BASP); a payload is a std::vector<char> in a message, one copy out of the
-// register, serialization, one copy into the register. docs/cluster.md says why this and not
-// Gloo's pairs, and what it costs.
+// Transport: one TCP connection per pair of ranks (ports exchanged through the control plane),
+// a writer thread sending payloads straight from SEND registers and a reader thread reading
+// them straight into posted RECV registers. docs/cluster.md says why this and not Gloo's pairs
+// or CAF messages, and what it costs.
 //
 // Failure: when the control plane loses a rank (Cluster::OnFailure), every pending act fails
 // with its message ("lost rank 1 (...)"), and every later act fails at once: iterations end
