@@ -39,8 +39,8 @@ def _finish(process, timeout):
         pytest.fail("timed out after %d s:\n%s" % (timeout, out))
 
 
-def _launch(args, timeout=180, env=None):
-    process = subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nproc", "2", PROGRAM, *args],
+def _launch(args, timeout=180, env=None, processes=2):
+    process = subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nproc", str(processes), PROGRAM, *args],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=env or _clean_env())
     return _finish(process, timeout)
@@ -70,20 +70,22 @@ def _ranks_by_hand(args, timeout=60, secrets=("0" * 64, "0" * 64), **extra):
                 p.wait()
 
 
-def test_two_processes_train_the_seed_mlp_as_one_process_with_two_devices(tmp_path):
-    reference = subprocess.run([PYTHON, PROGRAM, str(STEPS), "2", str(tmp_path / "one")], capture_output=True,
-                               text=True, timeout=180, env=_clean_env())
+@pytest.mark.parametrize("processes", [2, 3])
+def test_processes_train_the_seed_mlp_as_one_process_with_as_many_devices(tmp_path, processes):
+    reference = subprocess.run([PYTHON, PROGRAM, str(STEPS), str(processes), str(tmp_path / "one")],
+                               capture_output=True, text=True, timeout=180, env=_clean_env())
     assert reference.returncode == 0, reference.stdout + reference.stderr
-    code, out = _launch([str(STEPS), "1", str(tmp_path / "two")])
+    code, out = _launch([str(STEPS), "1", str(tmp_path / "two")], processes=processes)
     assert code == 0, out
     one = np.load(tmp_path / "one.rank0.npz")
-    rank0, rank1 = np.load(tmp_path / "two.rank0.npz"), np.load(tmp_path / "two.rank1.npz")
+    ranks = [np.load(tmp_path / ("two.rank%d.npz" % rank)) for rank in range(processes)]
+    rank0 = ranks[0]
     assert len(one["losses"]) == STEPS and one["losses"][-1] < one["losses"][0]  # it learns
     # The ranks ran their parts of one job, not the whole job each.
-    assert not one["distributed"] and rank0["distributed"] and rank1["distributed"]
+    assert not one["distributed"] and all(rank["distributed"] for rank in ranks)
     # Every rank's call returns the job's result.
-    np.testing.assert_allclose(rank0["losses"], one["losses"], rtol=0, atol=1e-5)
-    np.testing.assert_allclose(rank1["losses"], one["losses"], rtol=0, atol=1e-5)
+    for rank in ranks:
+        np.testing.assert_allclose(rank["losses"], one["losses"], rtol=0, atol=1e-5)
     variables = [k for k in one.files if k.startswith("variable:")]
     assert len(variables) >= 4
     for name in variables:
