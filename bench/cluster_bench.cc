@@ -4,10 +4,10 @@
 //    the control plane's connection, runtimes on both sides): one call = one round trip;
 //  - raw TCP round trip: the same bytes echoed over one loopback TCP connection (TCP_NODELAY,
 //    blocking read/write of the whole buffer): the transport's limit on this machine.
-// Prints one line per size: median round-trip time over the timed calls and the bandwidth
-// 2 * bytes / time, for both.
+// Prints one line per size: the median over rounds (the two alternate) of each round's median
+// round trip, and the bandwidth 2 * bytes / time, for both.
 //
-//   cluster_bench [--sizes 4096,1048576,16777216] [--seconds 2]
+//   cluster_bench [--sizes 4096,1048576,16777216] [--seconds 1] [--rounds 3]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -93,7 +93,8 @@ void AddInput(actorflow::plan::Task* task, int64_t producer, bool control) {
 
 int main(int argc, char** argv) {
   int rank = 0, port = 0, tcp_port = 0;
-  double seconds = 2;
+  double seconds = 1;
+  int rounds = 3;
   std::vector<int64_t> sizes = {4096, 1 << 20, 16 << 20};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
     else if (flag == "--port") port = std::atoi(argv[i + 1]);
     else if (flag == "--tcp-port") tcp_port = std::atoi(argv[i + 1]);
     else if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
+    else if (flag == "--rounds") rounds = std::atoi(argv[i + 1]);
     else if (flag == "--sizes") {
       sizes.clear();
       for (char* item = std::strtok(argv[i + 1], ","); item; item = std::strtok(nullptr, ",")) sizes.push_back(std::atoll(item));
@@ -114,7 +116,7 @@ int main(int argc, char** argv) {
     tcp_port = FreePort();
     std::vector<std::string> arguments = {argv[0], "--rank", "1", "--port", std::to_string(port), "--tcp-port",
                                           std::to_string(tcp_port), "--sizes", size_text, "--seconds",
-                                          std::to_string(seconds)};
+                                          std::to_string(seconds), "--rounds", std::to_string(rounds)};
     std::vector<char*> child_argv;
     for (auto& a : arguments) child_argv.push_back(a.data());
     child_argv.push_back(nullptr);
@@ -167,8 +169,26 @@ int main(int argc, char** argv) {
       n -= got;
     }
   };
-  std::vector<double> tcp_median(sizes.size());
-  for (size_t s = 0; s < sizes.size(); ++s) {
+  // ---- the data plane.
+  actorflow::ClusterOptions options;
+  options.rank = rank;
+  options.world_size = 2;
+  options.coordinator_port = static_cast<uint16_t>(port);
+  options.rendezvous_timeout = std::chrono::milliseconds(20000);
+  options.job_id = "cluster_bench";
+  actorflow::EnvironmentOptions environment_options;
+  environment_options.num_threads = 1;
+  actorflow::AddNetworkLayer(environment_options, options);
+  auto environment = actorflow::ActorEnvironment::Create(environment_options);
+  if (!environment.ok()) Die(environment.status().ToString());
+  auto cluster = actorflow::Cluster::Create(options, *environment);
+  if (!cluster.ok()) Die(cluster.status().ToString());
+  Check((*cluster)->Rendezvous(actorflow::PlanIdentity::FromOps({})), "rendezvous");
+  auto plane = actorflow::DataPlane::Create(**cluster, *environment, std::chrono::milliseconds(20000));
+  if (!plane.ok()) Die(plane.status().ToString());
+  // One size over raw TCP: rank 0 returns the median round trip.
+  auto measure_tcp = [&](size_t s) {
+    double median = 0;
     std::vector<char> buffer(static_cast<size_t>(sizes[s]), 1);
     // Rank 0 decides the number of round trips (warm-up, then until `seconds` passed) and
     // sends it first, so that rank 1 echoes exactly that many.
@@ -191,7 +211,7 @@ int main(int argc, char** argv) {
         if (i >= 5) times.push_back(t);
       }
       std::sort(times.begin(), times.end());
-      tcp_median[s] = times[times.size() / 2];
+      median = times[times.size() / 2];
     } else {
       for (;;) {
         read_all(reinterpret_cast<char*>(&count), sizeof count);
@@ -200,27 +220,10 @@ int main(int argc, char** argv) {
         write_all(buffer.data(), sizes[s]);
       }
     }
-  }
-  close(connection);
-
-  // ---- the data plane.
-  actorflow::ClusterOptions options;
-  options.rank = rank;
-  options.world_size = 2;
-  options.coordinator_port = static_cast<uint16_t>(port);
-  options.rendezvous_timeout = std::chrono::milliseconds(20000);
-  options.job_id = "cluster_bench";
-  actorflow::EnvironmentOptions environment_options;
-  environment_options.num_threads = 1;
-  actorflow::AddNetworkLayer(environment_options, options);
-  auto environment = actorflow::ActorEnvironment::Create(environment_options);
-  if (!environment.ok()) Die(environment.status().ToString());
-  auto cluster = actorflow::Cluster::Create(options, *environment);
-  if (!cluster.ok()) Die(cluster.status().ToString());
-  Check((*cluster)->Rendezvous(actorflow::PlanIdentity::FromOps({})), "rendezvous");
-  auto plane = actorflow::DataPlane::Create(**cluster, *environment, std::chrono::milliseconds(20000));
-  if (!plane.ok()) Die(plane.status().ToString());
-  for (size_t s = 0; s < sizes.size(); ++s) {
+    return median;
+  };
+  // One size through the data plane: rank 0 returns the median round trip.
+  auto measure_data_plane = [&](size_t s) {
     const int64_t bytes = sizes[s];
     // source (0) -> machine 1's main sink, and back: machine 0's sink reads what machine 1's
     // recv received, through the compiler's pass (two pairs).
@@ -265,15 +268,32 @@ int main(int argc, char** argv) {
     }
     if (rank == 0 && std::memcmp(in.data(), out.data(), in.size()) != 0) Die("the bytes came back changed");
     Check((*runtime)->Shutdown(), "shutdown");
-    if (rank == 0) {
-      std::sort(times.begin(), times.end());
-      const double median = times[times.size() / 2];
-      std::printf("%10lld bytes  send/recv round trip %9.1f us  %6.2f GB/s   raw TCP %9.1f us  %6.2f GB/s   (%.0f%%)\n",
-                  static_cast<long long>(bytes), median * 1e6, 2.0 * bytes / median / 1e9, tcp_median[s] * 1e6,
-                  2.0 * bytes / tcp_median[s] / 1e9, 100.0 * tcp_median[s] / median);
-      std::fflush(stdout);
+    std::sort(times.begin(), times.end());
+    return rank == 0 ? times[times.size() / 2] : 0.0;
+  };
+  // Rounds alternate the two (the machine is shared: conditions drift); the medians of the
+  // per-round medians are printed.
+  std::vector<std::vector<double>> tcp(sizes.size()), plane_times(sizes.size());
+  for (int round = 0; round < rounds; ++round)
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      tcp[s].push_back(measure_tcp(s));
+      plane_times[s].push_back(measure_data_plane(s));
     }
+  if (rank == 0) {
+    auto median_of = [](std::vector<double> values) {
+      std::sort(values.begin(), values.end());
+      return values[values.size() / 2];
+    };
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      const double ours = median_of(plane_times[s]), raw = median_of(tcp[s]);
+      const double bytes = static_cast<double>(sizes[s]);
+      std::printf("%10lld bytes  send/recv round trip %9.1f us  %6.2f GB/s   raw TCP %9.1f us  %6.2f GB/s   (%.0f%%)\n",
+                  static_cast<long long>(sizes[s]), ours * 1e6, 2.0 * bytes / ours / 1e9, raw * 1e6,
+                  2.0 * bytes / raw / 1e9, 100.0 * raw / ours);
+    }
+    std::fflush(stdout);
   }
+  close(connection);
   Check((*cluster)->Shutdown(std::chrono::milliseconds(20000)), "cluster shutdown");
   if (rank == 0) {
     int status = 0;
