@@ -338,7 +338,7 @@ std::string Errno(const std::string& what) { return what + ": " + std::strerror(
 // Rank, then the job's digest: a connection from another job (or a stranger who guessed the
 // port) is refused. Not authentication; see docs/cluster.md.
 struct Hello {
-  uint32_t rank = 0;
+  uint64_t rank = 0;  // 64 bits: no padding goes on the wire
   uint64_t job = 0;
 };
 
@@ -394,7 +394,7 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
       close(fd);
       return fail(status);
     }
-    Hello hello{static_cast<uint32_t>(rank), job};
+    Hello hello{static_cast<uint64_t>(rank), job};
     WriteAll(fd, &hello, sizeof hello);
     auto connection = std::make_unique<Connection>();
     connection->peer = peer;
@@ -411,7 +411,7 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
     Hello hello;
     pollfd incoming{fd, POLLIN, 0};
     if (poll(&incoming, 1, 2000) <= 0 || !ReadAll(fd, &hello, sizeof hello) || hello.job != job ||
-        static_cast<int>(hello.rank) >= rank || core.connections.count(static_cast<int>(hello.rank))) {
+        hello.rank >= static_cast<uint64_t>(rank) || core.connections.count(static_cast<int>(hello.rank))) {
       std::fprintf(stderr, "actorflow: data plane of rank %d refused a connection that is not a lower rank of this job\n",
                    rank);
       close(fd);
