@@ -329,8 +329,11 @@ std::map<std::string, std::map<std::string, double>> TimeByReason(const json& tr
 // still held). With two workers they run at once and the wait for a worker mostly disappears.
 // The sleeps hold the worker thread as a kernel would.
 TEST(ChromeTraceRecorder, SeparatesWaitingForAWorkerFromWaitingForInput) {
-  constexpr int kIterations = 30;
-  constexpr auto kWork = std::chrono::microseconds(3000);
+  // Sleeping acts of 10 ms: long against the few ms an idle worker can take to be woken on a
+  // loaded host (that delay counts as waiting for a worker and once failed the 2-worker check
+  // with 3 ms acts at load ~8).
+  constexpr int kIterations = 20;
+  constexpr auto kWork = std::chrono::microseconds(10000);
   double one_worker_wait = 0;
   for (int workers : {1, 2}) {
     ChromeTraceRecorder recorder;

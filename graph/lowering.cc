@@ -1,4 +1,5 @@
 // Ordering and pruning passes, the pipeline driver, and lowering of a Graph to a plan::Plan.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -613,11 +614,23 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
     if (error) return InvalidArgument("cannot create DOT dump directory '" + dump_dir + "': " + error.message());
   }
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "00-traced.dot", graph.ToDot()));
+  auto enabled = [&](const std::string& fusion) {
+    return std::find(options.disabled_fusions.begin(), options.disabled_fusions.end(), fusion) ==
+           options.disabled_fusions.end();
+  };
+  for (const std::string& fusion : options.disabled_fusions)
+    if (std::find(FusionNames().begin(), FusionNames().end(), fusion) == FusionNames().end())
+    {
+      std::string known;
+      for (const std::string& name : FusionNames()) known += (known.empty() ? "" : ", ") + name;
+      return InvalidArgument("unknown fusion '" + fusion + "' to disable (known: " + known + ")");
+    }
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(MakeAutodiffPass());
   passes.push_back(MakeOptimizerPass());
   passes.push_back(MakePrunePass());
-  passes.push_back(MakeFusionPass());
+  if (enabled("dense")) passes.push_back(MakeFusionPass());
+  if (enabled("gradient_update")) passes.push_back(MakeGradientUpdateFusionPass());
   passes.push_back(MakeOrderingPass());
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());

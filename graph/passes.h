@@ -1,5 +1,6 @@
 // The compiler pipeline: small ordered passes over a Graph, then lowering to a plan::Plan.
-//   autodiff (train) -> optimizer (train) -> prune -> fusion -> ordering -> placement -> sbp
+//   autodiff (train) -> optimizer (train) -> prune -> fusion -> gradient update fusion (train)
+//   -> ordering -> placement -> sbp
 //   -> boxing -> lower
 // Ordering runs on the logical graph before the layout passes; lowering then orders, task by
 // task, each in-place writer after the readers of other devices (see LowerToPlan).
@@ -43,6 +44,13 @@ std::unique_ptr<Pass> MakePrunePass();
 // the bias_add becomes one matmul with attrs fuse_bias (its third input) and fuse_relu (the
 // relu stays a separate op where a user hint splits a matmul operand's contraction axis).
 std::unique_ptr<Pass> MakeFusionPass();
+// Train jobs on one device: sgd_update(var, matmul(a, b), lr) with the matmul read by nothing
+// else becomes matmul_sgd_update(var, a, b, lr), the GEMM accumulating into the variable.
+std::unique_ptr<Pass> MakeGradientUpdateFusionPass();
+
+// The fusions a user can turn off to bisect a numerical difference (CompileOptions::
+// disabled_fusions): "dense" (MakeFusionPass) and "gradient_update".
+const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every
 // device of graph.device_num(); backward ops and updates carry their forward op's and
@@ -74,6 +82,8 @@ struct CompileOptions {
   bool print_sbp_summary = false;
   // When set, receives (step, seconds) for each pass, then "lower" and "verify", in order.
   std::vector<std::pair<std::string, double>>* timings = nullptr;
+  // Fusions to skip, by FusionNames(); an unknown name is InvalidArgument listing them.
+  std::vector<std::string> disabled_fusions;
 };
 
 // Runs the pipeline on `graph` (modified in place) and lowers it.

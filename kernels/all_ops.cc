@@ -6,6 +6,7 @@
 namespace actorflow {
 
 void RegisterMatmulOps(OpRegistry& registry);
+void RegisterMatmulUpdateOps(OpRegistry& registry);
 void RegisterElementwiseOps(OpRegistry& registry);
 void RegisterActivationOps(OpRegistry& registry);
 void RegisterReduceOps(OpRegistry& registry);
@@ -29,6 +30,7 @@ void RegisterAllOps() {
   std::call_once(once, [] {
     OpRegistry& registry = OpRegistry::Global();
     RegisterMatmulOps(registry);
+    RegisterMatmulUpdateOps(registry);
     RegisterElementwiseOps(registry);
     RegisterActivationOps(registry);
     RegisterReduceOps(registry);

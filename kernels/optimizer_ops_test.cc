@@ -55,6 +55,32 @@ TEST(Optimizer, SgdMomentumRmsprop) {
   EXPECT_NE(s.message().find("grad is float32(3,)"), std::string::npos) << s.message();
 }
 
+// The fused SGD of a matmul gradient equals matmul then sgd_update, for every transpose pair
+// and with weight decay (the GEMM's alpha/beta carry -lr * grad_scale and 1 - lr * weight_decay).
+TEST(Optimizer, MatmulSgdUpdateEqualsMatmulThenSgd) {
+  const int64_t m = 7, n = 5, k = 9;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      HostTensor a = F32(ta ? Shape{k, m} : Shape{m, k}, Ramp(m * k, 0.1));
+      HostTensor b = F32(tb ? Shape{n, k} : Shape{k, n}, Ramp(k * n, 0.7));
+      const Attrs hyper{{"weight_decay", 0.02}, {"grad_scale", 0.25}};
+      Attrs fused_attrs = hyper;
+      fused_attrs.Set("transpose_a", ta);
+      fused_attrs.Set("transpose_b", tb);
+      std::vector<HostTensor> fused = {F32({m, n}, Ramp(m * n, 1.3)), a, b, F32({1}, {kLr})};
+      Apply("matmul_sgd_update", fused, fused_attrs, 2);
+      HostTensor grad = Run1("matmul", {a, b}, Attrs{{"transpose_a", ta}, {"transpose_b", tb}});
+      std::vector<HostTensor> plain = {F32({m, n}, Ramp(m * n, 1.3)), grad, F32({1}, {kLr})};
+      Apply("sgd_update", plain, hyper, 2);
+      for (int64_t i = 0; i < m * n; ++i)
+        ASSERT_NEAR(fused[0].at(i), plain[0].at(i), 1e-5) << "ta=" << ta << " tb=" << tb << " element " << i;
+    }
+  EXPECT_NE(ErrorOf("matmul_sgd_update", {F32({3, 4}), F32({3, 2}), F32({2, 5}), F32({1}, {kLr})})
+                .find("op(a) · op(b) has shape (3, 5) but var has shape (3, 4)"),
+            std::string::npos)
+      << ErrorOf("matmul_sgd_update", {F32({3, 4}), F32({3, 2}), F32({2, 5}), F32({1}, {kLr})});
+}
+
 TEST(Optimizer, AdamAdamwLamb) {
   for (bool decoupled : {false, true}) {
     std::vector<HostTensor> st = {F32({4}, kW), F32({4}, kG), F32({4}, {0, 0, 0, 0}), F32({4}, {0, 0, 0, 0}), F32({1}, {kLr})};

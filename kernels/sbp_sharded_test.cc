@@ -194,6 +194,13 @@ std::map<std::string, std::vector<Instance>> Instances() {
   c["rmsprop_update"] = {update({true}, 1)};
   c["adam_update"] = {update({false, true}, 1)};
   c["lamb_update"] = {update({false, true}, 1), update({false, true}, 3)};
+  auto matmul_update = [](bool ta, bool tb) {
+    const DType f = DType::kFloat32;
+    return Instance{{Random({5, 7}, f), Random(ta ? Shape{4, 5} : Shape{5, 4}, f), Random(tb ? Shape{7, 4} : Shape{4, 7}, f),
+                     HostTensor::Of({1}, f, {0.1})},
+                    {{"weight_decay", 0.01}, {"grad_scale", 0.5}, {"transpose_a", ta}, {"transpose_b", tb}}};
+  };
+  c["matmul_sgd_update"] = {matmul_update(false, false), matmul_update(true, false), matmul_update(false, true)};
   return c;
 }
 

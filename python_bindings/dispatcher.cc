@@ -18,8 +18,7 @@ struct Shared {
   std::mutex mu;
   std::condition_variable cv;
   struct Entry {
-    std::shared_ptr<void> job;  // Dispatcher::JobState, kept alive until its item ran
-    int64_t* done;              // &JobState::done
+    std::shared_ptr<Dispatcher::JobState> job;  // kept alive until its item ran
     Dispatcher::Item item;
   };
   std::deque<Entry> queue;
@@ -72,7 +71,7 @@ void Loop(Shared* s, uint64_t generation) {
       new Dispatcher::Item(std::move(entry.item));  // deliberately leaked
     }
     lock.lock();
-    ++*entry.done;
+    ++entry.job->done;
     entry.job.reset();
     s->cv.notify_all();
   }
@@ -109,7 +108,7 @@ void Dispatcher::Enqueue(Item item) {
     s.thread = std::thread(Loop, &s, ++s.generation);
     s.thread_id.store(s.thread.get_id());
   }
-  s.queue.push_back(Shared::Entry{job_, &job_->done, std::move(item)});
+  s.queue.push_back(Shared::Entry{job_, std::move(item)});
   ++job_->enqueued;
   s.cv.notify_all();
 }

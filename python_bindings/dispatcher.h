@@ -59,11 +59,14 @@ class Dispatcher {
   // left behind and the child starts afresh on first use. Call in the child only.
   void AbandonAfterFork();
 
- private:
-  struct JobState {  // guarded by the shared mutex
+  // One job's counters, guarded by the callback thread's shared mutex. Public only so that the
+  // shared queue (dispatcher.cc) can keep a job's state alive until its queued items ran.
+  struct JobState {
     int64_t enqueued = 0, done = 0, pending_calls = 0;
     bool holds_thread = false, stopping = false;
   };
+
+ private:
   std::shared_ptr<JobState> job_;
 };
 

@@ -360,9 +360,10 @@ class PySession {
       else if (k == "dump_dot_dir") job_options.dump_dot_dir = value.cast<std::string>();
       else if (k == "trace_path") job_options.trace_path = value.cast<std::string>();
       else if (k == "use_job_cache") job_options.use_job_cache = value.cast<bool>();
+      else if (k == "disabled_fusions") job_options.disabled_fusions = value.cast<std::vector<std::string>>();
       else throw py::value_error("compile: unknown option '" + k +
                                  "' (num_threads, num_workers, kernel_threads, register_num, dump_dot_dir, trace_path, "
-                                 "use_job_cache)");
+                                 "use_job_cache, disabled_fusions)");
     }
     if (job_options.register_num < 1) throw py::value_error("compile: register_num must be >= 1");
     auto job = std::make_unique<PyJob>(this);

@@ -365,6 +365,16 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   compile_options.dump_dot_dir = options.dump_dot_dir;
   compile_options.print_sbp_summary = options.print_sbp_summary;
   compile_options.timings = &job->compile_timings_;
+  compile_options.disabled_fusions = options.disabled_fusions;
+  if (const char* env = std::getenv("ACTORFLOW_DISABLE_FUSION")) {
+    std::string list = env;
+    for (size_t start = 0; start <= list.size();) {
+      size_t end = list.find(',', start);
+      if (end == std::string::npos) end = list.size();
+      if (end > start) compile_options.disabled_fusions.push_back(list.substr(start, end - start));
+      start = end + 1;
+    }
+  }
   auto environment_set = [](const char* name) {
     const char* value = std::getenv(name);
     return value != nullptr && *value != 0 && std::string(value) != "0";
@@ -376,6 +386,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   bool from_cache = false;
   if (cacheable) {
     key = CanonicalJobKey(job->graph_, options.register_num);
+    for (const std::string& fusion : compile_options.disabled_fusions) key += "\nfusion off: " + fusion;
     if (std::shared_ptr<const CachedCompile> hit = state_->job_cache.Find(key)) {
       if (auto rebound = RebindCompiled(*hit, job->graph_)) {
         job->graph_ = std::move(rebound->first);

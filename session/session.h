@@ -53,6 +53,9 @@ struct JobOptions {
   // Reuse the compiled plan of an earlier job whose trace is the same up to names (see
   // session/job_cache.h). Off by itself while DOT dumps or the SBP summary are asked for.
   bool use_job_cache = true;
+  // graph::CompileOptions::disabled_fusions, plus the comma-separated names in the environment
+  // variable ACTORFLOW_DISABLE_FUSION (to bisect a numerical difference without editing code).
+  std::vector<std::string> disabled_fusions;
 };
 
 // Watch handlers: (handler name, iteration, views valid only during the call). Actor thread.

@@ -71,7 +71,8 @@ _warned_config = set()
 
 class FunctionConfig:
     """flow.function_config(): per-job settings. Supported: default_data_type,
-    default_logical_view (consistent or mirrored), num_threads, num_workers, register_num, seed / random_seed.
+    default_logical_view (consistent or mirrored), num_threads, num_workers, register_num, seed / random_seed,
+    disable_fusion(*names).
     Other OneFlow switches are accepted but not supported yet: each warns once, naming itself."""
 
     def __init__(self):
@@ -99,6 +100,19 @@ class FunctionConfig:
 
     def register_num(self, n):
         self.options["register_num"] = _int_setting(n, "function_config().register_num", 1)
+
+    def disable_fusion(self, *names):
+        """Compile this job without the named fusions ("dense": matmul + bias_add (+ relu);
+        "gradient_update": a weight gradient's matmul accumulated straight into the variable by
+        SGD), to bisect a numerical difference. ACTORFLOW_DISABLE_FUSION=dense,gradient_update
+        does the same for every job."""
+        known = ("dense", "gradient_update")
+        for name in names:
+            if name not in known:
+                raise ValueError("function_config().disable_fusion: unknown fusion %r (known: %s)" % (
+                    name, ", ".join(known)))
+        self.options.setdefault("disabled_fusions", [])
+        self.options["disabled_fusions"] += [n for n in names if n not in self.options["disabled_fusions"]]
 
     def seed(self, n):
         self.options["seed"] = _int_setting(n, "function_config().seed", 0)
@@ -323,7 +337,7 @@ class JobFunction:
                 session.create_variable(var_name, list(shape), np.dtype(dtype).name, var_value)
             options = dict(_config.compile_options(name))
             options.update({k: v for k, v in self._config.options.items()
-                            if k in ("num_threads", "num_workers", "register_num")})
+                            if k in ("num_threads", "num_workers", "register_num", "disabled_fusions")})
             compiled = session.compile(builder, options)
         except Exception:
             # A job that does not compile leaves nothing behind either: the variables it created
@@ -437,6 +451,10 @@ class JobFunction:
         return None if self._builder is None else self._builder.to_job_text()
 
     def _bind(self, args, kwargs):
+        # Every parameter is a positional-or-keyword placeholder (checked at decoration), so
+        # one positional value each binds in order; Signature.bind costs microseconds per call.
+        if not kwargs and len(args) == len(self._specs):
+            return list(args)
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as error:

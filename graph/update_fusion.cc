@@ -1,0 +1,95 @@
+// Gradient-update fusion: a plain SGD update whose gradient is one 2-D matmul read by nothing
+// else becomes one matmul_sgd_update (kernels/matmul_update.cc): the GEMM accumulates straight
+// into the variable, so the gradient is never stored and the update's pass over the weight is
+// gone. Runs after the dense-layer fusion (the gradient matmuls carry no bias) and before the
+// ordering pass, which then orders the fused writer after every reader of the variable as it
+// did the update.
+//
+// Only on single-device jobs: on several devices the gradient is a partial sum that the boxing
+// pass reduces before the update, which the fused GEMM would skip. A gradient that is watched
+// (watch_diff), clipped (the norm reads it too), an output or a loss keeps the unfused form.
+#include <map>
+#include <set>
+
+#include "graph/passes.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+class GradientUpdateFusionPass : public Pass {
+ public:
+  std::string name() const override { return "gradient update fusion"; }
+
+  Status Run(Graph& graph) override {
+    if (!graph.is_train() || graph.device_num() > 1) return Status::Ok();
+    std::map<std::string, int> readers;
+    for (const Node& n : graph.nodes())
+      for (const std::string& ref : n.inputs) ++readers[ref];
+    std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
+    pinned.insert(graph.losses().begin(), graph.losses().end());
+    for (const Watch& w : graph.watches()) {
+      pinned.insert(w.ref);
+      if (!w.diff) continue;
+      auto it = graph.gradients().find(w.ref);
+      if (it != graph.gradients().end()) pinned.insert(it->second);
+    }
+
+    std::vector<bool> keep(graph.nodes().size(), true);
+    std::map<std::string, std::string> absorbed;  // gradient matmul name -> fused node name
+    std::set<std::string> removed_refs;
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      const Node& update = graph.nodes()[i];
+      if (update.kind != NodeKind::kOp || update.type != "sgd_update" || update.inputs.size() != 3) continue;
+      const std::string &var_ref = update.inputs[0], &grad_ref = update.inputs[1];
+      if (readers[grad_ref] != 1 || pinned.count(grad_ref)) continue;
+      AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(grad_ref));
+      const Node* mm = producer.first;
+      if (mm->kind != NodeKind::kOp || mm->type != "matmul" || mm->inputs.size() != 2 || !mm->mutable_inputs.empty() ||
+          mm->attrs.GetBoolOr("fuse_bias", false) || mm->output_descs[0].shape.size() != 2 ||
+          mm->output_descs[0].dtype != DType::kFloat32)
+        continue;
+      AF_ASSIGN_OR_RETURN(TensorDesc a, graph.Desc(mm->inputs[0]));
+      AF_ASSIGN_OR_RETURN(TensorDesc b, graph.Desc(mm->inputs[1]));
+      if (a.shape.size() != 2 || b.shape.size() != 2) continue;  // a batched operand sums over batches
+      // The GEMM reads its operands while it writes the variable: neither may be the variable.
+      if (mm->inputs[0] == var_ref || mm->inputs[1] == var_ref) continue;
+      const size_t mm_index = static_cast<size_t>(mm - graph.nodes().data());
+      if (!keep[mm_index]) continue;
+
+      Node fused = update;  // the update's name, place (after both operands) and placement
+      fused.type = "matmul_sgd_update";
+      fused.inputs = {var_ref, mm->inputs[0], mm->inputs[1], update.inputs[2]};
+      fused.mutable_inputs = {0};
+      fused.attrs.Set("transpose_a", mm->attrs.GetBoolOr("transpose_a", false));
+      fused.attrs.Set("transpose_b", mm->attrs.GetBoolOr("transpose_b", false));
+      fused.control_inputs.insert(fused.control_inputs.end(), mm->control_inputs.begin(), mm->control_inputs.end());
+      absorbed[mm->name] = fused.name;
+      removed_refs.insert(grad_ref);
+      keep[mm_index] = false;
+      graph.mutable_nodes()[i] = std::move(fused);
+    }
+    if (absorbed.empty()) return Status::Ok();
+    for (Node& n : graph.mutable_nodes())
+      for (std::string& c : n.control_inputs) {
+        auto it = absorbed.find(c);
+        if (it != absorbed.end() && it->second != n.name) c = it->second;
+      }
+    for (auto it = graph.gradients().begin(); it != graph.gradients().end();)
+      it = removed_refs.count(it->second) ? graph.gradients().erase(it) : std::next(it);
+    graph.Retain(keep);
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> MakeGradientUpdateFusionPass() { return std::make_unique<GradientUpdateFusionPass>(); }
+
+const std::vector<std::string>& FusionNames() {
+  static const std::vector<std::string> names = {"dense", "gradient_update"};
+  return names;
+}
+
+}  // namespace graph
+}  // namespace actorflow

@@ -1,0 +1,95 @@
+// matmul_sgd_update: var = (1 - lr * weight_decay) * var - lr * grad_scale * op(a) · op(b), in
+// place. It is the compiler's fusion of a weight gradient computed as one matmul with the plain
+// SGD update that is its only reader (graph/update_fusion.cc): the GEMM accumulates into the
+// variable (alpha = -lr * grad_scale, beta = 1 - lr * weight_decay), so the gradient is never
+// written to memory and read back, and the separate update pass over the weight disappears.
+// Same algebra as sgd_update of a matmul: var -= lr * (grad_scale * grad + weight_decay * var).
+// 2-D float32 only (what dense weights are); no gradient (an update). The compiler fuses only
+// on one device; the SBP function still says which shards are exact (rows of var with the rows
+// of op(a), columns with the columns of op(b)) for plans built by hand.
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+
+#include "kernels/kernel_util.h"
+#include "kernels/sbp_util.h"
+
+namespace actorflow {
+namespace {
+
+struct Dims {
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// var (M,N) = op(a) (M,K) · op(b) (K,N).
+StatusOr<Dims> ReadDims(const std::vector<TensorDesc>& in, bool ta, bool tb) {
+  const TensorDesc &var = in[0], &a = in[1], &b = in[2], &lr = in[3];
+  if (var.dtype != DType::kFloat32 || var.shape.size() != 2)
+    return InvalidArgument("var must be a 2-D float32 tensor, got " + var.ToString());
+  if (a.dtype != DType::kFloat32 || a.shape.size() != 2)
+    return InvalidArgument("a must be a 2-D float32 tensor, got " + a.ToString());
+  if (b.dtype != DType::kFloat32 || b.shape.size() != 2)
+    return InvalidArgument("b must be a 2-D float32 tensor, got " + b.ToString());
+  if (lr != TensorDesc{{1}, DType::kFloat32}) return InvalidArgument("lr must be float32(1,), got " + lr.ToString());
+  Dims d;
+  d.m = ta ? a.shape[1] : a.shape[0];
+  d.k = ta ? a.shape[0] : a.shape[1];
+  const int64_t kb = tb ? b.shape[1] : b.shape[0];
+  d.n = tb ? b.shape[0] : b.shape[1];
+  if (kb != d.k)
+    return InvalidArgument("a has shape " + ShapeToString(a.shape) + " and b has shape " + ShapeToString(b.shape) +
+                           "; with transpose_a=" + (ta ? "true" : "false") + " and transpose_b=" + (tb ? "true" : "false") +
+                           " the inner dimensions must match (" + std::to_string(d.k) + " vs " + std::to_string(kb) + ")");
+  if (var.shape != Shape{d.m, d.n})
+    return InvalidArgument("op(a) · op(b) has shape (" + std::to_string(d.m) + ", " + std::to_string(d.n) +
+                           ") but var has shape " + ShapeToString(var.shape));
+  return d;
+}
+
+// Below this many FLOPs the GEMM runs on the acting thread alone (as the matmul kernel does).
+constexpr double kParallelGemmFlops = 2e6;
+
+}  // namespace
+
+void RegisterMatmulUpdateOps(OpRegistry& registry) {
+  OpDef def;
+  def.type = "matmul_sgd_update";
+  def.input_names = {"var", "a", "b", "lr"};
+  def.mutable_inputs = {0};
+  def.infer = [](InferContext& ctx) -> Status {
+    AF_RETURN_IF_ERROR(ReadDims(ctx.inputs, ctx.attrs.GetBoolOr("transpose_a", false),
+                                ctx.attrs.GetBoolOr("transpose_b", false))
+                           .status());
+    ctx.outputs.clear();
+    return Status::Ok();
+  };
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    const bool ta = init.attrs.GetBoolOr("transpose_a", false), tb = init.attrs.GetBoolOr("transpose_b", false);
+    AF_ASSIGN_OR_RETURN(Dims d, ReadDims(init.inputs, ta, tb));
+    const float weight_decay = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    const float grad_scale = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
+    const double flops = 2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
+    const int threads = flops < kParallelGemmFlops ? 1 : std::max(1, init.num_threads);
+    return KernelFn([=](KernelContext& c) {
+      const float lr = *c.input(3).as<float>();
+      omp_set_num_threads(threads);
+      dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', d.m, d.n, d.k, -lr * grad_scale,
+                                   c.input(1).as<float>(), ta ? d.m : d.k, c.input(2).as<float>(), tb ? d.k : d.n,
+                                   1.0f - lr * weight_decay, c.input(0).as<float>(), d.n);
+      if (s != dnnl_success) return Internal("dnnl_sgemm failed with status " + std::to_string(s));
+      return Status::Ok();
+    });
+  };
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    const bool ta = ctx.attrs.GetBoolOr("transpose_a", false), tb = ctx.attrs.GetBoolOr("transpose_b", false);
+    const Shape& var = ctx.inputs[0].shape;
+    const Sbp B = Sbp::Broadcast();
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
+    if (CanSplit(var[0], ctx.parts)) out.push_back(MakeSignature({Sbp::Split(0), Sbp::Split(ta ? 1 : 0), B, B}, {}));
+    if (CanSplit(var[1], ctx.parts)) out.push_back(MakeSignature({Sbp::Split(1), B, Sbp::Split(tb ? 0 : 1), B}, {}));
+    return out;
+  };
+  def.doc = "var = (1 - lr*weight_decay) * var - lr*grad_scale * op(a)·op(b), in place (fused SGD of a matmul gradient)";
+  registry.Register(std::move(def));
+}
+
+}  // namespace actorflow

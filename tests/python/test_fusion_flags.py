@@ -1,0 +1,93 @@
+"""Fusions against their unfused form: the seed MLP trained with and without each fusion gives
+the same losses (float rounding only), every fusion can be turned off per job and
+through ACTORFLOW_DISABLE_FUSION, and the fused plan really differs (no sgd_update left)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import actorflow as flow
+import actorflow.typing as tp
+
+BATCH = 32
+
+
+def _train(disabled, optimizer="sgd", weight_decay=0.0, steps=15, watch_diff=False):
+    flow.clear_default_session()
+    config = flow.function_config()
+    if disabled:
+        config.disable_fusion(*disabled)
+    diffs = []
+
+    @flow.global_function(type="train", function_config=config)
+    def train(images: tp.Numpy.Placeholder((BATCH, 64)), labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
+              ) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.1, seed=3)
+        hidden = flow.layers.dense(images, 48, activation=flow.nn.relu, kernel_initializer=init, name="hidden")
+        logits = flow.layers.dense(hidden, 10, kernel_initializer=init, name="output")
+        if watch_diff:
+            flow.watch_diff(logits, lambda d: diffs.append(d.copy()))
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        schedule = flow.optimizer.PiecewiseConstantScheduler([], [0.05])
+        if optimizer == "sgd":
+            flow.optimizer.SGD(schedule, momentum=0, weight_decay=weight_decay).minimize(loss)
+        else:
+            flow.optimizer.SGD(schedule, momentum=0.9).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(10, 64)).astype(np.float32)
+    losses = []
+    for _ in range(steps):
+        labels = rng.integers(0, 10, BATCH).astype(np.int32)
+        images = (centers[labels] + 0.5 * rng.normal(size=(BATCH, 64))).astype(np.float32)
+        losses.append(float(np.mean(train(images, labels))))
+    plan = train._compiled.plan_text()
+    return np.array(losses), None, plan
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_gradient_update_fusion_trains_like_the_unfused_update(weight_decay):
+    fused_losses, fused_weights, fused_plan = _train([], weight_decay=weight_decay)
+    plain_losses, plain_weights, plain_plan = _train(["gradient_update"], weight_decay=weight_decay)
+    # both weights' updates fuse; the biases' gradients are not matmuls
+    assert fused_plan.count('op_type: "matmul_sgd_update"') == 2 and fused_plan.count('op_type: "sgd_update"') == 2
+    assert "matmul_sgd_update" not in plain_plan and plain_plan.count('op_type: "sgd_update"') == 4
+    assert fused_losses[-1] < fused_losses[0] * 0.7  # it trains
+    np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-4, atol=1e-5)
+
+
+def test_every_fusion_off_trains_alike_and_differs_in_plan():
+    all_losses, _, all_plan = _train([])
+    none_losses, _, none_plan = _train(["dense", "gradient_update"])
+    assert "fuse_bias" in all_plan and "fuse_bias" not in none_plan
+    assert "bias_add" in none_plan
+    np.testing.assert_allclose(all_losses, none_losses, rtol=1e-4, atol=1e-5)
+
+
+def test_momentum_and_watched_gradients_keep_the_unfused_update():
+    _, _, plan = _train([], optimizer="momentum", steps=2)
+    assert "matmul_sgd_update" not in plan
+    _, _, plan = _train([], watch_diff=True, steps=2)
+    # the watched gradient is of the logits, not of a weight: the weights' updates still fuse
+    assert "matmul_sgd_update" in plan
+
+
+def test_unknown_fusion_name_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown fusion 'bias'.*dense, gradient_update"):
+        flow.function_config().disable_fusion("bias")
+
+
+def test_environment_variable_disables_fusions():
+    code = ("import sys; sys.path.insert(0, %r); import test_fusion_flags as t; "
+            "_, _, plan = t._train([], steps=1); print('FUSED' if 'matmul_sgd_update' in plan else 'UNFUSED')"
+            % os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, ACTORFLOW_DISABLE_FUSION="gradient_update")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("UNFUSED")
+    env["ACTORFLOW_DISABLE_FUSION"] = "nonsense"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "unknown fusion 'nonsense'" in out.stderr
