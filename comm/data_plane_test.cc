@@ -158,7 +158,11 @@ int RunRank(int rank, int port, int die_at) {
     Say("max waiting " + std::to_string(max_waiting.load()) + ", wrong bytes " + std::to_string(wrong_bytes.load()));
   Status stopped = (*runtime)->Shutdown();
   if (!stopped.ok()) return Say("error: " + stopped.ToString()), 1;
-  if ((*cluster)->health().ok()) {  // after a lost rank there is nobody to leave with
+  bool any_failed = false;
+  for (const std::string& status : statuses) any_failed |= status != "ok";
+  // After a lost rank there is nobody to leave with (the data connection may report the loss
+  // before the control plane's health does).
+  if (!any_failed && (*cluster)->health().ok()) {
     Status left = (*cluster)->Shutdown(milliseconds(10000));
     if (!left.ok()) return Say("error: " + left.ToString()), 1;
   }
