@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "actors/cuda_device.h"
+
 namespace actorflow {
 
 std::string MemoryCase::ToString() const {
@@ -39,6 +41,9 @@ AllocatorRegistry& AllocatorRegistry::Global() {
   static AllocatorRegistry* registry = [] {
     auto* r = new AllocatorRegistry;  // never destroyed: runtimes may end during static teardown
     r->Register(MemoryKind::kHost, std::make_shared<HostAllocator>());
+#ifdef ACTORFLOW_WITH_CUDA
+    RegisterCudaAllocators(*r);
+#endif
     return r;
   }();
   return *registry;

@@ -80,8 +80,13 @@ RuntimeHooks Hooks(std::function<Status(const std::string&, int64_t, const std::
 }
 
 TEST(Memory, MemoryCaseWithoutAllocatorIsRejectedNamingTaskAndCase) {
+  // Host memory only (the global registry of a CUDA build also has device and pinned memory).
+  AllocatorRegistry host_only;
+  host_only.Register(MemoryKind::kHost, std::make_shared<HostAllocator>());
+  RuntimeOptions options;
+  options.allocators = &host_only;
   for (auto [kind, name] : {std::pair{plan::MEMORY_DEVICE, "device:3"}, std::pair{plan::MEMORY_PINNED_HOST, "pinned_host"}}) {
-    auto runtime = Runtime::Create(SourceComputeSinks(kind, 3), Hooks());
+    auto runtime = Runtime::Create(SourceComputeSinks(kind, 3), Hooks(), options);
     ASSERT_FALSE(runtime.ok()) << name;
     const std::string& message = runtime.status().message();
     EXPECT_EQ(runtime.status().code(), StatusCode::kInvalidArgument);

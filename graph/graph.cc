@@ -27,16 +27,25 @@ int ParseIndex(const std::string& text) {
 }
 }  // namespace
 
-StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num, int machine_num) {
+StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num, int gpu_device_num,
+                                            int machine_num) {
   auto fail = [&](const std::string& why) {
     return InvalidArgument("placement '" + placement.ToString() + "': " + why);
   };
-  if (placement.device_type == "gpu" || placement.device_type == "cuda")
-    return fail("no GPU device is usable by placements yet; use device type 'cpu' (flow.config.cpu_device_num(n) "
-                "gives n CPU devices)");
-  if (placement.device_type != "cpu") return fail("device type must be 'cpu' or 'gpu', got '" + placement.device_type + "'");
+  const bool gpu = placement.device_type == "gpu" || placement.device_type == "cuda";
+  if (gpu && gpu_device_num <= 0)
+    return fail("no GPU device is usable by placements (flow.config.gpu_device_num is 0, or no GPU was found); use "
+                "device type 'cpu' (flow.config.cpu_device_num(n) gives n CPU devices)");
+  if (!gpu && placement.device_type != "cpu")
+    return fail("device type must be 'cpu' or 'gpu', got '" + placement.device_type + "'");
+  const std::string count_name = gpu ? "gpu_device_num" : "cpu_device_num";
+  if (gpu) device_num = gpu_device_num;
   std::vector<int> devices;
   if (placement.machine_device_ids.empty()) {
+    if (gpu && device_num > 1)
+      return fail("every GPU of the config is " + std::to_string(device_num) + " GPUs; an op runs on one GPU so far "
+                  "(boxing between GPUs needs the device collectives, which are not built yet): place ops with "
+                  "flow.scope.placement(\"gpu\", \"0:0\")");
     for (int d = 0; d < device_num * machine_num; ++d) devices.push_back(d);
     return devices;
   }
@@ -63,7 +72,7 @@ StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int devi
                                             std::to_string(machine_num - 1) + ")"));
       for (int d = first; d <= last; ++d) {
         if (d >= device_num)
-          return fail("device " + std::to_string(d) + " does not exist: cpu_device_num is " + std::to_string(device_num) +
+          return fail("device " + std::to_string(d) + " does not exist: " + count_name + " is " + std::to_string(device_num) +
                       " (devices 0-" + std::to_string(device_num - 1) + ")");
         const int global = machine * device_num + d;
         if (std::find(devices.begin(), devices.end(), global) != devices.end())
@@ -73,6 +82,9 @@ StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int devi
       }
     }
   }
+  if (gpu && devices.size() > 1)
+    return fail("names " + std::to_string(devices.size()) + " GPUs; an op runs on one GPU so far (boxing between "
+                "GPUs needs the device collectives, which are not built yet): name one, e.g. '0:0'");
   return devices;
 }
 
@@ -96,6 +108,7 @@ Graph& Graph::operator=(const Graph& other) {
   job_type_ = other.job_type_;
   device_num_ = other.device_num_;
   machine_num_ = other.machine_num_;
+  gpu_device_num_ = other.gpu_device_num_;
   nodes_ = other.nodes_;
   index_ = other.index_;
   variable_index_ = other.variable_index_;

@@ -34,8 +34,11 @@ struct Placement {
 // each (device d of machine m is m * device_num + d), in order and without repeats.
 // InvalidArgument naming the placement and the problem: syntax, a machine >= machine_num ("machine
 // 2 does not exist: machine_num is 2"), a device >= device_num ("device 3 does not exist:
-// cpu_device_num is 2"), a device type other than cpu.
-StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num, int machine_num = 1);
+// cpu_device_num is 2"), a device type other than cpu or gpu. A "gpu" placement resolves against
+// `gpu_device_num` (flow.config.gpu_device_num; 0: no GPU, the placement is refused) and names
+// one GPU so far (boxing between GPUs needs the device collectives).
+StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num, int gpu_device_num = 0,
+                                            int machine_num = 1);
 // Placement naming exactly `devices` ("0:0", "0:1", ...).
 Placement PlacementOf(const std::vector<int>& devices, const std::string& device_type = "cpu");
 
@@ -108,6 +111,10 @@ class Graph {
   int machine_num() const { return machine_num_; }
   void set_machine_num(int machine_num) { machine_num_ = machine_num < 1 ? 1 : machine_num; }
   int total_device_num() const { return device_num_ * machine_num_; }
+  // GPU devices of the job's config (flow.config.gpu_device_num; 0 by default). Set only once
+  // they were found present (JobBuilder::SetDeviceNum); placements on "gpu" resolve against it.
+  int gpu_device_num() const { return gpu_device_num_; }
+  void set_gpu_device_num(int gpu_device_num) { gpu_device_num_ = gpu_device_num < 0 ? 0 : gpu_device_num; }
 
   const std::vector<Node>& nodes() const { return nodes_; }
   std::vector<Node>& mutable_nodes() { return nodes_; }
@@ -168,6 +175,7 @@ class Graph {
   std::string job_type_ = "predict";
   int device_num_ = 1;
   int machine_num_ = 1;
+  int gpu_device_num_ = 0;
   std::vector<Node> nodes_;
   std::unordered_map<std::string, size_t> index_;
   // variable_name -> name of its first kVariable node (rebuilt by Retain; checked on use).

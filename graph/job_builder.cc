@@ -1,6 +1,7 @@
 #include "graph/job_builder.h"
 
 #include "graph/attr_convert.h"
+#include "graph/device_placement.h"
 
 namespace actorflow {
 namespace graph {
@@ -15,13 +16,19 @@ StatusOr<JobBuilder> JobBuilder::Create(const std::string& name, const std::stri
 }
 
 Status JobBuilder::SetDeviceNum(int cpu_device_num, int gpu_device_num) {
-  if (gpu_device_num > 0)
-    return FailedPrecondition("gpu_device_num(" + std::to_string(gpu_device_num) +
-                              "): no GPU is usable for placements in this process; use cpu_device_num(" +
-                              std::to_string(gpu_device_num) + ") for " + std::to_string(gpu_device_num) +
-                              " CPU devices");
+  if (gpu_device_num < 0) return InvalidArgument("gpu_device_num must be >= 0, got " + std::to_string(gpu_device_num));
+  if (gpu_device_num > 0) AF_RETURN_IF_ERROR(CheckGpuDevices(gpu_device_num));
   if (cpu_device_num < 0) return InvalidArgument("cpu_device_num must be >= 0, got " + std::to_string(cpu_device_num));
   graph_.set_device_num(cpu_device_num);
+  graph_.set_gpu_device_num(gpu_device_num);
+  // OneFlow's default: with GPUs configured, ops outside a placement scope run on them.
+  default_placement_ = gpu_device_num > 0 ? Placement{"gpu", {}} : Placement{};
+  placement_ = default_placement_;
+  return Status::Ok();
+}
+
+Status JobBuilder::ClearPlacement() {
+  placement_ = default_placement_;
   return Status::Ok();
 }
 
@@ -39,7 +46,7 @@ Status JobBuilder::SetLogicalView(const std::string& view) {
 }
 
 Status JobBuilder::SetPlacement(const Placement& placement) {
-  AF_RETURN_IF_ERROR(ResolvePlacement(placement, graph_.device_num(), graph_.machine_num()).status());
+  AF_RETURN_IF_ERROR(ResolvePlacement(placement, graph_.device_num(), graph_.gpu_device_num(), graph_.machine_num()).status());
   placement_ = placement;
   return Status::Ok();
 }
@@ -164,6 +171,7 @@ job::Job JobBuilder::ToJob() const {
   job.mutable_config()->set_job_type(graph_.job_type());
   if (graph_.device_num() > 1) job.mutable_config()->set_cpu_device_num(graph_.device_num());
   if (graph_.machine_num() > 1) job.mutable_config()->set_machine_num(graph_.machine_num());
+  if (graph_.gpu_device_num() > 0) job.mutable_config()->set_gpu_device_num(graph_.gpu_device_num());
   job.mutable_config()->set_default_logical_view(logical_view_);
   for (const Node& n : graph_.nodes()) {
     job::OpConf* op = job.add_ops();

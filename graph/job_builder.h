@@ -20,12 +20,16 @@ class JobBuilder {
   static StatusOr<JobBuilder> Create(const std::string& name, const std::string& job_type);
 
   // The devices of the job's config (flow.config.cpu_device_num / gpu_device_num; 0 = one CPU
-  // device). Call before placements are set. No GPU is usable by placements yet: gpu_device_num
-  // > 0 is FailedPrecondition saying so and naming cpu_device_num(n) as the CPU equivalent.
+  // device). Call before placements are set. gpu_device_num > 0 needs a CUDA build and that many
+  // GPUs present (CheckGpuDevices: FailedPrecondition naming the count found and
+  // cpu_device_num(n) as the CPU equivalent otherwise); ops outside a placement scope then run
+  // on the GPUs.
   Status SetDeviceNum(int cpu_device_num, int gpu_device_num = 0);
   // The machines (processes) of the job (flow.config.machine_num; 0 = one). Call before
   // placements are set; device counts are per machine.
   Status SetMachineNum(int machine_num);
+  // Back to the config's default placement (every CPU device; the GPUs when configured).
+  Status ClearPlacement();
   // The job's view, recorded as JobConfig.default_logical_view: "consistent" ("" too) or
   // "mirrored". The front end builds both on the consistent machinery (a mirrored job's list
   // placeholders are logical inputs split on axis 0), so the compiler does not read it.
@@ -64,6 +68,7 @@ class JobBuilder {
   JobBuilder() = default;
   Graph graph_;
   Placement placement_;
+  Placement default_placement_;
   std::string logical_view_;
 };
 

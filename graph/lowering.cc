@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "graph/attr_convert.h"
+#include "graph/device_placement.h"
 #include "graph/passes.h"
 #include "kernels/boxing.h"
 
@@ -435,6 +436,9 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       plan::Task* t = new_task(parts == 1 ? n.name : n.name + "@" + std::to_string(device), kind, device);
       p.tasks.push_back(static_cast<int>(t->id()));
       t->set_source_location(n.location);
+      // Ops placed on a GPU (PlaceOnDevices makes them CUDA tasks); feeds and variables stay host.
+      if (kind == plan::COMPUTE && (n.placement.device_type == "gpu" || n.placement.device_type == "cuda"))
+        t->set_device_type("gpu");
       std::vector<TensorDesc> physical_outputs;
       for (size_t k = 0; k < n.output_names.size(); ++k) {
         TensorDesc desc = n.output_descs[k];
@@ -658,6 +662,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "sbp.txt", SbpSummary(graph)));
   started = std::chrono::steady_clock::now();  // the optional summary and dumps are not compiling
   AF_ASSIGN_OR_RETURN(plan::Plan plan, LowerToPlan(graph, options));
+  AF_RETURN_IF_ERROR(PlaceOnDevices(plan).WithContext("job '" + graph.job_name() + "'"));
   lap("lower");
   AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
   lap("verify");

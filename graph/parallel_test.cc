@@ -212,14 +212,14 @@ TEST(ParallelPassesTest, ContractionSplitHintKeepsReluOutOfTheFusedMatmul) {
 }
 
 TEST(CrossMachineTest, MachineRangesResolveToGlobalDevices) {
-  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {"0-1:0"}}, 1, 2)), (std::vector<int>{0, 1}));
-  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {"1:0-1"}}, 2, 2)), (std::vector<int>{2, 3}));
-  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {}}, 2, 2)), (std::vector<int>{0, 1, 2, 3}));
-  auto missing = ResolvePlacement(Placement{"cpu", {"0-2:0"}}, 1, 2);
+  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {"0-1:0"}}, 1, 0, 2)), (std::vector<int>{0, 1}));
+  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {"1:0-1"}}, 2, 0, 2)), (std::vector<int>{2, 3}));
+  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {}}, 2, 0, 2)), (std::vector<int>{0, 1, 2, 3}));
+  auto missing = ResolvePlacement(Placement{"cpu", {"0-2:0"}}, 1, 0, 2);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("machine 2 does not exist: machine_num is 2"), std::string::npos)
       << missing.status().message();
-  auto twice = ResolvePlacement(Placement{"cpu", {"0-1:0", "1:0"}}, 1, 2);
+  auto twice = ResolvePlacement(Placement{"cpu", {"0-1:0", "1:0"}}, 1, 0, 2);
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.status().message().find("device 1:0 is listed twice"), std::string::npos) << twice.status().message();
 }

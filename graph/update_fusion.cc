@@ -41,6 +41,8 @@ class GradientUpdateFusionPass : public Pass {
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
       const Node& update = graph.nodes()[i];
       if (update.kind != NodeKind::kOp || update.type != "sgd_update" || update.inputs.size() != 3) continue;
+      // matmul_sgd_update has no CUDA kernel yet: GPU updates stay unfused (docs/gpu.md).
+      if (update.placement.device_type == "gpu" || update.placement.device_type == "cuda") continue;
       const std::string &var_ref = update.inputs[0], &grad_ref = update.inputs[1];
       if (readers[grad_ref] != 1 || pinned.count(grad_ref)) continue;
       AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(grad_ref));

@@ -9,6 +9,7 @@ void RegisterMatmulOps(OpRegistry& registry);
 void RegisterMatmulUpdateOps(OpRegistry& registry);
 void RegisterElementwiseOps(OpRegistry& registry);
 void RegisterActivationOps(OpRegistry& registry);
+void RegisterMathOps(OpRegistry& registry);
 void RegisterReduceOps(OpRegistry& registry);
 void RegisterSoftmaxOps(OpRegistry& registry);
 void RegisterShapeOps(OpRegistry& registry);
@@ -20,7 +21,10 @@ void RegisterConvOps(OpRegistry& registry);
 void RegisterPoolOps(OpRegistry& registry);
 void RegisterBatchNormOps(OpRegistry& registry);
 void RegisterDropoutOps(OpRegistry& registry);
+void RegisterClampOps(OpRegistry& registry);
+void RegisterAdaptivePoolOps(OpRegistry& registry);
 void RegisterBoxingOps(OpRegistry& registry);
+void RegisterDeviceCopyOps(OpRegistry& registry);
 #ifdef ACTORFLOW_WITH_CUDA
 void RegisterCudaKernels(OpRegistry& registry);  // kernels/cuda/: "cuda" factories of registered ops
 #endif
@@ -33,6 +37,7 @@ void RegisterAllOps() {
     RegisterMatmulUpdateOps(registry);
     RegisterElementwiseOps(registry);
     RegisterActivationOps(registry);
+    RegisterMathOps(registry);
     RegisterReduceOps(registry);
     RegisterSoftmaxOps(registry);
     RegisterShapeOps(registry);
@@ -44,7 +49,10 @@ void RegisterAllOps() {
     RegisterPoolOps(registry);
     RegisterBatchNormOps(registry);
     RegisterDropoutOps(registry);
+    RegisterClampOps(registry);
+    RegisterAdaptivePoolOps(registry);
     RegisterBoxingOps(registry);
+    RegisterDeviceCopyOps(registry);
 #ifdef ACTORFLOW_WITH_CUDA
     RegisterCudaKernels(registry);
 #endif

@@ -25,6 +25,7 @@ void RegisterDropoutOps(OpRegistry& registry) {
   def.type = "dropout";
   def.input_names = {"x"};
   def.output_names = {"out", "mask"};
+  def.stateful_kernel = true;
   def.infer = [](InferContext& ctx) -> Status {
     AF_RETURN_IF_ERROR(ExpectFloat(ctx.inputs[0], "x"));
     double rate = ctx.attrs.GetFloatOr("rate", 0.5);

@@ -116,12 +116,25 @@ std::map<std::string, std::function<Case()>> Cases() {
   c["square"] = [] { return Unary([](double x) { return x * x; }); };
   c["negative"] = [] { return Unary([](double x) { return -x; }); };
   c["identity"] = [] { return Unary([](double x) { return x; }); };
+  c["copy_h2d"] = [] { return Unary([](double x) { return x; }); };  // the CPU kernel: a copy
+  c["copy_d2h"] = [] { return Unary([](double x) { return x; }); };
   c["boxing"] = [] {  // one device on both sides: a copy
     Case k = Unary([](double x) { return x; });
     k.attrs = Attrs{{"in_sbp", std::string("B")}, {"out_sbp", std::string("B")}};
     return k;
   };
   // relu_grad takes y: PyTorch's threshold_backward passes dy where y > 0, else 0.
+  // clamp keeps NaN (torch.clamp); its gradient is 0 for a NaN x and outside the bounds.
+  c["clamp"] = [] {
+    Case k = Unary([](double x) { return std::isnan(x) ? x : std::min(std::max(x, -1.0), 1.0); });
+    k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
+    return k;
+  };
+  c["clamp_grad"] = [] {
+    Case k = UnaryGrad([](double x, double dy) { return x >= -1.0 && x <= 1.0 ? dy : 0.0; });
+    k.attrs = Attrs{{"min", -1.0}, {"max", 1.0}};
+    return k;
+  };
   c["relu_grad"] = [] { return UnaryGrad([](double y, double dy) { return y > 0 ? dy : 0.0; }); };
   c["sigmoid_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * y * (1 - y); }); };
   c["tanh_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * (1 - y * y); }); };
@@ -133,6 +146,25 @@ std::map<std::string, std::function<Case()>> Cases() {
   c["exp_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * y; }); };
   c["log_grad"] = [] { return UnaryGrad([](double x, double dy) { return dy / x; }); };
   c["sqrt_grad"] = [] { return UnaryGrad([](double y, double dy) { return dy * 0.5 / y; }); };
+  // math_ops.cc: NaN stays NaN through pow; the gradients follow PyTorch (abs's sign is 0 at NaN).
+  auto with = [](Case k, Attrs attrs) {
+    k.attrs = std::move(attrs);
+    return k;
+  };
+  c["scalar_pow"] = [with] { return with(Unary([](double x) { return x * x * x; }), Attrs{{"exponent", 3.0}}); };
+  c["scalar_pow_grad"] = [with] {
+    return with(UnaryGrad([](double x, double dy) { return dy * 3 * x * x; }), Attrs{{"exponent", 3.0}});
+  };
+  c["abs"] = [] { return Unary([](double x) { return std::abs(x); }); };
+  // abs_grad multiplies (dy * sign(x), as PyTorch: Inf or NaN dy at 0 gives NaN).
+  c["abs_grad"] = [] { return UnaryGrad([](double x, double dy) { return dy * (x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0); }); };
+  // Comparisons: NaN compares unequal to everything (IEEE, as NumPy).
+  c["equal"] = [] { return Binary([](double a, double b) { return a == b ? 1.0 : 0.0; }); };
+  c["not_equal"] = [] { return Binary([](double a, double b) { return a != b ? 1.0 : 0.0; }); };
+  c["less"] = [] { return Binary([](double a, double b) { return a < b ? 1.0 : 0.0; }); };
+  c["less_equal"] = [] { return Binary([](double a, double b) { return a <= b ? 1.0 : 0.0; }); };
+  c["greater"] = [] { return Binary([](double a, double b) { return a > b ? 1.0 : 0.0; }); };
+  c["greater_equal"] = [] { return Binary([](double a, double b) { return a >= b ? 1.0 : 0.0; }); };
   c["square_grad"] = [] { return UnaryGrad([](double x, double dy) { return dy * 2 * x; }); };
   c["add"] = [] { return Binary([](double a, double b) { return a + b; }); };
   c["sub"] = [] { return Binary([](double a, double b) { return a - b; }); };
@@ -222,6 +254,15 @@ std::map<std::string, std::function<Case()>> Cases() {
     return Case{{F64({1, 1, 2, 4}, image), F64({1, 1, 1, 2}, {kNan, kInf}), F64({1, 1, 1, 2}, {7, 9})},
                 {{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("VALID")}},
                 [](const Observed& o) { ExpectValues(o.outputs[0], {7, 0, 0, 0, 0, 0, 0, 9}, "dx"); }};
+  };
+  // Adaptive windows of 1x2 over a 2x4 image: a NaN or both infinities make NaN, like avg_pool2d.
+  c["adaptive_avg_pool2d"] = [image] {
+    return Case{{F64({1, 1, 2, 4}, image)}, {{"output_size", std::vector<int64_t>{2, 2}}},
+                [](const Observed& o) { ExpectValues(o.outputs[0], {kNan, -kInf, 2.5, kInf}, "out"); }};
+  };
+  c["adaptive_avg_pool2d_grad"] = [image] {
+    return Case{{F64({1, 1, 1, 2}, {kNan, 4}), F64({1, 1, 2, 4}, image)}, {{"output_size", std::vector<int64_t>{1, 2}}},
+                [](const Observed& o) { ExpectValues(o.outputs[0], {kNan, kNan, 1, 1, kNan, kNan, 1, 1}, "dx"); }};
   };
   c["avg_pool2d_grad"] = [image] {
     return Case{{F64({1, 1, 1, 2}, {kNan, 4}), F64({1, 1, 2, 4}, image)},
@@ -343,6 +384,11 @@ std::map<std::string, std::function<Case()>> Cases() {
   c["rmsprop_update"] = update("rmsprop_update", 1);
   c["adam_update"] = update("adam_update", 2);
   c["lamb_update"] = update("lamb_update", 2);
+  // The fused SGD of a matmul gradient: a NaN in row 0 of a poisons row 0 of a·b, hence of var.
+  c["matmul_sgd_update"] = [] {
+    return Case{{F32({2, 2}, {1, 2, 3, 4}), F32({2, 1}, {kNan, 1}), F32({1, 2}, {1, -1}), F32({1}, {0.1})}, {},
+                [](const Observed& o) { ExpectNanAt(o.inputs[0], {0, 1}, "var"); }};
+  };
   return c;
 }
 

@@ -20,6 +20,8 @@
 
 namespace actorflow {
 
+class DeviceStream;  // actors/device.h
+
 using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>>;
 
 // Op attributes by name. Getters return an InvalidArgument Status that names the attribute
@@ -70,6 +72,9 @@ struct KernelInit {
   // the CPU, and the default stream is never used implicitly). Opaque so that this header
   // needs no device toolkit.
   void* stream = nullptr;
+  // The same stream as the runtime's device object (actors/device.h), for completing acts from
+  // it (StreamKernel) and for copies; null on the CPU. Copy kernels get the device's copy stream.
+  DeviceStream* device_stream = nullptr;
 };
 
 using KernelFactory = std::function<StatusOr<KernelFn>(const KernelInit&)>;
@@ -123,6 +128,9 @@ struct OpDef {
   std::vector<std::string> output_names;
   bool variadic_inputs = false;     // e.g. concat: any number of inputs named input_names[0]_i
   std::vector<int> mutable_inputs;  // inputs written in place (optimizer updates, moving stats)
+  // The kernel keeps state between calls (dropout's random stream): eager execution builds a
+  // fresh kernel per call instead of reusing a cached one (session/eager.h).
+  bool stateful_kernel = false;
   std::function<Status(InferContext&)> infer;
   // Kernel factories by device type (kCpuDevice, kCudaDevice); every op has a CPU one.
   std::map<std::string, KernelFactory> kernel_factories;

@@ -103,8 +103,13 @@ void RegisterOptimizerOps(OpRegistry& registry) {
     });
   }, "momentum = beta * momentum - lr * (grad + wd * var); var += momentum");
 
+  // lr (1,) = [lr]: the caller folds the bias corrections into lr (eps then adds to sqrt(v)).
+  // lr (3,) = [lr, c1, c2] with c1 = 1/(1-beta1^t), c2 = 1/(1-beta2^t): PyTorch's Adam exactly,
+  // m^ = m*c1, v^ = v*c2, var -= lr * m^ / (sqrt(v^) + eps); decoupled decay then subtracts
+  // lr * wd * var, PyTorch's AdamW (its var *= 1 - lr*wd first does not change m^ or v^).
   Register(registry, "adam_update", {"var", "grad", "m", "v", "lr"}, {0, 2, 3}, [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();
+    const bool corrected = init.inputs[4].num_elements() == 3;
     Hyper h(init.attrs);
     bool decoupled = init.attrs.GetBoolOr("decoupled_weight_decay", false);
     return KernelFn([=](KernelContext& c) {
@@ -112,19 +117,21 @@ void RegisterOptimizerOps(OpRegistry& registry) {
       const float* __restrict g = c.input(1).as<float>();
       float* __restrict m = c.input(2).as<float>();
       float* __restrict v = c.input(3).as<float>();
-      float lr = *c.input(4).as<float>();
+      const float* rate = c.input(4).as<float>();
+      const float lr = rate[0], c1 = corrected ? rate[1] : 1.0f, sqrt_c2 = corrected ? std::sqrt(rate[2]) : 1.0f;
       for (int64_t i = 0; i < n; ++i) {
         float gi = decoupled ? h.gs * g[i] : h.gs * g[i] + h.wd * w[i];
         m[i] = h.b1 * m[i] + (1 - h.b1) * gi;
         v[i] = h.b2 * v[i] + (1 - h.b2) * gi * gi;
-        float step = m[i] / (std::sqrt(v[i]) + h.eps);
+        float step = m[i] * c1 / (std::sqrt(v[i]) * sqrt_c2 + h.eps);
         if (decoupled) step += h.wd * w[i];
         w[i] -= lr * step;
       }
       return Status::Ok();
     });
-  }, "Adam: m, v moments; var -= lr * (m / (sqrt(v) + eps) [+ wd * var if decoupled_weight_decay (AdamW)]); "
-     "without decoupling wd * var is added to grad; lr carries the bias correction");
+  }, "Adam: m, v moments; var -= lr * (m^ / (sqrt(v^) + eps) [+ wd * var if decoupled_weight_decay (AdamW)]); "
+     "without decoupling wd * var is added to grad; lr = [lr] (bias correction folded in by the caller, m^ = m, "
+     "v^ = v) or [lr, 1/(1-beta1^t), 1/(1-beta2^t)] (m^ = m*c1, v^ = v*c2, PyTorch's formula)", {1, 3});
 
   Register(registry, "rmsprop_update", {"var", "grad", "mean_square", "lr"}, {0, 2}, [](const KernelInit& init) -> StatusOr<KernelFn> {
     int64_t n = init.inputs[0].num_elements();

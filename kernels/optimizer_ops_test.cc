@@ -97,6 +97,21 @@ TEST(Optimizer, AdamAdamwLamb) {
       EXPECT_NEAR(st[0].at(i), w, 1e-5) << decoupled;
     }
   }
+  // lr = [lr, c1, c2]: PyTorch's bias-corrected Adam/AdamW, one step per call with its own
+  // corrections (eps added to sqrt(v^), AdamW's decay lr * wd * var).
+  for (bool decoupled : {false, true}) {
+    std::vector<HostTensor> st = {F32({4}, kW), F32({4}, {1e-7, -1, 0, 2}), F32({4}, {0, 0, 0, 0}),
+                                  F32({4}, {0, 0, 0, 0}), F32({3}, {kLr, 1 / (1 - 0.9), 1 / (1 - 0.999)})};
+    Apply("adam_update", st, Attrs{{"beta1", 0.9}, {"beta2", 0.999}, {"epsilon", 1e-8}, {"weight_decay", 0.1},
+                                   {"decoupled_weight_decay", decoupled}}, 1);
+    for (int i = 0; i < 4; ++i) {
+      double w = kW[i], g0 = i == 0 ? 1e-7 : st[1].at(i);
+      double g = decoupled ? g0 : g0 + 0.1 * w;
+      double m_hat = 0.1 * g / (1 - 0.9), v_hat = 0.001 * g * g / (1 - 0.999);
+      double expected = (decoupled ? w * (1 - kLr * 0.1) : w) - kLr * m_hat / (std::sqrt(v_hat) + 1e-8);
+      EXPECT_NEAR(st[0].at(i), expected, 1e-6) << decoupled << " " << i;
+    }
+  }
   std::vector<HostTensor> st = {F32({4}, kW), F32({4}, kG), F32({4}, {0, 0, 0, 0}), F32({4}, {0, 0, 0, 0}), F32({1}, {kLr})};
   Apply("lamb_update", st, Attrs{{"beta1", 0.9}, {"beta2", 0.999}, {"epsilon", 1e-6}, {"weight_decay", 0.01}}, 1);
   std::vector<double> r(4);

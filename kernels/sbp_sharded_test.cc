@@ -64,13 +64,21 @@ Attrs Axes(std::vector<int64_t> axes, bool keepdims) {
 std::map<std::string, std::vector<Instance>> Instances() {
   std::map<std::string, std::vector<Instance>> c;
   const Shape m = {5, 7};
-  for (const char* type : {"relu", "sigmoid", "tanh", "gelu", "exp", "square", "negative", "identity"})
+  for (const char* type : {"relu", "sigmoid", "tanh", "gelu", "exp", "square", "negative", "identity", "copy_h2d", "copy_d2h"})
     c[type] = {{{Random(m)}, {}}, {{Random({7, 3, 5})}, {}}};
   c["relu"].push_back({{Random(m, DType::kFloat32)}, {}});
+  c["clamp"] = {{{Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random({7, 3, 5})}, {{"max", 0.1}}}};
+  c["clamp_grad"] = {{{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}}}, {{Random(m), Random(m)}, {{"min", -0.3}, {"max", 0.4}, {"inclusive", false}}}};
   for (const char* type : {"log", "sqrt"}) c[type] = {{{Positive(m)}, {}}};
   for (const char* type : {"relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "exp_grad", "square_grad"})
     c[type] = {{{Random(m), Random(m)}, {}}};
   for (const char* type : {"log_grad", "sqrt_grad"}) c[type] = {{{Positive(m), Random(m)}, {}}};
+  c["scalar_pow"] = {{{Positive(m)}, {{"exponent", 1.5}}}, {{Random({7, 3, 5})}, {{"exponent", 2.0}}}};
+  c["scalar_pow_grad"] = {{{Positive(m), Random(m)}, {{"exponent", 1.5}}}};
+  c["abs"] = {{{Random(m)}, {}}};
+  c["abs_grad"] = {{{Random(m), Random(m)}, {}}};
+  for (const char* type : {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
+    c[type] = {{{Random(m), Random(m)}, {}}, {{Random(m), Random({7})}, {}}, {{Indices(m, 3), Indices({5, 1}, 3)}, {}}};
   for (const char* type : {"add", "sub", "mul"})
     c[type] = {{{Random(m), Random(m)}, {}}, {{Random(m), Random({7})}, {}}, {{Random({5, 1}), Random({1, 7})}, {}},
                {{Random({3, 1, 5}), Random({7, 1})}, {}}};
@@ -153,6 +161,9 @@ std::map<std::string, std::vector<Instance>> Instances() {
   const Attrs pool3{{"ksize", int64_t{3}}, {"strides", int64_t{1}}, {"padding", std::string("SAME")}};
   const Shape pool_in = {5, 3, 6, 6};
   for (const char* type : {"max_pool2d", "avg_pool2d"}) c[type] = {{{Random(pool_in)}, pool2}, {{Random(pool_in)}, pool3}};
+  const Attrs adaptive{{"output_size", std::vector<int64_t>{4, 5}}};
+  c["adaptive_avg_pool2d"] = {{{Random(pool_in)}, adaptive}};
+  c["adaptive_avg_pool2d_grad"] = {{{Random({5, 3, 4, 5}), Random(pool_in)}, adaptive}};
   {
     HostTensor x = Random(pool_in), y2 = Output("max_pool2d", {x}, pool2), y3 = Output("max_pool2d", {x}, pool3);
     c["max_pool2d_grad"] = {{{x, y2, Random({5, 3, 3, 3})}, pool2}, {{x, y3, Random(pool_in)}, pool3}};
@@ -192,7 +203,7 @@ std::map<std::string, std::vector<Instance>> Instances() {
   c["sgd_update"] = {update({}, 1)};
   c["momentum_update"] = {update({false}, 1)};
   c["rmsprop_update"] = {update({true}, 1)};
-  c["adam_update"] = {update({false, true}, 1)};
+  c["adam_update"] = {update({false, true}, 1), update({false, true}, 3)};
   c["lamb_update"] = {update({false, true}, 1), update({false, true}, 3)};
   auto matmul_update = [](bool ta, bool tb) {
     const DType f = DType::kFloat32;

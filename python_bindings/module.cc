@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 
+#include "graph/device_placement.h"
 #include "session/cluster_membership.h"
 #include "session/session.h"
 #include "python_bindings/conversions.h"
@@ -27,6 +28,9 @@
 
 namespace actorflow {
 namespace python {
+
+void BindEager(pybind11::module_& m);  // eager_bindings.cc
+
 namespace {
 
 namespace py = pybind11;
@@ -454,8 +458,14 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "actorflow's C++ core: job builder, compiler, session and runtime (see python_bindings/C_API.md)";
   RegisterAllOps();
   BindTraceReader(m);
+  BindEager(m);
 
   m.def("op_types", [] { return OpRegistry::Global().Types(); });
+  // (ok, message): whether `n` GPUs can be used (graph::CheckGpuDevices), without raising.
+  m.def("check_gpu_devices", [](int n) {
+    Status status = graph::CheckGpuDevices(n);
+    return py::make_tuple(status.ok(), status.message());
+  });
   m.def("op_signature", [](const std::string& type) {
     const OpDef* def = Unwrap(OpRegistry::Global().Find(type));
     py::dict d;
@@ -480,7 +490,7 @@ PYBIND11_MODULE(_C, m) {
              Check(b.SetPlacement(ToPlacement(device_type, ids)));
            },
            py::arg("device_type"), py::arg("machine_device_ids") = "0:0")
-      .def("clear_placement", [](graph::JobBuilder& b) { Check(b.SetPlacement(graph::Placement{})); })
+      .def("clear_placement", [](graph::JobBuilder& b) { Check(b.ClearPlacement()); })
       .def("set_output_sbp",
            [](graph::JobBuilder& b, const std::string& ref, const std::string& kind, int64_t axis) {
              Sbp sbp;

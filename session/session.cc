@@ -8,8 +8,10 @@
 #include <cstring>
 #include <thread>
 
+#include "actors/device.h"
 #include "actors/trace_recorder.h"
 #include "graph/attr_convert.h"
+#include "graph/device_placement.h"
 #include "actors/proto/plan.pb.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -43,9 +45,34 @@ bool Intersects(const std::set<std::string>& a, const std::set<std::string>& b) 
 }
 }  // namespace
 
+// A variable the compiler placed on a GPU (graph/device_placement.h): its buffer there, made
+// when a job first binds the variable on that device and filled from the host value. Jobs read
+// and update it in place; GetVariable refreshes the host value from it and SetVariable writes
+// through to it, so the host buffer is current whenever the session hands it out.
+struct DeviceVariable {
+  MemoryCase memory_case;
+  std::shared_ptr<RegisterAllocator> allocator;
+  void* data = nullptr;
+  ~DeviceVariable() {
+    if (data != nullptr) allocator->Free(memory_case, data);
+  }
+};
+
 struct StoredVariable {
   TensorDesc desc;
   std::shared_ptr<void> data;
+  std::shared_ptr<DeviceVariable> device;  // set once a job binds it on a GPU
+  bool bound_on_host = false;              // a job reads the host buffer itself
+  Status CopyFromDevice() {
+    if (device == nullptr) return Status::Ok();
+    return CopyBytes(data.get(), HostPlace(), device->data, MemoryPlace(device->memory_case, device->allocator.get()),
+                     desc.byte_size());
+  }
+  Status CopyToDevice() {
+    if (device == nullptr) return Status::Ok();
+    return CopyBytes(device->data, MemoryPlace(device->memory_case, device->allocator.get()), data.get(), HostPlace(),
+                     desc.byte_size());
+  }
 };
 
 class SessionState {
@@ -324,6 +351,7 @@ Status Session::GetVariable(const std::string& name, void* out, size_t bytes) {
     auto it = state_->variables.find(name);
     if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
     if (bytes != it->second.desc.byte_size()) return InvalidArgument("variable '" + name + "': wrong buffer size");
+    AF_RETURN_IF_ERROR(it->second.CopyFromDevice().WithContext("variable '" + name + "'"));
     std::memcpy(out, it->second.data.get(), bytes);
     return Status::Ok();
   });
@@ -336,7 +364,7 @@ Status Session::SetVariable(const std::string& name, const TensorDesc& desc, con
     if (desc != it->second.desc)
       return InvalidArgument("variable '" + name + "' is " + it->second.desc.ToString() + ", got " + desc.ToString());
     std::memcpy(it->second.data.get(), data, desc.byte_size());
-    return Status::Ok();
+    return it->second.CopyToDevice().WithContext("variable '" + name + "'");
   });
 }
 
@@ -433,6 +461,41 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
       job->variables_.push_back(it->second.data);
       buffers[n.variable_name] = it->second.data.get();
     }
+    // Variables the compiler placed on a GPU read and write a device buffer instead. A variable
+    // lives on one side for all jobs: moving it between host and GPU per call is not supported.
+    for (const plan::Task& task : job->plan_.tasks()) {
+      if (task.kind() != plan::VARIABLE || task.registers_size() == 0) continue;
+      StoredVariable& stored = state_->variables.at(task.variable_name());
+      const plan::MemoryCase& where = task.registers(0).memory_case();
+      const std::string what = "job '" + graph.job_name() + "': variable '" + task.variable_name() + "'";
+      if (where.kind() != plan::MEMORY_DEVICE) {
+        if (stored.device != nullptr)
+          return FailedPrecondition(what + " lives on " + stored.device->memory_case.ToString() +
+                                    " for another job, and this job reads it on the CPU; place both jobs' readers "
+                                    "on the same device");
+        stored.bound_on_host = true;
+        continue;
+      }
+      const MemoryCase memory_case{MemoryKind::kDevice, where.device_id()};
+      if (stored.device == nullptr) {
+        if (stored.bound_on_host)
+          return FailedPrecondition(what + " is read on the CPU by another job, and this job places it on " +
+                                    memory_case.ToString() + "; place both jobs' readers on the same device");
+        auto device = std::make_shared<DeviceVariable>();
+        device->memory_case = memory_case;
+        AF_ASSIGN_OR_RETURN(device->allocator, AllocatorRegistry::Global().Find(memory_case));
+        auto block = device->allocator->Allocate(memory_case, stored.desc.byte_size(), 256);
+        if (!block.ok()) return block.status().WithContext(what);
+        device->data = block.value();
+        stored.device = device;
+        AF_RETURN_IF_ERROR(stored.CopyToDevice().WithContext(what));
+      } else if (stored.device->memory_case != memory_case) {
+        return FailedPrecondition(what + " lives on " + stored.device->memory_case.ToString() + " for another job, and "
+                                  "this job places it on " + memory_case.ToString());
+      }
+      job->variables_.push_back(std::shared_ptr<void>(stored.device, stored.device->data));
+      buffers[task.variable_name()] = stored.device->data;
+    }
   }
   for (const std::string& feed : graph.feeds()) job->input_descs_.push_back({feed, graph.Desc(feed + "/out").value()});
   for (const std::string& ref : graph.outputs()) job->output_descs_.push_back({ref, graph.Desc(ref).value()});
@@ -515,7 +578,17 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
       for (const plan::BlobDesc& b : r.blobs()) init.outputs.push_back(DescOfBlob(b));
     init.attrs = graph::AttrsFromProto(task.attrs());
     init.num_threads = kernel_threads;
-    return MakeCpuKernel(task.op_type(), init);
+    if (task.device_type() != "gpu") return MakeCpuKernel(task.op_type(), init);
+    // A GPU task (graph/device_placement.h): its CUDA kernel on the device's compute stream,
+    // or its copy stream for the compiler's copies.
+    init.device_type = kCudaDevice;
+    init.device_id = task.device_id();
+    AF_ASSIGN_OR_RETURN(auto backend, DeviceRegistry::Global().Find(kCudaDevice));
+    const bool copy = task.op_type() == graph::kCopyHostToDevice || task.op_type() == graph::kCopyDeviceToHost;
+    AF_ASSIGN_OR_RETURN(init.device_stream,
+                        copy ? backend->CopyStream(task.device_id()) : backend->ComputeStream(task.device_id()));
+    init.stream = init.device_stream->native_handle();
+    return MakeKernel(task.op_type(), init);
   };
   hooks.variable_buffer = [buffers](const plan::Task& task) -> StatusOr<void*> {
     auto it = buffers.find(task.variable_name());

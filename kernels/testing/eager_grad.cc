@@ -17,6 +17,8 @@ double HostTensor::at(int64_t i) const {
   switch (desc.dtype) {
     case DType::kFloat32: return reinterpret_cast<const float*>(bytes.data())[i];
     case DType::kFloat64: return reinterpret_cast<const double*>(bytes.data())[i];
+    case DType::kInt8: return reinterpret_cast<const int8_t*>(bytes.data())[i];
+    case DType::kUInt8: return reinterpret_cast<const uint8_t*>(bytes.data())[i];
     case DType::kInt32: return reinterpret_cast<const int32_t*>(bytes.data())[i];
     case DType::kInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(bytes.data())[i]);
     default: return 0;
@@ -27,6 +29,8 @@ void HostTensor::set(int64_t i, double v) {
   switch (desc.dtype) {
     case DType::kFloat32: reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(v); break;
     case DType::kFloat64: reinterpret_cast<double*>(bytes.data())[i] = v; break;
+    case DType::kInt8: reinterpret_cast<int8_t*>(bytes.data())[i] = static_cast<int8_t>(v); break;
+    case DType::kUInt8: reinterpret_cast<uint8_t*>(bytes.data())[i] = static_cast<uint8_t>(v); break;
     case DType::kInt32: reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(v); break;
     case DType::kInt64: reinterpret_cast<int64_t*>(bytes.data())[i] = static_cast<int64_t>(v); break;
     default: break;

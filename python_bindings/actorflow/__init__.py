@@ -21,7 +21,25 @@ from .initializers import (constant_initializer, glorot_uniform_initializer, kai
                            ones_initializer, random_normal_initializer, random_uniform_initializer, truncated_normal,
                            truncated_normal_initializer, xavier_uniform_initializer, zeros_initializer)
 from .layers import get_variable  # noqa: F401
-from .ops import flatten, math, matmul, nn, reflection_pad2d, reshape, zero_pad2d  # noqa: F401
+from .ops import flatten, math, matmul, reflection_pad2d, reshape, zero_pad2d  # noqa: F401
+from . import _creation, _eager, _tensor  # noqa: E402
+from ._eager import (enable_grad, get_num_threads, is_grad_enabled, manual_seed, no_grad,  # noqa: F401
+                     set_grad_enabled, set_num_threads)
+from ._tensor import Parameter, Size, Tensor, device  # noqa: F401
+from ._creation import (arange, cat, empty, from_numpy, full, full_like, linspace, maximum, minimum, ones,  # noqa: F401
+                        ones_like, rand, rand_like, randint, randn, randn_like, randperm, stack, tensor, zeros,
+                        zeros_like)
+for _name, _fn in _creation.functions.items():
+    if _name not in globals():
+        globals()[_name] = _fn
+from . import nn  # noqa: E402  (a package: the job-function flow.nn.* names and the eager Module API)
+from . import optim, utils, vision  # noqa: E402,F401
+
+
+def is_tensor(obj):
+    """Whether obj is an eager flow.Tensor (a Parameter included)."""
+    return isinstance(obj, Tensor)
+
 
 random = _types.SimpleNamespace(seed=initializers.seed)
 train = _types.SimpleNamespace(CheckPoint=checkpoint.CheckPoint)

@@ -2,12 +2,12 @@
 flow.one_hot, flow.math.argmax (also flow.argmax), flow.identity. Importing this module adds them
 to the flow namespace (see __init__.py) and to flow.math."""
 from . import _dtypes, ops
-from ._trace_ctx import BlobDef, add_op, integer, number
+from ._trace_ctx import add_op, integer, is_tensor, number
 
 
 def _blob(x, what):
-    if not isinstance(x, BlobDef):
-        raise TypeError("%s must be a Blob of the job function, got %s" % (what, type(x).__name__))
+    if not is_tensor(x):
+        raise TypeError("%s must be a Blob of the job function or a Tensor, got %s" % (what, type(x).__name__))
     return x
 
 

@@ -25,8 +25,20 @@ def get_current():
     return getattr(_local, "context", None)
 
 
+# Threads tracing now (a job function or an nn.Graph). Eager fast paths read only this: while
+# it is 0 no thread traces, so no per-thread lookup is needed; otherwise they go through add_op,
+# which checks this thread's context.
+active_traces = 0
+_active_lock = threading.Lock()
+
+
 def set_current(context):
+    global active_traces
+    previous = getattr(_local, "context", None)
     _local.context = context
+    if (previous is None) != (context is None):
+        with _active_lock:
+            active_traces += 1 if context is not None else -1
 
 
 _package_file = {}  # absolute file name -> whether it is in this package (user_location runs per op)
@@ -81,6 +93,13 @@ class TraceContext:
         # dtype, initial value, value came from checkpoint.load_variables). They are created
         # only when the trace succeeds, so a failed trace leaves the session as it was.
         self.new_variables = {}
+
+    def lift_tensor(self, tensor):
+        """An eager Tensor used by an op of this job function: refused (a job function's inputs
+        are its placeholders and variables). add_op names the op and the line."""
+        raise EagerTensorInJobError("an eager Tensor of shape %s cannot be an input of job function '%s'; pass its "
+                                    "value through a placeholder (tensor.numpy()) or use nn.Graph" % (
+                                        tuple(tensor.shape), self.job_name))
 
     def unique(self, base):
         n = self.names.get(base, 0)
@@ -168,10 +187,56 @@ class BlobDef:
         return ops.math.negative(self)
 
 
+class EagerTensorInJobError(TypeError):
+    """An eager Tensor reached an op of a job function being traced."""
+
+
+# Set by _tensor.py: the eager Tensor class (tensors of both modes are "tensors" to the op
+# wrappers), and the eager runner (_eager.run_op).
+Tensor = None
+run_eager_op = None
+
+
+def is_tensor(x):
+    """A BlobDef of a traced job or an eager Tensor."""
+    return isinstance(x, BlobDef) or (Tensor is not None and isinstance(x, Tensor))
+
+
+def is_lazy(inputs=()):
+    """Whether ops on `inputs` are traced (a trace is active, or an input is a BlobDef) rather
+    than run eagerly."""
+    if get_current() is not None:
+        return True
+    for x in inputs:
+        if isinstance(x, BlobDef):
+            return True
+    return False
+
+
 def add_op(op_type, inputs, attrs=None, name=None, num_outputs=1):
-    """Adds one op to the traced job; shape inference runs now, so a mistake is reported
-    against the user's line. Returns the output BlobDefs (a single one if num_outputs == 1)."""
+    """The one op entry point of both modes. With a trace active (a job function or an
+    nn.Graph being traced) or a BlobDef among the inputs, adds the op to the traced job (shape
+    inference runs now, so a mistake is reported against the user's line) and returns BlobDefs;
+    eager Tensors among the inputs go through the trace context's lift_tensor. Otherwise runs
+    the op eagerly on Tensors and returns Tensors. A single result if num_outputs == 1."""
+    ctx = getattr(_local, "context", None)
+    if ctx is None:
+        for x in inputs:
+            if isinstance(x, BlobDef):
+                break
+        else:
+            return run_eager_op(op_type, inputs, attrs, num_outputs)
     ctx = current("actorflow op '%s'" % op_type)
+    if Tensor is not None and any(isinstance(x, Tensor) for x in inputs):
+        lifted = []
+        for x in inputs:
+            if isinstance(x, Tensor):
+                try:
+                    x = ctx.lift_tensor(x)
+                except EagerTensorInJobError as e:
+                    raise EagerTensorInJobError("op '%s' at %s: %s" % (name or op_type, user_location(), e)) from None
+            lifted.append(x)
+        inputs = lifted
     if name is not None and not isinstance(name, str):
         raise TypeError("op '%s': name must be a str, got %s (at %s)" % (op_type, type(name).__name__, user_location()))
     for i, x in enumerate(inputs):

@@ -74,8 +74,11 @@ def trace_path_for(job_name):
 
 
 def num_threads(n):
-    """Threads of each job compiled after this call (0: the default)."""
+    """Threads of each job compiled after this call, and of eager kernels from now on (0: the
+    default, the number of cores)."""
     _settings["num_threads"] = _int_setting(n, "flow.config.num_threads", 0)
+    from . import _C
+    _C.set_eager_threads(_settings["num_threads"])
 
 
 def cpu_device_num(n):
@@ -86,9 +89,10 @@ def cpu_device_num(n):
 
 
 def gpu_device_num(n):
-    """GPU devices of the jobs compiled after this call. actorflow runs jobs on CPU devices
-    only so far: a job compiled with gpu_device_num(n > 0) fails at its first call, naming
-    cpu_device_num(n) as the CPU equivalent."""
+    """GPU devices of the jobs compiled after this call (OneFlow's gpu_device_num): ops outside
+    a flow.scope.placement run on GPU 0, and placement("gpu", "0:0") places ops there. Needs a
+    CUDA build and n GPUs present: otherwise a job's first call fails, naming the device count
+    found and cpu_device_num(n) as the CPU equivalent. One GPU per op so far."""
     _settings["gpu_device_num"] = _int_setting(n, "flow.config.gpu_device_num", 0, 4096)
 
 
@@ -96,10 +100,10 @@ def check_devices(job_name):
     """At a job's first call: a RuntimeError unless the configured devices can run it."""
     gpus = _settings["gpu_device_num"]
     if gpus:
-        raise RuntimeError(
-            "job '%s': flow.config.gpu_device_num(%d) asks for %d GPU device(s), but no usable GPU is available: "
-            "actorflow runs jobs on CPU devices only so far. Use flow.config.cpu_device_num(%d) for %d CPU devices "
-            "(and flow.config.gpu_device_num(0))" % (job_name, gpus, gpus, gpus, gpus))
+        from . import _C
+        usable, message = _C.check_gpu_devices(gpus)
+        if not usable:
+            raise RuntimeError("job '%s': %s" % (job_name, message))
 
 
 def enable_legacy_model_io(enabled=True):

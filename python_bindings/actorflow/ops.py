@@ -1,15 +1,15 @@
 """Thin op wrappers with OneFlow's names and arguments: each adds one registered op."""
 import types
 
-from ._trace_ctx import BlobDef, add_op, integer, number
+from ._trace_ctx import BlobDef, add_op, get_current, integer, is_tensor, number
 
 
 def _binary(op_type, scalar_form, x, y, name):
-    if isinstance(x, BlobDef) and isinstance(y, BlobDef):
+    if is_tensor(x) and is_tensor(y):
         return add_op(op_type, [x, y], name=name)
-    if isinstance(x, BlobDef):
+    if is_tensor(x):
         return scalar_form(x, number(y, "%s's second operand" % op_type), name)
-    if isinstance(y, BlobDef):
+    if is_tensor(y):
         return _scalar_left(op_type, number(x, "%s's first operand" % op_type), y, name)
     raise TypeError("%s: at least one operand must be a Blob, got %s and %s" % (op_type, type(x).__name__, type(y).__name__))
 
@@ -23,6 +23,9 @@ def _scalar_left(op_type, s, y, name):
         neg = add_op("scalar_mul", [y], {"scalar": -1.0}, name)
         return add_op("scalar_add", [neg], {"scalar": s}, name)
     # s / y = s * y^-1 via div against a broadcast constant
+    if get_current() is None and not isinstance(y, BlobDef):  # eager: a (1,) tensor holding s
+        from ._creation import full
+        return add_op("div", [full([1], s, dtype=y.dtype), y], name=name)
     c = add_op("constant", [], {"shape": [1], "value": s, "dtype": y.dtype.name}, name)
     return add_op("div", [c, y], name=name)
 
@@ -107,8 +110,8 @@ def reshape(x, shape, name=None):
 
 
 def flatten(x, start_dim=0, end_dim=-1, name=None):
-    if not isinstance(x, BlobDef):
-        raise TypeError("flatten: x must be a Blob, got %s" % type(x).__name__)
+    if not is_tensor(x):
+        raise TypeError("flatten: x must be a Blob or Tensor, got %s" % type(x).__name__)
     shape = list(x.shape)
     rank = len(shape)
     start_dim, end_dim = integer(start_dim, "flatten start_dim"), integer(end_dim, "flatten end_dim")

@@ -1,0 +1,70 @@
+"""The seed MLP train step in PyTorch, the peer of bench/gpu_mlp_bench.cc: 784-512-10, batch 100,
+SGD lr 0.1, x and labels fed from host memory each step and the per-sample loss returned to
+host memory each step (as actorflow's Run does). Eager and torch.compile. Prints one JSON line.
+Usage: python3 bench/gpu_mlp_torch.py [cuda|cpu] [steps] [warmup]"""
+import json
+import sys
+import time
+
+import torch
+
+
+def measure(step, steps, warmup, sync):
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        step()
+        sync()
+        if i >= warmup:
+            times.append((time.perf_counter() - start) * 1e3)
+    times.sort()
+    return {"step_ms_median": times[len(times) // 2], "step_ms_p10": times[int(0.1 * (len(times) - 1))],
+            "step_ms_p90": times[int(0.9 * (len(times) - 1))]}
+
+
+def main():
+    device = sys.argv[1] if len(sys.argv) > 1 else "cuda"
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+    warmup = int(sys.argv[3]) if len(sys.argv) > 3 else 20
+    torch.backends.cuda.matmul.allow_tf32 = False  # FP32 math, as actorflow's cuBLAS calls
+    x_host = (0.5 + 0.5 * torch.sin(0.37 * torch.arange(100 * 784, dtype=torch.float32))).reshape(100, 784)
+    labels_host = (torch.arange(100) % 10).to(torch.int64)
+    if device == "cuda":
+        x_host, labels_host = x_host.pin_memory(), labels_host.pin_memory()
+    result = {"device": device, "torch": torch.__version__, "batch": 100, "steps": steps}
+    for mode in ("eager", "compile"):
+        model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loss_fn = torch.nn.CrossEntropyLoss(reduction="none")
+
+        def train_step(x, labels):
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), labels)
+            loss.mean().backward()
+            optimizer.step()
+            return loss
+
+        step_fn = train_step
+        if mode == "compile":
+            try:
+                step_fn = torch.compile(train_step)
+            except Exception as error:  # noqa: BLE001 (reported, not hidden)
+                result["compile_error"] = repr(error)
+                continue
+        holder = {}
+
+        def step():
+            x = x_host.to(device, non_blocking=True)
+            labels = labels_host.to(device, non_blocking=True)
+            holder["loss"] = step_fn(x, labels).to("cpu")
+
+        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        try:
+            result[mode] = measure(step, steps, warmup, sync)
+        except Exception as error:  # noqa: BLE001
+            result[mode + "_error"] = repr(error)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

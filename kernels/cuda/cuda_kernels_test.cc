@@ -1,0 +1,314 @@
+// The CUDA kernels: each compared with the CPU kernel on the same inputs on a GPU. Without one
+// (CI), every test asserts what can be checked there: the op has a "cuda" factory, the factory
+// refuses to run without a device stream (naming the op), and asking the CUDA device for a
+// stream fails clearly, naming the device count found; ACTORFLOW_REQUIRE_GPU=1 (set on GPU
+// machines) turns a missing GPU into a failure, so the comparisons cannot go unrun there.
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include "actors/device.h"
+#include "kernels/testing/test_util.h"
+
+namespace actorflow::testing {
+namespace {
+
+bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+#define ASSERT_CUDA_OK(call)                                                                               \
+  do {                                                                                                     \
+    cudaError_t _e = (call);                                                                               \
+    ASSERT_EQ(_e, cudaSuccess) << #call << ": " << cudaGetErrorName(_e) << " " << cudaGetErrorString(_e); \
+  } while (0)
+
+// Device 0's compute stream; null without a GPU, after checking the no-device error (and
+// failing when ACTORFLOW_REQUIRE_GPU=1).
+DeviceStream* GpuStream() {
+  auto backend = DeviceRegistry::Global().Find(kCudaDevice);
+  EXPECT_TRUE(backend.ok()) << "a CUDA build registers the cuda device: " << backend.status().ToString();
+  if (!backend.ok()) return nullptr;
+  auto stream = backend.value()->ComputeStream(0);
+  if (stream.ok()) return stream.value();
+  const char* required = std::getenv("ACTORFLOW_REQUIRE_GPU");
+  EXPECT_FALSE(required != nullptr && std::string(required) == "1")
+      << "ACTORFLOW_REQUIRE_GPU=1 but no CUDA device: " << stream.status().ToString();
+  EXPECT_TRUE(Contains(stream.status().message(), "cuda device 0 does not exist: 0 device(s)"))
+      << stream.status().message();
+  return nullptr;
+}
+
+KernelInit CudaInit(const std::vector<HostTensor>& in, const std::vector<TensorDesc>& out, const Attrs& attrs,
+                    DeviceStream* stream) {
+  KernelInit init;
+  for (const HostTensor& t : in) init.inputs.push_back(t.desc);
+  init.outputs = out;
+  init.attrs = attrs;
+  init.device_type = kCudaDevice;
+  init.device_id = 0;
+  init.device_stream = stream;
+  init.stream = stream == nullptr ? nullptr : stream->native_handle();
+  return init;
+}
+
+StatusOr<std::vector<TensorDesc>> Infer(const std::string& type, const std::vector<HostTensor>& in, const Attrs& attrs) {
+  RegisterAllOps();
+  AF_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(type));
+  InferContext ctx;
+  for (const HostTensor& t : in) ctx.inputs.push_back(t.desc);
+  ctx.attrs = attrs;
+  AF_RETURN_IF_ERROR(def->infer(ctx));
+  return ctx.outputs;
+}
+
+// What CI can check of `type` on cuda: registered, and no kernel without a device stream.
+void CheckWithoutDevice(const std::string& type, const std::vector<HostTensor>& in, const Attrs& attrs) {
+  auto out = Infer(type, in, attrs);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(OpRegistry::Global().Find(type).value()->kernel_factories.count(kCudaDevice)) << type;
+  auto kernel = MakeKernel(type, CudaInit(in, out.value(), attrs, nullptr));
+  ASSERT_FALSE(kernel.ok()) << type;
+  EXPECT_TRUE(Contains(kernel.status().message(), type + " on cuda:0: KernelInit::device_stream"))
+      << kernel.status().message();
+}
+
+// Runs `type` on the GPU: inputs copied in, the kernel run (a direct call waits for the stream),
+// outputs copied back; with `in_place`, the inputs are copied back into `in` too.
+StatusOr<std::vector<HostTensor>> RunCuda(const std::string& type, std::vector<HostTensor>& in, const Attrs& attrs,
+                                          DeviceStream* stream, bool in_place = false) {
+  AF_ASSIGN_OR_RETURN(std::vector<TensorDesc> out_descs, Infer(type, in, attrs));
+  std::vector<void*> buffers;
+  auto release = [&] {
+    for (void* b : buffers) cudaFree(b);
+  };
+  std::vector<TensorView> inputs, outputs;
+  auto device_copy = [&](size_t bytes) -> void* {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) return nullptr;
+    buffers.push_back(p);
+    return p;
+  };
+  for (HostTensor& t : in) {
+    void* p = device_copy(t.bytes.size());
+    if (p == nullptr || cudaMemcpy(p, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice) != cudaSuccess) {
+      release();
+      return Internal("copying an input to the GPU failed");
+    }
+    inputs.push_back(TensorView{p, t.desc});
+  }
+  for (const TensorDesc& d : out_descs) outputs.push_back(TensorView{device_copy(d.byte_size()), d});
+  auto kernel = MakeKernel(type, CudaInit(in, out_descs, attrs, stream));
+  if (!kernel.ok()) {
+    release();
+    return kernel.status();
+  }
+  KernelContext context{&inputs, &outputs, 0};
+  Status ran = kernel.value()(context);
+  std::vector<HostTensor> result;
+  for (const TensorDesc& d : out_descs) {
+    HostTensor t = HostTensor::Of(d.shape, d.dtype, {});
+    cudaMemcpy(t.bytes.data(), outputs[result.size()].data, t.bytes.size(), cudaMemcpyDeviceToHost);
+    result.push_back(std::move(t));
+  }
+  if (in_place)
+    for (size_t i = 0; i < in.size(); ++i) cudaMemcpy(in[i].bytes.data(), inputs[i].data, in[i].bytes.size(), cudaMemcpyDeviceToHost);
+  release();
+  if (!ran.ok()) return ran;
+  return result;
+}
+
+void ExpectClose(const HostTensor& got, const HostTensor& want, double tolerance, const std::string& what) {
+  ASSERT_EQ(got.desc, want.desc) << what;
+  const int64_t n = want.desc.num_elements();
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = got.at(i), w = want.at(i);
+    if (std::isnan(w)) {
+      ASSERT_TRUE(std::isnan(g)) << what << " element " << i;
+      continue;
+    }
+    ASSERT_NEAR(g, w, tolerance * (1.0 + std::fabs(w))) << what << " element " << i;
+  }
+}
+
+// The GPU result of `type` equals the CPU kernel's on the same inputs (all outputs); without a
+// GPU, CheckWithoutDevice.
+void CompareWithCpu(const std::string& type, std::vector<HostTensor> in, const Attrs& attrs = {}, double tolerance = 1e-5) {
+  DeviceStream* stream = GpuStream();
+  if (stream == nullptr) {
+    CheckWithoutDevice(type, in, attrs);
+    return;
+  }
+  auto want = RunOp(type, in, attrs);
+  ASSERT_TRUE(want.ok()) << type << " on cpu: " << want.status().ToString();
+  auto got = RunCuda(type, in, attrs, stream);
+  ASSERT_TRUE(got.ok()) << type << " on cuda: " << got.status().ToString();
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t k = 0; k < want->size(); ++k) ExpectClose((*got)[k], (*want)[k], tolerance, type + " output " + std::to_string(k));
+}
+
+// An in-place op (optimizer update): the inputs after the GPU run equal those after the CPU run.
+void CompareInPlaceWithCpu(const std::string& type, std::vector<HostTensor> in, const Attrs& attrs) {
+  DeviceStream* stream = GpuStream();
+  if (stream == nullptr) {
+    CheckWithoutDevice(type, in, attrs);
+    return;
+  }
+  std::vector<HostTensor> cpu = in, gpu = in;
+  auto want = RunOpInPlace(type, cpu, attrs);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  auto got = RunCuda(type, gpu, attrs, stream, /*in_place=*/true);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  for (size_t i = 0; i < in.size(); ++i) ExpectClose(gpu[i], cpu[i], 1e-5, type + " input " + std::to_string(i));
+}
+
+TEST(CudaKernels, ElementwiseBinaryAndScalar) {
+  for (const char* type : {"add", "sub", "mul", "div"}) {
+    CompareWithCpu(type, {F32({100003}), F32({100003}, Positive(100003))});
+    CompareWithCpu(type, {F32({4, 1, 5}), F32({3, 1}, Positive(3))});  // broadcast both ways
+    CompareWithCpu(type, {F32({2, 3}), F32({}, {1.5})});
+  }
+  CompareWithCpu("scalar_add", {F32({1000})}, Attrs{{"scalar", 0.25}});
+  CompareWithCpu("scalar_mul", {F32({1000})}, Attrs{{"scalar", -3.0}});
+}
+
+TEST(CudaKernels, ReluBiasAddAndTheirGradients) {
+  std::vector<double> with_nan = Ramp(300);
+  with_nan[7] = std::nan("");
+  CompareWithCpu("relu", {F32({300}, with_nan)});
+  CompareWithCpu("relu_grad", {F32({300}), F32({300}, Positive(300))});
+  CompareWithCpu("bias_add", {F32({64, 33}), F32({33})});
+  CompareWithCpu("bias_add", {F32({64, 33}), F32({33})}, Attrs{{"fuse_relu", true}});
+  CompareWithCpu("bias_add", {F32({2, 3, 5}), F32({3})}, Attrs{{"axis", int64_t{1}}});
+  CompareWithCpu("bias_add_grad", {F32({300, 17})}, {}, 1e-4);
+  CompareWithCpu("bias_add_grad", {F32({4, 3, 50})}, Attrs{{"axis", int64_t{1}}}, 1e-4);
+  CompareWithCpu("constant", {}, Attrs{{"shape", std::vector<int64_t>{7, 3}}, {"value", 0.5}});
+  CompareWithCpu("identity", {F32({5, 4})});
+}
+
+TEST(CudaKernels, MatmulTransposesBatchesAndBiasReluEpilogue) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      Attrs attrs{{"transpose_a", ta}, {"transpose_b", tb}};
+      CompareWithCpu("matmul", {F32(ta ? Shape{37, 29} : Shape{29, 37}), F32(tb ? Shape{41, 37} : Shape{37, 41})}, attrs, 1e-4);
+      CompareWithCpu("matmul", {F32(ta ? Shape{3, 37, 29} : Shape{3, 29, 37}), F32(tb ? Shape{3, 41, 37} : Shape{3, 37, 41})},
+                     attrs, 1e-4);
+      CompareWithCpu("matmul", {F32(ta ? Shape{3, 37, 29} : Shape{3, 29, 37}), F32(tb ? Shape{41, 37} : Shape{37, 41})}, attrs,
+                     1e-4);
+      CompareWithCpu("matmul", {F32(ta ? Shape{37, 29} : Shape{29, 37}), F32(tb ? Shape{3, 41, 37} : Shape{3, 37, 41})}, attrs,
+                     1e-4);
+    }
+  CompareWithCpu("matmul", {F32({64, 784}), F32({784, 512}), F32({512})}, Attrs{{"fuse_bias", true}, {"fuse_relu", true}},
+                 1e-4);
+  CompareWithCpu("matmul", {F32({64, 512}), F32({512, 10}), F32({10})}, Attrs{{"fuse_bias", true}}, 1e-4);
+}
+
+TEST(CudaKernels, ReductionsOverContiguousAxes) {
+  for (const char* type : {"reduce_sum", "reduce_mean"}) {
+    CompareWithCpu(type, {F32({40, 30})}, Attrs{{"axis", std::vector<int64_t>{0}}}, 1e-4);
+    CompareWithCpu(type, {F32({40, 30})}, Attrs{{"axis", std::vector<int64_t>{1}}, {"keepdims", true}}, 1e-4);
+    CompareWithCpu(type, {F32({4, 5, 6, 7})}, Attrs{{"axis", std::vector<int64_t>{1, 2}}}, 1e-4);
+    CompareWithCpu(type, {F32({100000})}, {}, 1e-4);  // everything: few outputs, many inputs
+  }
+  DeviceStream* stream = GpuStream();
+  if (stream == nullptr) return;
+  std::vector<HostTensor> in = {F32({4, 5, 6})};
+  auto split = RunCuda("reduce_sum", in, Attrs{{"axis", std::vector<int64_t>{0, 2}}}, stream);
+  ASSERT_FALSE(split.ok());
+  EXPECT_TRUE(Contains(split.status().message(), "not contiguous")) << split.status().message();
+}
+
+TEST(CudaKernels, SoftmaxAndSparseCrossEntropyWithGradient) {
+  CompareWithCpu("softmax", {F32({33, 1000})});
+  CompareWithCpu("softmax", {F32({2, 3, 10})}, Attrs{{"axis", int64_t{-1}}});
+  std::vector<double> labels;
+  for (int i = 0; i < 64; ++i) labels.push_back(i % 10);
+  CompareWithCpu("sparse_softmax_cross_entropy", {I32({64}, labels), F32({64, 10})}, {}, 1e-5);
+  CompareWithCpu("sparse_softmax_cross_entropy", {I64({64}, labels), F32({64, 10})}, {}, 1e-5);
+  CompareWithCpu("sparse_softmax_cross_entropy_grad", {I32({64}, labels), F32({64, 10}, Positive(640)), F32({64})});
+  DeviceStream* stream = GpuStream();
+  if (stream == nullptr) return;
+  labels[5] = 10;  // out of range: the act fails naming the position, as on the CPU
+  std::vector<HostTensor> bad = {I32({64}, labels), F32({64, 10})};
+  auto failed = RunCuda("sparse_softmax_cross_entropy", bad, {}, stream);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_TRUE(Contains(failed.status().message(), "position 5 is out of range [0, 10)")) << failed.status().message();
+}
+
+TEST(CudaKernels, OptimizerUpdatesInPlace) {
+  const int64_t n = 10001;
+  Attrs attrs{{"weight_decay", 0.01}, {"grad_scale", 0.5}};
+  CompareInPlaceWithCpu("sgd_update", {F32({n}), F32({n}, Positive(n)), F32({1}, {0.1})}, attrs);
+  CompareInPlaceWithCpu("momentum_update", {F32({n}), F32({n}, Positive(n)), F32({n}, Ramp(n, 1.0)), F32({1}, {0.1})}, attrs);
+  for (bool decoupled : {false, true}) {
+    Attrs adam = attrs;
+    adam.Set("decoupled_weight_decay", decoupled);
+    CompareInPlaceWithCpu("adam_update",
+                          {F32({n}), F32({n}, Positive(n)), F32({n}, Ramp(n, 1.0)), F32({n}, Positive(n)), F32({1}, {0.01})},
+                          adam);
+  }
+}
+
+#ifdef ACTORFLOW_WITH_CUDNN
+// conv2d and its gradients through cuDNN: padding, strides, dilation and groups.
+TEST(CudaKernels, ConvolutionAndItsGradientsThroughCudnn) {
+  struct Case {
+    Shape x, filter;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 9, 9}, {4, 3, 3, 3}, Attrs{{"padding", std::string("SAME")}}},
+      {{2, 3, 9, 9}, {4, 3, 3, 3}, Attrs{{"strides", int64_t{2}}}},
+      {{1, 4, 11, 11}, {6, 2, 3, 3}, Attrs{{"groups", int64_t{2}}, {"padding", std::vector<int64_t>{1, 1}}}},
+      {{1, 2, 12, 12}, {3, 2, 3, 3}, Attrs{{"dilation_rate", int64_t{2}}}},
+  };
+  for (const Case& k : cases) {
+    HostTensor x = F32(k.x), filter = F32(k.filter, Ramp(NumElements(k.filter), 1.3));
+    auto y = RunOp("conv2d", {x, filter}, k.attrs);
+    ASSERT_TRUE(y.ok()) << y.status().ToString();
+    HostTensor dy = F32(y.value()[0].desc.shape, Ramp(y.value()[0].desc.num_elements(), 2.1));
+    CompareWithCpu("conv2d", {x, filter}, k.attrs, 1e-4);
+    CompareWithCpu("conv2d_grad_data", {dy, filter, x}, k.attrs, 1e-4);
+    CompareWithCpu("conv2d_grad_filter", {dy, x, filter}, k.attrs, 1e-4);
+  }
+  DeviceStream* stream = GpuStream();
+  if (stream == nullptr) return;
+  // "SAME" with an even filter pads asymmetrically, which cuDNN cannot: a clear refusal.
+  std::vector<HostTensor> even = {F32({1, 1, 6, 6}), F32({1, 1, 2, 2})};
+  auto refused = RunCuda("conv2d", even, Attrs{{"padding", std::string("SAME")}}, stream);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(Contains(refused.status().message(), "padding must be symmetric")) << refused.status().message();
+}
+#endif
+
+// The compiler's copies on the CUDA copy stream: host -> device -> host round trip.
+TEST(CudaKernels, HostDeviceCopies) {
+  auto backend = DeviceRegistry::Global().Find(kCudaDevice);
+  ASSERT_TRUE(backend.ok());
+  auto copy_stream = backend.value()->CopyStream(0);
+  if (!copy_stream.ok()) {
+    ASSERT_EQ(GpuStream(), nullptr);  // the no-device checks
+    CheckWithoutDevice("copy_h2d", {F32({8})}, {});
+    return;
+  }
+  HostTensor x = F32({4099});
+  std::vector<TensorView> in = {x.view()};
+  void* device = nullptr;
+  ASSERT_CUDA_OK(cudaMalloc(&device, x.bytes.size()));
+  std::vector<TensorView> on_device = {TensorView{device, x.desc}};
+  HostTensor back = HostTensor::Of(x.desc.shape, x.desc.dtype, {});
+  std::vector<TensorView> out = {back.view()};
+  auto h2d = MakeKernel("copy_h2d", CudaInit({x}, {x.desc}, {}, copy_stream.value()));
+  auto d2h = MakeKernel("copy_d2h", CudaInit({x}, {x.desc}, {}, copy_stream.value()));
+  ASSERT_TRUE(h2d.ok() && d2h.ok());
+  KernelContext first{&in, &on_device, 0}, second{&on_device, &out, 0};
+  ASSERT_TRUE(h2d.value()(first).ok());
+  ASSERT_TRUE(d2h.value()(second).ok());
+  EXPECT_EQ(back.bytes, x.bytes);
+  ASSERT_CUDA_OK(cudaFree(device));
+}
+
+}  // namespace
+}  // namespace actorflow::testing

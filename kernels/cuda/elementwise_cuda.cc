@@ -1,0 +1,128 @@
+// "cuda" factories of the elementwise, activation, bias, constant and layout-copy ops, over the
+// launchers of elementwise_cuda.cu. float32 only so far (others: Unimplemented naming the op).
+#include <algorithm>
+
+#include "kernels/cuda/cuda_kernel_util.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/kernel_util.h"
+
+namespace actorflow::cuda {
+namespace {
+
+void Add(OpRegistry& registry, const std::string& type, KernelFactory factory) {
+  Status added = registry.AddKernelFactory(type, kCudaDevice, std::move(factory));
+  if (!added.ok()) throw std::logic_error(added.message());
+}
+
+// NumPy broadcasting of x and y against out: element strides per output axis (0 where broadcast).
+StatusOr<BroadcastIndex> IndexOf(const Shape& x, const Shape& y, const Shape& out) {
+  BroadcastIndex index;
+  if (out.size() > static_cast<size_t>(kMaxRank))
+    return Unimplemented("broadcasting over rank " + std::to_string(out.size()) + " > " + std::to_string(kMaxRank));
+  index.rank = static_cast<int>(out.size());
+  auto strides = [&](const Shape& s, int64_t* result) {
+    int64_t stride = 1;
+    for (int axis = index.rank - 1; axis >= 0; --axis) {
+      const int64_t d = axis - (index.rank - static_cast<int>(s.size()));
+      const int64_t size = d >= 0 ? s[d] : 1;
+      result[axis] = size == 1 ? 0 : stride;
+      stride *= size;
+    }
+  };
+  for (int axis = 0; axis < index.rank; ++axis) index.out_dims[axis] = out[axis];
+  strides(x, index.x_strides);
+  strides(y, index.y_strides);
+  return index;
+}
+
+KernelFactory BinaryFactory(const std::string& type, Binary op) {
+  return [type, op](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32(type, init.inputs, "input"));
+    const Shape &x = init.inputs[0].shape, &y = init.inputs[1].shape, &out = init.outputs[0].shape;
+    AF_ASSIGN_OR_RETURN(BroadcastIndex index, IndexOf(x, y, out));
+    const bool same = x == out && y == out;
+    const int64_t n = NumElements(out);
+    return CudaKernel(type, init, [=](KernelContext& c, cudaStream_t stream) {
+      return LaunchBinary(op, c.input(0).as<float>(), c.input(1).as<float>(), c.output(0).as<float>(), n, index, same, stream);
+    });
+  };
+}
+
+KernelFactory AffineFactory(const std::string& type, bool multiply) {
+  return [type, multiply](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32(type, init.inputs, "input"));
+    const float s = static_cast<float>(init.attrs.GetFloatOr("scalar", 0));
+    const int64_t n = init.inputs[0].num_elements();
+    return CudaKernel(type, init, [=](KernelContext& c, cudaStream_t stream) {
+      return LaunchAffine(c.input(0).as<float>(), c.output(0).as<float>(), n, multiply ? s : 1.0f, multiply ? 0.0f : s, stream);
+    });
+  };
+}
+
+StatusOr<AxisSplit> BiasSplit(const KernelInit& init, const Shape& x) {
+  int64_t axis = init.attrs.GetIntOr("axis", 1);
+  if (axis < 0) axis += static_cast<int64_t>(x.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(x.size()))
+    return InvalidArgument("axis " + std::to_string(init.attrs.GetIntOr("axis", 1)) + " is out of range for " + ShapeToString(x));
+  return SplitAt(x, axis);
+}
+
+}  // namespace
+
+void RegisterElementwiseCudaKernels(OpRegistry& registry) {
+  Add(registry, "add", BinaryFactory("add", Binary::kAdd));
+  Add(registry, "sub", BinaryFactory("sub", Binary::kSub));
+  Add(registry, "mul", BinaryFactory("mul", Binary::kMul));
+  Add(registry, "div", BinaryFactory("div", Binary::kDiv));
+  Add(registry, "scalar_add", AffineFactory("scalar_add", false));
+  Add(registry, "scalar_mul", AffineFactory("scalar_mul", true));
+  Add(registry, "relu", [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32("relu", init.inputs, "input"));
+    const int64_t n = init.inputs[0].num_elements();
+    return CudaKernel("relu", init, [=](KernelContext& c, cudaStream_t stream) {
+      return LaunchRelu(c.input(0).as<float>(), c.output(0).as<float>(), n, stream);
+    });
+  });
+  Add(registry, "relu_grad", [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32("relu_grad", init.inputs, "input"));
+    const int64_t n = init.inputs[0].num_elements();
+    return CudaKernel("relu_grad", init, [=](KernelContext& c, cudaStream_t stream) {
+      return LaunchReluGrad(c.input(0).as<float>(), c.input(1).as<float>(), c.output(0).as<float>(), n, stream);
+    });
+  });
+  Add(registry, "bias_add", [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32("bias_add", init.inputs, "input"));
+    AF_ASSIGN_OR_RETURN(AxisSplit s, BiasSplit(init, init.inputs[0].shape));
+    const bool relu = init.attrs.GetBoolOr("fuse_relu", false);
+    return CudaKernel("bias_add", init, [=](KernelContext& c, cudaStream_t stream) {
+      return LaunchBiasAdd(c.input(0).as<float>(), c.input(1).as<float>(), c.output(0).as<float>(), s.outer, s.channels,
+                           s.inner, relu, stream);
+    });
+  });
+  Add(registry, "bias_add_grad", [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32("bias_add_grad", init.inputs, "input"));
+    AF_ASSIGN_OR_RETURN(AxisSplit s, BiasSplit(init, init.inputs[0].shape));
+    return CudaKernel("bias_add_grad", init, [=](KernelContext& c, cudaStream_t stream) {
+      return LaunchBiasAddGrad(c.input(0).as<float>(), c.output(0).as<float>(), s.outer, s.channels, s.inner, stream);
+    });
+  });
+  Add(registry, "constant", [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32("constant", init.outputs, "output"));
+    const float value = static_cast<float>(init.attrs.GetFloatOr("value", 0));
+    const int64_t n = init.outputs[0].num_elements();
+    return CudaKernel("constant", init, [=](KernelContext& c, cudaStream_t stream) {
+      return LaunchFill(c.output(0).as<float>(), n, value, stream);
+    });
+  });
+  // Layout ops that copy their input's bytes (any dtype): one device-to-device copy.
+  for (const char* type : {"identity", "reshape", "flatten"}) {
+    Add(registry, type, [type = std::string(type)](const KernelInit& init) -> StatusOr<KernelFn> {
+      const size_t bytes = init.outputs.at(0).byte_size();
+      return CudaKernel(type, init, [=](KernelContext& c, cudaStream_t stream) {
+        return cudaMemcpyAsync(c.output(0).data, c.input(0).data, bytes, cudaMemcpyDeviceToDevice, stream);
+      });
+    });
+  }
+}
+
+}  // namespace actorflow::cuda

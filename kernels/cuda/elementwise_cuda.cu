@@ -1,0 +1,155 @@
+// CUDA kernels of the elementwise family: binary ops with broadcasting, scalar affine, relu and
+// its gradient, bias_add (+relu epilogue) and its gradient, fill. Grid-stride loops; the
+// launchers size grids from n and cap them (the loop covers the rest).
+#include "kernels/cuda/launch.h"
+
+namespace actorflow::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+int Blocks(int64_t n) {
+  const int64_t wanted = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(wanted < 65535 ? (wanted > 0 ? wanted : 1) : 65535);
+}
+__device__ inline int64_t First() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ inline int64_t Stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+__device__ inline float Apply(Binary op, float a, float b) {
+  switch (op) {
+    case Binary::kAdd: return a + b;
+    case Binary::kSub: return a - b;
+    case Binary::kMul: return a * b;
+    default: return a / b;
+  }
+}
+
+template <Binary op>
+__global__ void SameShapeKernel(const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ out, int64_t n) {
+  for (int64_t i = First(); i < n; i += Stride()) out[i] = Apply(op, x[i], y[i]);
+}
+
+template <Binary op>
+__global__ void BroadcastKernel(const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ out, int64_t n,
+                                BroadcastIndex index) {
+  for (int64_t i = First(); i < n; i += Stride()) {
+    int64_t rest = i, xo = 0, yo = 0;
+    for (int axis = index.rank - 1; axis >= 0; --axis) {
+      const int64_t coordinate = rest % index.out_dims[axis];
+      rest /= index.out_dims[axis];
+      xo += coordinate * index.x_strides[axis];
+      yo += coordinate * index.y_strides[axis];
+    }
+    out[i] = Apply(op, x[xo], y[yo]);
+  }
+}
+
+__global__ void AffineKernel(const float* __restrict__ x, float* __restrict__ out, int64_t n, float scale, float shift) {
+  for (int64_t i = First(); i < n; i += Stride()) out[i] = x[i] * scale + shift;
+}
+
+__global__ void ReluKernel(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
+  for (int64_t i = First(); i < n; i += Stride()) out[i] = x[i] < 0.0f ? 0.0f : x[i];
+}
+
+__global__ void ReluGradKernel(const float* __restrict__ y, const float* __restrict__ dy, float* __restrict__ dx, int64_t n) {
+  for (int64_t i = First(); i < n; i += Stride()) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void BiasAddKernel(const float* x, const float* __restrict__ bias, float* out, int64_t n,
+                              int64_t channels, int64_t inner, bool relu) {
+  for (int64_t i = First(); i < n; i += Stride()) {
+    const float v = x[i] + bias[(i / inner) % channels];
+    out[i] = relu && v < 0.0f ? 0.0f : v;
+  }
+}
+
+// One block per channel: its threads sum the channel's outer * inner elements, then a shared
+// memory tree reduces them (fixed order: the result does not depend on scheduling).
+__global__ void BiasAddGradKernel(const float* __restrict__ dy, float* __restrict__ dbias, int64_t outer, int64_t channels,
+                                  int64_t inner) {
+  __shared__ float partial[kThreads];
+  const int64_t channel = blockIdx.x;
+  const int64_t count = outer * inner;
+  float sum = 0.0f;
+  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
+    const int64_t o = k / inner, j = k % inner;
+    sum += dy[(o * channels + channel) * inner + j];
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) dbias[channel] = partial[0];
+}
+
+__global__ void FillKernel(float* __restrict__ out, int64_t n, float value) {
+  for (int64_t i = First(); i < n; i += Stride()) out[i] = value;
+}
+
+template <Binary op>
+void LaunchBinaryOf(const float* x, const float* y, float* out, int64_t n, const BroadcastIndex& index, bool same_shape,
+                    cudaStream_t stream) {
+  if (same_shape) {
+    SameShapeKernel<op><<<Blocks(n), kThreads, 0, stream>>>(x, y, out, n);
+  } else {
+    BroadcastKernel<op><<<Blocks(n), kThreads, 0, stream>>>(x, y, out, n, index);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchBinary(Binary op, const float* x, const float* y, float* out, int64_t n, const BroadcastIndex& index,
+                         bool same_shape, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  switch (op) {
+    case Binary::kAdd: LaunchBinaryOf<Binary::kAdd>(x, y, out, n, index, same_shape, stream); break;
+    case Binary::kSub: LaunchBinaryOf<Binary::kSub>(x, y, out, n, index, same_shape, stream); break;
+    case Binary::kMul: LaunchBinaryOf<Binary::kMul>(x, y, out, n, index, same_shape, stream); break;
+    case Binary::kDiv: LaunchBinaryOf<Binary::kDiv>(x, y, out, n, index, same_shape, stream); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAffine(const float* x, float* out, int64_t n, float scale, float shift, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AffineKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, n, scale, shift);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRelu(const float* x, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ReluKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchReluGrad(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ReluGradKernel<<<Blocks(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBiasAdd(const float* x, const float* bias, float* out, int64_t outer, int64_t channels, int64_t inner,
+                          bool relu, cudaStream_t stream) {
+  const int64_t n = outer * channels * inner;
+  if (n == 0) return cudaSuccess;
+  BiasAddKernel<<<Blocks(n), kThreads, 0, stream>>>(x, bias, out, n, channels, inner, relu);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBiasAddGrad(const float* dy, float* dbias, int64_t outer, int64_t channels, int64_t inner,
+                              cudaStream_t stream) {
+  if (channels == 0) return cudaSuccess;
+  if (channels > 2147483647) return cudaErrorInvalidValue;
+  BiasAddGradKernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(dy, dbias, outer, channels, inner);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFill(float* out, int64_t n, float value, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FillKernel<<<Blocks(n), kThreads, 0, stream>>>(out, n, value);
+  return cudaGetLastError();
+}
+
+}  // namespace actorflow::cuda

@@ -1,0 +1,64 @@
+// Launchers of the CUDA kernels (device type "cuda"): float32, device pointers, enqueued on the
+// caller's stream (asynchronous). Each returns the launch's error (cudaSuccess once enqueued).
+// Free of project headers so nvcc compiles only the .cu files; the op registration that calls
+// them is host C++ (kernels/cuda/*_cuda.cc). Shape letters as in the CPU kernels.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace actorflow::cuda {
+
+// Elementwise family (elementwise_cuda.cu).
+enum class Binary : int { kAdd, kSub, kMul, kDiv };
+inline constexpr int kMaxRank = 6;
+// out[i] = x[.] op y[.] with NumPy broadcasting: `out_dims` (rank <= kMaxRank), and the
+// element strides of x and y per output axis (0 where the operand is broadcast along it).
+struct BroadcastIndex {
+  int rank = 0;
+  int64_t out_dims[kMaxRank] = {};
+  int64_t x_strides[kMaxRank] = {};
+  int64_t y_strides[kMaxRank] = {};
+};
+cudaError_t LaunchBinary(Binary op, const float* x, const float* y, float* out, int64_t n, const BroadcastIndex& index,
+                         bool same_shape, cudaStream_t stream);
+// out = x * scale + shift (scalar_mul: shift 0; scalar_add: scale 1).
+cudaError_t LaunchAffine(const float* x, float* out, int64_t n, float scale, float shift, cudaStream_t stream);
+// relu (NaN passes through, as the CPU's), and dx = dy where y > 0 else 0.
+cudaError_t LaunchRelu(const float* x, float* out, int64_t n, cudaStream_t stream);
+cudaError_t LaunchReluGrad(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t stream);
+// x viewed as (outer, channels, inner): out = x + bias[channel], then relu if `relu`; out may be x.
+cudaError_t LaunchBiasAdd(const float* x, const float* bias, float* out, int64_t outer, int64_t channels, int64_t inner,
+                          bool relu, cudaStream_t stream);
+// dbias[channel] = sum over outer and inner of dy (outer, channels, inner).
+cudaError_t LaunchBiasAddGrad(const float* dy, float* dbias, int64_t outer, int64_t channels, int64_t inner,
+                              cudaStream_t stream);
+cudaError_t LaunchFill(float* out, int64_t n, float value, cudaStream_t stream);
+
+// Reductions and softmax (softmax_cuda.cu).
+// x viewed as (outer, reduced, inner): out(outer, inner) = scale * sum over reduced.
+cudaError_t LaunchReduceSum(const float* x, float* out, int64_t outer, int64_t reduced, int64_t inner, float scale,
+                            cudaStream_t stream);
+// Softmax over the last axis of (rows, classes).
+cudaError_t LaunchSoftmax(const float* x, float* out, int64_t rows, int64_t classes, cudaStream_t stream);
+// loss(N) = -log softmax(logits)[label], prob(N,C) = softmax(logits). A label outside [0, C)
+// gives loss NaN and is recorded in *bad_label (device-visible host memory): the first such
+// row (row index; -1 when none), read by the caller after the stream's completion.
+cudaError_t LaunchSparseSoftmaxCrossEntropy(const void* labels, bool labels64, const float* logits, float* loss, float* prob,
+                                            int64_t rows, int64_t classes, int64_t* bad_label, cudaStream_t stream);
+// dlogits = (prob - onehot(labels)) * dloss[row].
+cudaError_t LaunchSparseSoftmaxCrossEntropyGrad(const void* labels, bool labels64, const float* prob, const float* dloss,
+                                                float* dlogits, int64_t rows, int64_t classes, cudaStream_t stream);
+
+// Optimizer updates, in place (optimizer_cuda.cu); lr is a device scalar, the rest as the CPU's.
+struct UpdateHyper {
+  float weight_decay = 0, grad_scale = 1, beta = 0.9f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  bool decoupled = false;
+};
+cudaError_t LaunchSgd(float* w, const float* g, const float* lr, int64_t n, UpdateHyper h, cudaStream_t stream);
+cudaError_t LaunchMomentum(float* w, const float* g, float* m, const float* lr, int64_t n, UpdateHyper h, cudaStream_t stream);
+cudaError_t LaunchAdam(float* w, const float* g, float* m, float* v, const float* lr, int64_t n, UpdateHyper h,
+                       cudaStream_t stream);
+
+}  // namespace actorflow::cuda

@@ -1,0 +1,2 @@
+"""flow.utils: flow.utils.data (Dataset, DataLoader)."""
+from . import data  # noqa: F401
