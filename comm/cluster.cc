@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,29 +18,54 @@ namespace actorflow {
 class ClusterState {
  public:
   void Fail(const std::string& message) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (failure_.empty()) failure_ = message;
+    std::vector<std::function<void(const std::string&)>> listeners;
+    std::string failure;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!failure_.empty()) return;
+      failure_ = message;
+      failure = failure_;
+      listeners = listeners_;  // called outside the lock: a listener may ask for failure()
+    }
+    for (auto& listener : listeners) listener(failure);
   }
   std::string failure() const {
     std::lock_guard<std::mutex> lock(mu_);
     return failure_;
   }
+  void AddListener(std::function<void(const std::string&)> listener) {
+    std::string failure;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failure_.empty()) {
+        listeners_.push_back(std::move(listener));
+        return;
+      }
+      failure = failure_;
+    }
+    listener(failure);
+  }
 
  private:
   mutable std::mutex mu_;
   std::string failure_;
+  std::vector<std::function<void(const std::string&)>> listeners_;
 };
 
 namespace {
 
 // Wire protocol (every message carries only CAF's built-in types, so nothing is announced):
-//   member -> coordinator  (join, rank, world_size, version, digest, op_names, op_digests, member) -> string
+//   member -> coordinator  (join, rank, world_size, version, digest, op_names, op_digests, member,
+//                           proof) -> string
 //   member -> coordinator  (barrier, rank, epoch) -> string
 //   member -> coordinator  (leave, rank) -> string
 //   rank 0 -> coordinator  (wait_left) -> string, once every other rank has left
 //   coordinator -> member  (lost, message)
 //   rank 0 -> coordinator  (drain) -> string, once every remote member answered a ping
 //   coordinator -> member  (ping) -> string: everything sent to it earlier has arrived
+//   member -> coordinator  (plancheck, rank, epoch, digest, op_names, op_digests) -> string, once
+//                          every rank sent that epoch: a job's plan compared across ranks
+//   member -> coordinator  (gather, rank, actor) -> (string, actors by rank), once every rank sent
 // A reply string is empty for success and the error's message otherwise.
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using barrier_atom = caf::atom_constant<caf::atom("barrier")>;
@@ -51,6 +78,10 @@ using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using api_join_atom = caf::atom_constant<caf::atom("apijoin")>;
 using api_barrier_atom = caf::atom_constant<caf::atom("apibarrier")>;
 using api_leave_atom = caf::atom_constant<caf::atom("apileave")>;
+using plan_check_atom = caf::atom_constant<caf::atom("plancheck")>;
+using gather_atom = caf::atom_constant<caf::atom("gather")>;
+using api_plan_atom = caf::atom_constant<caf::atom("apiplan")>;
+using api_gather_atom = caf::atom_constant<caf::atom("apigather")>;
 
 std::string Hex(uint64_t value) {
   char text[17];
@@ -86,6 +117,10 @@ struct CoordinatorState {
   std::set<int> drain_pending;
   std::vector<caf::response_promise> drain_promises;
   bool rendezvous_done = false;
+  std::map<uint64_t, std::map<int, JoinedRank>> plan_checks;  // by epoch
+  std::map<uint64_t, std::vector<caf::response_promise>> plan_check_promises;
+  std::map<int, caf::actor> gathered;
+  std::vector<caf::response_promise> gather_promises;
   std::string failure;
   static inline const char* name = "actorflow.cluster.coordinator";
 };
@@ -104,6 +139,11 @@ void FailCluster(caf::stateful_actor<CoordinatorState>* self, const std::string&
   for (auto& [epoch, promises] : state.barriers) DeliverAll(promises, state.failure);
   state.barriers.clear();
   DeliverAll(state.left_waiters, state.failure);
+  for (auto& [epoch, promises] : state.plan_check_promises) DeliverAll(promises, state.failure);
+  state.plan_check_promises.clear();
+  for (auto& promise : state.gather_promises)
+    if (promise.pending()) promise.deliver(state.failure, std::vector<caf::actor>());
+  state.gather_promises.clear();
   for (auto& [rank, joined] : state.joined)
     if (rank != lost_rank && !state.left.count(rank)) self->send(joined.member, lost_atom::value, state.failure);
 }
@@ -114,10 +154,10 @@ void DrainDone(caf::stateful_actor<CoordinatorState>* self, int rank) {
 }
 
 // Every rank against rank 0: version first, then the plan, naming the first differing op.
-std::string CheckConsistency(const CoordinatorState& state) {
-  const JoinedRank& reference = state.joined.at(0);
+std::string CheckConsistency(const std::map<int, JoinedRank>& ranks, const std::string& what = "cluster rendezvous") {
+  const JoinedRank& reference = ranks.at(0);
   std::string problems;
-  for (const auto& [rank, joined] : state.joined) {
+  for (const auto& [rank, joined] : ranks) {
     if (rank == 0) continue;
     std::string problem;
     if (joined.version != reference.version) {
@@ -144,11 +184,11 @@ std::string CheckConsistency(const CoordinatorState& state) {
     }
     if (!problem.empty()) problems += (problems.empty() ? "" : "; ") + problem;
   }
-  return problems.empty() ? "" : "cluster rendezvous: " + problems;
+  return problems.empty() ? "" : what + ": " + problems;
 }
 
 caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world_size,
-                          std::chrono::milliseconds rendezvous_timeout) {
+                          std::chrono::milliseconds rendezvous_timeout, std::string secret, std::string job_id) {
   self->state.world_size = world_size;
   self->state.rendezvous_timeout = rendezvous_timeout;
   self->delayed_send(self, rendezvous_timeout, deadline_atom::value);
@@ -164,10 +204,18 @@ caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world
     }
   });
   return {
-      [self](join_atom, int32_t rank, int32_t world, const std::string& version, uint64_t digest,
+      [self, secret, job_id](join_atom, int32_t rank, int32_t world, const std::string& version, uint64_t digest,
              const std::vector<std::string>& op_names, const std::vector<std::string>& op_digests,
-             const caf::actor& member) -> caf::result<std::string> {
+             const caf::actor& member, const std::string& proof) -> caf::result<std::string> {
         auto& state = self->state;
+        if (!secret.empty() && (rank < 0 || proof != JoinProof(secret, job_id, rank))) {
+          // Not counted as joined: the right rank may still come.
+          std::string why = proof.empty() ? "presented no cluster secret" : "presented the wrong cluster secret";
+          std::fprintf(stderr, "actorflow: cluster rank 0 refused a peer claiming rank %d: it %s\n", rank, why.c_str());
+          std::fflush(stderr);
+          return "cluster rendezvous: refused by rank 0: this process (rank " + std::to_string(rank) + ") " + why +
+                 " (is it part of another launch? every rank needs the launcher's ACTORFLOW_CLUSTER_SECRET)";
+        }
         if (!state.failure.empty()) return state.failure;
         if (world != state.world_size)
           return "cluster rendezvous: rank " + std::to_string(rank) + " was started with world size " +
@@ -183,7 +231,7 @@ caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world
         state.join_promises.push_back(self->make_response_promise());
         if (static_cast<int>(state.joined.size()) == state.world_size) {
           state.rendezvous_done = true;
-          std::string problem = CheckConsistency(state);
+          std::string problem = CheckConsistency(state.joined);
           if (!problem.empty()) {
             state.failure = problem;
             DeliverAll(state.join_promises, problem);
@@ -214,6 +262,38 @@ caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world
           state.barriers.erase(epoch);
         }
         return caf::delegated<std::string>();
+      },
+      [self](plan_check_atom, int32_t rank, uint64_t epoch, uint64_t digest, const std::vector<std::string>& op_names,
+             const std::vector<std::string>& op_digests) -> caf::result<std::string> {
+        auto& state = self->state;
+        if (!state.failure.empty()) return state.failure;
+        auto& ranks = state.plan_checks[epoch];
+        ranks[rank] = JoinedRank{caf::actor(), "", digest, op_names, op_digests};
+        auto& promises = state.plan_check_promises[epoch];
+        promises.push_back(self->make_response_promise());
+        if (static_cast<int>(ranks.size()) == state.world_size) {
+          // A mismatch fails this job's compile on every rank, not the cluster: the ranks may
+          // compile other jobs that agree.
+          std::string problem = CheckConsistency(ranks, "job plan check #" + std::to_string(epoch));
+          DeliverAll(promises, problem);
+          state.plan_checks.erase(epoch);
+          state.plan_check_promises.erase(epoch);
+        }
+        return caf::delegated<std::string>();
+      },
+      [self](gather_atom, int32_t rank, const caf::actor& actor) -> caf::result<std::string, std::vector<caf::actor>> {
+        auto& state = self->state;
+        if (!state.failure.empty()) return caf::result<std::string, std::vector<caf::actor>>(state.failure, std::vector<caf::actor>());
+        state.gathered[rank] = actor;
+        state.gather_promises.push_back(self->make_response_promise());
+        if (static_cast<int>(state.gathered.size()) == state.world_size) {
+          std::vector<caf::actor> actors;
+          for (auto& [r, a] : state.gathered) actors.push_back(a);
+          for (auto& promise : state.gather_promises)
+            if (promise.pending()) promise.deliver(std::string(), actors);
+          state.gather_promises.clear();
+        }
+        return caf::delegated<std::string, std::vector<caf::actor>>();
       },
       [self](leave_atom, int32_t rank) -> std::string {
         auto& state = self->state;
@@ -254,6 +334,7 @@ struct MemberState {
   int rank = 0;
   std::shared_ptr<ClusterState> shared;
   std::vector<caf::response_promise> pending;
+  std::vector<caf::response_promise> gather_pending;  // answered with (error, actors)
   bool leaving = false;
   static inline const char* name = "actorflow.cluster.member";
 };
@@ -261,6 +342,9 @@ struct MemberState {
 void FailMember(caf::stateful_actor<MemberState>* self, const std::string& message) {
   self->state.shared->Fail(message);
   DeliverAll(self->state.pending, self->state.shared->failure());
+  for (auto& promise : self->state.gather_pending)
+    if (promise.pending()) promise.deliver(self->state.shared->failure(), std::vector<caf::actor>());
+  self->state.gather_pending.clear();
 }
 
 // Sends `request` to the coordinator; its reply (or the rank's failure) completes a promise.
@@ -294,11 +378,33 @@ caf::behavior Member(caf::stateful_actor<MemberState>* self, caf::actor coordina
   });
   return {
       [self](api_join_atom, int32_t world, const std::string& version, uint64_t digest,
-             const std::vector<std::string>& op_names, const std::vector<std::string>& op_digests) {
+             const std::vector<std::string>& op_names, const std::vector<std::string>& op_digests,
+             const std::string& proof) {
         return Forward(self, join_atom::value, self->state.rank, world, version, digest, op_names, op_digests,
-                       caf::actor_cast<caf::actor>(self));
+                       caf::actor_cast<caf::actor>(self), proof);
       },
       [self](api_barrier_atom, uint64_t epoch) { return Forward(self, barrier_atom::value, self->state.rank, epoch); },
+      [self](api_plan_atom, uint64_t epoch, uint64_t digest, const std::vector<std::string>& op_names,
+             const std::vector<std::string>& op_digests) {
+        return Forward(self, plan_check_atom::value, self->state.rank, epoch, digest, op_names, op_digests);
+      },
+      [self](api_gather_atom, const caf::actor& actor) -> caf::result<std::string, std::vector<caf::actor>> {
+        std::string failure = self->state.shared->failure();
+        if (!failure.empty()) return caf::result<std::string, std::vector<caf::actor>>(failure, std::vector<caf::actor>());
+        auto promise = self->make_response_promise();
+        self->state.gather_pending.push_back(promise);
+        self->request(self->state.coordinator, caf::infinite, gather_atom::value, self->state.rank, actor)
+            .then(
+                [promise](std::string& error, std::vector<caf::actor>& actors) mutable {
+                  if (promise.pending()) promise.deliver(std::move(error), std::move(actors));
+                },
+                [self, promise](caf::error& error) mutable {
+                  if (promise.pending())
+                    promise.deliver("cluster: rank 0 did not answer: " + self->system().render(error),
+                                    std::vector<caf::actor>());
+                });
+        return caf::delegated<std::string, std::vector<caf::actor>>();
+      },
       [self](api_leave_atom) {
         self->state.leaving = true;
         if (self->state.rank == 0) return Forward(self, wait_left_atom::value);
@@ -310,6 +416,21 @@ caf::behavior Member(caf::stateful_actor<MemberState>* self, caf::actor coordina
 }
 
 }  // namespace
+
+std::string JoinProof(const std::string& secret, const std::string& job_id, int rank) {
+  const std::string message = "actorflow-join/" + job_id + "/" + std::to_string(rank);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(message.data()),
+       message.size(), digest, &length);
+  std::string hex;
+  char byte[3];
+  for (unsigned int i = 0; i < length; ++i) {
+    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
+    hex += byte;
+  }
+  return hex;
+}
 
 uint64_t Fnv1a64(std::string_view bytes) {
   uint64_t hash = 14695981039346656037ull;
@@ -383,7 +504,8 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   caf::actor_system& system = environment->system();
   std::string where = options.coordinator_host + ":" + std::to_string(options.coordinator_port);
   if (options.rank == 0) {
-    caf::actor coordinator = system.spawn(Coordinator, options.world_size, options.rendezvous_timeout);
+    caf::actor coordinator =
+        system.spawn(Coordinator, options.world_size, options.rendezvous_timeout, options.secret, options.job_id);
     auto port = system.middleman().publish(coordinator, options.coordinator_port, options.coordinator_host.c_str(),
                                            /*reuse_addr=*/false);
     if (!port) {
@@ -458,7 +580,8 @@ Status Cluster::Call(const char* what, std::chrono::milliseconds timeout, int ki
     std::vector<std::string> digests;
     for (uint64_t digest : plan->op_digests) digests.push_back(Hex(digest));
     self->request(actors_->member, timeout, api_join_atom::value, static_cast<int32_t>(options_.world_size),
-                  options_.version, plan->digest, plan->op_names, digests)
+                  options_.version, plan->digest, plan->op_names, digests,
+                  options_.secret.empty() ? std::string() : JoinProof(options_.secret, options_.job_id, rank()))
         .receive(on_reply, on_error);
   } else if (kind == 1) {
     self->request(actors_->member, timeout, api_barrier_atom::value, epoch).receive(on_reply, on_error);
@@ -489,6 +612,54 @@ Status Cluster::Barrier(std::chrono::milliseconds timeout) {
   if (!joined_) return FailedPrecondition("Cluster::Barrier: call Rendezvous first");
   return Call("cluster barrier", timeout, 1, barrier_epoch_++, nullptr);
 }
+
+Status Cluster::CheckPlan(const PlanIdentity& plan, std::chrono::milliseconds timeout) {
+  if (!joined_) return FailedPrecondition("Cluster::CheckPlan: call Rendezvous first");
+  if (plan.op_names.size() != plan.op_digests.size())
+    return InvalidArgument("Cluster::CheckPlan: plan has " + std::to_string(plan.op_names.size()) + " op names and " +
+                           std::to_string(plan.op_digests.size()) + " op digests");
+  AF_RETURN_IF_ERROR(health());
+  std::vector<std::string> digests;
+  for (uint64_t digest : plan.op_digests) digests.push_back(Hex(digest));
+  caf::scoped_actor self{environment_->system()};
+  std::string reply;
+  self->request(actors_->member, timeout, api_plan_atom::value, plan_epoch_++, plan.digest, plan.op_names, digests)
+      .receive([&](std::string& text) { reply = std::move(text); },
+               [&](caf::error& error) {
+                 reply = error == caf::sec::request_timeout
+                             ? "job plan check timed out after " + Millis(timeout) + " on rank " + std::to_string(rank()) +
+                                   " (does every rank compile the same jobs in the same order?)"
+                             : "job plan check: " + environment_->system().render(error);
+               });
+  if (reply.empty()) return Status::Ok();
+  return FailedPrecondition(reply);
+}
+
+StatusOr<std::vector<caf::actor>> Cluster::AllGather(const caf::actor& mine, std::chrono::milliseconds timeout) {
+  if (!joined_) return FailedPrecondition("Cluster::AllGather: call Rendezvous first");
+  AF_RETURN_IF_ERROR(health());
+  caf::scoped_actor self{environment_->system()};
+  std::string failure;
+  std::vector<caf::actor> actors;
+  self->request(actors_->member, timeout, api_gather_atom::value, mine)
+      .receive(
+          [&](std::string& error, std::vector<caf::actor>& gathered) {
+            failure = std::move(error);
+            actors = std::move(gathered);
+          },
+          [&](caf::error& error) {
+            failure = error == caf::sec::request_timeout
+                          ? "cluster all-gather timed out after " + Millis(timeout) + " on rank " + std::to_string(rank())
+                          : "cluster all-gather: " + environment_->system().render(error);
+          });
+  if (!failure.empty()) return FailedPrecondition(failure);
+  if (static_cast<int>(actors.size()) != world_size())
+    return Internal("cluster all-gather returned " + std::to_string(actors.size()) + " actors for " +
+                    std::to_string(world_size()) + " ranks");
+  return actors;
+}
+
+void Cluster::OnFailure(std::function<void(const std::string&)> listener) { state_->AddListener(std::move(listener)); }
 
 Status Cluster::Shutdown(std::chrono::milliseconds timeout) {
   AF_RETURN_IF_ERROR(Barrier(timeout));

@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include <caf/actor.hpp>
+
 #include "actors/environment.h"
 #include "actors/status.h"
 
@@ -53,7 +55,17 @@ struct ClusterOptions {
   std::string job_id = "actorflow";
   // Compared at rendezvous; a mismatch is an error naming the ranks.
   std::string version;
+  // The launcher's shared secret (ACTORFLOW_CLUSTER_SECRET). When rank 0 has one, a joining
+  // rank must prove it knows the same one: it sends HMAC-SHA256(secret, job_id and its rank),
+  // never the secret; a wrong or missing proof is refused (that peer gets an error naming the
+  // cause, rank 0 logs it on stderr, the job goes on waiting for the right rank). A guard
+  // against strangers and other launches on the same host, not against an eavesdropper who
+  // can replay a proof (mutual TLS is the answer to that).
+  std::string secret;
 };
+
+// HMAC-SHA256(secret, "actorflow-join/<job_id>/<rank>") in hex: a joining rank's proof.
+std::string JoinProof(const std::string& secret, const std::string& job_id, int rank);
 
 // What rendezvous compares: a digest of the whole plan plus one per op, so a mismatch can name
 // the first differing op. FNV-1a 64: a consistency check between cooperating ranks, not a
@@ -97,14 +109,27 @@ class Cluster {
   // ranks make in the same order). Fails with an error naming the lost rank if one is lost
   // while waiting or before, or when `timeout` passes.
   Status Barrier(std::chrono::milliseconds timeout);
+  // A job's plan compared across ranks (a collective call every rank makes in the same order,
+  // once per compiled job): Ok when all are identical, else the error naming the first
+  // differing op, on every rank; a lost rank or `timeout` fails it too. Unlike Rendezvous, a
+  // mismatch fails this call only, not the cluster.
+  Status CheckPlan(const PlanIdentity& plan, std::chrono::milliseconds timeout);
+  // Every rank's actor, by rank (a collective call): how the data plane's endpoints find each
+  // other. Fails on a lost rank or after `timeout`.
+  StatusOr<std::vector<caf::actor>> AllGather(const caf::actor& mine, std::chrono::milliseconds timeout);
   // Ok while every rank is alive; the error naming the lost rank once one is lost.
   Status health() const;
+  // `listener(message)` is called once, on the thread that learns of it, when a rank is lost
+  // (at once if one already was). It must not block: the data plane fails its pending
+  // transfers from it.
+  void OnFailure(std::function<void(const std::string&)> listener);
   // Barrier, then leave so that peers exiting is not a failure; rank 0 waits (bounded by
   // `timeout`) until the others have left before unpublishing.
   Status Shutdown(std::chrono::milliseconds timeout);
 
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
+  const ClusterOptions& options() const { return options_; }
   // The coordinator's port (rank 0: the one bound, useful with coordinator_port 0).
   uint16_t port() const { return port_; }
 
@@ -117,6 +142,7 @@ class Cluster {
   std::shared_ptr<ClusterState> state_;
   uint16_t port_ = 0;
   uint64_t barrier_epoch_ = 0;
+  uint64_t plan_epoch_ = 0;
   bool joined_ = false;
   struct Actors;
   std::unique_ptr<Actors> actors_;

@@ -4,7 +4,7 @@
 //
 //   cluster_node --rank R --world N [--port P] [--version V] [--plan op=bytes,op=bytes]
 //                [--rendezvous-ms T] [--heartbeat-ms H] [--connection-timeout-ms C]
-//                [--job ID] [--then exit|barrier|sleep|shutdown]
+//                [--job ID] [--secret S] [--then exit|barrier|sleep|shutdown]
 //
 // --then barrier: after rendezvous, wait in a barrier no other rank enters (it can only end by a
 // peer's loss or its 60 s timeout), then call health() and Barrier again: both must fail.
@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
     else if (flag == "--port") options.coordinator_port = static_cast<uint16_t>(std::atoi(value));
     else if (flag == "--version") options.version = value;
     else if (flag == "--job") options.job_id = value;
+    else if (flag == "--secret") options.secret = value;
     else if (flag == "--plan") plan_text = value;
     else if (flag == "--rendezvous-ms") options.rendezvous_timeout = std::chrono::milliseconds(std::atoi(value));
     else if (flag == "--heartbeat-ms") options.heartbeat_interval = std::chrono::milliseconds(std::atoi(value));

@@ -180,6 +180,28 @@ TEST(ClusterTest, VersionMismatchNamesBothVersions) {
   EXPECT_EQ(rank0.LineStarting("error", kStep), line);
 }
 
+TEST(ClusterTest, APeerWithTheWrongSecretIsRefusedAndTheRightOneStillJoins) {
+  Node rank0(Args(0, 2, 0, {"--secret", "launch-a", "--then", "shutdown"}));
+  int port = PortOf(rank0);
+  Node stranger(Args(1, 2, port, {"--secret", "launch-b"}));
+  std::string line = stranger.LineStarting("error", kStep);
+  EXPECT_NE(line.find("refused by rank 0: this process (rank 1) presented the wrong cluster secret"), std::string::npos)
+      << line;
+  EXPECT_EQ(stranger.Wait(kStep), 1);
+  Node no_secret(Args(1, 2, port));
+  line = no_secret.LineStarting("error", kStep);
+  EXPECT_NE(line.find("presented no cluster secret"), std::string::npos) << line;
+  EXPECT_EQ(no_secret.Wait(kStep), 1);
+  // The refused peers were not counted: the right rank 1 joins and the job runs.
+  Node rank1(Args(1, 2, port, {"--secret", "launch-a", "--then", "shutdown"}));
+  EXPECT_EQ(rank1.LineStarting("rendezvous", kStep), "rendezvous ok");
+  EXPECT_EQ(rank0.LineStarting("rendezvous", kStep), "rendezvous ok");
+  EXPECT_EQ(rank0.LineStarting("shutdown", kStep), "shutdown ok");
+  EXPECT_EQ(rank1.LineStarting("shutdown", kStep), "shutdown ok");
+  EXPECT_EQ(rank0.Wait(kStep), 0);
+  EXPECT_EQ(rank1.Wait(kStep), 0);
+}
+
 TEST(ClusterTest, MissingPeerTimesOutNamingIt) {
   auto start = Clock::now();
   Node rank0(Args(0, 3, 0, {"--rendezvous-ms", "2000"}));

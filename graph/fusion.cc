@@ -21,8 +21,8 @@ namespace {
 // Whether `matmul`'s operands carry a user hint that splits the contraction axis (on more than
 // one device every such hint makes the product a partial sum).
 StatusOr<bool> HintSplitsContraction(const Graph& graph, const Node& matmul) {
-  if (graph.device_num() <= 1) return false;
-  auto devices = ResolvePlacement(matmul.placement, graph.device_num(), graph.gpu_device_num());
+  if (graph.total_device_num() <= 1) return false;
+  auto devices = ResolvePlacement(matmul.placement, graph.device_num(), graph.gpu_device_num(), graph.machine_num());
   if (devices.ok() && devices->size() <= 1) return false;  // a bad placement is the placement pass's error
   const bool transpose[2] = {matmul.attrs.GetBoolOr("transpose_a", false), matmul.attrs.GetBoolOr("transpose_b", false)};
   for (int operand = 0; operand < 2; ++operand) {

@@ -27,7 +27,8 @@ int ParseIndex(const std::string& text) {
 }
 }  // namespace
 
-StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num, int gpu_device_num) {
+StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num, int gpu_device_num,
+                                            int machine_num) {
   auto fail = [&](const std::string& why) {
     return InvalidArgument("placement '" + placement.ToString() + "': " + why);
   };
@@ -45,29 +46,40 @@ StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int devi
       return fail("every GPU of the config is " + std::to_string(device_num) + " GPUs; an op runs on one GPU so far "
                   "(boxing between GPUs needs the device collectives, which are not built yet): place ops with "
                   "flow.scope.placement(\"gpu\", \"0:0\")");
-    for (int d = 0; d < device_num; ++d) devices.push_back(d);
+    for (int d = 0; d < device_num * machine_num; ++d) devices.push_back(d);
     return devices;
   }
+  const std::string form = "' is not of the form 'machine:device' or 'machine:first-last' (e.g. '0:0-1', '0-1:0')";
+  // "a" or "a-b" as [first, last]; {-1, -1} when malformed.
+  auto range_of = [](const std::string& text) {
+    const size_t dash = text.find('-');
+    const int first = ParseIndex(text.substr(0, dash));
+    const int last = dash == std::string::npos ? first : ParseIndex(text.substr(dash + 1));
+    return first < 0 || last < 0 ? std::make_pair(-1, -1) : std::make_pair(first, last);
+  };
   for (const std::string& ids : placement.machine_device_ids) {
     const size_t colon = ids.find(':');
-    if (colon == std::string::npos)
-      return fail("'" + ids + "' is not of the form 'machine:device' or 'machine:first-last' (e.g. '0:0-1')");
-    const int machine = ParseIndex(ids.substr(0, colon));
-    const std::string range = ids.substr(colon + 1);
-    const size_t dash = range.find('-');
-    const int first = ParseIndex(range.substr(0, dash));
-    const int last = dash == std::string::npos ? first : ParseIndex(range.substr(dash + 1));
-    if (machine < 0 || first < 0 || last < 0)
-      return fail("'" + ids + "' is not of the form 'machine:device' or 'machine:first-last' (e.g. '0:0-1')");
-    if (machine != 0) return fail("machine " + std::to_string(machine) + " does not exist: one process is machine 0");
-    if (last < first) return fail("'" + ids + "': the range ends before it starts");
-    for (int d = first; d <= last; ++d) {
-      if (d >= device_num)
-        return fail("device " + std::to_string(d) + " does not exist: " + count_name + " is " + std::to_string(device_num) +
-                    " (devices 0-" + std::to_string(device_num - 1) + ")");
-      if (std::find(devices.begin(), devices.end(), d) != devices.end())
-        return fail("device " + std::to_string(d) + " is listed twice");
-      devices.push_back(d);
+    if (colon == std::string::npos) return fail("'" + ids + form);
+    const auto [first_machine, last_machine] = range_of(ids.substr(0, colon));
+    const auto [first, last] = range_of(ids.substr(colon + 1));
+    if (first_machine < 0 || first < 0) return fail("'" + ids + form);
+    if (last < first || last_machine < first_machine) return fail("'" + ids + "': the range ends before it starts");
+    for (int machine = first_machine; machine <= last_machine; ++machine) {
+      if (machine >= machine_num)
+        return fail("machine " + std::to_string(machine) + " does not exist: " +
+                    (machine_num == 1 ? std::string("one process is machine 0")
+                                      : "machine_num is " + std::to_string(machine_num) + " (machines 0-" +
+                                            std::to_string(machine_num - 1) + ")"));
+      for (int d = first; d <= last; ++d) {
+        if (d >= device_num)
+          return fail("device " + std::to_string(d) + " does not exist: " + count_name + " is " + std::to_string(device_num) +
+                      " (devices 0-" + std::to_string(device_num - 1) + ")");
+        const int global = machine * device_num + d;
+        if (std::find(devices.begin(), devices.end(), global) != devices.end())
+          return fail("device " + (machine_num == 1 ? "" : std::to_string(machine) + ":") + std::to_string(d) +
+                      " is listed twice");
+        devices.push_back(global);
+      }
     }
   }
   if (gpu && devices.size() > 1)
@@ -95,6 +107,7 @@ Graph& Graph::operator=(const Graph& other) {
   job_name_ = other.job_name_;
   job_type_ = other.job_type_;
   device_num_ = other.device_num_;
+  machine_num_ = other.machine_num_;
   gpu_device_num_ = other.gpu_device_num_;
   nodes_ = other.nodes_;
   index_ = other.index_;

@@ -22,21 +22,23 @@ namespace graph {
 
 enum class NodeKind { kInput, kVariable, kOp };
 
-// Where a node runs: a device type and "machine:device" ranges ("0:0-1", "0:2"; one process is
-// machine 0). Empty machine_device_ids: every device of the job's config (ops outside any
-// placement scope).
+// Where a node runs: a device type and "machine:device" ranges ("0:0-1", "0:2", "0-1:0": machines
+// 0 and 1, device 0 of each; one process is machine 0). Empty machine_device_ids: every device
+// of every machine of the job's config (ops outside any placement scope).
 struct Placement {
   std::string device_type = "cpu";
   std::vector<std::string> machine_device_ids;
   std::string ToString() const;  // "cpu 0:0-1", "cpu (all devices)"
 };
-// The device ids of `placement` on a machine with `device_num` CPU devices, in order and without
-// repeats. InvalidArgument naming the placement and the problem: syntax, a machine other than 0,
-// a device >= device_num ("device 3 does not exist: cpu_device_num is 2"), a device type other
-// than cpu. A "gpu" placement resolves against `gpu_device_num` (flow.config.gpu_device_num; 0:
-// no GPU, the placement is refused) and names one GPU so far (boxing between GPUs needs the
-// device collectives).
-StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num, int gpu_device_num = 0);
+// The global device ids of `placement` on `machine_num` machines with `device_num` CPU devices
+// each (device d of machine m is m * device_num + d), in order and without repeats.
+// InvalidArgument naming the placement and the problem: syntax, a machine >= machine_num ("machine
+// 2 does not exist: machine_num is 2"), a device >= device_num ("device 3 does not exist:
+// cpu_device_num is 2"), a device type other than cpu or gpu. A "gpu" placement resolves against
+// `gpu_device_num` (flow.config.gpu_device_num; 0: no GPU, the placement is refused) and names
+// one GPU so far (boxing between GPUs needs the device collectives).
+StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int device_num, int gpu_device_num = 0,
+                                            int machine_num = 1);
 // Placement naming exactly `devices` ("0:0", "0:1", ...).
 Placement PlacementOf(const std::vector<int>& devices, const std::string& device_type = "cpu");
 
@@ -104,6 +106,11 @@ class Graph {
   // CPU devices of the job's config (flow.config.cpu_device_num; 1 by default).
   int device_num() const { return device_num_; }
   void set_device_num(int device_num) { device_num_ = device_num < 1 ? 1 : device_num; }
+  // Machines (processes) of the job (flow.config.machine_num; 1 by default). Node devices are
+  // global ids over all machines: machine = id / device_num(), device = id % device_num().
+  int machine_num() const { return machine_num_; }
+  void set_machine_num(int machine_num) { machine_num_ = machine_num < 1 ? 1 : machine_num; }
+  int total_device_num() const { return device_num_ * machine_num_; }
   // GPU devices of the job's config (flow.config.gpu_device_num; 0 by default). Set only once
   // they were found present (JobBuilder::SetDeviceNum); placements on "gpu" resolve against it.
   int gpu_device_num() const { return gpu_device_num_; }
@@ -167,6 +174,7 @@ class Graph {
   std::string job_name_;
   std::string job_type_ = "predict";
   int device_num_ = 1;
+  int machine_num_ = 1;
   int gpu_device_num_ = 0;
   std::vector<Node> nodes_;
   std::unordered_map<std::string, size_t> index_;

@@ -32,6 +32,12 @@ Status JobBuilder::ClearPlacement() {
   return Status::Ok();
 }
 
+Status JobBuilder::SetMachineNum(int machine_num) {
+  if (machine_num < 0) return InvalidArgument("machine_num must be >= 0, got " + std::to_string(machine_num));
+  graph_.set_machine_num(machine_num);
+  return Status::Ok();
+}
+
 Status JobBuilder::SetLogicalView(const std::string& view) {
   if (!view.empty() && view != "consistent" && view != "mirrored")
     return InvalidArgument("default_logical_view must be 'consistent' or 'mirrored', got '" + view + "'");
@@ -40,7 +46,7 @@ Status JobBuilder::SetLogicalView(const std::string& view) {
 }
 
 Status JobBuilder::SetPlacement(const Placement& placement) {
-  AF_RETURN_IF_ERROR(ResolvePlacement(placement, graph_.device_num(), graph_.gpu_device_num()).status());
+  AF_RETURN_IF_ERROR(ResolvePlacement(placement, graph_.device_num(), graph_.gpu_device_num(), graph_.machine_num()).status());
   placement_ = placement;
   return Status::Ok();
 }
@@ -164,6 +170,7 @@ job::Job JobBuilder::ToJob() const {
   job.mutable_config()->set_job_name(graph_.job_name());
   job.mutable_config()->set_job_type(graph_.job_type());
   if (graph_.device_num() > 1) job.mutable_config()->set_cpu_device_num(graph_.device_num());
+  if (graph_.machine_num() > 1) job.mutable_config()->set_machine_num(graph_.machine_num());
   if (graph_.gpu_device_num() > 0) job.mutable_config()->set_gpu_device_num(graph_.gpu_device_num());
   job.mutable_config()->set_default_logical_view(logical_view_);
   for (const Node& n : graph_.nodes()) {
@@ -217,6 +224,7 @@ job::Job JobBuilder::ToJob() const {
 StatusOr<JobBuilder> JobBuilder::FromJob(const job::Job& job) {
   AF_ASSIGN_OR_RETURN(JobBuilder builder, Create(job.config().job_name(), job.config().job_type()));
   AF_RETURN_IF_ERROR(builder.SetDeviceNum(job.config().cpu_device_num(), job.config().gpu_device_num()));
+  AF_RETURN_IF_ERROR(builder.SetMachineNum(job.config().machine_num()));
   AF_RETURN_IF_ERROR(builder.SetLogicalView(job.config().default_logical_view()));
   for (const job::OpConf& op : job.ops()) {
     Placement placement;

@@ -25,6 +25,9 @@ class JobBuilder {
   // cpu_device_num(n) as the CPU equivalent otherwise); ops outside a placement scope then run
   // on the GPUs.
   Status SetDeviceNum(int cpu_device_num, int gpu_device_num = 0);
+  // The machines (processes) of the job (flow.config.machine_num; 0 = one). Call before
+  // placements are set; device counts are per machine.
+  Status SetMachineNum(int machine_num);
   // Back to the config's default placement (every CPU device; the GPUs when configured).
   Status ClearPlacement();
   // The job's view, recorded as JobConfig.default_logical_view: "consistent" ("" too) or

@@ -302,14 +302,16 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   };
   std::map<std::string, Physical> physical;
   auto devices_of = [](const Node& n) { return n.devices.empty() ? std::vector<int>{0} : n.devices; };
+  // `device` is a global device id (graph.h): machine device / D, device device % D.
+  const int device_num = graph.device_num();
   auto new_task = [&](const std::string& name, plan::TaskKind kind, int device = 0) {
     plan::Task* t = plan.add_tasks();
     t->set_id(plan.tasks_size() - 1);
     t->set_name(name);
     t->set_kind(kind);
     t->set_device_type("cpu");
-    t->set_device_id(device);
-    t->set_machine_id(0);
+    t->set_device_id(device % device_num);
+    t->set_machine_id(device / device_num);
     return t;
   };
   // Reshape and flatten become views: their readers read the input's register with the new
@@ -598,9 +600,18 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   }
   if (spread) OrderInPlaceWriters(plan, add_control_input);
 
-  plan::Task* sink = new_task("output", plan::SINK);
-  const int sink_id = static_cast<int>(sink->id());
-  for (const auto& ref : graph.outputs()) AF_RETURN_IF_ERROR(add_data_input(plan.mutable_tasks(sink_id), ref));
+  // Every machine has a main sink reading the call's outputs and a sink per watch, so that the
+  // same program gets the same results on every rank (cross-machine reads become send/recv
+  // pairs, InsertCrossMachineTransfers). One machine: the watch sits on the watched blob's device.
+  const int machine_num = graph.machine_num();
+  std::vector<int> sink_ids;  // main sink of each machine
+  for (int machine = 0; machine < machine_num; ++machine) {
+    plan::Task* sink = new_task(machine == 0 ? "output" : "output@machine" + std::to_string(machine), plan::SINK,
+                                machine * device_num);
+    sink_ids.push_back(static_cast<int>(sink->id()));
+    for (const auto& ref : graph.outputs()) AF_RETURN_IF_ERROR(add_data_input(plan.mutable_tasks(sink_ids.back()), ref));
+  }
+  const int sink_id = sink_ids.front();
   for (const Watch& w : graph.watches()) {
     std::string ref = w.ref;
     if (w.diff) {
@@ -610,10 +621,13 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       ref = it->second;
     }
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
-    plan::Task* t = new_task("watch-" + w.handler_name, plan::SINK, devices_of(*resolved.first)[0]);
-    t->set_sink_name(w.handler_name);
-    t->set_source_location(w.location);
-    AF_RETURN_IF_ERROR(add_data_input(t, ref));
+    for (int machine = 0; machine < machine_num; ++machine) {
+      plan::Task* t = new_task("watch-" + w.handler_name + (machine == 0 ? "" : "@machine" + std::to_string(machine)),
+                               plan::SINK, machine_num == 1 ? devices_of(*resolved.first)[0] : machine * device_num);
+      t->set_sink_name(w.handler_name);
+      t->set_source_location(w.location);
+      AF_RETURN_IF_ERROR(add_data_input(t, ref));
+    }
   }
 
   // Consumers, deduplicated per task (the runtime makes one in-edge per producer register).
@@ -637,21 +651,23 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     }
   fill_consumers();
   // A call completes when the main sink has acted: it also waits (control) for every register
-  // nobody reads, so updates and unused feeds belong to the iteration they serve.
+  // nobody reads, so updates and unused feeds belong to the iteration they serve. Each machine's
+  // main sink waits for its machine's registers.
   for (int i = 0; i < sink_id; ++i) {
     for (int r = 0; r < plan.tasks(i).registers_size(); ++r) {
       if (plan.tasks(i).registers(r).consumer_task_ids_size() > 0) continue;
-      plan::InputDesc* in = plan.mutable_tasks(sink_id)->add_inputs();
+      plan::InputDesc* in = plan.mutable_tasks(sink_ids.at(plan.tasks(i).machine_id()))->add_inputs();
       in->set_producer_task_id(i);
       in->set_producer_register(r);
       in->set_control(true);
     }
   }
   // A job with nothing to return (only watches): the main sink still fires once per call.
-  if (plan.tasks(sink_id).inputs_size() == 0) {
+  for (int sink : sink_ids) {
+    if (plan.tasks(sink).inputs_size() > 0) continue;
     for (int i = 0; i < sink_id; ++i) {
       if (plan.tasks(i).kind() != plan::SOURCE) continue;
-      plan::InputDesc* in = plan.mutable_tasks(sink_id)->add_inputs();
+      plan::InputDesc* in = plan.mutable_tasks(sink)->add_inputs();
       in->set_producer_task_id(i);
       in->set_producer_register(0);
       in->set_control(true);
@@ -722,6 +738,13 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   lap("lower");
   AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
   lap("verify");
+  // After the order check: a recv has no inputs in the plan, so the order a writer keeps with
+  // a reader on another machine runs through the network (the reader's send copies the bytes
+  // before the reader, and so the writer, can act), which the check cannot follow.
+  if (graph.machine_num() > 1) {
+    AF_ASSIGN_OR_RETURN(plan, InsertCrossMachineTransfers(plan, options.register_num));
+    lap("send/recv");
+  }
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "plan.dot", PlanToDot(plan)));
   return plan;
 }

@@ -68,7 +68,7 @@ class PlacementPass : public Pass {
   std::string name() const override { return "placement"; }
   Status Run(Graph& graph) override {
     for (Node& n : graph.mutable_nodes()) {
-      auto devices = ResolvePlacement(n.placement, graph.device_num(), graph.gpu_device_num());
+      auto devices = ResolvePlacement(n.placement, graph.device_num(), graph.gpu_device_num(), graph.machine_num());
       if (!devices.ok()) return devices.status().WithContext(Where(n));
       n.devices = std::move(devices).value();
     }

@@ -1,8 +1,10 @@
 // Placement, SBP and boxing passes and the physical lowering: what the plan looks like.
 // (Running the plans against one device: session/parallel_test.cc.)
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 #include "graph/passes.h"
@@ -257,6 +259,125 @@ TEST(ParallelPassesTest, ContractionSplitHintKeepsReluOutOfTheFusedMatmul) {
     EXPECT_TRUE(fused.FindNode("dense_matmul")->attrs.GetBoolOr("fuse_relu", false)) << devices << " " << hinted;
     EXPECT_EQ(fused.FindNode("dense_bias_add"), nullptr);
   }
+}
+
+TEST(CrossMachineTest, MachineRangesResolveToGlobalDevices) {
+  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {"0-1:0"}}, 1, 0, 2)), (std::vector<int>{0, 1}));
+  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {"1:0-1"}}, 2, 0, 2)), (std::vector<int>{2, 3}));
+  EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {}}, 2, 0, 2)), (std::vector<int>{0, 1, 2, 3}));
+  auto missing = ResolvePlacement(Placement{"cpu", {"0-2:0"}}, 1, 0, 2);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("machine 2 does not exist: machine_num is 2"), std::string::npos)
+      << missing.status().message();
+  auto twice = ResolvePlacement(Placement{"cpu", {"0-1:0", "1:0"}}, 1, 0, 2);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("device 1:0 is listed twice"), std::string::npos) << twice.status().message();
+}
+
+// The seed MLP trained data-parallel on 2 machines x 1 device computes exactly what it computes
+// on 1 machine x 2 devices (same tasks on the same global devices, same attributes), plus one
+// send/recv pair per edge that crosses machines; each machine's part reads only its own tasks.
+TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithSendRecvPairs) {
+  testing::Mlp one = testing::BuildMlp("train", 4, 3, 5, 2);
+  Graph g1 = one.builder.graph();
+  g1.set_device_num(2);
+  const plan::Plan two_devices = ValueOrDie(CompileGraph(g1, CompileOptions{}));
+  testing::Mlp two = testing::BuildMlp("train", 4, 3, 5, 2);
+  Graph g2 = two.builder.graph();
+  g2.set_machine_num(2);
+  const plan::Plan two_machines = ValueOrDie(CompileGraph(g2, CompileOptions{}));
+
+  auto attrs_text = [](const plan::Task& t) {
+    std::map<std::string, std::string> sorted;
+    for (const auto& [key, value] : t.attrs()) sorted[key] = value.SerializeAsString();
+    std::string text;
+    for (const auto& [key, value] : sorted) text += key + "=" + value + ";";
+    return text;
+  };
+  int computed = 0;
+  for (const plan::Task& t : two_devices.tasks()) {
+    if (t.kind() == plan::SINK) continue;
+    const plan::Task* same = FindTask(two_machines, t.name());
+    ASSERT_NE(same, nullptr) << t.name();
+    EXPECT_EQ(same->op_type(), t.op_type()) << t.name();
+    EXPECT_EQ(attrs_text(*same), attrs_text(t)) << t.name();
+    EXPECT_EQ(same->machine_id() * 1 + same->device_id(), t.device_id()) << t.name();
+    EXPECT_EQ(same->device_id(), 0) << t.name();
+    computed += t.kind() == plan::COMPUTE;
+  }
+  EXPECT_GT(computed, 10);
+  std::map<int64_t, const plan::Task*> sends, recvs;  // by channel
+  int non_transfer = 0;
+  for (const plan::Task& t : two_machines.tasks()) {
+    for (const plan::InputDesc& in : t.inputs()) {
+      const plan::Task& producer = two_machines.tasks(static_cast<int>(in.producer_task_id()));
+      EXPECT_LT(in.producer_task_id(), t.id()) << t.name() << " reads " << producer.name();
+      EXPECT_EQ(producer.machine_id(), t.machine_id()) << t.name() << " reads " << producer.name();
+    }
+    if (t.op_type() == "send") sends[t.attrs().at("channel").i()] = &t;
+    else if (t.op_type() == "recv") recvs[t.attrs().at("channel").i()] = &t;
+    else if (t.kind() != plan::SINK) ++non_transfer;
+  }
+  EXPECT_EQ(non_transfer, static_cast<int>(two_devices.tasks_size()) - 1);  // all but the main sink
+  ASSERT_FALSE(sends.empty());
+  ASSERT_EQ(sends.size(), recvs.size());
+  bool weight_sent = false, gradient_sent = false;
+  for (const auto& [channel, send] : sends) {
+    const plan::Task& recv = *recvs.at(channel);
+    EXPECT_TRUE(send->asynchronous() && recv.asynchronous());
+    EXPECT_EQ(send->attrs().at("peer").i(), recv.machine_id());
+    EXPECT_EQ(recv.attrs().at("peer").i(), send->machine_id());
+    EXPECT_NE(send->machine_id(), recv.machine_id());
+    EXPECT_EQ(send->attrs().at("bytes").i(), recv.attrs().at("bytes").i());
+    const plan::Task& producer = two_machines.tasks(static_cast<int>(send->inputs(0).producer_task_id()));
+    const plan::RegisterDesc& sent = producer.registers(send->inputs(0).producer_register());
+    ASSERT_EQ(recv.registers_size(), 1);
+    ASSERT_EQ(recv.registers(0).blobs_size(), sent.blobs_size());
+    if (sent.blobs_size() == 1) {
+      EXPECT_EQ(recv.registers(0).blobs(0).SerializeAsString(), sent.blobs(0).SerializeAsString());
+      EXPECT_EQ(send->attrs().at("bytes").i(), sent.blobs(0).byte_size());
+    }
+    EXPECT_EQ(recv.registers(0).register_num(), 2);
+    weight_sent |= producer.kind() == plan::VARIABLE && producer.machine_id() == 0;
+    gradient_sent |= producer.machine_id() == 1 && producer.op_type() != "send";
+  }
+  EXPECT_TRUE(weight_sent) << "machine 1 reads the weights machine 0 holds";
+  EXPECT_TRUE(gradient_sent) << "machine 1's partial gradients go to machine 0";
+
+  // Each machine's part: its own tasks, one main sink returning the loss, feeds only where the
+  // sources are (machine 0 holds the whole batch and sends machine 1 its half).
+  const MachinePlan zero = ValueOrDie(ExtractMachinePlan(two_machines, 0));
+  const MachinePlan first = ValueOrDie(ExtractMachinePlan(two_machines, 1));
+  EXPECT_EQ(zero.plan.tasks_size() + first.plan.tasks_size(), two_machines.tasks_size());
+  std::vector<int> all_feeds;
+  for (const plan::Task& t : two_machines.tasks())
+    if (t.kind() == plan::SOURCE) all_feeds.push_back(static_cast<int>(all_feeds.size()));
+  EXPECT_GE(all_feeds.size(), 2u);
+  EXPECT_EQ(zero.feeds, all_feeds);
+  EXPECT_TRUE(first.feeds.empty());
+  for (const MachinePlan* part : {&zero, &first}) {
+    int main_sinks = 0;
+    for (const plan::Task& t : part->plan.tasks()) {
+      if (t.kind() != plan::SINK || !t.sink_name().empty()) continue;
+      ++main_sinks;
+      int data_inputs = 0;
+      for (const plan::InputDesc& in : t.inputs()) data_inputs += !in.control();
+      EXPECT_EQ(data_inputs, 1) << t.name() << ": the loss";
+    }
+    EXPECT_EQ(main_sinks, 1);
+  }
+  EXPECT_FALSE(ExtractMachinePlan(two_machines, 2).ok());
+}
+
+// A plan on one machine is left alone: no transfer, the same task ids.
+TEST(CrossMachineTest, OneMachinePlanHasNoTransfers) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
+  Graph g = m.builder.graph();
+  g.set_device_num(2);
+  const plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  const plan::Plan same = ValueOrDie(InsertCrossMachineTransfers(plan, 2));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(same, plan));
+  for (const plan::Task& t : plan.tasks()) EXPECT_EQ(t.machine_id(), 0);
 }
 
 }  // namespace

@@ -102,6 +102,24 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
 // register need only be ordered. CompileGraph runs it on every plan.
 Status VerifyInPlaceOrder(const plan::Plan& plan);
 
+// A plan whose tasks live on several machines (Task.machine_id), with every edge whose producer
+// and consumer are on different machines replaced by a SEND task on the producer's machine and a
+// RECV task on the consumer's (op types "send"/"recv", asynchronous; attrs channel (the pair's
+// index, the same on both sides), peer (the other machine), bytes). One pair per (register,
+// consumer machine); a control edge becomes a pair carrying no bytes. Each machine's main sink
+// waits for its sends. Tasks are renumbered (still topological). A plan on one machine comes
+// back unchanged. CompileGraph runs it when machine_num > 1.
+StatusOr<plan::Plan> InsertCrossMachineTransfers(const plan::Plan& plan, int register_num);
+
+// The tasks of one machine, what that machine's process instantiates. Task ids stay those of
+// the whole plan; SOURCE feed indices are renumbered 0..k-1 and `feeds[k]` is the whole plan's
+// feed index of local feed k.
+struct MachinePlan {
+  plan::Plan plan;
+  std::vector<int> feeds;
+};
+StatusOr<MachinePlan> ExtractMachinePlan(const plan::Plan& plan, int machine);
+
 // Graphviz text of a plan: tasks, registers (register_num), data and control edges.
 std::string PlanToDot(const plan::Plan& plan);
 

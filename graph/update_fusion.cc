@@ -22,7 +22,7 @@ class GradientUpdateFusionPass : public Pass {
   std::string name() const override { return "gradient update fusion"; }
 
   Status Run(Graph& graph) override {
-    if (!graph.is_train() || graph.device_num() > 1) return Status::Ok();
+    if (!graph.is_train() || graph.total_device_num() > 1) return Status::Ok();  // every machine's devices
     std::map<std::string, int> readers;
     for (const Node& n : graph.nodes())
       for (const std::string& ref : n.inputs) ++readers[ref];

@@ -22,6 +22,7 @@
 #include "graph/device_placement.h"
 #include "session/eager.h"
 #include "session/model_export.h"
+#include "session/cluster_membership.h"
 #include "session/session.h"
 #include "python_bindings/conversions.h"
 #include "python_bindings/trace_reader.h"
@@ -521,11 +522,13 @@ PYBIND11_MODULE(_C, m) {
            },
            py::arg("ref"), py::arg("kind"), py::arg("axis") = 0)
       .def("set_job_config",
-           [](graph::JobBuilder& b, int cpu_device_num, int gpu_device_num, const std::string& view) {
+           [](graph::JobBuilder& b, int cpu_device_num, int gpu_device_num, const std::string& view, int machine_num) {
              Check(b.SetDeviceNum(cpu_device_num, gpu_device_num));
+             Check(b.SetMachineNum(machine_num));
              Check(b.SetLogicalView(view));
            },
-           py::arg("cpu_device_num"), py::arg("gpu_device_num"), py::arg("default_logical_view"))
+           py::arg("cpu_device_num"), py::arg("gpu_device_num"), py::arg("default_logical_view"),
+           py::arg("machine_num") = 0)
       .def("add_input",
            [](graph::JobBuilder& b, const std::string& name, const py::iterable& shape, const std::string& dtype,
               const std::string& location) {
@@ -597,6 +600,49 @@ PYBIND11_MODULE(_C, m) {
       .def("reset", &PySession::Reset);
 
   m.def("default_session", &DefaultSession, py::return_value_policy::reference);
+  // This process as a rank of a multi-machine job (session/cluster_membership.h, docs/cluster.md).
+  m.def(
+      "cluster_start",
+      [](int rank, int world_size, const std::string& host, int port, const std::string& job_id,
+         const std::string& version, int rendezvous_ms, int heartbeat_ms, int connection_timeout_ms,
+         const std::string& secret) {
+        if (port < 0 || port > 65535) throw py::value_error("cluster_start: port must be in [0, 65535], got " + std::to_string(port));
+        ClusterOptions options;
+        options.rank = rank;
+        options.world_size = world_size;
+        options.coordinator_host = host;
+        options.coordinator_port = static_cast<uint16_t>(port);
+        options.job_id = job_id;
+        options.version = version;
+        options.secret = secret;
+        options.rendezvous_timeout = std::chrono::milliseconds(rendezvous_ms);
+        options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
+        options.connection_timeout = std::chrono::milliseconds(connection_timeout_ms);
+        Status started;
+        {
+          py::gil_scoped_release release;
+          started = ClusterMembership::Start(options);
+        }
+        Check(started);
+      },
+      py::arg("rank"), py::arg("world_size"), py::arg("host"), py::arg("port"), py::arg("job_id"),
+      py::arg("version") = "", py::arg("rendezvous_ms") = 60000, py::arg("heartbeat_ms") = 1000,
+      py::arg("connection_timeout_ms") = 5000, py::arg("secret") = "");
+  m.def(
+      "cluster_stop",
+      [](int timeout_ms) {
+        Status stopped;
+        {
+          py::gil_scoped_release release;
+          stopped = ClusterMembership::Stop(std::chrono::milliseconds(timeout_ms));
+        }
+        Check(stopped);
+      },
+      py::arg("timeout_ms") = 30000);
+  m.def("cluster_rank", [] {
+    auto membership = ClusterMembership::Get();
+    return membership ? membership->rank() : -1;
+  });
   // Drain and stop every job while the interpreter is fully alive (see the file comment).
   py::module_::import("atexit").attr("register")(py::cpp_function(&ShutdownAtExit));
 }

@@ -71,6 +71,7 @@ std::string CanonicalJobKey(const Graph& traced, int register_num) {
   };
   std::ostringstream out;
   out << "job " << traced.job_type() << " devices " << traced.device_num() << " gpus " << traced.gpu_device_num()
+      << " machines " << traced.machine_num()
       << " registers " << register_num << '\n';
   for (const Node& n : traced.nodes()) {
     out << static_cast<int>(n.kind) << ' ' << n.type << " (";
@@ -190,6 +191,7 @@ std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& 
 
   Graph graph(traced.job_name(), compiled.job_type());
   graph.set_device_num(compiled.device_num());
+  graph.set_machine_num(compiled.machine_num());
   graph.set_gpu_device_num(compiled.gpu_device_num());
   for (const Node& n : compiled.nodes()) {
     Node copy = n;

@@ -1,5 +1,7 @@
 #include "session/session.h"
 
+#include "session/cluster_membership.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +13,9 @@
 #include "graph/attr_convert.h"
 #include "graph/device_placement.h"
 #include "actors/proto/plan.pb.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 namespace actorflow {
 
@@ -195,7 +200,7 @@ void CompiledJob::Finished() {
 Status CompiledJob::InstantiateLocked() {
   AF_ASSIGN_OR_RETURN(std::shared_ptr<ActorEnvironment> actors, session_->environment->ActorsFor(runtime_options_.num_workers));
   generation_ = Environment::generation();
-  AF_ASSIGN_OR_RETURN(runtime_, Runtime::Create(plan_, hooks_, runtime_options_, std::move(actors)));
+  AF_ASSIGN_OR_RETURN(runtime_, Runtime::Create(distributed_ ? local_plan_ : plan_, hooks_, runtime_options_, std::move(actors)));
   return Status::Ok();
 }
 
@@ -235,7 +240,13 @@ StatusOr<int64_t> CompiledJob::Push(const std::vector<TensorView>& inputs, const
     if (!refreshed.ok()) return refreshed.WithContext("job '" + name() + "': rebuilding the runtime after fork()");
     return FailedPrecondition("job '" + name() + "' was shut down (session reset or interpreter exit)");
   }
-  auto result = runtime_->Push(inputs, outputs, [this, done = std::move(done)](int64_t iteration, const Status& status) {
+  if (distributed_) {
+    // This rank's feeds only: the job's other inputs are read by the ranks holding their sources.
+    local_inputs_.clear();
+    for (int feed : local_feeds_) local_inputs_.push_back(inputs[feed]);
+  }
+  auto result = runtime_->Push(distributed_ ? local_inputs_ : inputs, outputs,
+                               [this, done = std::move(done)](int64_t iteration, const Status& status) {
     done(iteration, status);
     Finished();
   });
@@ -538,8 +549,51 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     if (task.kind() != plan::VARIABLE) continue;
     (task.read_only() ? job->reads_ : job->writes_).insert(task.variable_name());
   }
+  std::shared_ptr<ClusterMembership> membership;
+  if (graph.machine_num() > 1) {
+    membership = ClusterMembership::Get();
+    if (!membership || membership->world_size() != graph.machine_num())
+      return FailedPrecondition(
+          "job '" + graph.job_name() + "' runs on " + std::to_string(graph.machine_num()) +
+          " machines (flow.config.machine_num), but this process is " +
+          (membership ? "rank " + std::to_string(membership->rank()) + " of a cluster of " +
+                            std::to_string(membership->world_size())
+                      : std::string("not part of a cluster")) +
+          ": run the program on every machine, e.g. python -m actorflow.launch --nproc " +
+          std::to_string(graph.machine_num()) + " program.py");
+    for (const plan::Task& task : job->plan_.tasks())
+      if (task.kind() == plan::VARIABLE && task.machine_id() != 0)
+        return FailedPrecondition("job '" + graph.job_name() + "': variable '" + task.variable_name() +
+                                  "' is placed on machine " + std::to_string(task.machine_id()) +
+                                  (task.source_location().empty() ? "" : " at " + task.source_location()) +
+                                  ": the variables of a multi-machine job live on machine 0 for now (checkpoints "
+                                  "and flow.get_all_variables read rank 0's copies); place them there");
+    std::vector<std::pair<std::string, std::string>> ops;
+    for (const plan::Task& task : job->plan_.tasks()) {
+      // Deterministic: map fields (attrs) are otherwise serialized in an order that differs
+      // between processes.
+      std::string bytes;
+      {
+        google::protobuf::io::StringOutputStream stream(&bytes);
+        google::protobuf::io::CodedOutputStream coded(&stream);
+        coded.SetSerializationDeterministic(true);
+        task.SerializeToCodedStream(&coded);
+      }
+      ops.emplace_back(task.name(), std::move(bytes));
+    }
+    AF_RETURN_IF_ERROR(membership->cluster()
+                           .CheckPlan(PlanIdentity::FromOps(ops), membership->options().rendezvous_timeout)
+                           .WithContext("job '" + graph.job_name() + "'"));
+    AF_ASSIGN_OR_RETURN(graph::MachinePlan local, graph::ExtractMachinePlan(job->plan_, membership->rank()));
+    job->distributed_ = true;
+    job->local_plan_ = std::move(local.plan);
+    job->local_feeds_ = std::move(local.feeds);
+    lap("plan check with every rank");
+  }
   RuntimeHooks& hooks = job->hooks_;
-  hooks.make_kernel = [plan, kernel_threads](const plan::Task& task) -> StatusOr<KernelFn> {
+  hooks.make_kernel = [plan, kernel_threads, membership](const plan::Task& task) -> StatusOr<KernelFn> {
+    if (membership && DataPlane::Handles(task.op_type()))
+      return membership->data_plane().MakeKernel(plan->job_name(), task);
     KernelInit init;
     for (const plan::InputDesc& in : task.inputs()) {
       if (in.control()) continue;

@@ -113,6 +113,12 @@ class CompiledJob {
   std::shared_ptr<SessionState> session_;
   graph::Graph graph_;
   plan::Plan plan_;
+  // A job over several machines (graph machine_num > 1): this rank's tasks, and for each of
+  // its feeds the index of the job's input it reads (the other inputs are read elsewhere).
+  bool distributed_ = false;
+  plan::Plan local_plan_;
+  std::vector<int> local_feeds_;
+  std::vector<TensorView> local_inputs_;  // scratch for Push, guarded by runtime_mu_
   JobOptions options_;
   std::vector<NamedDesc> input_descs_, output_descs_;
   std::vector<std::shared_ptr<void>> variables_;  // keeps the store's buffers alive

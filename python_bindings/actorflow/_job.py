@@ -281,9 +281,13 @@ class JobFunction:
         ctx = _trace_ctx.TraceContext(builder, self._type, name, self._location)
         ctx.default_dtype = self._config.data_type  # function_config().default_data_type(...)
         settings = _config.settings()
-        ctx.devices = _parallel.device_count("cpu")
+        machines = _config.machines()
+        if machines > 1:
+            from . import env as _env
+            _env.ensure_started()
+        ctx.devices = _parallel.device_count("cpu") * machines
         ctx.logical_view = self._config.logical_view or _parallel.scoped_view() or "consistent"
-        builder.set_job_config(settings["cpu_device_num"], settings["gpu_device_num"], ctx.logical_view)
+        builder.set_job_config(settings["cpu_device_num"], settings["gpu_device_num"], ctx.logical_view, machines)
         blobs = []
         for pname, spec in self._specs:
             # A list placeholder holds one part per device: the job sees the logical blob (the

@@ -16,7 +16,7 @@ import threading
 from . import config as _config
 from ._trace_ctx import BlobDef, add_op, check_blob, current, get_current, user_location
 
-_RANGE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?:\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 _DEVICE_TYPES = ("cpu", "gpu")
 
 
@@ -128,27 +128,38 @@ def parse_placement(device_type, machine_device_ids, what="flow.scope.placement"
         if match is None:
             raise ValueError("%s: machine_device_ids entry %r is not 'machine:device' or 'machine:first-last' "
                              "(e.g. '0:0', '0:0-1') (at %s)" % (what, entry, where))
-        machine, first = int(match.group(1)), int(match.group(2))
-        last = int(match.group(3)) if match.group(3) is not None else first
-        if last < first:
-            raise ValueError("%s: machine_device_ids entry %r is an empty range (%d > %d) (at %s)" % (
-                what, entry, first, last, where))
-        if machine != 0:
-            raise ValueError("%s: machine_device_ids entry %r names machine %d; one machine (0) is supported so far "
-                             "(at %s)" % (what, entry, machine, where))
-        for device in range(first, last + 1):
-            if device in devices:
-                raise ValueError("%s: device %d is named twice in %r (at %s)" % (what, device, machine_device_ids,
-                                                                                where))
-            devices.append(device)
-        normalized.append("%d:%d" % (machine, first) if first == last else "%d:%d-%d" % (machine, first, last))
+        first_machine, first = int(match.group(1)), int(match.group(3))
+        last_machine = int(match.group(2)) if match.group(2) is not None else first_machine
+        last = int(match.group(4)) if match.group(4) is not None else first
+        if last < first or last_machine < first_machine:
+            raise ValueError("%s: machine_device_ids entry %r is an empty range (at %s)" % (what, entry, where))
+        machines = _config.machines()
+        if last_machine >= machines:
+            have = "one machine (0)" if machines == 1 else "%d machines (0-%d)" % (machines, machines - 1)
+            raise ValueError("%s: machine_device_ids entry %r names machine %d, but the job has %s "
+                             "(flow.config.machine_num, python -m actorflow.launch --nproc) (at %s)" % (
+                                 what, entry, last_machine, have, where))
+        per_machine = device_count(device_type)
+        for machine in range(first_machine, last_machine + 1):
+            for device in range(first, last + 1):
+                index = machine * per_machine + device
+                if index in devices:
+                    name = "%d" % device if machines == 1 else "%d:%d" % (machine, device)
+                    raise ValueError("%s: device %s is named twice in %r (at %s)" % (
+                        what, name, machine_device_ids, where))
+                devices.append(index)
+        machine_text = "%d" % first_machine if first_machine == last_machine else "%d-%d" % (first_machine,
+                                                                                          last_machine)
+        normalized.append("%s:%d" % (machine_text, first) if first == last else "%s:%d-%d" % (machine_text, first,
+                                                                                          last))
     available = device_count(device_type)
     if device_type == "gpu" and available == 0:
         raise ValueError("%s(%r, %r): the placement names GPU devices but flow.config.gpu_device_num is 0 "
                          "(at %s)" % (what, device_type, machine_device_ids, where))
-    if max(devices) >= available:
+    largest = max(int((_RANGE.match(e).group(4) or _RANGE.match(e).group(3))) for e in ids)
+    if largest >= available:
         raise ValueError("%s(%r, %r): device %d does not exist: flow.config.%s_device_num is %d, so devices 0-%d "
-                         "(at %s)" % (what, device_type, machine_device_ids, max(devices), device_type,
+                         "(at %s)" % (what, device_type, machine_device_ids, largest, device_type,
                                       available, available - 1, where))
     return device_type, normalized, devices
 

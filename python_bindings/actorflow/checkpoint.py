@@ -19,6 +19,7 @@ the weights that step produced. Loading checks everything before it sets anythin
 import io
 import json
 import os
+import sys
 import re
 import warnings
 import zlib
@@ -96,9 +97,21 @@ def _snapshot_locked():
     return values
 
 
+def _other_rank():
+    """This process's rank when it is a rank > 0 of a multi-machine job (whose variables live on
+    machine 0, so its own copies are not the trained ones), else None."""
+    from . import env as _env
+    rank = _env.started_rank()
+    return rank if rank else None
+
+
 def snapshot(what="flow.get_all_variables"):
     """{name: numpy copy} of every variable plus each train job's step, taken between
     iterations: job calls in progress finish first and new ones wait until it is copied."""
+    rank = _other_rank()
+    if rank is not None:
+        raise RuntimeError("%s on rank %d: the variables of a multi-machine job live on machine 0; this rank's copies "
+                           "are not trained. Read them on rank 0 (flow.env.cluster()['rank'] == 0)" % (what, rank))
     with _snapshot.gate.snapshot(what):
         return _snapshot_locked()
 
@@ -163,6 +176,11 @@ def save(path):
     holds something else."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError("flow.checkpoint.save: path must be a str or os.PathLike, got %s" % type(path).__name__)
+    rank = _other_rank()
+    if rank is not None:  # the same program runs on every rank: rank 0 writes, the others must not
+        print("actorflow: flow.checkpoint.save(%r) on rank %d: skipped, rank 0 writes the checkpoint (the variables "
+              "live on machine 0)" % (os.fspath(path), rank), file=sys.stderr)
+        return
     # Checked before the snapshot too: a refused path costs no copy and stops no job.
     _atomic_dir.check_target(os.path.abspath(os.fspath(path)), LAYOUT, "flow.checkpoint.save")
     values = snapshot("flow.checkpoint.save")

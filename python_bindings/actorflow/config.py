@@ -128,8 +128,25 @@ def _note_once(key, message):
 
 
 def machine_num(n):
-    if _int_setting(n, "flow.config.machine_num", 0) != 1:
-        raise ValueError("machine_num(%d): only one machine is supported so far" % n)
+    """Machines (processes) of the jobs compiled after this call (OneFlow's machine_num); each has
+    cpu_device_num devices. Under `python -m actorflow.launch` the launcher's process count is the
+    machine count and this must agree with it; 0 (the default) means: the launcher's count, or one."""
+    _settings["machine_num"] = _int_setting(n, "flow.config.machine_num", 0, 4096)
+
+
+def machines():
+    """Machines of a job compiled now: the launcher's process count (flow.config.machine_num must
+    agree), else flow.config.machine_num, else 1."""
+    from . import env as _env
+    asked = _settings.get("machine_num", 0)
+    cluster = _env.cluster()
+    if cluster["launched"]:
+        if asked and asked != cluster["world_size"]:
+            raise ValueError("flow.config.machine_num(%d) disagrees with the launcher, which started %d processes "
+                             "(python -m actorflow.launch --nproc %d)" % (asked, cluster["world_size"],
+                                                                          cluster["world_size"]))
+        return cluster["world_size"]
+    return asked or cluster["world_size"]
 
 
 def ctrl_port(port):

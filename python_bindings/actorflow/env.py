@@ -3,11 +3,16 @@
 
 When the launcher started this process (ACTORFLOW_RANK is set), its settings win: a call here is
 checked, then ignored with a one-line note on stderr, so a program written for several machines
-runs unchanged under the launcher on one. See docs/cluster.md: the control plane exists in C++
-(comm/cluster.h); jobs do not run across processes yet.
+runs unchanged under the launcher on one. See docs/cluster.md.
+
+A job compiled for several machines (the launcher's processes, or flow.config.machine_num) joins
+the cluster before its first compile (ensure_started): every rank runs the same program, checks
+that it compiled the same plan, runs its own machine's tasks and returns the job's results.
 """
+import atexit
 import os
 import sys
+import time
 
 # Set by the launcher in every process it starts.
 RANK = "ACTORFLOW_RANK"
@@ -91,3 +96,62 @@ def cluster():
     machines = _settings["machines"] or [{"addr": "127.0.0.1"}]
     return {"rank": None if len(machines) > 1 else 0, "world_size": len(machines),
             "master_addr": machines[0]["addr"], "master_port": _settings["ctrl_port"], "launched": False}
+
+
+# Control-plane timing (ms); the environment overrides them for tests.
+RENDEZVOUS_MS = "ACTORFLOW_RENDEZVOUS_MS"
+HEARTBEAT_MS = "ACTORFLOW_HEARTBEAT_MS"
+CONNECTION_TIMEOUT_MS = "ACTORFLOW_CONNECTION_TIMEOUT_MS"
+# How long a rank that finished waits at exit for the others to finish too (a rank 0 still
+# evaluating or saving is not a failure; a dead or frozen one is detected by the heartbeats).
+EXIT_TIMEOUT_MS = "ACTORFLOW_EXIT_TIMEOUT_MS"
+_started = {"rank": None}
+
+
+def _ms(name, default):
+    value = os.environ.get(name, "")
+    if not value:
+        return default
+    if not value.isdigit() or int(value) <= 0:
+        raise ValueError("%s must be a positive number of milliseconds, got %r" % (name, value))
+    return int(value)
+
+
+def ensure_started():
+    """Joins the cluster once, before the first multi-machine job compiles (a collective: every
+    rank blocks until all joined, at most the rendezvous timeout). Returns this process's rank."""
+    if _started["rank"] is not None:
+        return _started["rank"]
+    settings = cluster()
+    if settings["world_size"] <= 1:
+        return 0
+    if not settings["launched"]:
+        raise RuntimeError("flow.env.machine lists %d machines, but this process was not started by the launcher: "
+                           "run `python -m actorflow.launch --nproc N program.py` (ranks started by hand are not "
+                           "supported yet)" % settings["world_size"])
+    from . import _C
+    version = getattr(sys.modules.get(__package__), "__version__", "")
+    _C.cluster_start(settings["rank"], settings["world_size"], settings["master_addr"], settings["master_port"],
+                     os.environ.get(JOB_ID, "actorflow"), version, _ms(RENDEZVOUS_MS, 60000),
+                     _ms(HEARTBEAT_MS, 1000), _ms(CONNECTION_TIMEOUT_MS, 5000), os.environ.get(SECRET, ""))
+    _started["rank"] = settings["rank"]
+    atexit.register(_leave)
+    return settings["rank"]
+
+
+def started_rank():
+    """This process's rank once it joined a cluster (ensure_started), else None."""
+    return _started["rank"]
+
+
+def _leave():
+    """At exit: finish this rank's calls, then leave together (a barrier with every rank), so no
+    rank sees another's normal exit as a failure."""
+    from . import _C
+    try:
+        _C.default_session().wait_all()
+        _C.cluster_stop(_ms(EXIT_TIMEOUT_MS, 600000))
+    except Exception as error:  # the process is exiting: say why the cluster did not end cleanly
+        print("actorflow: rank %s left the cluster uncleanly: %s" % (_started["rank"], error), file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)

@@ -1,6 +1,13 @@
 """python -m actorflow.launch --nproc N script.py [args]: runs N processes of `script.py`, ranks
 0..N-1 of one job on this machine (loopback), and fails loudly when one of them fails.
 
+Several nodes: run `python -m actorflow.launch --nnodes M --node-rank K --nproc N --master-port P
+script.py` once per node (K = 0..M-1; ranks K*N..K*N+N-1 run on node K; world size M*N), with the
+same ACTORFLOW_CLUSTER_SECRET in every node's environment (the launcher cannot make one up for
+the others). The flags may also come from ACTORFLOW_NNODES, ACTORFLOW_NODE_RANK,
+ACTORFLOW_MASTER_ADDR and ACTORFLOW_MASTER_PORT. The master address must be a loopback address
+for now: the control plane has no TLS yet, so it refuses to listen where strangers can reach it.
+
 Every process gets ACTORFLOW_RANK, ACTORFLOW_WORLD_SIZE, ACTORFLOW_MASTER_ADDR (127.0.0.1),
 ACTORFLOW_MASTER_PORT (a free port), ACTORFLOW_JOB_ID and ACTORFLOW_CLUSTER_SECRET (fresh per
 launch). Rank 0's output passes through untouched; each line of rank r > 0 is prefixed with
@@ -9,6 +16,8 @@ after a grace period, and the launcher exits non-zero naming the rank: the whole
 20 s of the failure. See docs/cluster.md.
 """
 import argparse
+import hashlib
+import ipaddress
 import os
 import secrets
 import signal
@@ -20,6 +29,8 @@ import time
 
 from . import env as _env
 
+NNODES = "ACTORFLOW_NNODES"
+NODE_RANK = "ACTORFLOW_NODE_RANK"
 GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL; the whole teardown stays well under 20 s
 POLL_SECONDS = 0.05
 
@@ -32,18 +43,52 @@ def _free_port(address):
         return probe.getsockname()[1]
 
 
+def _int_env(name, default):
+    value = os.environ.get(name, "")
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise SystemExit("python -m actorflow.launch: %s must be an integer, got %r" % (name, value))
+
+
 def _parse(argv):
     parser = argparse.ArgumentParser(prog="python -m actorflow.launch",
                                      description="Run N ranks of an actorflow program on this machine.")
-    parser.add_argument("--nproc", type=int, required=True, help="number of processes (ranks 0..N-1)")
-    parser.add_argument("--master-port", type=int, default=0, help="rank 0's control port (default: a free one)")
+    parser.add_argument("--nproc", type=int, required=True, help="number of processes on this node")
+    parser.add_argument("--nnodes", type=int, default=_int_env(NNODES, 1), help="number of nodes (default 1)")
+    parser.add_argument("--node-rank", type=int, default=_int_env(NODE_RANK, 0),
+                        help="this node's index in [0, nnodes): it runs ranks node_rank*nproc ...")
+    parser.add_argument("--master-addr", default=os.environ.get(_env.MASTER_ADDR, "127.0.0.1"),
+                        help="rank 0's address (node 0); loopback only for now")
+    parser.add_argument("--master-port", type=int, default=_int_env(_env.MASTER_PORT, 0),
+                        help="rank 0's control port (default: a free one; required with --nnodes > 1)")
     parser.add_argument("script", help="the Python program every rank runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
     options = parser.parse_args(argv)
     if options.nproc < 1:
         parser.error("--nproc must be >= 1, got %d" % options.nproc)
+    if options.nnodes < 1:
+        parser.error("--nnodes must be >= 1, got %d" % options.nnodes)
+    if not 0 <= options.node_rank < options.nnodes:
+        parser.error("--node-rank must be in [0, %d) (--nnodes %d), got %d" % (options.nnodes, options.nnodes,
+                                                                              options.node_rank))
     if not 0 <= options.master_port <= 65535:
         parser.error("--master-port must be in [0, 65535], got %d" % options.master_port)
+    try:
+        loopback = ipaddress.ip_address(socket.gethostbyname(options.master_addr)).is_loopback
+    except (OSError, ValueError) as error:
+        parser.error("--master-addr %r: %s" % (options.master_addr, error))
+    if not loopback:
+        parser.error("--master-addr %r is not a loopback address: the control plane has no TLS yet, so it only "
+                     "listens on loopback (docs/cluster.md)" % options.master_addr)
+    if options.nnodes > 1:
+        if options.master_port == 0:
+            parser.error("--nnodes %d needs --master-port (every node must name the same port)" % options.nnodes)
+        if not os.environ.get(_env.SECRET):
+            parser.error("--nnodes %d needs the same %s in every node's environment (e.g. from "
+                         "`python -c 'import secrets; print(secrets.token_hex(32))'`)" % (options.nnodes, _env.SECRET))
     if not os.path.isfile(options.script):
         parser.error("script %r: no such file" % options.script)
     return options
@@ -96,14 +141,21 @@ def _interrupted(signal_number, frame):
 def main(argv=None):
     options = _parse(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _interrupted)
-    address = "127.0.0.1"
+    address = options.master_addr
     port = options.master_port or _free_port(address)
-    shared = {_env.WORLD_SIZE: str(options.nproc), _env.MASTER_ADDR: address, _env.MASTER_PORT: str(port),
-              _env.SECRET: secrets.token_hex(32), _env.JOB_ID: secrets.token_hex(8), "PYTHONUNBUFFERED": "1"}
+    if options.nnodes > 1:  # every node's launcher must hand out the same secret and job id
+        secret = os.environ[_env.SECRET]
+        job_id = os.environ.get(_env.JOB_ID) or hashlib.sha256(("job/" + secret).encode()).hexdigest()[:16]
+    else:
+        secret, job_id = secrets.token_hex(32), secrets.token_hex(8)
+    shared = {_env.WORLD_SIZE: str(options.nproc * options.nnodes), _env.MASTER_ADDR: address,
+              _env.MASTER_PORT: str(port), _env.SECRET: secret, _env.JOB_ID: job_id, "PYTHONUNBUFFERED": "1"}
+    first_rank = options.node_rank * options.nproc
     lock = threading.Lock()
     processes, pumps = [], []
     try:
-        for rank in range(options.nproc):
+        for local in range(options.nproc):
+            rank = first_rank + local
             child_env = dict(os.environ, **shared)
             child_env[_env.RANK] = str(rank)
             piped = subprocess.PIPE if rank > 0 else None
@@ -118,15 +170,16 @@ def main(argv=None):
                     pumps.append(pump)
         failed = None
         while failed is None and any(p.poll() is None for p in processes):
-            for rank, process in enumerate(processes):
+            for local, process in enumerate(processes):
                 code = process.poll()
                 if code is not None and code != 0:
-                    failed = (rank, code)
+                    failed = (first_rank + local, code)
                     break
             else:
                 time.sleep(POLL_SECONDS)
         if failed is None:  # all exited; one may have failed in the last poll interval
-            failed = next(((rank, p.returncode) for rank, p in enumerate(processes) if p.returncode != 0), None)
+            failed = next(((first_rank + local, p.returncode) for local, p in enumerate(processes)
+                           if p.returncode != 0), None)
         if failed is not None:
             rank, code = failed
             _stop(processes, GRACE_SECONDS)

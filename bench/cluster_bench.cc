@@ -1,0 +1,304 @@
+// Cross-machine transfer over loopback, two processes (this binary starts its rank 1 itself):
+//  - send/recv round trip: a plan whose source on machine 0 is sent to machine 1, whose recv is
+//    sent back to machine 0's sink (two send/recv pairs, the data plane of comm/data_plane.h on
+//    the control plane's connection, runtimes on both sides): one call = one round trip;
+//  - raw TCP round trip: the same bytes echoed over one loopback TCP connection (TCP_NODELAY,
+//    blocking read/write of the whole buffer): the transport's limit on this machine.
+// Prints one line per size: the median over rounds (the two alternate) of each round's median
+// round trip, and the bandwidth 2 * bytes / time, for both.
+//
+//   cluster_bench [--sizes 4096,1048576,16777216] [--seconds 1] [--rounds 3]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "actors/proto/plan.pb.h"
+#include "actors/runtime.h"
+#include "comm/cluster.h"
+#include "comm/data_plane.h"
+#include "graph/passes.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using actorflow::Status;
+
+void Die(const std::string& what) {
+  std::fprintf(stderr, "cluster_bench: %s\n", what.c_str());
+  std::_Exit(1);
+}
+
+void Check(const Status& status, const std::string& what) {
+  if (!status.ok()) Die(what + ": " + status.ToString());
+}
+
+int FreePort() {
+  int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) Die("bind");
+  socklen_t length = sizeof address;
+  getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
+  close(probe);
+  return ntohs(address.sin_port);
+}
+
+void AddRegister(actorflow::plan::Task* task, const char* name, int64_t bytes) {
+  auto* reg = task->add_registers();
+  reg->set_name(name);
+  reg->set_register_num(2);
+  if (bytes < 0) return;
+  auto* blob = reg->add_blobs();
+  blob->set_name(std::string(task->name()) + "/" + name);
+  blob->add_shape(bytes);
+  blob->set_dtype(actorflow::plan::DT_UINT8);
+  blob->set_byte_size(bytes);
+}
+
+actorflow::plan::Task* AddTask(actorflow::plan::Plan& plan, const std::string& name, actorflow::plan::TaskKind kind,
+                               int machine) {
+  auto* task = plan.add_tasks();
+  task->set_id(plan.tasks_size() - 1);
+  task->set_name(name);
+  task->set_kind(kind);
+  task->set_device_type("cpu");
+  task->set_machine_id(machine);
+  return task;
+}
+
+void AddInput(actorflow::plan::Task* task, int64_t producer, bool control) {
+  auto* in = task->add_inputs();
+  in->set_producer_task_id(producer);
+  in->set_producer_register(0);
+  in->set_control(control);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rank = 0, port = 0, tcp_port = 0;
+  double seconds = 1;
+  int rounds = 3;
+  std::vector<int64_t> sizes = {4096, 1 << 20, 16 << 20};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--rank") rank = std::atoi(argv[i + 1]);
+    else if (flag == "--port") port = std::atoi(argv[i + 1]);
+    else if (flag == "--tcp-port") tcp_port = std::atoi(argv[i + 1]);
+    else if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
+    else if (flag == "--rounds") rounds = std::atoi(argv[i + 1]);
+    else if (flag == "--sizes") {
+      sizes.clear();
+      for (char* item = std::strtok(argv[i + 1], ","); item; item = std::strtok(nullptr, ",")) sizes.push_back(std::atoll(item));
+    } else Die("unknown flag " + flag);
+  }
+  std::string size_text;
+  for (int64_t s : sizes) size_text += (size_text.empty() ? "" : ",") + std::to_string(s);
+  pid_t child = -1;
+  if (rank == 0) {
+    port = FreePort();
+    tcp_port = FreePort();
+    std::vector<std::string> arguments = {argv[0], "--rank", "1", "--port", std::to_string(port), "--tcp-port",
+                                          std::to_string(tcp_port), "--sizes", size_text, "--seconds",
+                                          std::to_string(seconds), "--rounds", std::to_string(rounds)};
+    std::vector<char*> child_argv;
+    for (auto& a : arguments) child_argv.push_back(a.data());
+    child_argv.push_back(nullptr);
+    if (posix_spawn(&child, argv[0], nullptr, nullptr, child_argv.data(), environ) != 0) Die("spawn rank 1");
+  }
+
+  // ---- raw TCP echo: rank 1 listens, rank 0 connects and sends, rank 1 echoes.
+  int connection = -1;
+  if (rank == 1) {
+    int listener = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(tcp_port));
+    if (bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(listener, 1) != 0)
+      Die("rank 1 cannot listen");
+    connection = accept(listener, nullptr, nullptr);
+    close(listener);
+  } else {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(tcp_port));
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      connection = socket(AF_INET, SOCK_STREAM, 0);
+      if (connect(connection, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) break;
+      close(connection);
+      connection = -1;
+      usleep(20000);
+    }
+    if (connection < 0) Die("rank 0 cannot reach rank 1's echo port");
+  }
+  int one = 1;
+  setsockopt(connection, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  auto write_all = [&](const char* data, int64_t n) {
+    while (n > 0) {
+      ssize_t wrote = write(connection, data, static_cast<size_t>(n));
+      if (wrote <= 0) Die("tcp write");
+      data += wrote;
+      n -= wrote;
+    }
+  };
+  auto read_all = [&](char* data, int64_t n) {
+    while (n > 0) {
+      ssize_t got = read(connection, data, static_cast<size_t>(n));
+      if (got <= 0) Die("tcp read");
+      data += got;
+      n -= got;
+    }
+  };
+  // ---- the data plane.
+  actorflow::ClusterOptions options;
+  options.rank = rank;
+  options.world_size = 2;
+  options.coordinator_port = static_cast<uint16_t>(port);
+  options.rendezvous_timeout = std::chrono::milliseconds(20000);
+  options.job_id = "cluster_bench";
+  actorflow::EnvironmentOptions environment_options;
+  environment_options.num_threads = 1;
+  actorflow::AddNetworkLayer(environment_options, options);
+  auto environment = actorflow::ActorEnvironment::Create(environment_options);
+  if (!environment.ok()) Die(environment.status().ToString());
+  auto cluster = actorflow::Cluster::Create(options, *environment);
+  if (!cluster.ok()) Die(cluster.status().ToString());
+  Check((*cluster)->Rendezvous(actorflow::PlanIdentity::FromOps({})), "rendezvous");
+  auto plane = actorflow::DataPlane::Create(**cluster, *environment, std::chrono::milliseconds(20000));
+  if (!plane.ok()) Die(plane.status().ToString());
+  // One size over raw TCP: rank 0 returns the median round trip.
+  auto measure_tcp = [&](size_t s) {
+    double median = 0;
+    std::vector<char> buffer(static_cast<size_t>(sizes[s]), 1);
+    // Rank 0 decides the number of round trips (warm-up, then until `seconds` passed) and
+    // sends it first, so that rank 1 echoes exactly that many.
+    int64_t count = 0;
+    std::vector<double> times;
+    if (rank == 0) {
+      auto run = [&] {
+        auto start = Clock::now();
+        write_all(buffer.data(), sizes[s]);
+        read_all(buffer.data(), sizes[s]);
+        return std::chrono::duration<double>(Clock::now() - start).count();
+      };
+      int64_t continue_flag = 1;
+      auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+      for (int i = 0; ; ++i) {
+        continue_flag = (i < 5 + 3 || Clock::now() < deadline) && i < 100000 ? 1 : 0;
+        write_all(reinterpret_cast<char*>(&continue_flag), sizeof continue_flag);
+        if (!continue_flag) break;
+        double t = run();
+        if (i >= 5) times.push_back(t);
+      }
+      std::sort(times.begin(), times.end());
+      median = times[times.size() / 2];
+    } else {
+      for (;;) {
+        read_all(reinterpret_cast<char*>(&count), sizeof count);
+        if (!count) break;
+        read_all(buffer.data(), sizes[s]);
+        write_all(buffer.data(), sizes[s]);
+      }
+    }
+    return median;
+  };
+  // One size through the data plane: rank 0 returns the median round trip.
+  auto measure_data_plane = [&](size_t s) {
+    const int64_t bytes = sizes[s];
+    // source (0) -> machine 1's main sink, and back: machine 0's sink reads what machine 1's
+    // recv received, through the compiler's pass (two pairs).
+    actorflow::plan::Plan plan;
+    plan.set_job_name("round_trip_" + std::to_string(bytes));
+    auto* source = AddTask(plan, "source", actorflow::plan::SOURCE, 0);
+    AddRegister(source, "out", bytes);
+    auto* relay = AddTask(plan, "relay", actorflow::plan::COMPUTE, 1);  // a kernel that copies nothing:
+    relay->set_op_type("relay");                                          // it announces its input's register
+    AddInput(relay, source->id(), false);
+    AddRegister(relay, "out", bytes);
+    auto* sink0 = AddTask(plan, "output", actorflow::plan::SINK, 0);
+    AddInput(sink0, relay->id(), false);
+    auto* sink1 = AddTask(plan, "output@machine1", actorflow::plan::SINK, 1);
+    AddInput(sink1, relay->id(), true);
+    auto global = actorflow::graph::InsertCrossMachineTransfers(plan, 2);
+    if (!global.ok()) Die(global.status().ToString());
+    auto local = actorflow::graph::ExtractMachinePlan(*global, rank);
+    if (!local.ok()) Die(local.status().ToString());
+    actorflow::RuntimeHooks hooks;
+    hooks.make_kernel = [&](const actorflow::plan::Task& task) -> actorflow::StatusOr<actorflow::KernelFn> {
+      if (actorflow::DataPlane::Handles(task.op_type())) return (*plane)->MakeKernel(plan.job_name(), task);
+      // The relay copies recv -> its register: one memcpy, what a compute task reading the
+      // bytes would at least cost.
+      return actorflow::KernelFn([](actorflow::KernelContext& ctx) {
+        std::memcpy(ctx.output(0).data, ctx.input(0).data, ctx.input(0).byte_size());
+        return Status::Ok();
+      });
+    };
+    auto runtime = actorflow::Runtime::Create(local->plan, hooks, {}, *environment);
+    if (!runtime.ok()) Die(runtime.status().ToString());
+    std::vector<char> in(static_cast<size_t>(bytes), 7), out(static_cast<size_t>(bytes), 0);
+    actorflow::TensorDesc desc{{bytes}, actorflow::DType::kUInt8};
+    std::vector<double> times;
+    // Both ranks run the same number of calls: a fixed count per size, sized for ~`seconds`.
+    const int calls = bytes <= 65536 ? 400 : bytes <= (4 << 20) ? 60 : 12;
+    for (int i = 0; i < calls; ++i) {
+      auto start = Clock::now();
+      Status done = rank == 0 ? (*runtime)->Run({{in.data(), desc}}, {{out.data(), desc}}) : (*runtime)->Run({}, {});
+      Check(done, "round trip");
+      if (i >= 3) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    if (rank == 0 && std::memcmp(in.data(), out.data(), in.size()) != 0) Die("the bytes came back changed");
+    Check((*runtime)->Shutdown(), "shutdown");
+    std::sort(times.begin(), times.end());
+    return rank == 0 ? times[times.size() / 2] : 0.0;
+  };
+  // Rounds alternate the two (the machine is shared: conditions drift); the medians of the
+  // per-round medians are printed.
+  std::vector<std::vector<double>> tcp(sizes.size()), plane_times(sizes.size());
+  for (int round = 0; round < rounds; ++round)
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      tcp[s].push_back(measure_tcp(s));
+      plane_times[s].push_back(measure_data_plane(s));
+    }
+  if (rank == 0) {
+    auto median_of = [](std::vector<double> values) {
+      std::sort(values.begin(), values.end());
+      return values[values.size() / 2];
+    };
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      const double ours = median_of(plane_times[s]), raw = median_of(tcp[s]);
+      const double bytes = static_cast<double>(sizes[s]);
+      std::printf("%10lld bytes  send/recv round trip %9.1f us  %6.2f GB/s   raw TCP %9.1f us  %6.2f GB/s   (%.0f%%)\n",
+                  static_cast<long long>(sizes[s]), ours * 1e6, 2.0 * bytes / ours / 1e9, raw * 1e6,
+                  2.0 * bytes / raw / 1e9, 100.0 * raw / ours);
+    }
+    std::fflush(stdout);
+  }
+  close(connection);
+  Check((*cluster)->Shutdown(std::chrono::milliseconds(20000)), "cluster shutdown");
+  if (rank == 0) {
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("rank 1 failed");
+  }
+  return 0;
+}

@@ -1,0 +1,70 @@
+// DataPlane: the bytes of cross-machine edges (docs/cluster.md, "Data plane").
+//
+// The compiler turns every edge whose producer and consumer live on different machines into a
+// SEND task on the producer's machine and a RECV task on the consumer's (graph/passes.h,
+// InsertCrossMachineTransfers). Both are asynchronous acts (actors/kernel.h):
+//  - a RECV act posts its free output register for its iteration; it completes when the bytes
+//    of that iteration are in the register. It launches only into a free register, so a
+//    receiver never takes more than its registers hold;
+//  - a SEND act copies its input register's bytes into a message and completes when the
+//    receiver acknowledged them in a RECV register. So at most register_num iterations per
+//    edge are on the wire or waiting for a register: memory stays bounded by the plan and
+//    backpressure crosses machines.
+// Bytes that arrive before their RECV act posted a register wait in the receiving endpoint
+// (bounded as above). Iterations pair up by number: every rank must push the same iterations
+// of a job in the same order (the SPMD program does).
+//
+// Transport: one TCP connection per pair of ranks (ports exchanged through the control plane),
+// a writer thread sending payloads straight from SEND registers and a reader thread reading
+// them straight into posted RECV registers. docs/cluster.md says why this and not Gloo's pairs
+// or CAF messages, and what it costs.
+//
+// Failure: when the control plane loses a rank (Cluster::OnFailure), every pending act fails
+// with its message ("lost rank 1 (...)"), and every later act fails at once: iterations end
+// with that error, nothing waits forever.
+//
+// Thread-safety: Create and MakeKernel from one thread at a time; the kernels follow the
+// runtime's contract (one act at a time per task); the endpoint and failure paths lock.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "actors/environment.h"
+#include "actors/kernel.h"
+#include "actors/status.h"
+#include "comm/cluster.h"
+
+namespace actorflow {
+namespace plan { class Task; }
+
+class DataPlaneCore;  // the endpoint's and kernels' shared state (data_plane.cc)
+
+class DataPlane {
+ public:
+  // A collective call after Rendezvous: spawns this rank's endpoint and learns every other
+  // rank's (Cluster::AllGather, bounded by `timeout`).
+  static StatusOr<std::shared_ptr<DataPlane>> Create(Cluster& cluster, std::shared_ptr<ActorEnvironment> environment,
+                                                     std::chrono::milliseconds timeout);
+  ~DataPlane();
+  DataPlane(const DataPlane&) = delete;
+  DataPlane& operator=(const DataPlane&) = delete;
+
+  // Whether the op type is one of the data plane's ("send", "recv").
+  static bool Handles(const std::string& op_type);
+  // The kernel of a SEND or RECV task of job `job` (each job has its own channels; the name
+  // must be the same on every rank). InvalidArgument naming the task for a malformed one.
+  StatusOr<KernelFn> MakeKernel(const std::string& job, const plan::Task& task);
+
+  int rank() const;
+  // Payloads received before their RECV act posted a register, over all channels now (each
+  // channel holds at most its sender's register_num: the bound tests check).
+  size_t waiting_payloads() const;
+
+ private:
+  DataPlane() = default;
+  std::shared_ptr<DataPlaneCore> core_;
+};
+
+}  // namespace actorflow

@@ -1,0 +1,269 @@
+"""Jobs across processes (docs/cluster.md): 2 ranks on loopback, one CPU device each, run the seed
+MLP data-parallel exactly as one process with 2 devices does; a lost rank fails the survivor's
+call naming it; bad configurations are clear errors. At most 2 processes at a time; every wait is
+bounded and every process started here is killed if it outlives its test."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+PYTHON = sys.executable
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAM = os.path.join(HERE, "cluster_program.py")
+STEPS = 8
+
+
+def _clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTORFLOW_")}
+    env.update(extra)
+    return env
+
+
+def _finish(process, timeout):
+    """(returncode, stdout) of `process`; after `timeout` s it is stopped (SIGTERM, then SIGKILL)."""
+    try:
+        out, _ = process.communicate(timeout=timeout)
+        return process.returncode, out
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)  # the launcher stops its ranks on SIGTERM
+        try:
+            out, _ = process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, _ = process.communicate()
+        pytest.fail("timed out after %d s:\n%s" % (timeout, out))
+
+
+def _launch(args, timeout=180, env=None, processes=2):
+    process = subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nproc", str(processes), PROGRAM, *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env or _clean_env())
+    return _finish(process, timeout)
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _ranks_by_hand(args, timeout=60, secrets=("0" * 64, "0" * 64), **extra):
+    """Both ranks with the launcher's environment but no launcher (which would stop the survivor
+    as soon as a rank dies): [(returncode, output)] by rank."""
+    shared = dict(ACTORFLOW_WORLD_SIZE="2", ACTORFLOW_MASTER_ADDR="127.0.0.1", ACTORFLOW_MASTER_PORT=str(_free_port()),
+                  ACTORFLOW_JOB_ID="test%d" % os.getpid(), **extra)
+    processes = [subprocess.Popen([PYTHON, PROGRAM, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=_clean_env(ACTORFLOW_RANK=str(rank),
+                                                            ACTORFLOW_CLUSTER_SECRET=secrets[rank], **shared))
+                 for rank in range(2)]
+    try:
+        return [_finish(p, timeout) for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_processes_train_the_seed_mlp_as_one_process_with_as_many_devices(tmp_path, processes):
+    reference = subprocess.run([PYTHON, PROGRAM, str(STEPS), str(processes), str(tmp_path / "one")],
+                               capture_output=True, text=True, timeout=180, env=_clean_env())
+    assert reference.returncode == 0, reference.stdout + reference.stderr
+    code, out = _launch([str(STEPS), "1", str(tmp_path / "two")], processes=processes)
+    assert code == 0, out
+    one = np.load(tmp_path / "one.rank0.npz")
+    ranks = [np.load(tmp_path / ("two.rank%d.npz" % rank)) for rank in range(processes)]
+    rank0 = ranks[0]
+    assert len(one["losses"]) == STEPS and one["losses"][-1] < one["losses"][0]  # it learns
+    # The ranks ran their parts of one job, not the whole job each.
+    assert not one["distributed"] and all(rank["distributed"] for rank in ranks)
+    # Every rank's call returns the job's result.
+    for rank in ranks:
+        np.testing.assert_allclose(rank["losses"], one["losses"], rtol=0, atol=1e-5)
+    variables = [k for k in one.files if k.startswith("variable:")]
+    assert len(variables) >= 4
+    for name in variables:
+        np.testing.assert_allclose(rank0[name], one[name], rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_a_killed_rank_fails_the_survivors_pending_call_naming_it():
+    results = _ranks_by_hand(["20", "1", "/dev/null/unused", "kill-rank-1-at=4"], ACTORFLOW_HEARTBEAT_MS="500",
+                             ACTORFLOW_CONNECTION_TIMEOUT_MS="3000")
+    (code0, out0), (code1, out1) = results
+    assert code1 == -signal.SIGKILL, out1
+    assert code0 == 7, out0
+    failed = [line for line in out0.splitlines() if line.startswith("step ")]
+    assert failed and "lost rank 1" in failed[0], out0
+    step, seconds = int(failed[0].split()[1]), float(failed[0].split()[4])
+    assert 3 <= step <= 4, failed[0]  # the call in flight when rank 1 died (or the one after)
+    assert seconds < 10, failed[0]
+
+
+def test_a_frozen_rank_fails_the_survivor_and_the_launch():
+    started = time.monotonic()
+    code, out = _launch(["20", "1", "/dev/null/unused", "stop-rank-1-at=4"], timeout=60,
+                        env=_clean_env(ACTORFLOW_HEARTBEAT_MS="500", ACTORFLOW_CONNECTION_TIMEOUT_MS="3000"))
+    elapsed = time.monotonic() - started
+    assert code == 7, out
+    failed = [line for line in out.splitlines() if line.startswith("step ")]
+    assert failed and "lost rank 1" in failed[0] and failed[0].startswith("step 4 "), out
+    assert float(failed[0].split()[4]) < 10, failed[0]
+    assert "actorflow.launch: rank 0 failed with exit code 7" in out
+    assert elapsed < 40, elapsed
+
+
+def test_ranks_compiling_different_plans_fail_naming_the_op(tmp_path):
+    program = tmp_path / "differs.py"
+    program.write_text(
+        "import os, numpy as np, actorflow as flow, actorflow.typing as tp\n"
+        "width = 4 if os.environ['ACTORFLOW_RANK'] == '0' else 5\n"
+        "@flow.global_function()\n"
+        "def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:\n"
+        "    return flow.layers.dense(x, width, name='layer')\n"
+        "try:\n"
+        "    job(np.ones((4, 3), np.float32))\n"
+        "except Exception as error:\n"
+        "    print('error:', error, flush=True)\n")
+    process = subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nproc", "2", str(program)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_clean_env())
+    code, out = _finish(process, 120)
+    errors = [line for line in out.splitlines() if "error:" in line]
+    assert len(errors) == 2, out
+    for line in errors:
+        assert "job 'job': job plan check" in line and "the plan of rank 1 differs from rank 0's" in line, line
+        assert "first differing op" in line and "layer" in line, line
+
+
+def test_two_machines_without_a_cluster_is_a_clear_error(tmp_path):
+    program = tmp_path / "alone.py"
+    program.write_text(
+        "import numpy as np, actorflow as flow, actorflow.typing as tp\n"
+        "flow.config.machine_num(2)\n"
+        "@flow.global_function()\n"
+        "def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:\n"
+        "    return x + 1\n"
+        "try:\n"
+        "    job(np.ones((4, 3), np.float32))\n"
+        "except Exception as error:\n"
+        "    print('error:', error)\n"
+        "")
+    done = subprocess.run([PYTHON, str(program)], capture_output=True, text=True, timeout=60, env=_clean_env())
+    assert done.returncode == 0, done.stderr
+    assert "runs on 2 machines (flow.config.machine_num), but this process is not part of a cluster" in done.stdout
+    assert "python -m actorflow.launch --nproc 2" in done.stdout
+
+
+def test_machine_num_must_agree_with_the_launcher(tmp_path):
+    program = tmp_path / "disagree.py"
+    program.write_text(
+        "import numpy as np, actorflow as flow, actorflow.typing as tp\n"
+        "flow.config.machine_num(3)\n"
+        "@flow.global_function()\n"
+        "def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:\n"
+        "    return x + 1\n"
+        "try:\n"
+        "    job(np.ones((4, 3), np.float32))\n"
+        "except ValueError as error:\n"
+        "    print('error:', error, flush=True)\n")
+    process = subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nproc", "2", str(program)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_clean_env())
+    code, out = _finish(process, 60)
+    assert code == 0, out
+    assert out.count("flow.config.machine_num(3) disagrees with the launcher, which started 2 processes") == 2, out
+
+
+def test_a_rank_with_another_launchs_secret_is_refused():
+    (code0, out0), (code1, out1) = _ranks_by_hand(["3", "1", "/dev/null/unused"], secrets=("a" * 64, "b" * 64),
+                                                  ACTORFLOW_RENDEZVOUS_MS="3000")
+    assert code1 == 7 and "refused by rank 0: this process (rank 1) presented the wrong cluster secret" in out1, out1
+    assert "actorflow: cluster rank 0 refused a peer claiming rank 1: it presented the wrong cluster secret" in out0
+    # Rank 0 is not fooled into starting: the real rank 1 never came.
+    assert code0 == 7 and "rank(s) [1] never joined" in out0, out0
+
+
+def test_two_nodes_each_with_its_own_launcher(tmp_path):
+    port = str(_free_port())
+    env = _clean_env(ACTORFLOW_CLUSTER_SECRET="c" * 64)
+    launchers = [subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nnodes", "2", "--node-rank", str(node),
+                                   "--nproc", "1", "--master-port", port, PROGRAM, "3", "1", str(tmp_path / "nodes")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                  for node in range(2)]
+    try:
+        (code0, out0), (code1, out1) = [_finish(p, 120) for p in launchers]
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=20)
+    assert code0 == 0 and "rank 0 done" in out0, out0
+    assert code1 == 0 and "[rank 1] rank 1 done" in out1, out1  # node 1 runs rank 1
+    rank0, rank1 = np.load(tmp_path / "nodes.rank0.npz"), np.load(tmp_path / "nodes.rank1.npz")
+    assert rank0["distributed"] and rank1["distributed"]
+    np.testing.assert_array_equal(rank0["losses"], rank1["losses"])
+
+
+@pytest.mark.parametrize("flags, env, message", [
+    (["--nnodes", "2", "--node-rank", "0", "--master-port", "29999"], {}, "needs the same ACTORFLOW_CLUSTER_SECRET"),
+    (["--nnodes", "2", "--node-rank", "1"], {"ACTORFLOW_CLUSTER_SECRET": "x"}, "--nnodes 2 needs --master-port"),
+    (["--nnodes", "2", "--node-rank", "2"], {}, "--node-rank must be in [0, 2) (--nnodes 2), got 2"),
+    (["--master-addr", "8.8.8.8"], {}, "--master-addr '8.8.8.8' is not a loopback address"),
+    (["--nnodes", "0"], {}, "--nnodes must be >= 1, got 0"),
+])
+def test_node_flags_are_checked(tmp_path, flags, env, message):
+    script = tmp_path / "noop.py"
+    script.write_text("print('ran')\n")
+    done = subprocess.run([PYTHON, "-m", "actorflow.launch", "--nproc", "1", *flags, str(script)], capture_output=True,
+                          text=True, timeout=60, env=_clean_env(**env))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr and "ran" not in done.stdout, done.stderr
+
+
+def test_checkpoints_and_variables_come_from_rank_0(tmp_path):
+    program = tmp_path / "checkpoint.py"
+    saved = tmp_path / "saved"
+    program.write_text(
+        "import numpy as np, actorflow as flow, actorflow.typing as tp\n"
+        "rank = flow.env.cluster()['rank']\n"
+        "flow.random.seed(7)\n"
+        "@flow.global_function(type='train')\n"
+        "def train(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:\n"
+        "    y = flow.layers.dense(x, 2, name='layer')\n"
+        "    loss = flow.math.reduce_mean(y * y)\n"
+        "    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)\n"
+        "    return loss\n"
+        "for _ in range(3):\n"
+        "    train(np.arange(12, dtype=np.float32).reshape(4, 3))\n"
+        "flow.checkpoint.save(%r)\n"
+        "try:\n"
+        "    values = flow.get_all_variables()\n"
+        "    np.save(%r, values['layer-weight'])\n"
+        "except RuntimeError as error:\n"
+        "    print('error:', error, flush=True)\n"
+        "@flow.global_function()\n"
+        "def elsewhere(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:\n"
+        "    with flow.scope.placement('cpu', '1:0'):\n"
+        "        return flow.layers.dense(x, 2, name='other')\n"
+        "try:\n"
+        "    elsewhere(np.ones((4, 3), np.float32))\n"
+        "except Exception as error:\n"
+        "    print('placement error:', error, flush=True)\n" % (str(saved), str(tmp_path / "trained.npy")))
+    process = subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nproc", "2", str(program)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_clean_env())
+    code, out = _finish(process, 120)
+    assert code == 0, out
+    assert "[rank 1] actorflow: flow.checkpoint.save(%r) on rank 1: skipped, rank 0 writes" % str(saved) in out, out
+    assert "[rank 1] error: flow.get_all_variables on rank 1: the variables of a multi-machine job live on machine 0" \
+        in out, out
+    assert out.count("placement error:") == 2 and "variable 'other-weight' is placed on machine 1" in out, out
+    trained = np.load(tmp_path / "trained.npy")
+    loaded = subprocess.run([PYTHON, "-c", "import actorflow as flow, numpy as np; "
+                             "print(np.asarray(flow.checkpoint.get(%r)['layer-weight']).tolist())" % str(saved)],
+                            capture_output=True, text=True, timeout=60, env=_clean_env())
+    assert loaded.returncode == 0, loaded.stderr
+    np.testing.assert_array_equal(np.array(eval(loaded.stdout)), trained)
