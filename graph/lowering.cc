@@ -410,6 +410,9 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   // Whether boxing node `n` (to B) is a gather in place (see Gathered); if so, lays out the
   // producer's registers as slices of one block and records it.
   auto gather_in_place = [&](const Node& n) -> StatusOr<bool> {
+    // A block is shared memory: on several machines (processes) the boxing stays a task, and
+    // the cross-machine pass, which renumbers and splits the tasks by machine, sees no slices.
+    if (graph.machine_num() > 1) return false;
     if (n.type != "boxing" || n.output_sbp.empty() || n.output_sbp[0].kind != SbpKind::kBroadcast ||
         views.count(n.inputs.at(0)))
       return false;
