@@ -10,8 +10,10 @@ for now: the control plane has no TLS yet, so it refuses to listen where strange
 
 Every process gets ACTORFLOW_RANK, ACTORFLOW_WORLD_SIZE, ACTORFLOW_MASTER_ADDR (127.0.0.1),
 ACTORFLOW_MASTER_PORT (a free port), ACTORFLOW_JOB_ID and ACTORFLOW_CLUSTER_SECRET (fresh per
-launch). Rank 0's output passes through untouched; each line of rank r > 0 is prefixed with
-"[rank r] ". When a rank fails (non-zero exit or a signal), the others get SIGTERM, then SIGKILL
+launch). Rank 0's lines pass through unprefixed; each line of rank r > 0 is prefixed with
+"[rank r] ". Where the launcher's stdout/stderr is not a terminal, rank 0's output is copied line
+by line like the others', so no rank's line is ever cut by another's (an unbuffered print writes
+its pieces separately); on a terminal rank 0 writes to it directly (progress bars keep working). When a rank fails (non-zero exit or a signal), the others get SIGTERM, then SIGKILL
 after a grace period, and the launcher exits non-zero naming the rank: the whole job ends within
 20 s of the failure. See docs/cluster.md.
 """
@@ -158,16 +160,20 @@ def main(argv=None):
             rank = first_rank + local
             child_env = dict(os.environ, **shared)
             child_env[_env.RANK] = str(rank)
-            piped = subprocess.PIPE if rank > 0 else None
+            pipe_out = rank > 0 or not sys.stdout.isatty()
+            pipe_err = rank > 0 or not sys.stderr.isatty()
             process = subprocess.Popen([sys.executable, options.script] + options.args, env=child_env,
-                                       stdout=piped, stderr=piped, start_new_session=True)
+                                       stdout=subprocess.PIPE if pipe_out else None,
+                                       stderr=subprocess.PIPE if pipe_err else None, start_new_session=True)
             processes.append(process)
-            if rank > 0:
-                prefix = ("[rank %d] " % rank).encode()
-                for stream, sink in ((process.stdout, sys.stdout.buffer), (process.stderr, sys.stderr.buffer)):
-                    pump = threading.Thread(target=_pump, args=(stream, sink, prefix, lock), daemon=True)
-                    pump.start()
-                    pumps.append(pump)
+            prefix = ("[rank %d] " % rank).encode() if rank > 0 else b""
+            for piped, stream, sink in ((pipe_out, process.stdout, sys.stdout.buffer),
+                                        (pipe_err, process.stderr, sys.stderr.buffer)):
+                if not piped:
+                    continue
+                pump = threading.Thread(target=_pump, args=(stream, sink, prefix, lock), daemon=True)
+                pump.start()
+                pumps.append(pump)
         failed = None
         while failed is None and any(p.poll() is None for p in processes):
             for local, process in enumerate(processes):
