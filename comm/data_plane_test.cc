@@ -93,7 +93,7 @@ int RunRank(int rank, int port, int die_at) {
   options.coordinator_port = static_cast<uint16_t>(port);
   options.rendezvous_timeout = milliseconds(20000);
   options.heartbeat_interval = milliseconds(300);
-  options.connection_timeout = milliseconds(2000);
+  options.connection_timeout = milliseconds(10000);  // a loaded host may stall a heartbeat for seconds
   options.job_id = "data_plane_test";
   EnvironmentOptions environment_options;
   environment_options.num_threads = 2;
