@@ -59,7 +59,10 @@ int PlaceOfRegister(const plan::Task& producer, int register_index) {
 TEST(DevicePlacement, GpuDeviceNumNamesTheDeviceCountFoundWithoutAGpu) {
   Status status = CheckGpuDevices(2);
   const bool gpu_present = BuiltWithCuda() && DeviceRegistry::Global().Find(kCudaDevice).value()->device_count(nullptr) >= 2;
-  if (gpu_present) GTEST_SKIP() << "two GPUs are present: the refusal cannot happen here";
+  if (gpu_present) {  // the config is accepted instead, and nothing else to check here
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    return;
+  }
   ASSERT_EQ(status.code(), StatusCode::kFailedPrecondition) << status.ToString();
   EXPECT_TRUE(Contains(status.message(), "gpu_device_num(2)")) << status.message();
   EXPECT_TRUE(Contains(status.message(), "found")) << status.message();

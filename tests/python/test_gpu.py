@@ -49,9 +49,11 @@ def _train_losses(device_type, steps=5):
 
 
 def test_gpu_job_fails_clearly_without_a_gpu_and_the_session_recovers():
+    """Without a GPU: the clear refusal. With one: the MLP trains there as on the CPU."""
     usable, message = _gpu_usable()
     if usable:
-        pytest.skip("a GPU is present: the refusal cannot happen here")
+        _check_mlp_trains_on_the_gpu_as_on_the_cpu()
+        return
     assert "found" in message and "gpu_device_num(1)" in message, message
     flow.config.gpu_device_num(1)
 
@@ -74,10 +76,7 @@ def test_gpu_job_fails_clearly_without_a_gpu_and_the_session_recovers():
     assert on_cpu(np.array([-1, 2], np.float32)).tolist() == [0.0, 2.0]
 
 
-def test_mlp_trains_on_the_gpu_as_on_the_cpu():
-    usable, message = _gpu_usable()
-    if not usable:
-        pytest.skip("no GPU: " + message)
+def _check_mlp_trains_on_the_gpu_as_on_the_cpu():
     cpu_losses, cpu_weights = _train_losses("cpu")
     gpu_losses, gpu_weights = _train_losses("gpu")
     np.testing.assert_allclose(gpu_losses, cpu_losses, rtol=1e-4, atol=1e-5)
