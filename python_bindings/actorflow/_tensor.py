@@ -9,6 +9,8 @@ import numpy as np
 
 from . import _C, _dtypes, _eager, _trace_ctx, ops
 from ._eager import located, prepared, run_op
+from ._tensor_support import Size, device, dim_index as _dim, dim_list as _dims, format_tensor as _format
+from ._tensor_support import MaxResult as _MaxResult, is_number as _is_number, shape_args as _shape_args
 from ._trace_ctx import BlobDef
 
 _new = object.__new__
@@ -18,50 +20,6 @@ _RELU, _MATMUL, _NEG = _C.EagerOp("relu", {}), _C.EagerOp("matmul", {}), _C.Eage
 _SUM_ALL = _C.EagerOp("reduce_sum", {"axis": [], "keepdims": False})
 _COMPARE = {"==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
 _RANK = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float32": 4, "float64": 5}
-
-
-class Size(tuple):
-    """A tensor's shape: a tuple, printed as actorflow.Size([2, 3])."""
-
-    def __repr__(self):
-        return "actorflow.Size([%s])" % ", ".join(str(d) for d in self)
-
-    def numel(self):
-        n = 1
-        for d in self:
-            n *= d
-        return n
-
-
-class device:  # noqa: N801  (OneFlow's name)
-    """flow.device("cpu"): the only device eager tensors live on for now."""
-    __slots__ = ("type", "index")
-
-    def __init__(self, spec="cpu", index=None):
-        if isinstance(spec, device):
-            spec, index = spec.type, spec.index
-        if not isinstance(spec, str):
-            raise TypeError("device: expected a string such as 'cpu', got %r" % (spec,))
-        kind, _, number = spec.partition(":")
-        if kind != "cpu":
-            raise ValueError("device %r is not available: eager tensors run on 'cpu' (CUDA eager execution is not "
-                             "built yet) (at %s)" % (spec, _trace_ctx.user_location()))
-        self.type = kind
-        self.index = int(number) if number else index
-
-    def __repr__(self):
-        return "device(type='%s'%s)" % (self.type, "" if self.index is None else ", index=%d" % self.index)
-
-    def __str__(self):
-        return self.type if self.index is None else "%s:%d" % (self.type, self.index)
-
-    def __eq__(self, other):
-        if isinstance(other, str):
-            other = device(other)
-        return isinstance(other, device) and other.type == self.type
-
-    def __hash__(self):
-        return hash(self.type)
 
 
 _CPU = device("cpu")
@@ -130,32 +88,6 @@ def _scalar_op(op_type, x, scalar):
         return t
     except (ValueError, RuntimeError) as e:
         raise located(e) from None
-
-
-def _is_number(value):
-    return isinstance(value, (numbers.Number, np.number)) and not isinstance(value, (bool, np.bool_))
-
-
-def _dim(d, rank, what):
-    d = _trace_ctx.integer(d, what)
-    if not -rank <= d < max(rank, 1):
-        raise IndexError("%s %d is out of range for a tensor of %d dimensions (at %s)" % (
-            what, d, rank, _trace_ctx.user_location()))
-    return d % rank if rank else 0
-
-
-def _dims(dim, rank, what):
-    if dim is None:
-        return []
-    if isinstance(dim, (list, tuple)):
-        return sorted({_dim(d, rank, what) for d in dim})
-    return [_dim(dim, rank, what)]
-
-
-def _shape_args(shape, what):
-    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
-        shape = tuple(shape[0])
-    return [_trace_ctx.integer(d, what) for d in shape]
 
 
 class Tensor:
@@ -855,21 +787,6 @@ class Tensor:
         self._impl.bump_version()
 
 
-class _MaxResult(tuple):
-    """(values, indices) of max(dim)/min(dim), also by name."""
-
-    def __new__(cls, values, indices):
-        return tuple.__new__(cls, (values, indices))
-
-    @property
-    def values(self):
-        return self[0]
-
-    @property
-    def indices(self):
-        return self[1]
-
-
 class Parameter(Tensor):
     """A tensor that is a module's parameter (requires grad by default); shares `data`'s storage."""
     __slots__ = ()
@@ -891,26 +808,6 @@ def _rebuild(array, parameter, requires_grad):
     """A tensor (or Parameter) with a copy of `array` (deepcopy and pickling)."""
     t = _creation.from_numpy(array)
     return Parameter(t, requires_grad) if parameter else t.requires_grad_(requires_grad)
-
-
-def _format(t):
-    impl = t._impl
-    dtype = "dtype=actorflow.%s" % impl.dtype
-    array = impl.numpy()
-    if array.dtype.kind == "f":
-        finite = array[np.isfinite(array)]
-        integral = finite.size == 0 or bool(np.all(finite == np.round(finite)))
-        # PyTorch's and OneFlow's style: 4 decimals, or "1." when every value is integral.
-        body = np.array2string(array, precision=4, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3,
-                               floatmode="maxprec_equal" if integral else "fixed")
-    else:
-        body = np.array2string(array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3)
-    parts = [body, dtype]
-    if impl.grad_fn is not None:
-        parts.append("grad_fn=<%sBackward>" % impl.grad_fn)
-    elif impl.requires_grad:
-        parts.append("requires_grad=True")
-    return "tensor(%s)" % ", ".join(parts)
 
 
 _trace_ctx.Tensor = _eager.Tensor = Tensor
