@@ -19,6 +19,16 @@ def _positive(value, what):
     return value
 
 
+
+def _reset_weight_and_bias(module):
+    """PyTorch's default for Linear and Conv2d: weight kaiming_uniform(a=sqrt(5)), i.e.
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the bias from the same bound."""
+    init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+    if module.bias is not None:
+        fan_in, _ = init._calculate_fan_in_and_fan_out(module.weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        init.uniform_(module.bias, -bound, bound)
+
 class Identity(Module):
     """Returns its input; accepts and ignores any constructor arguments."""
 
@@ -46,12 +56,7 @@ class Linear(Module):
             self.to(*[a for a in (device, dtype) if a is not None])
 
     def reset_parameters(self):
-        """PyTorch's default: weight kaiming_uniform(a=sqrt(5)), i.e. U(-1/sqrt(fan_in), ...), bias alike."""
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        _reset_weight_and_bias(self)
 
     def forward(self, input):  # noqa: A002
         return F.linear(input, self.weight, self.bias)
@@ -112,11 +117,7 @@ class Conv2d(Module):
             self.to(*[a for a in (device, dtype) if a is not None])
 
     def reset_parameters(self):
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        _reset_weight_and_bias(self)
 
     def forward(self, input):  # noqa: A002
         return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
