@@ -207,8 +207,28 @@ run() {
   return $failed
 }
 
+# build: unpack, configure and build every target into build-gpu/ (for running single tests by
+# hand on the device machine, e.g. under a debugger); prints where things are.
+build_only() {
+  local prefix="${ACTORFLOW_GPU_CHECK_PREFIX:-/tmp/actorflow-deps}" build="$ROOT/build-gpu"
+  if [[ -z "${CUDNN_ROOT:-}" ]]; then
+    CUDNN_ROOT=$(python3 -c 'import nvidia.cudnn as c; print(list(c.__path__)[0])' 2>/dev/null || true)
+    [[ -n "$CUDNN_ROOT" ]] && export CUDNN_ROOT
+  fi
+  unpack "$prefix" >/dev/null || return 1
+  local with_python=OFF
+  python_headers && with_python=ON
+  configure "$prefix" "$build" "$with_python" >/dev/null || return 1
+  shift
+  local targets=()
+  (($#)) && targets=(--target "$@")
+  cmake --build "$build" -j "${ACTORFLOW_GPU_CHECK_JOBS:-$(nproc)}" "${targets[@]}" >"$build.log" 2>&1 || { tail -n 40 "$build.log"; return 1; }
+  echo "built $build; run with LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${CUDNN_ROOT:+:$CUDNN_ROOT/lib}"
+}
+
 case "${1:-}" in
   fetch) fetch ;;
+  build) build_only "$@" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: scripts/gpu_check.sh fetch | run [OUT]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu_check.sh fetch | run [OUT] | build [TARGET...]" >&2; exit 2 ;;
 esac
