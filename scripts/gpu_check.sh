@@ -197,8 +197,14 @@ run() {
   step device_runtime_tests device_runtime_tests.log "$build/actors/actors_device_test" || failed=1
   step gpu_placement_tests gpu_placement_tests.log "$build/graph/graph_test" --gtest_filter='DevicePlacement*' || failed=1
   if [[ $with_python == ON ]]; then
-    step python_gpu_tests python_gpu_tests.log env PYTHONPATH="$build/python" python3 -m pytest -q -p no:cacheprovider \
-      "$ROOT/tests/python/test_gpu.py" || failed=1
+    # On the device machine (Ubuntu's Python 3.12 with these Debian bookworm libraries) the module
+    # crashed in its first std::ostream integer insertion unless the C++ runtime was loaded
+    # before the module (observed 2026-11-23; C++ test binaries were fine): preload the one
+    # the module resolves to.
+    local cxx_runtime
+    cxx_runtime=$(ldd "$build"/python/actorflow/_C*.so | awk '/libstdc\+\+/ {print $3; exit}')
+    step python_gpu_tests python_gpu_tests.log env PYTHONPATH="$build/python" ${cxx_runtime:+LD_PRELOAD="$cxx_runtime"} \
+      python3 -m pytest -q -p no:cacheprovider "$ROOT/tests/python/test_gpu.py" || failed=1
   fi
   step bench_actorflow_gpu bench_actorflow_gpu.log "$build/bench/gpu_mlp_bench" gpu "$steps" 20 || failed=1
   step bench_actorflow_cpu bench_actorflow_cpu.log "$build/bench/gpu_mlp_bench" cpu 50 5 || failed=1

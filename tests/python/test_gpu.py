@@ -38,12 +38,12 @@ def _train_losses(device_type, steps=5):
             flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
         return loss
 
+    # One batch, fed every step: fitting it must lower its loss (random labels on fresh random
+    # batches need not).
     rng = np.random.RandomState(0)
-    losses = []
-    for _ in range(steps):
-        images = rng.rand(BATCH, PIXELS).astype(np.float32)
-        labels = rng.randint(0, CLASSES, size=(BATCH,)).astype(np.int32)
-        losses.append(train(images, labels).copy())
+    images = rng.rand(BATCH, PIXELS).astype(np.float32)
+    labels = rng.randint(0, CLASSES, size=(BATCH,)).astype(np.int32)
+    losses = [train(images, labels).copy() for _ in range(steps)]
     weights = {name: np.array(value) for name, value in flow.get_all_variables().items()}
     return np.array(losses), weights
 
