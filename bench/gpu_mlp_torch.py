@@ -3,8 +3,9 @@ SGD lr 0.1, x and labels fed from host memory each step and the per-sample loss 
 host memory each step (as actorflow's Run does). Eager, torch.compile, and (cuda only) the whole
 step captured once in a CUDA graph and replayed (PyTorch's lowest-overhead form for a small
 model). Prints one JSON line.
-Usage: python3 bench/gpu_mlp_torch.py [cuda|cpu] [steps] [warmup]"""
+Usage: python3 bench/gpu_mlp_torch.py [cuda|cpu] [steps] [warmup]; GPU_BENCH_TORCH_MODES picks modes."""
 import json
+import os
 import sys
 import time
 
@@ -60,6 +61,8 @@ def main():
         x_host, labels_host = x_host.pin_memory(), labels_host.pin_memory()
     result = {"device": device, "torch": torch.__version__, "batch": 100, "steps": steps}
     modes = ("eager", "compile", "cuda_graph") if device == "cuda" else ("eager", "compile")
+    if os.environ.get("GPU_BENCH_TORCH_MODES"):  # e.g. "eager,cuda_graph" (torch.compile takes ~25 s)
+        modes = tuple(m for m in modes if m in os.environ["GPU_BENCH_TORCH_MODES"].split(","))
     for mode in modes:
         model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(device)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
