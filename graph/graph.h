@@ -90,6 +90,10 @@ struct OptimizerSpec {
   double weight_decay = 0.0;
   double clip_norm = 0.0;               // 0 = off
   std::vector<std::string> variables;   // variable names; empty = all trainable
+  // adam/adamw: the learning-rate feed is (3,) = [lr, 1/(1-beta1^t), 1/(1-beta2^t)] and the
+  // update applies PyTorch's bias corrections to the moments (nn.Graph, matching flow.optim.Adam);
+  // false: the caller folds them into a (1,) lr (the job functions' optimizer, as OneFlow's).
+  bool exact_bias_correction = false;
 };
 
 // "op/output" -> ("op", "output"); InvalidArgument on a malformed reference.

@@ -72,7 +72,10 @@ class OptimizerPass : public Pass {
     // step): its feed is (3,) = [lr, 1 / (1 - beta1^t), 1 / (1 - beta2^t)].
     const OptimizerSpec* spec = graph.optimizer().get();
     const bool lamb = spec != nullptr && spec->type == "lamb";
-    lr.output_descs = {TensorDesc{{lamb ? 3 : 1}, DType::kFloat32}};
+    // So is Adam's when its spec asks for PyTorch's exact bias corrections.
+    const bool exact_adam =
+        spec != nullptr && (spec->type == "adam" || spec->type == "adamw") && spec->exact_bias_correction;
+    lr.output_descs = {TensorDesc{{lamb || exact_adam ? 3 : 1}, DType::kFloat32}};
     std::string lr_ref = lr.output_ref(0);
     graph.feeds().push_back(lr.name);
     graph.Append(std::move(lr));

@@ -450,6 +450,7 @@ graph::OptimizerSpec ToOptimizerSpec(const py::dict& spec) {
       else if (k == "weight_decay") out.weight_decay = value.cast<double>();
       else if (k == "clip_norm") out.clip_norm = value.cast<double>();
       else if (k == "variables") out.variables = value.cast<std::vector<std::string>>();
+      else if (k == "exact_bias_correction") out.exact_bias_correction = value.cast<bool>();
       // other keys (e.g. a scheduler description) belong to the Python side
     } catch (py::cast_error&) {
       throw py::value_error("optimizer spec: '" + k + "' has a value of the wrong type: " + py::repr(value).cast<std::string>());

@@ -109,7 +109,7 @@ std::string CanonicalJobKey(const Graph& traced, int register_num) {
   if (const graph::OptimizerSpec* o = traced.optimizer()) {
     out << "optimizer " << o->type << ' ' << Exact(o->momentum) << ' ' << Exact(o->beta1) << ' ' << Exact(o->beta2)
         << ' ' << Exact(o->epsilon) << ' ' << Exact(o->decay_rate) << ' ' << Exact(o->weight_decay) << ' '
-        << Exact(o->clip_norm) << " (";
+        << Exact(o->clip_norm) << (o->exact_bias_correction ? " exact" : "") << " (";
     for (const auto& v : o->variables) out << variable(v) << ' ';
     out << ")\n";
   }

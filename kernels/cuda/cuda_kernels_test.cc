@@ -259,6 +259,11 @@ TEST(CudaKernels, OptimizerUpdatesInPlace) {
     CompareInPlaceWithCpu("adam_update",
                           {F32({n}), F32({n}, Positive(n)), F32({n}, Ramp(n, 1.0)), F32({n}, Positive(n)), F32({1}, {0.01})},
                           adam);
+    // [lr, 1/(1-beta1^t), 1/(1-beta2^t)] at t = 3: the bias corrections on the moments.
+    CompareInPlaceWithCpu("adam_update",
+                          {F32({n}), F32({n}, Positive(n)), F32({n}, Ramp(n, 1.0)), F32({n}, Positive(n)),
+                           F32({3}, {0.01, 1.0 / (1.0 - 0.9 * 0.9 * 0.9), 1.0 / (1.0 - 0.999 * 0.999 * 0.999)})},
+                          adam);
   }
 }
 

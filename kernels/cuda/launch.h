@@ -55,6 +55,8 @@ cudaError_t LaunchSparseSoftmaxCrossEntropyGrad(const void* labels, bool labels6
 struct UpdateHyper {
   float weight_decay = 0, grad_scale = 1, beta = 0.9f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
   bool decoupled = false;
+  // Adam: lr is [lr, c1, c2] and the moments get the bias corrections m*c1, v*c2 (as the CPU's).
+  bool corrected = false;
 };
 cudaError_t LaunchSgd(float* w, const float* g, const float* lr, int64_t n, UpdateHyper h, cudaStream_t stream);
 cudaError_t LaunchMomentum(float* w, const float* g, float* m, const float* lr, int64_t n, UpdateHyper h, cudaStream_t stream);

@@ -46,7 +46,8 @@ void RegisterOptimizerCudaKernels(OpRegistry& registry) {
   Add(registry, "adam_update", [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_RETURN_IF_ERROR(ExpectFloat32("adam_update", init.inputs, "input"));
     const int64_t n = init.inputs[0].num_elements();
-    const UpdateHyper h = HyperOf(init.attrs);
+    UpdateHyper h = HyperOf(init.attrs);
+    h.corrected = init.inputs[4].num_elements() == 3;
     return CudaKernel("adam_update", init, [=](KernelContext& c, cudaStream_t stream) {
       return LaunchAdam(c.input(0).as<float>(), c.input(1).as<float>(), c.input(2).as<float>(), c.input(3).as<float>(),
                         c.input(4).as<float>(), n, h, stream);

@@ -32,13 +32,13 @@ __global__ void MomentumKernel(float* __restrict__ w, const float* __restrict__ 
 
 __global__ void AdamKernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m, float* __restrict__ v,
                            const float* __restrict__ lr, int64_t n, UpdateHyper h) {
-  const float rate = *lr;
+  const float rate = lr[0], c1 = h.corrected ? lr[1] : 1.0f, sqrt_c2 = h.corrected ? sqrtf(lr[2]) : 1.0f;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float gi = h.decoupled ? h.grad_scale * g[i] : h.grad_scale * g[i] + h.weight_decay * w[i];
     m[i] = h.beta1 * m[i] + (1 - h.beta1) * gi;
     v[i] = h.beta2 * v[i] + (1 - h.beta2) * gi * gi;
-    float step = m[i] / (sqrtf(v[i]) + h.epsilon);
+    float step = m[i] * c1 / (sqrtf(v[i]) * sqrt_c2 + h.epsilon);
     if (h.decoupled) step += h.weight_decay * w[i];
     w[i] -= rate * step;
   }

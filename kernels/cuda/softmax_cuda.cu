@@ -53,10 +53,13 @@ __global__ void ReduceThreadPerOutput(const float* __restrict__ x, float* __rest
   }
 }
 
-__global__ void SoftmaxKernel(const float* __restrict__ x, float* __restrict__ out, int64_t classes) {
-  __shared__ float shared[kThreads];
-  const float* row = x + blockIdx.x * classes;
-  float* result = out + blockIdx.x * classes;
+// Softmax of one row by one block: result = exp(row - max) / sum. Returns the row's max and
+// the sum of exponentials (every thread gets them), which the cross entropy's loss needs.
+struct RowStats {
+  float max, sum;
+};
+__device__ RowStats BlockSoftmaxRow(const float* __restrict__ row, float* __restrict__ result, int64_t classes,
+                                    float* shared) {
   float mx = -FLT_MAX;
   for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) mx = fmaxf(mx, row[j]);
   mx = BlockReduce(mx, Max(), shared);
@@ -69,6 +72,12 @@ __global__ void SoftmaxKernel(const float* __restrict__ x, float* __restrict__ o
   sum = BlockReduce(sum, Sum(), shared);
   const float inverse = 1.0f / sum;
   for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) result[j] *= inverse;
+  return {mx, sum};
+}
+
+__global__ void SoftmaxKernel(const float* __restrict__ x, float* __restrict__ out, int64_t classes) {
+  __shared__ float shared[kThreads];
+  BlockSoftmaxRow(x + blockIdx.x * classes, out + blockIdx.x * classes, classes, shared);
 }
 
 __device__ inline int64_t LabelAt(const void* labels, bool labels64, int64_t i) {
@@ -81,19 +90,8 @@ __global__ void SparseSoftmaxCrossEntropyKernel(const void* labels, bool labels6
   __shared__ float shared[kThreads];
   const int64_t i = blockIdx.x;
   const float* row = logits + i * classes;
-  float* p = prob + i * classes;
-  float mx = -FLT_MAX;
-  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) mx = fmaxf(mx, row[j]);
-  mx = BlockReduce(mx, Max(), shared);
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
-    const float e = expf(row[j] - mx);
-    p[j] = e;
-    sum += e;
-  }
-  sum = BlockReduce(sum, Sum(), shared);
-  const float inverse = 1.0f / sum;
-  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) p[j] *= inverse;
+  const RowStats stats = BlockSoftmaxRow(row, prob + i * classes, classes, shared);
+  const float mx = stats.max, sum = stats.sum;
   if (threadIdx.x == 0) {
     const int64_t label = LabelAt(labels, labels64, i);
     if (label < 0 || label >= classes) {

@@ -437,8 +437,8 @@ class Graph:
             feeds.append(np.array(arg.numpy(), order="C"))  # keeps 0-d inputs 0-d
         if self._optimizers:
             rate = _learning_rate(self._optimizers[0][0], self._step)
-            self._rescale_momentum(rate)
-            feeds.append(np.array([rate], np.float32))
+            self._rescale_momentum(rate[0])
+            feeds.append(np.array(rate, np.float32))
         arrays = self._compiled.run(feeds)
         object.__setattr__(self, "_step", self._step + 1)
         scheduler = self._optimizers[0][1] if self._optimizers else None
@@ -603,18 +603,19 @@ def _optimizer_spec(optimizer, variables):
         beta1, beta2 = group["betas"]
         return {"type": "adamw" if isinstance(optimizer, AdamW) else "adam", "beta1": float(beta1),
                 "beta2": float(beta2), "epsilon": float(group["eps"]), "weight_decay": float(group["weight_decay"]),
-                "variables": variables}
+                "exact_bias_correction": True, "variables": variables}
     raise TypeError("nn.Graph: optimizer %s is not supported (SGD, Adam, AdamW)" % type(optimizer).__name__)
 
 
 def _learning_rate(optimizer, step):
     """The job's learning-rate feed for this call: the group's current lr (schedulers step it as
-    in eager code); Adam's bias correction folded in as the job optimizer expects."""
+    in eager code); for Adam [lr, 1/(1-beta1^t), 1/(1-beta2^t)], PyTorch's bias corrections as
+    flow.optim.Adam applies them (the spec's exact_bias_correction)."""
     from .optim import Adam
     group = optimizer.param_groups[0]
     lr = float(group["lr"])
     if isinstance(optimizer, Adam):
         beta1, beta2 = group["betas"]
         t = step + 1
-        lr *= (1 - beta2 ** t) ** 0.5 / (1 - beta1 ** t)
-    return lr
+        return [lr, 1.0 / (1.0 - beta1 ** t), 1.0 / (1.0 - beta2 ** t)]
+    return [lr]
