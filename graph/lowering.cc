@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <set>
@@ -189,6 +190,23 @@ plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
   return blob;
 }
 
+// The bytes of its blob a data input reads: a part view's range (InputDesc.part), else all.
+std::pair<int64_t, int64_t> InputBytes(const plan::Plan& plan, const plan::InputDesc& in) {
+  if (!in.part()) return {0, std::numeric_limits<int64_t>::max()};
+  const plan::BlobDesc& blob =
+      plan.tasks(static_cast<int>(in.producer_task_id())).registers(in.producer_register()).blobs(in.blob_index());
+  int64_t bytes = static_cast<int64_t>(DTypeSize(FromProtoDType(blob.dtype())));
+  for (int64_t d : in.view_shape()) bytes *= d;
+  return {in.byte_offset(), in.byte_offset() + bytes};
+}
+
+// Whether two inputs reading the same blob touch a common byte (shards of a variable stored
+// split do not: their readers and writers on different devices need no order).
+bool Overlap(const plan::Plan& plan, const plan::InputDesc& a, const plan::InputDesc& b) {
+  const auto x = InputBytes(plan, a), y = InputBytes(plan, b);
+  return x.first < y.second && y.first < x.second;
+}
+
 // Readers of the registers some task writes in place: (producer task, register) -> the
 // (task, input index) pairs reading it by data edges, ascending. Also the reading tasks.
 struct WrittenRegisterReaders {
@@ -228,16 +246,19 @@ void OrderInPlaceWriters(plan::Plan& plan, AddControl add_control) {
   for (int t = 0; t < n; ++t) {
     for (const plan::InputDesc& in : plan.tasks(t).inputs())
       ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(in.producer_task_id()));
-    std::vector<std::pair<int64_t, int>> targets;
-    for (int m : plan.tasks(t).mutable_inputs())
-      targets.emplace_back(plan.tasks(t).inputs(m).producer_task_id(), plan.tasks(t).inputs(m).producer_register());
-    for (const auto& target : targets)
-      for (const auto& [r, input] : written.readers.at(target)) {
+    std::vector<int> writes;
+    for (int m : plan.tasks(t).mutable_inputs()) writes.push_back(m);
+    for (int m : writes) {
+      const plan::InputDesc written_input = plan.tasks(t).inputs(m);
+      for (const auto& [r, input] : written.readers.at({written_input.producer_task_id(), written_input.producer_register()})) {
         if (r >= t) break;
-        if (ancestors.Has(static_cast<size_t>(t), static_cast<size_t>(r))) continue;
+        if (ancestors.Has(static_cast<size_t>(t), static_cast<size_t>(r)) ||
+            !Overlap(plan, plan.tasks(r).inputs(input), written_input))
+          continue;
         add_control(plan.mutable_tasks(t), r);
         ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(r));
       }
+    }
   }
 }
 
@@ -270,7 +291,7 @@ Status VerifyInPlaceOrder(const plan::Plan& plan) {
     for (int m : writer.mutable_inputs()) {
       const plan::InputDesc& target = writer.inputs(m);
       for (const auto& [r, i] : written.readers.at({target.producer_task_id(), target.producer_register()})) {
-        if (r == w) continue;
+        if (r == w || !Overlap(plan, plan.tasks(r).inputs(i), target)) continue;
         const plan::Task& reader = plan.tasks(r);
         bool also_writes = false;  // two writers of one register: ordered either way
         for (int k : reader.mutable_inputs()) also_writes |= k == i;
@@ -457,6 +478,37 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     add_input(consumer, source);
     return Status::Ok();
   };
+  // Input i of op `n`'s task `index` of `parts`, where it reads a variable stored split with
+  // that layout (StoredLayout; the boxing pass left the edge alone): a part view of the one
+  // buffer, this device's shard, which the task reads (and an update writes) in place.
+  auto add_shard_input = [&](plan::Task* consumer, const Node& n, size_t i, size_t index,
+                             size_t parts) -> StatusOr<bool> {
+    if (parts <= 1 || i >= n.input_sbp.size() || n.input_sbp[i].kind != SbpKind::kSplit) return false;
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(n.inputs[i]));
+    const Node& variable = *resolved.first;
+    if (variable.kind != NodeKind::kVariable || !(StoredLayout(graph, variable) == n.input_sbp[i])) return false;
+    if (variable.devices.size() != parts)
+      return Internal("op '" + n.name + "' reads variable '" + variable.name + "' stored " +
+                      n.input_sbp[i].ToString() + " over " + std::to_string(variable.devices.size()) +
+                      " devices on " + std::to_string(parts));
+    const TensorDesc& logical = variable.output_descs[0];
+    int64_t offset = 0;
+    Shape shard;
+    for (size_t k = 0; k <= index; ++k) {
+      AF_ASSIGN_OR_RETURN(shard, PhysicalShape(logical.shape, n.input_sbp[i], static_cast<int64_t>(parts),
+                                               static_cast<int64_t>(k)));
+      if (k < index) offset += static_cast<int64_t>(TensorDesc{shard, logical.dtype}.byte_size());
+    }
+    plan::InputDesc* in = consumer->add_inputs();
+    in->set_producer_task_id(physical.at(variable.name).tasks.at(0));
+    in->set_producer_register(resolved.second);
+    in->set_blob_index(0);
+    in->set_has_view(true);
+    for (int64_t d : shard) in->add_view_shape(d);
+    in->set_part(true);
+    in->set_byte_offset(offset);
+    return true;
+  };
   // A producer's control register (no blobs), created on first use.
   std::map<int, int> control_register;
   auto add_control_input = [&](plan::Task* consumer, int producer) {
@@ -557,7 +609,10 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
             for (int task : from.tasks) add_input(t, Source{task, resolved.second, nullptr});
           }
         } else {
-          for (const auto& ref : n.inputs) AF_RETURN_IF_ERROR(add_data_input(t, ref, device, index, task_devices));
+          for (size_t i = 0; i < n.inputs.size(); ++i) {
+            AF_ASSIGN_OR_RETURN(bool shard, add_shard_input(t, n, i, index, parts));
+            if (!shard) AF_RETURN_IF_ERROR(add_data_input(t, n.inputs[i], device, index, task_devices));
+          }
           if (parts > 1) {
             PhysicalContext context;
             context.logical_inputs = logical_inputs;
