@@ -478,15 +478,18 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     add_input(consumer, source);
     return Status::Ok();
   };
-  // Input i of op `n`'s task `index` of `parts`, where it reads a variable stored split with
-  // that layout (StoredLayout; the boxing pass left the edge alone): a part view of the one
-  // buffer, this device's shard, which the task reads (and an update writes) in place.
+  // Input i of op `n`'s task `index` of `parts`, where it reads a variable or placeholder
+  // stored split with that layout (StoredLayout; the boxing pass left the edge alone): a part
+  // view of the one buffer, this device's shard, which the task reads (and an update writes)
+  // in place.
   auto add_shard_input = [&](plan::Task* consumer, const Node& n, size_t i, size_t index,
                              size_t parts) -> StatusOr<bool> {
     if (parts <= 1 || i >= n.input_sbp.size() || n.input_sbp[i].kind != SbpKind::kSplit) return false;
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(n.inputs[i]));
     const Node& variable = *resolved.first;
-    if (variable.kind != NodeKind::kVariable || !(StoredLayout(graph, variable) == n.input_sbp[i])) return false;
+    if ((variable.kind != NodeKind::kVariable && variable.kind != NodeKind::kInput) ||
+        !(StoredLayout(graph, variable) == n.input_sbp[i]))
+      return false;
     if (variable.devices.size() != parts)
       return Internal("op '" + n.name + "' reads variable '" + variable.name + "' stored " +
                       n.input_sbp[i].ToString() + " over " + std::to_string(variable.devices.size()) +

@@ -418,10 +418,9 @@ class BoxingPass : public Pass {
     const Sbp from = PhysicalOutputSbp(producer, resolved.second);
     const Sbp to = Normalized(want, devices.size());
     if (!NeedsBoxing(from_devices, from, devices, to)) return ref;
-    // A variable stored split: each device reads its shard of the one buffer in place.
-    if (producer.kind == NodeKind::kVariable && from_devices == devices && to.kind == SbpKind::kSplit &&
-        StoredLayout(graph, producer) == to)
-      return ref;
+    // A variable or placeholder stored split: each device reads its shard of the one buffer
+    // in place.
+    if (from_devices == devices && to.kind == SbpKind::kSplit && StoredLayout(graph, producer) == to) return ref;
     const std::string key = ref + "|" + PlacementOf(devices).ToString() + "|" + to.ToString();
     if (auto it = made_.find(key); it != made_.end()) return it->second;
     const TensorDesc& desc = producer.output_descs[resolved.second];
@@ -465,17 +464,21 @@ class BoxingPass : public Pass {
 
 }  // namespace
 
-Sbp StoredLayout(const Graph& graph, const Node& variable) {
-  if (variable.kind != NodeKind::kVariable || variable.devices.size() <= 1 || graph.machine_num() > 1 ||
-      variable.output_sbp_hints.empty() || !variable.output_sbp_hints[0] ||
-      variable.output_sbp_hints[0]->kind != SbpKind::kSplit || variable.output_descs.empty())
+Sbp StoredLayout(const Graph& graph, const Node& source) {
+  if ((source.kind != NodeKind::kVariable && source.kind != NodeKind::kInput) || source.devices.size() <= 1 ||
+      graph.machine_num() > 1 || source.output_descs.empty())
     return Sbp::Broadcast();
-  const Sbp hint = *variable.output_sbp_hints[0];
-  const TensorDesc& desc = variable.output_descs[0];
-  if (!SplitProblem(desc, hint, variable.devices.size()).empty()) return Sbp::Broadcast();
-  for (int64_t axis = 0; axis < hint.axis; ++axis)
+  // A variable's layout is its hint (known before the SBP pass reaches it: in-place writers
+  // are placed by it); a placeholder's is what the SBP pass chose (S(0) by default).
+  std::optional<Sbp> layout;
+  if (source.kind == NodeKind::kVariable && !source.output_sbp_hints.empty()) layout = source.output_sbp_hints[0];
+  if (source.kind == NodeKind::kInput && !source.output_sbp.empty()) layout = source.output_sbp[0];
+  if (!layout || layout->kind != SbpKind::kSplit) return Sbp::Broadcast();
+  const TensorDesc& desc = source.output_descs[0];
+  if (!SplitProblem(desc, *layout, source.devices.size()).empty()) return Sbp::Broadcast();
+  for (int64_t axis = 0; axis < layout->axis; ++axis)
     if (desc.shape[axis] != 1) return Sbp::Broadcast();  // strided shards
-  return hint;
+  return *layout;
 }
 
 std::unique_ptr<Pass> MakePlacementPass() { return std::make_unique<PlacementPass>(); }

@@ -73,14 +73,16 @@ std::unique_ptr<Pass> MakeSbpPass();
 // differs from what the reader's signature needs, and before the outputs and watches (the whole
 // tensor on one device). P->B on the same devices becomes P->S(k) then S(k)->B.
 std::unique_ptr<Pass> MakeBoxingPass();
-// How a variable is stored over its devices: S(k) where it is hinted S(k) on several devices
-// of one machine and each device's shard is a byte range of the one buffer (every axis before
-// k has length 1), else B. A variable stored S(k) stays one whole buffer (checkpoints and the
-// store see the logical tensor), but each device's readers with the same layout read its shard
-// in place (InputDesc.part) and its elementwise updates run on every device, each writing only
-// its shard: no task slices the variable and none gathers its gradient. Variables stored B
-// (strided splits included) are read whole and updated on their first device.
-Sbp StoredLayout(const Graph& graph, const Node& variable);
+// How a variable or placeholder is stored over its devices: S(k) where it is laid out S(k)
+// (a variable: hinted; a placeholder: as the SBP pass chose, S(0) by default) on several
+// devices of one machine and each device's shard is a byte range of the one buffer (every
+// axis before k has length 1), else B. It stays one whole buffer (checkpoints, the store and
+// the feed see the logical tensor), but each device's readers with the same layout read its
+// shard in place (InputDesc.part), and a variable's elementwise updates run on every device,
+// each writing only its shard: no task slices the tensor and none gathers a variable's
+// gradient. Variables stored B (strided splits included) are read whole and updated on their
+// first device.
+Sbp StoredLayout(const Graph& graph, const Node& source);
 
 // One line per node after the SBP pass: name (type) on placement: inputs->outputs  @ file:line.
 std::string SbpSummary(const Graph& graph);

@@ -344,11 +344,12 @@ TEST(ParallelMachineryTest, EachLayoutOfASmallJobMatchesOneDevice) {
     int boxing_tasks;
   };
   const std::vector<Case> cases = {
-      // x sliced per device (7 rows: 4/3, 3/2/2); both outputs are gathered to device 0 in
-      // place: row shards are byte ranges of the whole, so the producers' registers are slices
-      // of one block the sink reads whole, and no gather task exists.
-      {2, std::nullopt, std::nullopt, "S(0),B->S(0)", 2},
-      {3, std::nullopt, std::nullopt, "S(0),B->S(0)", 3},
+      // x read in place per device (7 rows: 4/3, 3/2/2: byte ranges of the feed's register);
+      // both outputs are gathered to device 0 in place: row shards are byte ranges of the
+      // whole, so the producers' registers are slices of one block the sink reads whole. No
+      // boxing task at all.
+      {2, std::nullopt, std::nullopt, "S(0),B->S(0)", 0},
+      {3, std::nullopt, std::nullopt, "S(0),B->S(0)", 0},
       // model-parallel: w sliced on axis 1 (5 columns: 3/2), x read whole; column shards are
       // strided, so both outputs keep a gather task (the watch shares the output's)
       {2, Sbp::Broadcast(), Sbp::Split(1), "B,S(1)->S(1)", 2 + 1 + 1},
