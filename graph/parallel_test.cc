@@ -151,6 +151,45 @@ TEST(ParallelPassesTest, AllReduceWritesEachDevicesSumIntoOneBlock) {
   EXPECT_EQ(small->device_id(), 0);
 }
 
+// The in-place order compares byte ranges: a writer of one part of a register need not follow
+// a reader of another part (the shards of a variable stored split), but must follow one whose
+// part overlaps its own, and the check says which.
+TEST(ParallelPassesTest, InPlaceOrderComparesTheBytesOfParts) {
+  plan::Plan plan;
+  plan.set_job_name("parts");
+  auto add_task = [&](const std::string& name, plan::TaskKind kind) {
+    plan::Task* t = plan.add_tasks();
+    t->set_id(plan.tasks_size() - 1);
+    t->set_name(name);
+    t->set_kind(kind);
+    return t;
+  };
+  plan::BlobDesc* blob = add_task("w", plan::VARIABLE)->add_registers()->add_blobs();
+  blob->add_shape(8);
+  blob->set_dtype(plan::DT_FLOAT32);
+  blob->set_byte_size(32);
+  auto part = [](plan::Task* t, int64_t first, int64_t count) {
+    plan::InputDesc* in = t->add_inputs();
+    in->set_producer_task_id(0);
+    in->set_has_view(true);
+    in->add_view_shape(count);
+    in->set_part(true);
+    in->set_byte_offset(first * 4);
+  };
+  part(add_task("reader@0", plan::COMPUTE), 0, 4);  // rows 0-3
+  plan::Task* writer = add_task("update@1", plan::COMPUTE);
+  part(writer, 4, 4);  // rows 4-7, unordered with reader@0
+  writer->add_mutable_inputs(0);
+  AF_ASSERT_OK(VerifyInPlaceOrder(plan));
+  writer->mutable_inputs(0)->set_byte_offset(3 * 4);  // rows 3-6: row 3 is read by reader@0
+  Status overlapping = VerifyInPlaceOrder(plan);
+  ASSERT_FALSE(overlapping.ok());
+  EXPECT_NE(overlapping.message().find("task 'reader@0' reads register 0 of task 'w' unordered with its in-place writer "
+                                       "'update@1'"),
+            std::string::npos)
+      << overlapping.message();
+}
+
 // A reader of a variable that is a data ancestor of the variable's writer on the logical graph
 // (so the ordering pass adds no control edge) but not physically: the copy on device 1 of a
 // broadcast identity feeds nothing the writer on device 0 reads. Lowering must order it.
