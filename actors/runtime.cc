@@ -49,6 +49,11 @@ Status CalledFromActor(const char* call) {
 // A variable no task of the plan writes: readers use its buffer in place (plan.proto read_only).
 bool IsReadOnlyVariable(const plan::Task& task) { return task.kind() == plan::VARIABLE && task.read_only(); }
 
+// Where a data input starts in its blob: a part view's offset (InputDesc.part), else 0.
+size_t ByteOffset(const plan::InputDesc& input) {
+  return input.part() ? static_cast<size_t>(input.byte_offset()) : 0;
+}
+
 }  // namespace
 
 class Runtime::Impl : public RuntimeCore {
@@ -283,6 +288,16 @@ Status Runtime::Impl::Instantiate() {
             return InvalidArgument("plan: task '" + task.name() + "' views the block of '" + producer.task().name() +
                                    "' (" + std::to_string(reserved) + " bytes) as " + view.ToString());
           desc = view;
+        } else if (input.part()) {
+          TensorDesc view{Shape(input.view_shape().begin(), input.view_shape().end()), desc.dtype};
+          const int64_t element = static_cast<int64_t>(DTypeSize(desc.dtype));
+          if (!input.has_view() || input.byte_offset() < 0 || input.byte_offset() % element != 0 ||
+              input.byte_offset() + static_cast<int64_t>(view.byte_size()) > static_cast<int64_t>(desc.byte_size()))
+            return InvalidArgument("plan: task '" + task.name() + "' views part of " + desc.ToString() + " of '" +
+                                   producer.task().name() + "' as " + view.ToString() + " at byte " +
+                                   std::to_string(input.byte_offset()) +
+                                   ", which needs a view inside the blob at a multiple of the element size");
+          desc = view;
         } else if (input.has_view()) {
           TensorDesc view{Shape(input.view_shape().begin(), input.view_shape().end()), desc.dtype};
           if (view.byte_size() != desc.byte_size())
@@ -294,7 +309,8 @@ Status Runtime::Impl::Instantiate() {
       if (IsReadOnlyVariable(producer.task())) {
         // Nothing writes it: read the buffer in place; no edge, no message per iteration.
         if (input.control()) continue;
-        state.data_inputs().push_back(DataInput{-1, input.blob_index(), &producer.outputs()[input.producer_register()], desc});
+        state.data_inputs().push_back(
+            DataInput{-1, input.blob_index(), &producer.outputs()[input.producer_register()], desc, {}, ByteOffset(input)});
         continue;
       }
       auto key = std::make_pair(p, input.producer_register());
@@ -313,7 +329,7 @@ Status Runtime::Impl::Instantiate() {
       } else {
         edge = found->second;
       }
-      if (!input.control()) state.data_inputs().push_back(DataInput{edge, input.blob_index(), nullptr, desc});
+      if (!input.control()) state.data_inputs().push_back(DataInput{edge, input.blob_index(), nullptr, desc, {}, ByteOffset(input)});
       if (input.whole()) whole_inputs.emplace_back(state.data_inputs().size() - 1, key);
     }
     for (const auto& [data_input, owner] : whole_inputs) {

@@ -56,7 +56,7 @@ Status TaskState::FinishSetup(std::shared_ptr<const void> register_memory) {
   for (size_t i = 0; i < data_inputs_.size(); ++i) {
     const DataInput& d = data_inputs_[i];
     input_views_[i].desc = d.desc;
-    if (d.in_edge < 0) input_views_[i].data = d.constant->blob(0, d.blob_index);
+    if (d.in_edge < 0) input_views_[i].data = static_cast<char*>(d.constant->blob(0, d.blob_index)) + d.byte_offset;
     input_places_[i] = d.in_edge < 0 ? &d.constant->place : &in_edges_[d.in_edge].producer_slots->place;
   }
   output_views_.clear();
@@ -186,7 +186,7 @@ int64_t TaskState::TakeInputsAndOutputs(bool* failed, int* registers) {
         if (d.in_edge < 0) continue;  // a read-only variable: the view never changes
         const InputSlots& in = in_edges_[d.in_edge];
         const int block = in.next().register_index;
-        input_views_[i].data = in.producer_slots->blob(block, d.blob_index);
+        input_views_[i].data = static_cast<char*>(in.producer_slots->blob(block, d.blob_index)) + d.byte_offset;
         for (int e : d.slice_edges)
           AF_CHECK_EQ(in_edges_[e].next().register_index, block)
               << "'" << task_.name() << "' reads a block whole whose slices are in another block (rotation broken)";

@@ -183,6 +183,8 @@ struct DataInput {
   // An input read whole (InputDesc.whole): the in-edges of the registers sliced into its block.
   // Each act checks they deliver the same block (the group's rotation guarantees it).
   std::vector<int> slice_edges;
+  // A view of part of the blob (InputDesc.part): the kernel's data starts this far into it.
+  size_t byte_offset = 0;
 };
 
 // An actor kind is three policies, chosen once per task at instantiation (TaskPolicies::For)

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "graph/attr_convert.h"
 #include "graph/device_placement.h"
+#include "graph/in_place_order.h"
 #include "graph/passes.h"
 #include "kernels/boxing.h"
 
@@ -19,39 +21,6 @@ namespace graph {
 namespace {
 
 std::string ProducerOf(const std::string& ref) { return SplitRef(ref).value().first; }
-
-// Which of a chosen set of nodes (the candidates: readers of in-place-written blobs) each node
-// depends on, transitively through data and control edges: one bit per candidate per node,
-// filled in one sweep in topological order. Time O(edges x candidates / 64), memory O(nodes x
-// candidates / 8): a word operation per edge and 64 candidates instead of a search per writer.
-class CandidateAncestors {
- public:
-  CandidateAncestors(size_t nodes, const std::vector<int>& candidates)
-      : words_((candidates.size() + 63) / 64), bits_(nodes * words_, 0), bit_of_(nodes, -1) {
-    for (int c : candidates)
-      if (bit_of_[c] < 0) bit_of_[c] = next_bit_++;
-  }
-  // node's ancestors += from and from's ancestors.
-  void Merge(size_t node, size_t from) {
-    if (words_ == 0) return;  // no candidates: nothing to track (and no storage to index)
-    uint64_t* to = &bits_[node * words_];
-    const uint64_t* source = &bits_[from * words_];
-    for (size_t w = 0; w < words_; ++w) to[w] |= source[w];
-    const int bit = bit_of_[from];
-    if (bit >= 0) to[bit / 64] |= uint64_t{1} << (bit % 64);
-  }
-  // Whether `candidate` (one of the constructor's) is an ancestor of `node`.
-  bool Has(size_t node, size_t candidate) const {
-    const int bit = bit_of_[candidate];
-    return bit >= 0 && (bits_[node * words_ + bit / 64] >> (bit % 64) & 1) != 0;
-  }
-
- private:
-  size_t words_;
-  std::vector<uint64_t> bits_;
-  std::vector<int> bit_of_;
-  int next_bit_ = 0;
-};
 
 // Refs some op writes in place (variables under an optimizer, batch-norm moving statistics).
 std::set<std::string> InPlaceWrittenRefs(const Graph& graph) {
@@ -189,102 +158,7 @@ plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
   return blob;
 }
 
-// Readers of the registers some task writes in place: (producer task, register) -> the
-// (task, input index) pairs reading it by data edges, ascending. Also the reading tasks.
-struct WrittenRegisterReaders {
-  std::map<std::pair<int64_t, int>, std::vector<std::pair<int, int>>> readers;
-  std::vector<int> tasks;
-};
-WrittenRegisterReaders ReadersOfWrittenRegisters(const plan::Plan& plan) {
-  WrittenRegisterReaders result;
-  for (const plan::Task& t : plan.tasks())
-    for (int m : t.mutable_inputs())
-      if (m >= 0 && m < t.inputs_size())
-        result.readers.emplace(std::make_pair(t.inputs(m).producer_task_id(), t.inputs(m).producer_register()),
-                               std::vector<std::pair<int, int>>{});
-  if (result.readers.empty()) return result;
-  for (int t = 0; t < plan.tasks_size(); ++t)
-    for (int i = 0; i < plan.tasks(t).inputs_size(); ++i) {
-      const plan::InputDesc& in = plan.tasks(t).inputs(i);
-      if (in.control()) continue;
-      auto it = result.readers.find({in.producer_task_id(), in.producer_register()});
-      if (it == result.readers.end()) continue;
-      it->second.emplace_back(t, i);
-      if (result.tasks.empty() || result.tasks.back() != t) result.tasks.push_back(t);
-    }
-  return result;
-}
-
-// Each in-place writer runs after every task reading the register it writes, in the same
-// iteration. The ordering pass guarantees it for one device; spread over several, readers on
-// other devices (a boxing slicing a variable, another device's matmul reading the shared
-// buffer) get their control edge here. Tasks are in topological order.
-template <typename AddControl>
-void OrderInPlaceWriters(plan::Plan& plan, AddControl add_control) {
-  const int n = plan.tasks_size();
-  const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
-  if (written.readers.empty()) return;
-  CandidateAncestors ancestors(static_cast<size_t>(n), written.tasks);
-  for (int t = 0; t < n; ++t) {
-    for (const plan::InputDesc& in : plan.tasks(t).inputs())
-      ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(in.producer_task_id()));
-    std::vector<std::pair<int64_t, int>> targets;
-    for (int m : plan.tasks(t).mutable_inputs())
-      targets.emplace_back(plan.tasks(t).inputs(m).producer_task_id(), plan.tasks(t).inputs(m).producer_register());
-    for (const auto& target : targets)
-      for (const auto& [r, input] : written.readers.at(target)) {
-        if (r >= t) break;
-        if (ancestors.Has(static_cast<size_t>(t), static_cast<size_t>(r))) continue;
-        add_control(plan.mutable_tasks(t), r);
-        ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(r));
-      }
-  }
-}
-
 }  // namespace
-
-Status VerifyInPlaceOrder(const plan::Plan& plan) {
-  const int n = plan.tasks_size();
-  // Tasks are in topological order (every input's producer has a smaller id).
-  for (int t = 0; t < n; ++t)
-    for (const plan::InputDesc& in : plan.tasks(t).inputs()) {
-      const int64_t p = in.producer_task_id();
-      if (p < 0 || p >= t)
-        return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
-                        std::to_string(p) + ", which is not before it");
-    }
-  for (const plan::Task& writer : plan.tasks())
-    for (int m : writer.mutable_inputs())
-      if (m < 0 || m >= writer.inputs_size())
-        return Internal("plan '" + plan.job_name() + "': task '" + writer.name() + "' writes input " +
-                        std::to_string(m) + " of " + std::to_string(writer.inputs_size()));
-  const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
-  if (written.readers.empty()) return Status::Ok();
-  // What each task waits for this iteration (data and control edges), among the readers.
-  CandidateAncestors ancestors(static_cast<size_t>(n), written.tasks);
-  for (int t = 0; t < n; ++t)
-    for (const plan::InputDesc& in : plan.tasks(t).inputs())
-      ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(in.producer_task_id()));
-  for (int w = 0; w < n; ++w) {
-    const plan::Task& writer = plan.tasks(w);
-    for (int m : writer.mutable_inputs()) {
-      const plan::InputDesc& target = writer.inputs(m);
-      for (const auto& [r, i] : written.readers.at({target.producer_task_id(), target.producer_register()})) {
-        if (r == w) continue;
-        const plan::Task& reader = plan.tasks(r);
-        bool also_writes = false;  // two writers of one register: ordered either way
-        for (int k : reader.mutable_inputs()) also_writes |= k == i;
-        if (!ancestors.Has(static_cast<size_t>(w), static_cast<size_t>(r)) &&
-            !(also_writes && ancestors.Has(static_cast<size_t>(r), static_cast<size_t>(w))))
-          return Internal("plan '" + plan.job_name() + "': task '" + reader.name() + "' reads register " +
-                          std::to_string(target.producer_register()) + " of task '" +
-                          plan.tasks(target.producer_task_id()).name() + "' unordered with its in-place writer '" +
-                          writer.name() + "' (the reader must run before the writer)");
-      }
-    }
-  }
-  return Status::Ok();
-}
 
 std::unique_ptr<Pass> MakeOrderingPass() { return std::make_unique<OrderingPass>(); }
 std::unique_ptr<Pass> MakePrunePass() { return std::make_unique<PrunePass>(); }
@@ -457,6 +331,40 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     add_input(consumer, source);
     return Status::Ok();
   };
+  // Input i of op `n`'s task `index` of `parts`, where it reads a variable or placeholder
+  // stored split with that layout (StoredLayout; the boxing pass left the edge alone): a part
+  // view of the one buffer, this device's shard, which the task reads (and an update writes)
+  // in place.
+  auto add_shard_input = [&](plan::Task* consumer, const Node& n, size_t i, size_t index,
+                             size_t parts) -> StatusOr<bool> {
+    if (parts <= 1 || i >= n.input_sbp.size() || n.input_sbp[i].kind != SbpKind::kSplit) return false;
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(n.inputs[i]));
+    const Node& variable = *resolved.first;
+    if ((variable.kind != NodeKind::kVariable && variable.kind != NodeKind::kInput) ||
+        !(StoredLayout(graph, variable) == n.input_sbp[i]))
+      return false;
+    if (variable.devices.size() != parts)
+      return Internal("op '" + n.name + "' reads variable '" + variable.name + "' stored " +
+                      n.input_sbp[i].ToString() + " over " + std::to_string(variable.devices.size()) +
+                      " devices on " + std::to_string(parts));
+    const TensorDesc& logical = variable.output_descs[0];
+    int64_t offset = 0;
+    Shape shard;
+    for (size_t k = 0; k <= index; ++k) {
+      AF_ASSIGN_OR_RETURN(shard, PhysicalShape(logical.shape, n.input_sbp[i], static_cast<int64_t>(parts),
+                                               static_cast<int64_t>(k)));
+      if (k < index) offset += static_cast<int64_t>(TensorDesc{shard, logical.dtype}.byte_size());
+    }
+    plan::InputDesc* in = consumer->add_inputs();
+    in->set_producer_task_id(physical.at(variable.name).tasks.at(0));
+    in->set_producer_register(resolved.second);
+    in->set_blob_index(0);
+    in->set_has_view(true);
+    for (int64_t d : shard) in->add_view_shape(d);
+    in->set_part(true);
+    in->set_byte_offset(offset);
+    return true;
+  };
   // A producer's control register (no blobs), created on first use.
   std::map<int, int> control_register;
   auto add_control_input = [&](plan::Task* consumer, int producer) {
@@ -557,7 +465,10 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
             for (int task : from.tasks) add_input(t, Source{task, resolved.second, nullptr});
           }
         } else {
-          for (const auto& ref : n.inputs) AF_RETURN_IF_ERROR(add_data_input(t, ref, device, index, task_devices));
+          for (size_t i = 0; i < n.inputs.size(); ++i) {
+            AF_ASSIGN_OR_RETURN(bool shard, add_shard_input(t, n, i, index, parts));
+            if (!shard) AF_RETURN_IF_ERROR(add_data_input(t, n.inputs[i], device, index, task_devices));
+          }
           if (parts > 1) {
             PhysicalContext context;
             context.logical_inputs = logical_inputs;

@@ -23,6 +23,9 @@ std::string StateVariable(Graph& graph, const Node& var, const std::string& suff
   node.output_descs = var.output_descs;
   node.location = var.location;
   node.placement = var.placement;
+  // Laid out as the variable, so that a split variable's update runs on each device's shard
+  // of the variable and of its state alike.
+  node.output_sbp_hints = var.output_sbp_hints;
   return graph.Append(std::move(node)).output_ref(0);
 }
 

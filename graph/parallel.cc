@@ -63,6 +63,17 @@ std::string SplitProblem(const TensorDesc& desc, const Sbp& sbp, size_t parts) {
   return "";
 }
 
+// The layout each mutable input of in-place writer `n` must be written with: its variable's
+// stored layout (a boxing in front of a mutable input would make the writer update a copy).
+StatusOr<std::vector<std::pair<int, Sbp>>> WrittenLayouts(const Graph& graph, const Node& n) {
+  std::vector<std::pair<int, Sbp>> layouts;
+  for (int m : n.mutable_inputs) {
+    AF_ASSIGN_OR_RETURN(auto target, graph.Resolve(n.inputs.at(m)));
+    layouts.emplace_back(m, StoredLayout(graph, *target.first));
+  }
+  return layouts;
+}
+
 class PlacementPass : public Pass {
  public:
   std::string name() const override { return "placement"; }
@@ -83,6 +94,7 @@ class SbpPass : public Pass {
     for (Node& n : graph.mutable_nodes())
       if (n.devices.empty()) n.devices = {0};  // the placement pass did not run: one device
     FindFixedReaders(graph);
+    boxed_.clear();
     for (Node& n : graph.mutable_nodes()) {
       n.input_sbp.assign(n.inputs.size(), Sbp::Broadcast());
       n.output_sbp.assign(n.output_names.size(), Sbp::Broadcast());
@@ -91,19 +103,32 @@ class SbpPass : public Pass {
         continue;
       }
       // An in-place writer (an optimizer update, moving statistics) writes the one buffer of
-      // the variable, so it runs once, on the variable's first device.
-      for (int m : n.mutable_inputs) {
-        AF_ASSIGN_OR_RETURN(auto target, graph.Resolve(n.inputs.at(m)));
-        n.devices = {target.first->devices.empty() ? 0 : target.first->devices.front()};
-      }
+      // the variable: once, on the variable's first device, unless every variable it writes is
+      // stored split over the same devices, where each device writes its shard.
       AF_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(n.type));
+      if (!n.mutable_inputs.empty()) {
+        AF_ASSIGN_OR_RETURN(auto layouts, WrittenLayouts(graph, n));
+        const Node& first = *graph.Resolve(n.inputs.at(n.mutable_inputs.front())).value().first;
+        bool split = def->sbp != nullptr;
+        for (const auto& [m, layout] : layouts)
+          split &= layout.kind == SbpKind::kSplit &&
+                   graph.Resolve(n.inputs.at(m)).value().first->devices == first.devices;
+        if (split) {
+          n.devices = first.devices;
+          AF_ASSIGN_OR_RETURN(bool chosen, ChooseSignature(graph, n, *def, layouts));
+          if (chosen) continue;
+        }
+        n.devices = {first.devices.empty() ? 0 : first.devices.front()};
+        n.input_sbp.assign(n.inputs.size(), Sbp::Broadcast());
+        n.output_sbp.assign(n.output_names.size(), Sbp::Broadcast());
+      }
       // No SBP function: the op runs whole on one device rather than repeated on every one.
       if (n.devices.size() > 1 && !def->sbp) n.devices = {n.devices.front()};
       if (n.devices.size() <= 1) {
         AF_RETURN_IF_ERROR(CheckHints(n, n.output_sbp));
         continue;
       }
-      AF_RETURN_IF_ERROR(ChooseSignature(graph, n, *def));
+      AF_RETURN_IF_ERROR(ChooseSignature(graph, n, *def).status());
     }
     return RefineSourcelessOps(graph);
   }
@@ -183,7 +208,10 @@ class SbpPass : public Pass {
     return Status::Ok();
   }
 
-  Status ChooseSignature(const Graph& graph, Node& n, const OpDef& def) {
+  // Picks n's signature. With `required` (input index, layout) pairs, only candidates reading
+  // those inputs so are eligible, and none being so is `false`, not an error.
+  StatusOr<bool> ChooseSignature(const Graph& graph, Node& n, const OpDef& def,
+                                 const std::vector<std::pair<int, Sbp>>& required = {}) {
     const size_t parts = n.devices.size();
     SbpContext context;
     context.attrs = n.attrs;
@@ -208,6 +236,9 @@ class SbpPass : public Pass {
       if (candidate.repeat_last_input && !inputs.empty()) inputs.resize(n.inputs.size(), inputs.back());
       if (inputs.size() != n.inputs.size() || candidate.outputs.size() != n.output_names.size())
         return Internal(Where(n) + ": signature " + candidate.ToString() + " does not fit the op's arity");
+      if (!std::all_of(required.begin(), required.end(),
+                       [&](const std::pair<int, Sbp>& r) { return inputs.at(r.first) == r.second; }))
+        continue;
       std::string problem;
       for (size_t i = 0; i < inputs.size() && problem.empty(); ++i) {
         std::string p = SplitProblem(context.inputs[i], inputs[i], parts);
@@ -233,7 +264,10 @@ class SbpPass : public Pass {
         const Node& p = *producers[i];
         const Sbp from = p.output_sbp.empty() ? Sbp::Broadcast() : p.output_sbp[producer_outputs[i]];
         const double bytes = static_cast<double>(context.inputs[i].byte_size());
-        const double copy = CopyCost(p.devices, from, n.devices, inputs[i], bytes);
+        // A boxing an earlier reader already needs is made once (the boxing pass shares it).
+        const double copy = boxed_.count(BoxingKey(n.inputs[i], n.devices, inputs[i]))
+                                ? 0
+                                : CopyCost(p.devices, from, n.devices, inputs[i], bytes);
         // A layout the user asked for (model_distribute, distribute=, parallel_cast) is what
         // its readers compute with wherever one of their signatures can: boxing it away costs
         // more than any copy, so a candidate that keeps it always wins.
@@ -254,6 +288,7 @@ class SbpPass : public Pass {
         best_inputs = std::move(inputs);
       }
     }
+    if (best == nullptr && !required.empty()) return false;
     if (best == nullptr) {
       if (!hint_problem.empty()) {
         std::string hints;
@@ -266,6 +301,11 @@ class SbpPass : public Pass {
     }
     n.input_sbp = std::move(best_inputs);
     n.output_sbp = best->outputs;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const Sbp from = producers[i]->output_sbp.empty() ? Sbp::Broadcast() : producers[i]->output_sbp[producer_outputs[i]];
+      if (NeedsBoxing(producers[i]->devices, from, n.devices, n.input_sbp[i]))
+        boxed_.insert(BoxingKey(n.inputs[i], n.devices, n.input_sbp[i]));
+    }
     // All broadcast: every device would compute the same; in one process one copy serves the
     // readers of every device, so it runs once (unless the user asked for the layout).
     // (An op without inputs decides in RefineSourcelessOps, once its readers have chosen.)
@@ -273,7 +313,7 @@ class SbpPass : public Pass {
     for (const Sbp& sbp : n.input_sbp) all_broadcast &= sbp.kind == SbpKind::kBroadcast;
     for (const Sbp& sbp : n.output_sbp) all_broadcast &= sbp.kind == SbpKind::kBroadcast;
     if (all_broadcast) n.devices = {n.devices.front()};
-    return Status::Ok();
+    return true;
   }
 
   // Readers whose layout is known before the SBP pass reaches them: in-place writers (whole,
@@ -285,13 +325,25 @@ class SbpPass : public Pass {
     for (const Node& reader : graph.nodes()) {
       if (reader.kind != NodeKind::kOp) continue;
       int device = -1;
+      const Node* variable = nullptr;
       for (int m : reader.mutable_inputs) {
         auto target = graph.Resolve(reader.inputs.at(m));
-        if (target.ok() && !target.value().first->devices.empty()) device = target.value().first->devices.front();
+        if (target.ok() && !target.value().first->devices.empty()) {
+          variable = target.value().first;
+          device = variable->devices.front();
+        }
       }
+      // A writer of a variable stored split most likely writes each shard on its device
+      // (the op may still fall back to one device; this is an estimate), reading the tensors
+      // shaped like the variable (its gradient, its state) split alike.
+      const Sbp stored = variable != nullptr ? StoredLayout(graph, *variable) : Sbp::Broadcast();
       for (const std::string& ref : reader.inputs) {
         if (device < 0) {
           open.insert(ref);
+        } else if (stored.kind == SbpKind::kSplit) {
+          auto desc = graph.Desc(ref);
+          const bool shaped_alike = desc.ok() && desc.value().shape == variable->output_descs[0].shape;
+          fixed_readers_[ref].push_back({variable->devices, shaped_alike ? stored : Sbp::Broadcast()});
         } else {
           fixed_readers_[ref].push_back({{device}, Sbp::Broadcast()});
         }
@@ -301,7 +353,12 @@ class SbpPass : public Pass {
     for (const std::string& ref : open) fixed_readers_[ref];  // present and empty: no estimate
   }
 
+  static std::string BoxingKey(const std::string& ref, const std::vector<int>& devices, const Sbp& sbp) {
+    return ref + "|" + PlacementOf(devices).ToString() + "|" + Normalized(sbp, devices.size()).ToString();
+  }
+
   std::map<std::string, std::vector<std::pair<std::vector<int>, Sbp>>> fixed_readers_;
+  std::set<std::string> boxed_;  // BoxingKey of every boxing the signatures chosen so far need
 };
 
 class BoxingPass : public Pass {
@@ -319,6 +376,10 @@ class BoxingPass : public Pass {
         const std::vector<int> devices = n->devices;
         const Sbp want = n->input_sbp.at(i);
         AF_ASSIGN_OR_RETURN(std::string boxed, Boxed(graph, ref, devices, want, n->location));
+        if (boxed != ref && std::find(n->mutable_inputs.begin(), n->mutable_inputs.end(), static_cast<int>(i)) !=
+                                n->mutable_inputs.end())
+          return Internal(Where(*n) + " writes '" + ref + "' in place but reads it through a boxing as " +
+                          want.ToString());
         graph.FindMutableNode(name)->inputs[i] = boxed;
       }
     }
@@ -357,6 +418,9 @@ class BoxingPass : public Pass {
     const Sbp from = PhysicalOutputSbp(producer, resolved.second);
     const Sbp to = Normalized(want, devices.size());
     if (!NeedsBoxing(from_devices, from, devices, to)) return ref;
+    // A variable or placeholder stored split: each device reads its shard of the one buffer
+    // in place.
+    if (from_devices == devices && to.kind == SbpKind::kSplit && StoredLayout(graph, producer) == to) return ref;
     const std::string key = ref + "|" + PlacementOf(devices).ToString() + "|" + to.ToString();
     if (auto it = made_.find(key); it != made_.end()) return it->second;
     const TensorDesc& desc = producer.output_descs[resolved.second];
@@ -399,6 +463,23 @@ class BoxingPass : public Pass {
 };
 
 }  // namespace
+
+Sbp StoredLayout(const Graph& graph, const Node& source) {
+  if ((source.kind != NodeKind::kVariable && source.kind != NodeKind::kInput) || source.devices.size() <= 1 ||
+      graph.machine_num() > 1 || source.output_descs.empty())
+    return Sbp::Broadcast();
+  // A variable's layout is its hint (known before the SBP pass reaches it: in-place writers
+  // are placed by it); a placeholder's is what the SBP pass chose (S(0) by default).
+  std::optional<Sbp> layout;
+  if (source.kind == NodeKind::kVariable && !source.output_sbp_hints.empty()) layout = source.output_sbp_hints[0];
+  if (source.kind == NodeKind::kInput && !source.output_sbp.empty()) layout = source.output_sbp[0];
+  if (!layout || layout->kind != SbpKind::kSplit) return Sbp::Broadcast();
+  const TensorDesc& desc = source.output_descs[0];
+  if (!SplitProblem(desc, *layout, source.devices.size()).empty()) return Sbp::Broadcast();
+  for (int64_t axis = 0; axis < layout->axis; ++axis)
+    if (desc.shape[axis] != 1) return Sbp::Broadcast();  // strided shards
+  return *layout;
+}
 
 std::unique_ptr<Pass> MakePlacementPass() { return std::make_unique<PlacementPass>(); }
 std::unique_ptr<Pass> MakeSbpPass() { return std::make_unique<SbpPass>(); }

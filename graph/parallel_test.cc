@@ -70,22 +70,27 @@ TEST(ParallelPassesTest, DataParallelMlpOnThreeDevices) {
   g.set_device_num(3);
   plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
   const std::string summary = SbpSummary(g);
-  // Feeds split on the batch axis (10 rows: 4/3/3), the forward matmul data-parallel, the
-  // weight gradients partial sums reduced for the update on device 0.
+  // Feeds split on the batch axis (10 rows: 4/3/3) and read in place, each device its rows of
+  // the feed's register (no slicing task), the forward matmul data-parallel, the weight
+  // gradients partial sums reduced for the update on device 0.
   EXPECT_NE(summary.find("x (input) on cpu 0:0,0:1,0:2: ->S(0)"), std::string::npos) << summary;
-  EXPECT_NE(summary.find("x-boxing (boxing) on cpu 0:0,0:1,0:2: B->S(0)"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("x-boxing"), std::string::npos) << summary;
   EXPECT_NE(summary.find("hidden-weight-update (sgd_update) on cpu 0:0: B,B,B->"), std::string::npos) << summary;
   // The loss's gradient seed is made split where its reader reads it split: no boxing.
   EXPECT_NE(summary.find("loss-grad-seed (constant) on cpu 0:0,0:1,0:2: ->S(0)"), std::string::npos) << summary;
   EXPECT_EQ(summary.find("loss-grad-seed-boxing"), std::string::npos) << summary;
-  const plan::Task* x1 = FindTask(plan, "x-boxing@1");
-  ASSERT_NE(x1, nullptr) << PlanToDot(plan);
-  EXPECT_EQ(x1->device_id(), 1);
-  EXPECT_EQ(x1->registers(0).blobs(0).shape(0), 3);  // rows 4..6 of 10
-  const plan::Task* x0 = FindTask(plan, "x-boxing@0");
-  ASSERT_NE(x0, nullptr);
-  EXPECT_EQ(x0->registers(0).blobs(0).shape(0), 4);
-  for (int d = 0; d < 3; ++d) EXPECT_NE(FindTask(plan, "hidden-matmul@" + std::to_string(d)), nullptr) << d;
+  const int64_t first_row[] = {0, 4, 7}, rows[] = {4, 3, 3};
+  for (int d = 0; d < 3; ++d) {
+    const plan::Task* matmul = FindTask(plan, "hidden-matmul@" + std::to_string(d));
+    ASSERT_NE(matmul, nullptr) << d;
+    EXPECT_EQ(matmul->device_id(), d);
+    const plan::InputDesc& x = matmul->inputs(0);
+    EXPECT_EQ(plan.tasks(static_cast<int>(x.producer_task_id())).name(), "x") << PlanToDot(plan);
+    EXPECT_TRUE(x.part()) << d;
+    EXPECT_EQ(x.byte_offset(), first_row[d] * 3 * 4) << d;  // rows of 3 float32
+    ASSERT_EQ(x.view_shape_size(), 2);
+    EXPECT_EQ(x.view_shape(0), rows[d]);
+  }
   // The update runs once, and after the readers of its variable on every device.
   const plan::Task* update = FindTask(plan, "hidden-weight-update");
   ASSERT_NE(update, nullptr);
@@ -144,6 +149,45 @@ TEST(ParallelPassesTest, AllReduceWritesEachDevicesSumIntoOneBlock) {
   const plan::Task* small = FindTask(plan, "output-matmul-grad_1-boxing");
   ASSERT_NE(small, nullptr) << PlanToDot(plan);
   EXPECT_EQ(small->device_id(), 0);
+}
+
+// The in-place order compares byte ranges: a writer of one part of a register need not follow
+// a reader of another part (the shards of a variable stored split), but must follow one whose
+// part overlaps its own, and the check says which.
+TEST(ParallelPassesTest, InPlaceOrderComparesTheBytesOfParts) {
+  plan::Plan plan;
+  plan.set_job_name("parts");
+  auto add_task = [&](const std::string& name, plan::TaskKind kind) {
+    plan::Task* t = plan.add_tasks();
+    t->set_id(plan.tasks_size() - 1);
+    t->set_name(name);
+    t->set_kind(kind);
+    return t;
+  };
+  plan::BlobDesc* blob = add_task("w", plan::VARIABLE)->add_registers()->add_blobs();
+  blob->add_shape(8);
+  blob->set_dtype(plan::DT_FLOAT32);
+  blob->set_byte_size(32);
+  auto part = [](plan::Task* t, int64_t first, int64_t count) {
+    plan::InputDesc* in = t->add_inputs();
+    in->set_producer_task_id(0);
+    in->set_has_view(true);
+    in->add_view_shape(count);
+    in->set_part(true);
+    in->set_byte_offset(first * 4);
+  };
+  part(add_task("reader@0", plan::COMPUTE), 0, 4);  // rows 0-3
+  plan::Task* writer = add_task("update@1", plan::COMPUTE);
+  part(writer, 4, 4);  // rows 4-7, unordered with reader@0
+  writer->add_mutable_inputs(0);
+  AF_ASSERT_OK(VerifyInPlaceOrder(plan));
+  writer->mutable_inputs(0)->set_byte_offset(3 * 4);  // rows 3-6: row 3 is read by reader@0
+  Status overlapping = VerifyInPlaceOrder(plan);
+  ASSERT_FALSE(overlapping.ok());
+  EXPECT_NE(overlapping.message().find("task 'reader@0' reads register 0 of task 'w' unordered with its in-place writer "
+                                       "'update@1'"),
+            std::string::npos)
+      << overlapping.message();
 }
 
 // A reader of a variable that is a data ancestor of the variable's writer on the logical graph

@@ -63,7 +63,9 @@ std::unique_ptr<Pass> MakePlacementPass();
 // An all-broadcast choice runs on one device (its register serves every device); an op without
 // inputs takes the layout all its readers chose. Feeds are
 // steered to S(0) (B if the batch axis is too short), variables to B, unless hinted. In-place
-// writers run once, on their variable's first device (variables are one buffer); ops without an
+// writers run once, on their variable's first device (variables are one buffer), except where
+// every variable they write is stored split (StoredLayout) and one of their signatures writes
+// each with its stored layout: then on every device, each on its shard; ops without an
 // SBP function run whole on their placement's first device. A split no signature avoids and an
 // impossible hint are InvalidArgument naming op, blob, axis and line.
 std::unique_ptr<Pass> MakeSbpPass();
@@ -71,6 +73,17 @@ std::unique_ptr<Pass> MakeSbpPass();
 // differs from what the reader's signature needs, and before the outputs and watches (the whole
 // tensor on one device). P->B on the same devices becomes P->S(k) then S(k)->B.
 std::unique_ptr<Pass> MakeBoxingPass();
+// How a variable or placeholder is stored over its devices: S(k) where it is laid out S(k)
+// (a variable: hinted; a placeholder: as the SBP pass chose, S(0) by default) on several
+// devices of one machine and each device's shard is a byte range of the one buffer (every
+// axis before k has length 1), else B. It stays one whole buffer (checkpoints, the store and
+// the feed see the logical tensor), but each device's readers with the same layout read its
+// shard in place (InputDesc.part), and a variable's elementwise updates run on every device,
+// each writing only its shard: no task slices the tensor and none gathers a variable's
+// gradient. Variables stored B (strided splits included) are read whole and updated on their
+// first device.
+Sbp StoredLayout(const Graph& graph, const Node& source);
+
 // One line per node after the SBP pass: name (type) on placement: inputs->outputs  @ file:line.
 std::string SbpSummary(const Graph& graph);
 

@@ -3,9 +3,80 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace actorflow {
 namespace {
+
+// A partial sum whose task touches more than this (its shards' regions and its output) streams
+// its output past the caches: the sources alone evict the output's lines before any reader
+// comes, so a normal store's read-for-ownership (loading each output line before overwriting
+// it) would only add traffic, a third more for two shards. Half this machine's L3.
+constexpr size_t kStreamTouchedBytes = 16 << 20;
+
+constexpr int64_t kSumBlock = 2048;  // elements: 8 KiB of float32, with the shards' reads well inside L1
+
+// out[0, n) = the sum of sources[k][0, n) for every k, summed in blocks that stay in L1: the
+// first two sources into the block, then each further one added while the block is hot, so
+// each output element goes to memory once whatever the number of sources. `stream`: the
+// output is written with non-temporal stores (float and double on SSE2; others store normally).
+// `source(k)`: the run's start in source k.
+template <typename T, typename Source>
+void SumRun(T* out, Source source, size_t count, int64_t n, bool stream) {
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (stream) {
+      constexpr int64_t kLanes = 16 / sizeof(T);
+      int64_t head = 0;  // scalar stores up to the first 16-byte boundary of the output
+      while (head < n && reinterpret_cast<uintptr_t>(out + head) % 16 != 0) {
+        T sum = source(0)[head];
+        for (size_t k = 1; k < count; ++k) sum += source(k)[head];
+        out[head++] = sum;
+      }
+      alignas(64) T block[kSumBlock];
+      for (int64_t begin = head; begin < n; begin += kSumBlock) {
+        const int64_t length = std::min(kSumBlock, n - begin);
+        const T* __restrict x = source(0) + begin;
+        const T* __restrict y = source(1) + begin;
+        for (int64_t i = 0; i < length; ++i) block[i] = x[i] + y[i];
+        for (size_t k = 2; k < count; ++k) {
+          const T* __restrict z = source(k) + begin;
+          for (int64_t i = 0; i < length; ++i) block[i] += z[i];
+        }
+        T* destination = out + begin;
+        const int64_t vectors = length / kLanes * kLanes;
+        for (int64_t i = 0; i < vectors; i += kLanes) {
+          if constexpr (std::is_same_v<T, float>) {
+            _mm_stream_ps(destination + i, _mm_load_ps(block + i));
+          } else {
+            _mm_stream_pd(destination + i, _mm_load_pd(block + i));
+          }
+        }
+        for (int64_t i = vectors; i < length; ++i) destination[i] = block[i];
+      }
+      // Streaming stores are weakly ordered: make them visible before the task reports its
+      // register ready (the message's release then publishes them).
+      _mm_sfence();
+      return;
+    }
+  }
+#endif
+  (void)stream;
+  for (int64_t begin = 0; begin < n; begin += kSumBlock) {
+    const int64_t length = std::min(kSumBlock, n - begin);
+    T* __restrict block = out + begin;
+    const T* __restrict x = source(0) + begin;
+    const T* __restrict y = source(1) + begin;
+    for (int64_t i = 0; i < length; ++i) block[i] = x[i] + y[i];
+    for (size_t k = 2; k < count; ++k) {
+      const T* __restrict z = source(k) + begin;
+      for (int64_t i = 0; i < length; ++i) block[i] += z[i];
+    }
+  }
+}
 
 // A box of the logical tensor: [begin[a], end[a]) on every axis.
 struct Box {
@@ -101,31 +172,19 @@ Status RunTyped(const BoxingSpec& spec, const std::vector<TensorView>& inputs, c
       ForEachRun<T>(out_box, out, out_box, inputs[0].as<const T>(), FullBox(spec.logical_shape), copy);
       break;
     case SbpKind::kPartialSum: {
-      // Every shard holds the whole logical tensor, so one offset finds a run in all of them.
-      // The run is summed in blocks that stay in L1: the first two shards into the block, then
-      // each further shard added while the block is hot, so each output element goes to
-      // memory once whatever the number of shards (adding shard by shard over the whole run
-      // would read and write the output once more per shard past the second).
+      // Every shard holds the whole logical tensor, so one offset finds a run in all of them
+      // (SumRun: blocked in L1, streamed past the caches when the task touches more than
+      // they hold).
       const Box full = FullBox(spec.logical_shape);
       const T* first = inputs[0].as<const T>();
       if (inputs.size() == 1) {
         ForEachRun<T>(out_box, out, out_box, first, full, copy);
         break;
       }
-      ForEachRun<T>(out_box, out, out_box, first, full, [&inputs, first](T* d, const T* a, int64_t n) {
+      const bool stream = output.byte_size() * (inputs.size() + 1) > kStreamTouchedBytes;
+      ForEachRun<T>(out_box, out, out_box, first, full, [&](T* d, const T* a, int64_t n) {
         const std::ptrdiff_t offset = a - first;
-        constexpr int64_t kBlock = 2048;  // elements: 8 KiB of float32, with the shards' reads well inside L1
-        for (int64_t begin = 0; begin < n; begin += kBlock) {
-          const int64_t length = std::min(kBlock, n - begin);
-          T* __restrict block = d + begin;
-          const T* __restrict x = a + begin;
-          const T* __restrict y = inputs[1].as<const T>() + offset + begin;
-          for (int64_t i = 0; i < length; ++i) block[i] = x[i] + y[i];
-          for (size_t k = 2; k < inputs.size(); ++k) {
-            const T* __restrict z = inputs[k].as<const T>() + offset + begin;
-            for (int64_t i = 0; i < length; ++i) block[i] += z[i];
-          }
-        }
+        SumRun<T>(d, [&](size_t k) { return inputs[k].as<const T>() + offset; }, inputs.size(), n, stream);
       });
       break;
     }

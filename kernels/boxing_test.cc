@@ -175,6 +175,50 @@ TEST(BoxingTest, ReduceOfManyShardsOverLongRunsIsExact) {
     }
 }
 
+TEST(BoxingTest, ReduceLargerThanTheCachesStreamsItsOutputExactly) {
+  // Pieces whose task touches more than 16 MiB stream their output (non-temporal stores):
+  // outputs starting off a 16-byte boundary, runs of odd lengths (P -> S(1) of rows of 700001),
+  // float and double, 2 and 3 shards; every element is the sum of its shards.
+  const Shape logical = {3, 700001};
+  const int64_t elements = NumElements(logical);
+  for (DType dtype : {DType::kFloat32, DType::kFloat64})
+    for (int64_t shards : {2, 3})
+      for (const Sbp& out : {Sbp::Split(1), Sbp::Broadcast()}) {
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + ", " + std::to_string(shards) + " shards -> " + out.ToString());
+        std::vector<std::vector<double>> sources(shards, std::vector<double>(elements));
+        std::vector<std::vector<float>> single(shards, std::vector<float>(elements));
+        std::vector<TensorView> inputs;
+        for (int64_t k = 0; k < shards; ++k) {
+          for (int64_t i = 0; i < elements; ++i) {
+            sources[k][i] = static_cast<double>((i * (k + 3)) % 97 - 40 * k);
+            single[k][i] = static_cast<float>(sources[k][i]);
+          }
+          inputs.push_back({dtype == DType::kFloat32 ? static_cast<void*>(single[k].data()) : sources[k].data(),
+                            {logical, dtype}});
+        }
+        const int64_t parts = out.kind == SbpKind::kBroadcast ? 1 : 2;
+        for (int64_t index = 0; index < parts; ++index) {
+          BoxingSpec spec{logical, dtype, Sbp::PartialSum(), out, shards, parts, index};
+          const Shape shape = PhysicalShape(logical, out, parts, index).value();
+          const int64_t n = NumElements(shape);
+          // One element in: the output starts 4 or 8 bytes past an aligned block.
+          std::vector<double> wide(n + 1, -1.0);
+          std::vector<float> narrow(n + 1, -1.0f);
+          void* data = dtype == DType::kFloat32 ? static_cast<void*>(narrow.data() + 1) : wide.data() + 1;
+          ASSERT_TRUE(RunBoxing(spec, inputs, {data, {shape, dtype}}).ok());
+          const int64_t col0 = out == Sbp::Split(1) && index == 1 ? 350001 : 0;
+          for (int64_t r = 0; r < shape[0]; ++r)
+            for (int64_t c = 0; c < shape[1]; ++c) {
+              double want = 0;
+              for (int64_t k = 0; k < shards; ++k) want += sources[k][r * 700001 + col0 + c];
+              const double got = dtype == DType::kFloat32 ? narrow[1 + r * shape[1] + c] : wide[1 + r * shape[1] + c];
+              ASSERT_EQ(got, want) << r << "," << c;
+            }
+          EXPECT_EQ(dtype == DType::kFloat32 ? narrow[0] : wide[0], -1.0) << "wrote before its output";
+        }
+      }
+}
+
 TEST(BoxingTest, WrongShardsAreErrorsNamingTheLayout) {
   RegisterAllOps();
   BoxingSpec spec{kLogical, DType::kFloat64, Sbp::Split(0), Sbp::Broadcast(), 3, 1, 0};

@@ -97,8 +97,12 @@ StatusOr<TensorDesc> InputDesc(const plan::Plan& plan, const PlanFacts& facts, c
     TensorDesc view{Shape(input.view_shape().begin(), input.view_shape().end()), desc.dtype};
     AF_RETURN_IF_ERROR(ValidateTensorDesc(view, "task '" + task.name() + "' view"));
     if (TooLarge(view)) return InvalidArgument("task '" + task.name() + "' views a blob as " + view.ToString());
-    if (view.num_elements() != desc.num_elements())
-      return InvalidArgument("task '" + task.name() + "' views " + desc.ToString() + " as " + view.ToString());
+    const bool fits = input.part() ? input.byte_offset() >= 0 && input.byte_offset() + static_cast<int64_t>(view.byte_size()) <=
+                                                                      static_cast<int64_t>(desc.byte_size())
+                                   : view.num_elements() == desc.num_elements();
+    if (!fits)
+      return InvalidArgument("task '" + task.name() + "' views " + desc.ToString() + " as " + view.ToString() +
+                             (input.part() ? " at byte " + std::to_string(input.byte_offset()) : ""));
     desc = view;
   }
   return desc;

@@ -71,6 +71,8 @@ struct Model {
   std::map<std::string, Shape> variables;
   Shape input_shape;
   std::function<JobBuilder()> build;
+  // The learning-rate feed's length (LAMB's is 3: the rate and its bias corrections, here 1).
+  int64_t rate_size = 1;
 };
 
 Model SeedMlp(const MlpOptions& options) {
@@ -125,13 +127,14 @@ Trained Train(const Model& model, int steps, Session* shared = nullptr) {
     }
     xs.push_back(std::move(x));
   }
-  float learning_rate = 0.1f;
+  std::vector<float> learning_rate(model.rate_size, 1.0f);
+  learning_rate[0] = 0.1f;
   for (int step = 0; step < steps; ++step) {
     std::vector<float> loss(batch);
     const int b = step % 3;
     Status ran = job->Run({TensorView{xs[b].data(), {model.input_shape, DType::kFloat32}},
                            TensorView{labels[b].data(), {{batch}, DType::kInt32}},
-                           TensorView{&learning_rate, {{1}, DType::kFloat32}}},
+                           TensorView{learning_rate.data(), {{model.rate_size}, DType::kFloat32}}},
                           {TensorView{loss.data(), {{batch}, DType::kFloat32}}});
     if (!ran.ok()) throw std::runtime_error(ran.message());
     result.losses.push_back(std::move(loss));
@@ -192,6 +195,44 @@ Model SmallLenet(int devices, bool hybrid) {
                 {"dense2-bias", {10}}},
                {20, 1, 12, 12},
                build};
+}
+
+// Two dense layers stored as OneFlow stores them, weights (units, in) read with transpose_b,
+// trained with momentum: x(60, 50) -> dense 100 + relu -> dense 10 -> loss. With `split`, both
+// weights and biases are hinted S(0) (model_distribute=split(0): output features), so every
+// variable and its momentum are stored split: 100 rows over 3 devices are 34/33/33, 10 are 4/3/3.
+Model SplitRowsMlp(int devices, bool split, const std::string& optimizer = "momentum") {
+  auto build = [devices, split, optimizer] {
+    JobBuilder b = ValueOrDie(JobBuilder::Create("rows", "train"));
+    if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("devices");
+    std::string x = ValueOrDie(b.AddInput("x", {60, 50}, DType::kFloat32, "rows.py:1"));
+    std::string labels = ValueOrDie(b.AddInput("labels", {60}, DType::kInt32, "rows.py:2"));
+    auto variable = [&](const std::string& name, Shape shape) {
+      std::string ref = ValueOrDie(b.AddVariable(name, shape, DType::kFloat32, "rows.py:3"));
+      if (split && !b.SetOutputSbpHint(ref, Sbp::Split(0)).ok()) throw std::runtime_error("hint");
+      return ref;
+    };
+    std::string w1 = variable("rows1-weight", {100, 50}), b1 = variable("rows1-bias", {100});
+    std::string w2 = variable("rows2-weight", {10, 100}), b2 = variable("rows2-bias", {10});
+    auto op = [&](const std::string& type, const std::string& name, std::vector<std::string> in, Attrs attrs) {
+      return ValueOrDie(b.AddOp(type, name, in, attrs, "rows.py:4"))->output_ref(0);
+    };
+    std::string t = op("matmul", "rows1", {x, w1}, Attrs{{"transpose_b", true}});
+    t = op("bias_add", "rows1-bias_add", {t, b1}, {});
+    t = op("relu", "rows1-relu", {t}, {});
+    t = op("matmul", "rows2", {t, w2}, Attrs{{"transpose_b", true}});
+    t = op("bias_add", "rows2-bias_add", {t, b2}, {});
+    std::string loss = op("sparse_softmax_cross_entropy", "loss", {labels, t}, {});
+    if (!b.AddLoss(loss).ok()) throw std::runtime_error("AddLoss");
+    OptimizerSpec spec;
+    spec.type = optimizer;
+    if (!b.SetOptimizer(spec).ok() || !b.SetOutputs({loss}).ok()) throw std::runtime_error("optimizer");
+    return b;
+  };
+  return Model{{{"rows1-weight", {100, 50}}, {"rows1-bias", {100}}, {"rows2-weight", {10, 100}}, {"rows2-bias", {10}}},
+               {60, 50},
+               build,
+               optimizer == "lamb" ? 3 : 1};
 }
 
 // max |a - b| / max |b|: the relative error of a tensor.
@@ -303,11 +344,12 @@ TEST(ParallelMachineryTest, EachLayoutOfASmallJobMatchesOneDevice) {
     int boxing_tasks;
   };
   const std::vector<Case> cases = {
-      // x sliced per device (7 rows: 4/3, 3/2/2); both outputs are gathered to device 0 in
-      // place: row shards are byte ranges of the whole, so the producers' registers are slices
-      // of one block the sink reads whole, and no gather task exists.
-      {2, std::nullopt, std::nullopt, "S(0),B->S(0)", 2},
-      {3, std::nullopt, std::nullopt, "S(0),B->S(0)", 3},
+      // x read in place per device (7 rows: 4/3, 3/2/2: byte ranges of the feed's register);
+      // both outputs are gathered to device 0 in place: row shards are byte ranges of the
+      // whole, so the producers' registers are slices of one block the sink reads whole. No
+      // boxing task at all.
+      {2, std::nullopt, std::nullopt, "S(0),B->S(0)", 0},
+      {3, std::nullopt, std::nullopt, "S(0),B->S(0)", 0},
       // model-parallel: w sliced on axis 1 (5 columns: 3/2), x read whole; column shards are
       // strided, so both outputs keep a gather task (the watch shares the output's)
       {2, Sbp::Broadcast(), Sbp::Split(1), "B,S(1)->S(1)", 2 + 1 + 1},
@@ -419,6 +461,88 @@ TEST_F(ParallelTest, VariablesTrainedOnTwoDevicesContinueOnOneAndThree) {
     Trained want = Train(MlpOptions{}, 20, &reference);
     ExpectSameTraining(continued, want, 1e-3);
   }
+}
+
+// Variables stored split: each device reads its rows of the one buffer in place and updates
+// them itself; no task slices a weight or gathers a weight's gradient, and training is the
+// one-device training (2 devices, and 3 with 100 rows as 34/33/33).
+TEST_F(ParallelTest, VariablesStoredSplitTrainEachShardInPlaceAndMatchOneDevice) {
+  const Trained one_step = Train(SplitRowsMlp(1, false), 1), hundred = Train(SplitRowsMlp(1, false), 100);
+  const std::vector<std::string> variables = {"rows1-weight", "rows1-bias", "rows2-weight", "rows2-bias"};
+  for (int devices : {2, 3}) {
+    SCOPED_TRACE(std::to_string(devices) + " devices");
+    Session session;
+    CreateVariables(session, SplitRowsMlp(devices, true));
+    JobOptions options;
+    options.num_threads = 2;
+    auto job = ValueOrDie(session.Compile(SplitRowsMlp(devices, true).build(), options));
+    const std::string summary = SbpSummary(job->graph());
+    const plan::Plan& plan = job->plan();
+    std::map<std::string, int> variable_task;  // variable name -> task id
+    for (const plan::Task& task : plan.tasks())
+      if (task.kind() == plan::VARIABLE) variable_task[task.variable_name()] = static_cast<int>(task.id());
+    for (const std::string& name : variables) {
+      SCOPED_TRACE(name);
+      EXPECT_TRUE(Chose(summary, name + "-update", "S(0),S(0),S(0),B->")) << summary;
+      EXPECT_EQ(summary.find(name + "-boxing"), std::string::npos) << summary;
+      for (const std::string& stored : {name, name + "-momentum"}) {
+        ASSERT_TRUE(variable_task.count(stored)) << stored;
+        const int id = variable_task.at(stored);
+        int64_t next_offset = 0;
+        for (int d = 0; d < devices; ++d) {
+          // The device's update writes its rows in place: a part view at the shard's offset.
+          const std::string update = name + "-update@" + std::to_string(d);
+          const plan::Task* task = nullptr;
+          for (const plan::Task& t : plan.tasks()) task = t.name() == update ? &t : task;
+          ASSERT_NE(task, nullptr) << update;
+          EXPECT_EQ(task->device_id(), d);
+          bool writes_its_shard = false;
+          for (int m : task->mutable_inputs()) {
+            const plan::InputDesc& in = task->inputs(m);
+            if (in.producer_task_id() != id) continue;
+            writes_its_shard = in.part() && in.byte_offset() == next_offset;
+            int64_t bytes = sizeof(float);
+            for (int64_t extent : in.view_shape()) bytes *= extent;
+            next_offset += bytes;
+          }
+          EXPECT_TRUE(writes_its_shard) << update << " of " << stored;
+        }
+        EXPECT_EQ(next_offset, static_cast<int64_t>(sizeof(float)) * NumElements(
+                                   stored.rfind("rows1-weight", 0) == 0 ? Shape{100, 50}
+                                   : stored.rfind("rows2-weight", 0) == 0 ? Shape{10, 100}
+                                   : stored.rfind("rows1-bias", 0) == 0   ? Shape{100}
+                                                                          : Shape{10}));
+        // Nothing copies the variable: its readers are kernels reading it in place.
+        for (const plan::Task& t : plan.tasks())
+          for (const plan::InputDesc& in : t.inputs())
+            if (in.producer_task_id() == id && !in.control())
+              EXPECT_NE(t.op_type(), "boxing") << t.name() << " reads " << stored;
+      }
+    }
+    // Each device's gradient reaches its update as that device's rows: no task gathers a whole
+    // gradient (the batch-split loss still makes the biases' gradients partial sums, whose
+    // reduce-scatter is one task per device ending in S(0)).
+    for (const plan::Task& t : plan.tasks()) {
+      if (t.op_type() != "momentum_update") continue;
+      for (const plan::InputDesc& in : t.inputs()) {
+        const plan::Task& producer = plan.tasks(static_cast<int>(in.producer_task_id()));
+        if (producer.op_type() != "boxing") continue;
+        EXPECT_EQ(producer.attrs().at("out_sbp").s(), "S(0)") << producer.name() << " feeds " << t.name() << summary;
+        EXPECT_EQ(producer.attrs().at("out_parts").i(), devices) << producer.name();
+      }
+    }
+    ExpectSameTraining(Train(SplitRowsMlp(devices, true), 1), one_step, 1e-5);
+    ExpectSameTraining(Train(SplitRowsMlp(devices, true), 100), hundred, 1e-3);
+  }
+}
+
+// An update that is not elementwise (LAMB's trust ratio reads the whole tensor) cannot write
+// shards: it runs whole on the first device over the one buffer, and trains as one device does.
+TEST_F(ParallelTest, WholeTensorUpdatesOfSplitVariablesRunOnTheFirstDevice) {
+  const Trained want = Train(SplitRowsMlp(1, false, "lamb"), 5);
+  Trained got = Train(SplitRowsMlp(3, true, "lamb"), 5);
+  EXPECT_NE(got.summary.find("rows1-weight-update (lamb_update) on cpu 0:0:"), std::string::npos) << got.summary;
+  ExpectSameTraining(got, want, 1e-4);
 }
 
 TEST_F(ParallelTest, BadPlacementsAndImpossibleSplitsAreClearErrorsAndTheNextCompileWorks) {

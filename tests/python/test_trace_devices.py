@@ -101,12 +101,18 @@ def test_data_parallel_training_lists_boxing_per_device(tmp_path):
     trace = load(str(tmp_path / "train.json"))
     devices = by_device(summarize(trace))
     assert set(devices) == {"machine 0 cpu:0", "machine 0 cpu:1"}
+    with_boxing = 0
     for name, d in devices.items():
+        # Feeds are read in place (each device its rows); the gradients' reductions box.
         boxing = [lane for lane in trace.lanes if lane.group == name and lane.actor.get("op") == "boxing"]
-        assert boxing, name  # the feed slices at least
         assert d["boxing_actors"] == len(boxing)
-        assert 0 < d["boxing_us"] < d["act_us"]
-        assert abs(d["boxing_share_pct"] - 100 * d["boxing_us"] / d["act_us"]) < 1e-6
+        if boxing:
+            with_boxing += 1
+            assert 0 < d["boxing_us"] < d["act_us"]
+            assert abs(d["boxing_share_pct"] - 100 * d["boxing_us"] / d["act_us"]) < 1e-6
+        else:
+            assert d["boxing_us"] == 0 and d["boxing_share_pct"] == 0, d
+    assert with_boxing >= 1, devices
 
 
 def test_one_device_trace_has_no_device_view(tmp_path):

@@ -1,0 +1,129 @@
+// In-place write ordering over a plan (graph/in_place_order.h) and its check (passes.h).
+#include "graph/in_place_order.h"
+
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "actors/plan_dtype.h"
+#include "graph/passes.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+// The bytes of its blob a data input reads: a part view's range (InputDesc.part), else all.
+std::pair<int64_t, int64_t> InputBytes(const plan::Plan& plan, const plan::InputDesc& in) {
+  if (!in.part()) return {0, std::numeric_limits<int64_t>::max()};
+  const plan::BlobDesc& blob =
+      plan.tasks(static_cast<int>(in.producer_task_id())).registers(in.producer_register()).blobs(in.blob_index());
+  int64_t bytes = static_cast<int64_t>(DTypeSize(FromProtoDType(blob.dtype())));
+  for (int64_t d : in.view_shape()) bytes *= d;
+  return {in.byte_offset(), in.byte_offset() + bytes};
+}
+
+// Whether two inputs reading the same blob touch a common byte (shards of a variable stored
+// split do not: their readers and writers on different devices need no order).
+bool Overlap(const plan::Plan& plan, const plan::InputDesc& a, const plan::InputDesc& b) {
+  const auto x = InputBytes(plan, a), y = InputBytes(plan, b);
+  return x.first < y.second && y.first < x.second;
+}
+
+// Readers of the registers some task writes in place: (producer task, register) -> the
+// (task, input index) pairs reading it by data edges, ascending. Also the reading tasks.
+struct WrittenRegisterReaders {
+  std::map<std::pair<int64_t, int>, std::vector<std::pair<int, int>>> readers;
+  std::vector<int> tasks;
+};
+WrittenRegisterReaders ReadersOfWrittenRegisters(const plan::Plan& plan) {
+  WrittenRegisterReaders result;
+  for (const plan::Task& t : plan.tasks())
+    for (int m : t.mutable_inputs())
+      if (m >= 0 && m < t.inputs_size())
+        result.readers.emplace(std::make_pair(t.inputs(m).producer_task_id(), t.inputs(m).producer_register()),
+                               std::vector<std::pair<int, int>>{});
+  if (result.readers.empty()) return result;
+  for (int t = 0; t < plan.tasks_size(); ++t)
+    for (int i = 0; i < plan.tasks(t).inputs_size(); ++i) {
+      const plan::InputDesc& in = plan.tasks(t).inputs(i);
+      if (in.control()) continue;
+      auto it = result.readers.find({in.producer_task_id(), in.producer_register()});
+      if (it == result.readers.end()) continue;
+      it->second.emplace_back(t, i);
+      if (result.tasks.empty() || result.tasks.back() != t) result.tasks.push_back(t);
+    }
+  return result;
+}
+
+}  // namespace
+
+void OrderInPlaceWriters(plan::Plan& plan, const std::function<void(plan::Task*, int)>& add_control) {
+  const int n = plan.tasks_size();
+  const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
+  if (written.readers.empty()) return;
+  CandidateAncestors ancestors(static_cast<size_t>(n), written.tasks);
+  for (int t = 0; t < n; ++t) {
+    for (const plan::InputDesc& in : plan.tasks(t).inputs())
+      ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(in.producer_task_id()));
+    std::vector<int> writes;
+    for (int m : plan.tasks(t).mutable_inputs()) writes.push_back(m);
+    for (int m : writes) {
+      const plan::InputDesc written_input = plan.tasks(t).inputs(m);
+      for (const auto& [r, input] : written.readers.at({written_input.producer_task_id(), written_input.producer_register()})) {
+        if (r >= t) break;
+        if (ancestors.Has(static_cast<size_t>(t), static_cast<size_t>(r)) ||
+            !Overlap(plan, plan.tasks(r).inputs(input), written_input))
+          continue;
+        add_control(plan.mutable_tasks(t), r);
+        ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(r));
+      }
+    }
+  }
+}
+
+
+Status VerifyInPlaceOrder(const plan::Plan& plan) {
+  const int n = plan.tasks_size();
+  // Tasks are in topological order (every input's producer has a smaller id).
+  for (int t = 0; t < n; ++t)
+    for (const plan::InputDesc& in : plan.tasks(t).inputs()) {
+      const int64_t p = in.producer_task_id();
+      if (p < 0 || p >= t)
+        return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
+                        std::to_string(p) + ", which is not before it");
+    }
+  for (const plan::Task& writer : plan.tasks())
+    for (int m : writer.mutable_inputs())
+      if (m < 0 || m >= writer.inputs_size())
+        return Internal("plan '" + plan.job_name() + "': task '" + writer.name() + "' writes input " +
+                        std::to_string(m) + " of " + std::to_string(writer.inputs_size()));
+  const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
+  if (written.readers.empty()) return Status::Ok();
+  // What each task waits for this iteration (data and control edges), among the readers.
+  CandidateAncestors ancestors(static_cast<size_t>(n), written.tasks);
+  for (int t = 0; t < n; ++t)
+    for (const plan::InputDesc& in : plan.tasks(t).inputs())
+      ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(in.producer_task_id()));
+  for (int w = 0; w < n; ++w) {
+    const plan::Task& writer = plan.tasks(w);
+    for (int m : writer.mutable_inputs()) {
+      const plan::InputDesc& target = writer.inputs(m);
+      for (const auto& [r, i] : written.readers.at({target.producer_task_id(), target.producer_register()})) {
+        if (r == w || !Overlap(plan, plan.tasks(r).inputs(i), target)) continue;
+        const plan::Task& reader = plan.tasks(r);
+        bool also_writes = false;  // two writers of one register: ordered either way
+        for (int k : reader.mutable_inputs()) also_writes |= k == i;
+        if (!ancestors.Has(static_cast<size_t>(w), static_cast<size_t>(r)) &&
+            !(also_writes && ancestors.Has(static_cast<size_t>(r), static_cast<size_t>(w))))
+          return Internal("plan '" + plan.job_name() + "': task '" + reader.name() + "' reads register " +
+                          std::to_string(target.producer_register()) + " of task '" +
+                          plan.tasks(target.producer_task_id()).name() + "' unordered with its in-place writer '" +
+                          writer.name() + "' (the reader must run before the writer)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace graph
+}  // namespace actorflow
