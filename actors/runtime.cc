@@ -17,6 +17,7 @@
 
 #include "actors/plan_dtype.h"
 #include "actors/register_slices.h"
+#include "actors/shared_memory_blocks.h"
 #include "actors/task_state.h"
 #include "actors/proto/plan.pb.h"
 
@@ -161,6 +162,8 @@ Status Runtime::Impl::Instantiate() {
   int main_sinks = 0;
   const AllocatorRegistry& allocators =
       options_.allocators != nullptr ? *options_.allocators : AllocatorRegistry::Global();
+  AF_ASSIGN_OR_RETURN(const std::vector<char*> shared_blocks,
+                      AllocateSharedBlocks(plan_, allocators, *register_memory_, kAlignment));
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
     auto state = std::make_unique<TaskState>(task, i, this, options_.observer);
@@ -199,6 +202,8 @@ Status Runtime::Impl::Instantiate() {
         char* memory = nullptr;
         if (reg.has_slice_of()) {
           // Placed into the owner's block below, once every task's registers exist.
+        } else if (reg.has_shared_memory()) {
+          AF_ASSIGN_OR_RETURN(memory, SharedRegisterMemory(plan_, task, reg, bytes, shared_blocks, kAlignment));
         } else if (task.kind() == plan::VARIABLE) {
           if (!hooks_.variable_buffer) return InvalidArgument("plan has variable '" + task.name() + "' but no variable_buffer hook");
           AF_ASSIGN_OR_RETURN(void* buffer, hooks_.variable_buffer(task));
