@@ -411,7 +411,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
       if (shut_down_) return true;
       for (int s : sources_)
         if (states_[s]->outputs()[0].free_registers.empty()) return false;
-      return true;
+      return !plan_.serial_iterations() || in_flight_.empty();
     });
     if (shut_down_) return FailedPrecondition("runtime is shut down");
     for (size_t k = 0; k < sources_.size(); ++k) {
@@ -471,7 +471,10 @@ void Runtime::Impl::SinkDelivered(int64_t iteration) {
     lock.lock();
   }
   delivering_ = false;
-  if (in_flight_.empty()) drained_.notify_all();  // under mu_: Drain cannot miss it
+  if (in_flight_.empty()) {
+    drained_.notify_all();  // under mu_: Drain cannot miss it
+    if (plan_.serial_iterations()) source_free_.notify_all();  // the next call may start
+  }
 }
 
 Status Runtime::Impl::Shutdown() {

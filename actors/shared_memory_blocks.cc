@@ -38,9 +38,9 @@ StatusOr<char*> SharedRegisterMemory(const plan::Plan& plan, const plan::Task& t
                            std::to_string(shared.block());
   if (shared.block() < 0 || shared.block() >= static_cast<int>(blocks.size()))
     return InvalidArgument(what + ", but the plan has " + std::to_string(blocks.size()) + " blocks");
-  if (task.kind() != plan::COMPUTE || reg.register_num() != 1 || reg.reserved_byte_size() > 0 || reg.has_slice_of())
+  if ((task.kind() != plan::COMPUTE && task.kind() != plan::SOURCE) || reg.register_num() != 1 || reg.reserved_byte_size() > 0 || reg.has_slice_of())
     return InvalidArgument(what + ": only one register (register_num 1, here " + std::to_string(reg.register_num()) +
-                           ") of a compute task, reserving no block and no slice, can");
+                           ") of a compute task or a source, reserving no block and no slice, can");
   const plan::MemoryBlock& block = plan.memory_blocks(shared.block());
   if (CaseOf(reg.memory_case()) != CaseOf(block.memory_case()))
     return InvalidArgument(what + " but lives in " + CaseOf(reg.memory_case()).ToString() + " memory, the block in " +

@@ -21,7 +21,7 @@ StatusOr<std::vector<char*>> AllocateSharedBlocks(const plan::Plan& plan, const 
 
 // The memory of register `reg` of `task`, which has shared_memory set and whose blobs take
 // `bytes`: `blocks[block] + byte_offset`. InvalidArgument naming the task and register unless
-// it is one register (register_num 1) of a compute task, with no reserved block nor slice, in
+// it is one register (register_num 1) of a compute task or a source, with no reserved block nor slice, in
 // its block's memory case, at an offset that is a multiple of `alignment`, inside the block.
 StatusOr<char*> SharedRegisterMemory(const plan::Plan& plan, const plan::Task& task, const plan::RegisterDesc& reg,
                                      size_t bytes, const std::vector<char*>& blocks, size_t alignment);

@@ -3,7 +3,11 @@
 // and rejects layouts it cannot serve, naming the register.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
+#include <utility>
+#include <vector>
 #include <map>
 #include <mutex>
 #include <set>
@@ -94,6 +98,44 @@ TEST(SharedMemoryBlocks, RegistersLiveAtTheirOffsetsInOneBlock) {
   ASSERT_EQ(written["second"].size(), 1u);
   EXPECT_EQ(written["first"], written["third"]);  // the same bytes, one allocation
   EXPECT_EQ(*written["second"].begin(), *written["first"].begin() + 64);
+}
+
+// With serial_iterations the same plan is safe under many asynchronous calls: each waits for
+// the previous one, so no act of iteration i + 1 starts before every act of iteration i ended.
+TEST(SharedMemoryBlocks, SerialIterationsNeverOverlap) {
+  plan::Plan plan = ChainPlan();
+  plan.set_serial_iterations(true);  // without it this fails: `third` overwrites `first`'s next value
+  std::atomic<int> running{0}, most_running{0};
+  RuntimeHooks hooks;
+  hooks.make_kernel = [&](const plan::Task&) -> StatusOr<KernelFn> {
+    return KernelFn([&](KernelContext& c) {
+      const int now = running.fetch_add(1) + 1;
+      int seen = most_running.load();
+      while (now > seen && !most_running.compare_exchange_weak(seen, now)) {}
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      for (int k = 0; k < 4; ++k) c.output(0).as<float>()[k] = c.input(0).as<float>()[k] + 1;
+      running.fetch_sub(1);
+      return Status::Ok();
+    });
+  };
+  constexpr int kIterations = 40;
+  std::vector<float> xs(kIterations * 4), ys(kIterations * 4, -1);
+  FinishesWithin(std::chrono::seconds(60), "serial plan", [&] {
+    RuntimeOptions options;
+    options.num_threads = 4;  // the three tasks on separate workers: they could overlap
+    options.num_workers = 4;
+    auto runtime = Runtime::Create(plan, hooks, options);
+    ASSERT_TRUE(runtime.ok()) << runtime.status().ToString();
+    for (int i = 0; i < kIterations; ++i) {
+      for (int k = 0; k < 4; ++k) xs[i * 4 + k] = static_cast<float>(i * 10 + k);
+      auto pushed = (*runtime)->Push({{&xs[i * 4], {{4}, DType::kFloat32}}}, {{&ys[i * 4], {{4}, DType::kFloat32}}},
+                                     [](int64_t, const Status& s) { EXPECT_TRUE(s.ok()) << s.ToString(); });
+      ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+    }
+    (*runtime)->Drain();
+  });
+  for (int i = 0; i < kIterations * 4; ++i) ASSERT_EQ(ys[i], xs[i] + 3) << "element " << i;
+  EXPECT_EQ(most_running.load(), 1);  // a chain of one call at a time: one act at a time
 }
 
 TEST(SharedMemoryBlocks, BadLayoutsAreRejectedNamingTheRegister) {

@@ -742,6 +742,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   lap("lower");
   AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
   lap("verify");
+  plan.set_serial_iterations(!options.pipelining);
   if (options.memory_sharing && graph.machine_num() == 1) {
     AF_RETURN_IF_ERROR(PlanRegisterMemory(plan).WithContext("job '" + graph.job_name() + "'"));
     AF_RETURN_IF_ERROR(VerifySharedMemory(plan).WithContext("job '" + graph.job_name() + "'"));

@@ -115,6 +115,11 @@ class Order {
     // Back edges: each reader c of a single register of task p: c and its ancestors at
     // iteration i before p at i + 1. Then everything before an ancestor's next act is before t's.
     before_next_.assign(n_ * words_, 0);
+    if (plan.serial_iterations()) {  // every act of iteration i before any of i + 1
+      for (int t = 0; t < n_; ++t)
+        for (int c = 0; c < n_; ++c) before_next_[t * words_ + c / 64] |= uint64_t{1} << (c % 64);
+      return;
+    }
     for (int p = 0; p < n_; ++p) {
       const plan::Task& task = plan.tasks(p);
       if (ReadOnlyVariable(task)) continue;
@@ -184,7 +189,9 @@ std::vector<std::vector<bool>> PinnedRegisters(const plan::Plan& plan) {
 bool Eligible(const plan::Plan& plan, const Order& order, const std::vector<std::vector<bool>>& pinned, int t, int r) {
   const plan::Task& task = plan.tasks(t);
   const plan::RegisterDesc& reg = task.registers(r);
-  return task.kind() == plan::COMPUTE && !task.asynchronous() && task.device_type() == "cpu" &&
+  // A source's register is written by the host's Push once the register is free, like an act.
+  const bool kind = (task.kind() == plan::COMPUTE && !task.asynchronous()) || task.kind() == plan::SOURCE;
+  return kind && task.device_type() == "cpu" &&
          reg.memory_case().kind() == plan::MEMORY_HOST && !reg.has_slice_of() && reg.reserved_byte_size() == 0 &&
          !reg.has_shared_memory() && !pinned[t][r] && RegisterBytes(reg) > 0 && !order.Readers(t, r).empty();
 }

@@ -26,10 +26,13 @@
 // ancestors' back edges allow); tasks that can run ahead freely (inference pipelines, the feed
 // side of a train job) keep the plan's register_num and share nothing.
 //
-// Shared: registers of CPU compute tasks in host memory, one register, synchronous kernels,
-// with readers, not slices of a block nor reserving one, not written in place by any task.
-// Others (sources, variables, sinks, slice groups, device memory, asynchronous tasks) keep
-// their own memory. Plans spread over several machines are not planned (send/recv order
+// Shared: registers of CPU compute tasks (synchronous kernels) and of sources (the host's Push
+// fills one once it is free, as an act would) in host memory, one register, with readers, not
+// slices of a block nor reserving one, not written in place by any task. A source has no
+// ancestors: its next iteration waits for nothing but its own readers, so its registers are
+// lowered and shared only in serial plans (Plan.serial_iterations: every act of iteration i
+// before any of i + 1). Others (variables, sinks, slice groups, device memory, asynchronous
+// tasks) keep their own memory. Plans spread over several machines are not planned (send/recv order
 // through the network, which the plan's edges do not show).
 #pragma once
 

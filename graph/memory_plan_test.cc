@@ -124,7 +124,8 @@ TEST(MemoryPlan, LowersRegistersAndPlacesOrderedOnesTogether) {
   EXPECT_EQ(plan.tasks(3).registers(0).shared_memory().byte_offset(), 4032);
   EXPECT_EQ(plan.tasks(4).registers(0).shared_memory().byte_offset(), 0);
   EXPECT_EQ(plan.memory_blocks(0).byte_size(), 4032 + 3200);
-  EXPECT_FALSE(plan.tasks(0).registers(0).has_shared_memory());  // sources keep their own
+  // Nothing holds the host back from filling the source ahead: two registers, its own memory.
+  EXPECT_FALSE(plan.tasks(0).registers(0).has_shared_memory());
   EXPECT_TRUE(VerifySharedMemory(plan).ok());
   // Planning twice changes nothing.
   plan::Plan again = plan;
@@ -150,6 +151,27 @@ TEST(MemoryPlan, LeavesPipelinesAndReadOnlyChainsAlone) {
   plan = TrainStep(1, /*updated=*/false);
   ASSERT_TRUE(PlanRegisterMemory(plan).ok());
   EXPECT_EQ(plan.memory_blocks_size(), 0);
+}
+
+TEST(MemoryPlan, SerialPlansShareEvenPipelines) {
+  // Calls one at a time: a pipeline that could run ahead no longer can.
+  plan::Plan plan = TrainStep(2, /*updated=*/false);
+  plan.set_serial_iterations(true);
+  ASSERT_TRUE(PlanRegisterMemory(plan).ok());
+  for (int t : {0, 2, 3, 4}) EXPECT_EQ(plan.tasks(t).registers(0).register_num(), 1) << plan.tasks(t).name();
+  EXPECT_TRUE(MayShare(plan, 2, 4));
+  EXPECT_TRUE(MayShare(plan, 0, 3));   // x is read by a before b writes
+  EXPECT_FALSE(MayShare(plan, 3, 0));  // but the source is always first in an iteration
+  EXPECT_FALSE(MayShare(plan, 0, 2));  // a reads x while it writes
+  // a at 0, b at 4032, c at 0 (only b is live with it), x (448 B, live with a only) at 4032.
+  ASSERT_EQ(plan.memory_blocks_size(), 1);
+  EXPECT_EQ(plan.tasks(0).registers(0).shared_memory().byte_offset(), 4032);
+  EXPECT_EQ(plan.tasks(4).registers(0).shared_memory().byte_offset(), 0);
+  EXPECT_EQ(plan.memory_blocks(0).byte_size(), 4032 + 3200);
+  EXPECT_TRUE(VerifySharedMemory(plan).ok());
+  // The same plan without the flag: the verifier refuses what is now a race.
+  plan.set_serial_iterations(false);
+  EXPECT_FALSE(VerifySharedMemory(plan).ok());
 }
 
 TEST(MemoryPlan, VerifierNamesRegistersThatOverlapUnordered) {

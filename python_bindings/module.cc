@@ -383,9 +383,10 @@ class PySession {
       else if (k == "use_job_cache") job_options.use_job_cache = value.cast<bool>();
       else if (k == "disabled_fusions") job_options.disabled_fusions = value.cast<std::vector<std::string>>();
       else if (k == "memory_sharing") job_options.memory_sharing = value.cast<bool>();
+      else if (k == "pipelining") job_options.pipelining = value.cast<bool>();
       else throw py::value_error("compile: unknown option '" + k +
                                  "' (num_threads, num_workers, kernel_threads, register_num, dump_dot_dir, trace_path, "
-                                 "use_job_cache, disabled_fusions, memory_sharing)");
+                                 "use_job_cache, disabled_fusions, memory_sharing, pipelining)");
     }
     if (job_options.register_num < 1) throw py::value_error("compile: register_num must be >= 1");
     auto job = std::make_unique<PyJob>(this);

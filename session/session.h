@@ -59,6 +59,7 @@ struct JobOptions {
   // graph::CompileOptions::memory_sharing; ACTORFLOW_DISABLE_MEMORY_SHARING=1 turns it off for
   // every job (to bisect a wrong result without editing code).
   bool memory_sharing = true;
+  bool pipelining = true;  // graph::CompileOptions::pipelining
 };
 
 // Watch handlers: (handler name, iteration, views valid only during the call). Actor thread.

@@ -72,7 +72,7 @@ _warned_config = set()
 class FunctionConfig:
     """flow.function_config(): per-job settings. Supported: default_data_type,
     default_logical_view (consistent or mirrored), num_threads, num_workers, register_num, seed / random_seed,
-    disable_fusion(*names), disable_memory_sharing().
+    disable_fusion(*names), disable_memory_sharing(), disable_pipelining().
     Other OneFlow switches are accepted but not supported yet: each warns once, naming itself."""
 
     def __init__(self):
@@ -119,6 +119,13 @@ class FunctionConfig:
         (no shared blocks, no registers lowered to one), to bisect a wrong result.
         ACTORFLOW_DISABLE_MEMORY_SHARING=1 does the same for every job."""
         self.options["memory_sharing"] = False
+
+    def disable_pipelining(self):
+        """Run this job's calls one at a time: a call, asynchronous ones too, waits until the
+        previous one finished instead of overlapping it in the pipeline. Then every register of
+        the plan may share memory (a predict job's layers too), for less memory at the cost of
+        throughput under concurrent calls."""
+        self.options["pipelining"] = False
 
     def seed(self, n):
         self.options["seed"] = _int_setting(n, "function_config().seed", 0)
@@ -344,7 +351,7 @@ class JobFunction:
             options = dict(_config.compile_options(name))
             options.update({k: v for k, v in self._config.options.items()
                             if k in ("num_threads", "num_workers", "register_num", "disabled_fusions",
-                                     "memory_sharing")})
+                                     "memory_sharing", "pipelining")})
             compiled = session.compile(builder, options)
         except Exception:
             # A job that does not compile leaves nothing behind either: the variables it created

@@ -147,3 +147,44 @@ def test_environment_variable_turns_sharing_off():
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout.strip().splitlines()[-1])
     assert outputs == ["1", "0"]
+
+
+def _predict_deep(pipelining, workers, calls):
+    """Outputs of `calls` concurrent asynchronous calls of a 12-layer MLP, and its memory report."""
+    flow.clear_default_session()
+    config = _config(True, workers)
+    if not pipelining:
+        config.disable_pipelining()
+
+    @flow.global_function(type="predict", function_config=config)
+    def predict(images: tp.Numpy.Placeholder((8, 64))) -> tp.Callback[tp.Numpy]:
+        h = images
+        for i in range(12):
+            init = flow.random_normal_initializer(stddev=0.2, seed=i)
+            h = flow.layers.dense(h, 64, activation=flow.nn.relu, kernel_initializer=init, name="deep%d" % i)
+        return h
+
+    rng = np.random.default_rng(1)
+    outputs, finished = [None] * len(calls), threading.Semaphore(0)
+    for k, x in enumerate(calls):
+        def deliver(y, k=k):
+            outputs[k] = y.copy()
+            finished.release()
+        predict(x)(deliver)
+    for _ in calls:
+        assert finished.acquire(timeout=120), "a call did not finish"
+    return outputs, predict.memory_report()
+
+
+def test_calls_one_at_a_time_share_every_register():
+    calls = [np.random.default_rng(k).random((8, 64), dtype=np.float32) for k in range(20)]
+    pipelined, pipelined_report = _predict_deep(True, 2, calls)
+    serial, serial_report = _predict_deep(False, 2, calls)
+    for k, (a, b) in enumerate(zip(serial, pipelined)):
+        np.testing.assert_array_equal(a, b, err_msg="call %d" % k)
+    assert pipelined_report["memory_blocks"] == 0
+    # One call at a time: every layer's register and the feed share one block, and the plan
+    # takes no more than the two registers live at once (a layer's input and output).
+    assert serial_report["shared_registers"] == serial_report["registers"]
+    assert serial_report["register_bytes"] == serial_report["largest_live_bytes"]
+    assert serial_report["register_bytes"] * 10 < pipelined_report["register_bytes"]
