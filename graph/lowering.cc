@@ -744,8 +744,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   lap("verify");
   plan.set_serial_iterations(!options.pipelining);
   if (options.memory_sharing && graph.machine_num() == 1) {
-    AF_RETURN_IF_ERROR(PlanRegisterMemory(plan).WithContext("job '" + graph.job_name() + "'"));
-    AF_RETURN_IF_ERROR(VerifySharedMemory(plan).WithContext("job '" + graph.job_name() + "'"));
+    AF_RETURN_IF_ERROR(PlanRegisterMemory(plan).WithContext("job '" + graph.job_name() + "'"));  // and verifies
     lap("memory");
   }
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "memory.txt", MemoryPlanText(plan)));

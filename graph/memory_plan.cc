@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <queue>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -96,8 +97,6 @@ class Order {
   }
   // The tasks reading register `reg` of task `t` through edges (data or control), ascending.
   const std::vector<int>& Readers(int t, int reg) const { return readers_[t][reg]; }
-  // Recomputes the facts after register_num changed (new back edges).
-  void Update(const plan::Plan& plan) { Compute(plan); }
 
  private:
   bool Bit(const std::vector<uint64_t>& bits, int row, int column) const {
@@ -196,6 +195,117 @@ bool Eligible(const plan::Plan& plan, const Order& order, const std::vector<std:
          !reg.has_shared_memory() && !pinned[t][r] && RegisterBytes(reg) > 0 && !order.Readers(t, r).empty();
 }
 
+struct Candidate {
+  int task, reg;
+  int64_t bytes, offset = -1;
+};
+
+// Up to this many candidates, each pair is asked about (placement by size packs tighter); more
+// are placed in slots in plan order, asking a bounded number of questions per register.
+constexpr size_t kPairwiseCandidates = 512;
+// Free slots a register tries (the most recently freed first) before it takes a new one.
+constexpr size_t kSlotsTried = 32;
+
+// Largest first (ties: plan order), each at the lowest offset clear of the placed registers it
+// is not ordered with. The placed ones are kept by offset: the scan moves the window past each
+// conflicting one in its way and asks about order only for those overlapping the window (every
+// one it passes either is ordered with the candidate or ends at or below the window, which only
+// moves up). Returns the block's size.
+int64_t PlaceLargestFirst(const Order& order, std::vector<Candidate>& candidates) {
+  std::vector<size_t> by_size(candidates.size());
+  for (size_t k = 0; k < by_size.size(); ++k) by_size[k] = k;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](size_t a, size_t b) { return candidates[a].bytes > candidates[b].bytes; });
+  int64_t block_bytes = 0;
+  std::vector<size_t> by_offset;  // placed candidates, ascending offset
+  for (size_t k : by_size) {
+    Candidate& c = candidates[k];
+    int64_t offset = 0;
+    for (size_t j : by_offset) {
+      const Candidate& placed = candidates[j];
+      if (placed.offset >= offset + c.bytes) break;  // the window fits below it, and below all after it
+      if (placed.offset + placed.bytes <= offset) continue;
+      if (InOrder(order, c.task, c.reg, placed.task, placed.reg) ||
+          InOrder(order, placed.task, placed.reg, c.task, c.reg))
+        continue;
+      offset = placed.offset + placed.bytes;
+    }
+    c.offset = offset;
+    by_offset.insert(std::upper_bound(by_offset.begin(), by_offset.end(), offset,
+                                      [&](int64_t value, size_t j) { return value < candidates[j].offset; }),
+                     k);
+    block_bytes = std::max(block_bytes, offset + c.bytes);
+  }
+  return block_bytes;
+}
+
+// Slots: disjoint byte ranges, each holding a sequence of registers O1, O2, ..., each in order
+// before the next. A register Y joins a slot when the last one's readers run before Y's producer
+// (then every earlier one's do too: each Oj's readers run before O(j+1)'s producer, and so on)
+// and Y's readers run before the first one's producer's next act (which runs before every later
+// one's next act): Y is then in order after every register of the slot. Registers come in plan
+// order; a slot is tried only once its last register's readers are all before the new one in
+// plan order (a reader after it cannot run before it). A slot grows to its largest register;
+// offsets are the slots' sizes summed. Returns the block's size.
+int64_t PlaceInSlots(const Order& order, std::vector<Candidate>& candidates) {
+  struct Slot {
+    int64_t bytes = 0;
+    size_t first = 0, last = 0;
+  };
+  std::vector<Slot> slots;
+  std::vector<int> slot_of(candidates.size());
+  // Busy slots by the plan position of their last register's last reader (smallest on top).
+  std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>, std::greater<>> busy;
+  std::vector<int> free;  // most recently freed last
+  auto last_reader = [&](const Candidate& c) { return order.Readers(c.task, c.reg).back(); };
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    const Candidate& y = candidates[k];
+    while (!busy.empty() && busy.top().first < y.task) {
+      free.push_back(busy.top().second);
+      busy.pop();
+    }
+    int best = -1;  // in `free`
+    for (size_t tried = 0; tried < kSlotsTried && tried < free.size(); ++tried) {
+      const int index = static_cast<int>(free.size() - 1 - tried);
+      const Slot& slot = slots[free[index]];
+      const Candidate& last = candidates[slot.last];
+      const Candidate& first = candidates[slot.first];
+      bool fits = true;
+      for (int c : order.Readers(last.task, last.reg)) fits = fits && order.Before(c, y.task);
+      for (int c : order.Readers(y.task, y.reg)) fits = fits && order.BeforeNext(c, first.task);
+      if (!fits) continue;
+      // Prefer a slot as large as y with the least to spare, else the largest (least growth).
+      if (best < 0) {
+        best = index;
+        continue;
+      }
+      const int64_t have = slots[free[best]].bytes, offer = slot.bytes;
+      const bool better = have >= y.bytes ? (offer >= y.bytes && offer < have) : offer > have;
+      if (better) best = index;
+    }
+    int slot_index;
+    if (best >= 0) {
+      slot_index = free[best];
+      free.erase(free.begin() + best);
+      slots[slot_index].bytes = std::max(slots[slot_index].bytes, y.bytes);
+      slots[slot_index].last = k;
+    } else {
+      slot_index = static_cast<int>(slots.size());
+      slots.push_back(Slot{y.bytes, k, k});
+    }
+    slot_of[k] = slot_index;
+    busy.emplace(last_reader(y), slot_index);
+  }
+  std::vector<int64_t> offsets(slots.size());
+  int64_t block_bytes = 0;
+  for (size_t s = 0; s < slots.size(); ++s) {
+    offsets[s] = block_bytes;
+    block_bytes += slots[s].bytes;
+  }
+  for (size_t k = 0; k < candidates.size(); ++k) candidates[k].offset = offsets[slot_of[k]];
+  return block_bytes;
+}
+
 std::string Bytes(int64_t bytes) {
   char text[32];
   if (bytes >= (int64_t{1} << 20)) std::snprintf(text, sizeof(text), "%.2f MiB", bytes / 1048576.0);
@@ -203,6 +313,8 @@ std::string Bytes(int64_t bytes) {
   else std::snprintf(text, sizeof(text), "%lld B", static_cast<long long>(bytes));
   return text;
 }
+
+Status VerifyPlaced(const plan::Plan& plan, const Order& order);
 
 }  // namespace
 
@@ -283,56 +395,50 @@ std::string MemoryPlanText(const plan::Plan& plan) {
 
 Status PlanRegisterMemory(plan::Plan& plan) {
   if (plan.memory_blocks_size() > 0) return Status::Ok();
-  for (const plan::Task& task : plan.tasks())
+  // Without a back edge (a single register some task reads, or serial iterations) no task waits
+  // for an earlier iteration: nothing is lowered and nothing may share. Checked first: the
+  // facts below take time and memory quadratic in the tasks.
+  bool back_edges = plan.serial_iterations();
+  std::unordered_map<int64_t, const plan::Task*> task_of;
+  for (const plan::Task& task : plan.tasks()) {
     if (task.machine_id() != 0) return Status::Ok();
+    task_of.emplace(task.id(), &task);
+  }
+  for (const plan::Task& task : plan.tasks())
+    for (const plan::InputDesc& in : task.inputs()) {
+      auto found = task_of.find(in.producer_task_id());
+      if (found == task_of.end() || ReadOnlyVariable(*found->second)) continue;
+      const plan::Task& producer = *found->second;
+      back_edges = back_edges || (in.producer_register() >= 0 && in.producer_register() < producer.registers_size() &&
+                                  SingleRegister(producer, producer.registers(in.producer_register())));
+    }
+  if (!back_edges) return Status::Ok();
   AF_ASSIGN_OR_RETURN(Order order, Order::Of(plan));
   const std::vector<std::vector<bool>> pinned = PinnedRegisters(plan);
   const int n = plan.tasks_size();
   // One register where the producer's next act already waits for this iteration's work.
-  // Decided on the plan's back edges before any change (each change adds back edges).
+  // Decided, and the registers placed, on the facts of the plan before the change: lowering
+  // only adds back edges, so every fact stays true (some new ones go unused).
   std::vector<std::pair<int, int>> lowered;
   for (int t = 0; t < n; ++t)
     for (int r = 0; r < plan.tasks(t).registers_size(); ++r)
       if (plan.tasks(t).registers(r).register_num() > 1 && Eligible(plan, order, pinned, t, r) && order.AnyBeforeNext(t))
         lowered.emplace_back(t, r);
   for (const auto& [t, r] : lowered) plan.mutable_tasks(t)->mutable_registers(r)->set_register_num(1);
-  if (!lowered.empty()) order.Update(plan);
 
-  // Candidates: eligible single registers, largest first (ties: plan order).
-  struct Candidate {
-    int task, reg;
-    int64_t bytes, offset = -1;
-  };
+  // Candidates: eligible single registers, in plan order.
   std::vector<Candidate> candidates;
   for (int t = 0; t < n; ++t)
     for (int r = 0; r < plan.tasks(t).registers_size(); ++r)
       if (plan.tasks(t).registers(r).register_num() == 1 && Eligible(plan, order, pinned, t, r))
         candidates.push_back(Candidate{t, r, RegisterBytes(plan.tasks(t).registers(r))});
   if (candidates.size() < 2) return Status::Ok();
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.bytes > b.bytes; });
-  // Each at the lowest offset clear of the placed registers it is not ordered with.
   int64_t block_bytes = 0, total_bytes = 0;
-  std::vector<std::pair<int64_t, int64_t>> taken;  // [begin, end) of conflicting placed ones
-  for (size_t k = 0; k < candidates.size(); ++k) {
-    Candidate& c = candidates[k];
-    taken.clear();
-    for (size_t j = 0; j < k; ++j) {
-      const Candidate& placed = candidates[j];
-      if (InOrder(order, c.task, c.reg, placed.task, placed.reg) ||
-          InOrder(order, placed.task, placed.reg, c.task, c.reg))
-        continue;
-      taken.emplace_back(placed.offset, placed.offset + placed.bytes);
-    }
-    std::sort(taken.begin(), taken.end());
-    int64_t offset = 0;
-    for (const auto& [begin, end] : taken) {
-      if (begin >= offset + c.bytes) break;
-      offset = std::max(offset, end);
-    }
-    c.offset = offset;
-    block_bytes = std::max(block_bytes, offset + c.bytes);
-    total_bytes += c.bytes;
+  for (const Candidate& c : candidates) total_bytes += c.bytes;
+  if (candidates.size() <= kPairwiseCandidates) {
+    block_bytes = PlaceLargestFirst(order, candidates);
+  } else {
+    block_bytes = PlaceInSlots(order, candidates);
   }
   if (block_bytes == total_bytes) return Status::Ok();  // nothing overlaps: own memory is as good
   plan::MemoryBlock* block = plan.add_memory_blocks();
@@ -342,12 +448,13 @@ Status PlanRegisterMemory(plan::Plan& plan) {
     shared->set_block(0);
     shared->set_byte_offset(c.offset);
   }
-  return Status::Ok();
+  // The placement checked pair by pair (on the same facts), as VerifySharedMemory would.
+  return VerifyPlaced(plan, order);
 }
 
-Status VerifySharedMemory(const plan::Plan& plan) {
-  if (plan.memory_blocks_size() == 0) return Status::Ok();
-  AF_ASSIGN_OR_RETURN(Order order, Order::Of(plan));
+namespace {
+
+Status VerifyPlaced(const plan::Plan& plan, const Order& order) {
   struct Placed {
     int64_t begin, end;
     int task, reg;
@@ -383,6 +490,14 @@ Status VerifySharedMemory(const plan::Plan& plan) {
       }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status VerifySharedMemory(const plan::Plan& plan) {
+  if (plan.memory_blocks_size() == 0) return Status::Ok();
+  AF_ASSIGN_OR_RETURN(Order order, Order::Of(plan));
+  return VerifyPlaced(plan, order);
 }
 
 StatusOr<bool> RegistersMayShareInOrder(const plan::Plan& plan, int64_t first_task, int first, int64_t second_task,

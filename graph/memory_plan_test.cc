@@ -194,6 +194,53 @@ TEST(MemoryPlan, VerifierNamesRegistersThatOverlapUnordered) {
       << status.message();
 }
 
+// A long train chain (more registers than pairwise placement takes: placed in slots in plan
+// order): x, w -> t0 -> t1 -> ... -> t999 -> update (writes w). Each register is read only by
+// the next task, so two slots alternate, and every overlap is in order.
+TEST(MemoryPlan, LongChainsAlternateBetweenTwoSlots) {
+  plan::Plan plan;
+  plan.set_job_name("chain");
+  AddRegister(AddTask(plan, "x", plan::SOURCE), 16, 2);
+  AddRegister(AddTask(plan, "w", plan::VARIABLE), 16, 1);
+  constexpr int kLength = 1000;
+  for (int k = 0; k < kLength; ++k) {
+    plan::Task* t = AddTask(plan, "t" + std::to_string(k), plan::COMPUTE);
+    Read(t, k == 0 ? 0 : t->id() - 1);
+    Read(t, 1);
+    AddRegister(t, 16 * (1 + k % 3), 2);  // 64, 128 and 192 bytes
+  }
+  plan::Task* update = AddTask(plan, "update", plan::COMPUTE);
+  Read(update, 1);
+  Read(update, update->id() - 1);
+  update->add_mutable_inputs(0);
+  AddRegister(update, 0, 2);
+  Read(AddTask(plan, "output", plan::SINK), update->id(), /*control=*/true);
+  ASSERT_TRUE(PlanRegisterMemory(plan).ok());
+  ASSERT_EQ(plan.memory_blocks_size(), 1);
+  std::set<int64_t> offsets;
+  for (int k = 0; k < kLength; ++k) {
+    const plan::RegisterDesc& reg = plan.tasks(2 + k).registers(0);
+    ASSERT_EQ(reg.register_num(), 1);
+    ASSERT_TRUE(reg.has_shared_memory()) << k;
+    offsets.insert(reg.shared_memory().byte_offset());
+  }
+  EXPECT_EQ(offsets.size(), 2u);
+  EXPECT_EQ(plan.memory_blocks(0).byte_size(), 2 * 192);  // each slot grew to the largest
+  EXPECT_TRUE(VerifySharedMemory(plan).ok());
+  // Without the update the chain may run ahead: nothing lowered, nothing shared.
+  plan::Plan free_running = plan;
+  free_running.clear_memory_blocks();
+  for (plan::Task& t : *free_running.mutable_tasks())
+    for (plan::RegisterDesc& r : *t.mutable_registers()) {
+      r.clear_shared_memory();
+      if (t.kind() == plan::COMPUTE) r.set_register_num(2);
+    }
+  free_running.mutable_tasks(1)->set_read_only(true);
+  free_running.mutable_tasks(kLength + 2)->clear_mutable_inputs();
+  ASSERT_TRUE(PlanRegisterMemory(free_running).ok());
+  EXPECT_EQ(free_running.memory_blocks_size(), 0);
+}
+
 TEST(MemoryPlan, InPlaceWrittenAndReservedRegistersKeepTheirMemory) {
   plan::Plan plan = TrainStep(1);
   plan.mutable_tasks(4)->mutable_registers(0)->set_reserved_byte_size(4096);  // c reserves a block
