@@ -200,6 +200,9 @@ struct Candidate {
   int64_t bytes, offset = -1;
 };
 
+// The ordering facts take tasks^2 / 4 bytes: larger plans (150 MB of facts) are not planned.
+constexpr int kMostTasksPlanned = 24576;
+
 // Up to this many candidates, each pair is asked about (placement by size packs tighter); more
 // are placed in slots in plan order, asking a bounded number of questions per register.
 constexpr size_t kPairwiseCandidates = 512;
@@ -412,7 +415,7 @@ Status PlanRegisterMemory(plan::Plan& plan) {
       back_edges = back_edges || (in.producer_register() >= 0 && in.producer_register() < producer.registers_size() &&
                                   SingleRegister(producer, producer.registers(in.producer_register())));
     }
-  if (!back_edges) return Status::Ok();
+  if (!back_edges || plan.tasks_size() > kMostTasksPlanned) return Status::Ok();
   AF_ASSIGN_OR_RETURN(Order order, Order::Of(plan));
   const std::vector<std::vector<bool>> pinned = PinnedRegisters(plan);
   const int n = plan.tasks_size();

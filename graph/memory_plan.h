@@ -77,8 +77,9 @@ std::string MemoryPlanText(const plan::Plan& plan);
 // plan's Plan.memory_blocks(0)) at offsets that overlap only for registers ordered as above:
 // largest first, each at the lowest offset clear of every placed register it is not ordered
 // with (more than a few hundred registers: in plan order, each joining a slot of registers
-// freed before it, trying a bounded number). A plan with memory blocks already, or on several
-// machines, is left as it is. Internal error if the tasks are not in topological order or if
+// freed before it, trying a bounded number). A plan with memory blocks already, on several
+// machines, or of more than 24576 tasks (its ordering facts, tasks^2 / 4 bytes, would pass
+// 150 MB) is left as it is. Internal error if the tasks are not in topological order or if
 // the placement fails VerifySharedMemory's check (run on every plan it changes).
 Status PlanRegisterMemory(plan::Plan& plan);
 

@@ -241,6 +241,19 @@ TEST(MemoryPlan, LongChainsAlternateBetweenTwoSlots) {
   EXPECT_EQ(free_running.memory_blocks_size(), 0);
 }
 
+TEST(MemoryPlan, PlansTooLargeToOrderAreLeftAsTheyAre) {
+  // 30000 tasks: their ordering facts would take 225 MB. Every register keeps its memory.
+  plan::Plan plan = TrainStep(2);
+  for (int k = 0; k < 30000; ++k) {
+    plan::Task* t = AddTask(plan, "filler" + std::to_string(k), plan::COMPUTE);
+    Read(t, 1);
+    AddRegister(t, 16, 2);
+  }
+  const std::string before = plan.SerializeAsString();
+  ASSERT_TRUE(PlanRegisterMemory(plan).ok());
+  EXPECT_EQ(plan.SerializeAsString(), before);
+}
+
 TEST(MemoryPlan, InPlaceWrittenAndReservedRegistersKeepTheirMemory) {
   plan::Plan plan = TrainStep(1);
   plan.mutable_tasks(4)->mutable_registers(0)->set_reserved_byte_size(4096);  // c reserves a block
