@@ -17,6 +17,7 @@
 
 #include "actors/plan_dtype.h"
 #include "actors/register_slices.h"
+#include "actors/shared_memory_blocks.h"
 #include "actors/task_state.h"
 #include "actors/proto/plan.pb.h"
 
@@ -166,6 +167,8 @@ Status Runtime::Impl::Instantiate() {
   int main_sinks = 0;
   const AllocatorRegistry& allocators =
       options_.allocators != nullptr ? *options_.allocators : AllocatorRegistry::Global();
+  AF_ASSIGN_OR_RETURN(const std::vector<char*> shared_blocks,
+                      AllocateSharedBlocks(plan_, allocators, *register_memory_, kAlignment));
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
     auto state = std::make_unique<TaskState>(task, i, this, options_.observer);
@@ -204,6 +207,8 @@ Status Runtime::Impl::Instantiate() {
         char* memory = nullptr;
         if (reg.has_slice_of()) {
           // Placed into the owner's block below, once every task's registers exist.
+        } else if (reg.has_shared_memory()) {
+          AF_ASSIGN_OR_RETURN(memory, SharedRegisterMemory(plan_, task, reg, bytes, shared_blocks, kAlignment));
         } else if (task.kind() == plan::VARIABLE) {
           if (!hooks_.variable_buffer) return InvalidArgument("plan has variable '" + task.name() + "' but no variable_buffer hook");
           AF_ASSIGN_OR_RETURN(void* buffer, hooks_.variable_buffer(task));
@@ -422,7 +427,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
       if (shut_down_) return true;
       for (int s : sources_)
         if (states_[s]->outputs()[0].free_registers.empty()) return false;
-      return true;
+      return !plan_.serial_iterations() || in_flight_.empty();
     });
     if (shut_down_) return FailedPrecondition("runtime is shut down");
     for (size_t k = 0; k < sources_.size(); ++k) {
@@ -482,7 +487,10 @@ void Runtime::Impl::SinkDelivered(int64_t iteration) {
     lock.lock();
   }
   delivering_ = false;
-  if (in_flight_.empty()) drained_.notify_all();  // under mu_: Drain cannot miss it
+  if (in_flight_.empty()) {
+    drained_.notify_all();  // under mu_: Drain cannot miss it
+    if (plan_.serial_iterations()) source_free_.notify_all();  // the next call may start
+  }
 }
 
 Status Runtime::Impl::Shutdown() {

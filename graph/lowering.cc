@@ -13,6 +13,7 @@
 #include "graph/attr_convert.h"
 #include "graph/device_placement.h"
 #include "graph/in_place_order.h"
+#include "graph/memory_plan.h"
 #include "graph/passes.h"
 #include "kernels/boxing.h"
 
@@ -652,6 +653,12 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   lap("lower");
   AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
   lap("verify");
+  plan.set_serial_iterations(!options.pipelining);
+  if (options.memory_sharing && graph.machine_num() == 1) {
+    AF_RETURN_IF_ERROR(PlanRegisterMemory(plan).WithContext("job '" + graph.job_name() + "'"));  // and verifies
+    lap("memory");
+  }
+  if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "memory.txt", MemoryPlanText(plan)));
   // After the order check: a recv has no inputs in the plan, so the order a writer keeps with
   // a reader on another machine runs through the network (the reader's send copies the bytes
   // before the reader, and so the writer, can act), which the check cannot follow.
@@ -689,6 +696,8 @@ std::string PlanToDot(const plan::Plan& plan) {
       if (r.reserved_byte_size() > 0) label += " in a block of " + std::to_string(r.reserved_byte_size()) + " B";
       if (r.has_slice_of())
         label += " at +" + std::to_string(r.slice_of().byte_offset()) + " B of #" + std::to_string(r.slice_of().task_id());
+      if (r.has_shared_memory())
+        label += " shared +" + std::to_string(r.shared_memory().byte_offset()) + " B";
     }
     dot << "  t" << t.id() << " [label=" << quote(label) << "];\n";
     for (int i = 0; i < t.inputs_size(); ++i) {

@@ -97,6 +97,12 @@ struct CompileOptions {
   std::vector<std::pair<std::string, double>>* timings = nullptr;
   // Fusions to skip, by FusionNames(); an unknown name is InvalidArgument listing them.
   std::vector<std::string> disabled_fusions;
+  // Registers whose lifetimes never overlap share memory, and tasks that cannot run ahead get
+  // one register (graph/memory_plan.h). Off: every register its own memory, register_num each.
+  bool memory_sharing = true;
+  // Off: calls of the job never overlap (Plan.serial_iterations): each waits until the previous
+  // one finished, so every register may share memory, even in a pipeline that could run ahead.
+  bool pipelining = true;
 };
 
 // Runs the pipeline on `graph` (modified in place) and lowers it.

@@ -20,6 +20,7 @@
 #include <set>
 
 #include "graph/device_placement.h"
+#include "graph/memory_plan.h"
 #include "session/eager.h"
 #include "session/model_export.h"
 #include "session/cluster_membership.h"
@@ -301,6 +302,20 @@ class PyJob {
   std::string PlanDot() const { return graph::PlanToDot(job().plan()); }
   std::string SbpSummary() const { return graph::SbpSummary(job().graph()); }
   std::string PlanText() const { return job().plan().DebugString(); }
+  py::dict MemoryReport() const {
+    const graph::MemoryReport report = graph::PlanMemoryReport(job().plan());
+    py::dict out;
+    out["register_bytes"] = report.register_bytes;
+    out["unshared_register_bytes"] = report.unshared_register_bytes;
+    out["largest_live_bytes"] = report.largest_live_bytes;
+    out["variable_bytes"] = report.variable_bytes;
+    out["registers"] = report.registers;
+    out["shared_registers"] = report.shared_registers;
+    out["single_registers"] = report.single_registers;
+    out["memory_blocks"] = report.memory_blocks;
+    out["summary"] = report.ToString();
+    return out;
+  }
   std::vector<std::pair<std::string, double>> CompileTimings() const { return job().compile_timings(); }
   const CompiledJob& job() const {
     if (!job_) throw std::runtime_error("job is not compiled");
@@ -367,9 +382,11 @@ class PySession {
       else if (k == "trace_path") job_options.trace_path = value.cast<std::string>();
       else if (k == "use_job_cache") job_options.use_job_cache = value.cast<bool>();
       else if (k == "disabled_fusions") job_options.disabled_fusions = value.cast<std::vector<std::string>>();
+      else if (k == "memory_sharing") job_options.memory_sharing = value.cast<bool>();
+      else if (k == "pipelining") job_options.pipelining = value.cast<bool>();
       else throw py::value_error("compile: unknown option '" + k +
                                  "' (num_threads, num_workers, kernel_threads, register_num, dump_dot_dir, trace_path, "
-                                 "use_job_cache, disabled_fusions)");
+                                 "use_job_cache, disabled_fusions, memory_sharing, pipelining)");
     }
     if (job_options.register_num < 1) throw py::value_error("compile: register_num must be >= 1");
     auto job = std::make_unique<PyJob>(this);
@@ -582,6 +599,7 @@ PYBIND11_MODULE(_C, m) {
       .def("shutdown", &PyJob::Shutdown)
       .def("plan_dot", &PyJob::PlanDot)
       .def("plan_text", &PyJob::PlanText)
+      .def("memory_report", &PyJob::MemoryReport)
       .def_property_readonly("compile_timings", &PyJob::CompileTimings)
       .def("sbp_summary", &PyJob::SbpSummary);
 

@@ -435,6 +435,8 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     const char* value = std::getenv(name);
     return value != nullptr && *value != 0 && std::string(value) != "0";
   };
+  compile_options.memory_sharing = options.memory_sharing && !environment_set("ACTORFLOW_DISABLE_MEMORY_SHARING");
+  compile_options.pipelining = options.pipelining;
   // Dumps and summaries describe a compile: a job asking for them compiles.
   const bool cacheable = options.use_job_cache && options.dump_dot_dir.empty() && !options.print_sbp_summary &&
                          std::getenv("ACTORFLOW_DUMP_DOT") == nullptr && !environment_set("ACTORFLOW_SBP_SUMMARY");
@@ -443,6 +445,8 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   if (cacheable) {
     key = CanonicalJobKey(job->graph_, options.register_num);
     for (const std::string& fusion : compile_options.disabled_fusions) key += "\nfusion off: " + fusion;
+    if (!compile_options.memory_sharing) key += "\nmemory sharing off";
+    if (!compile_options.pipelining) key += "\npipelining off";
     if (std::shared_ptr<const CachedCompile> hit = state_->job_cache.Find(key)) {
       if (auto rebound = RebindCompiled(*hit, job->graph_)) {
         job->graph_ = std::move(rebound->first);

@@ -56,6 +56,10 @@ struct JobOptions {
   // graph::CompileOptions::disabled_fusions, plus the comma-separated names in the environment
   // variable ACTORFLOW_DISABLE_FUSION (to bisect a numerical difference without editing code).
   std::vector<std::string> disabled_fusions;
+  // graph::CompileOptions::memory_sharing; ACTORFLOW_DISABLE_MEMORY_SHARING=1 turns it off for
+  // every job (to bisect a wrong result without editing code).
+  bool memory_sharing = true;
+  bool pipelining = true;  // graph::CompileOptions::pipelining
 };
 
 // Watch handlers: (handler name, iteration, views valid only during the call). Actor thread.

@@ -72,7 +72,7 @@ _warned_config = set()
 class FunctionConfig:
     """flow.function_config(): per-job settings. Supported: default_data_type,
     default_logical_view (consistent or mirrored), num_threads, num_workers, register_num, seed / random_seed,
-    disable_fusion(*names).
+    disable_fusion(*names), disable_memory_sharing(), disable_pipelining().
     Other OneFlow switches are accepted but not supported yet: each warns once, naming itself."""
 
     def __init__(self):
@@ -113,6 +113,19 @@ class FunctionConfig:
                     name, ", ".join(known)))
         self.options.setdefault("disabled_fusions", [])
         self.options["disabled_fusions"] += [n for n in names if n not in self.options["disabled_fusions"]]
+
+    def disable_memory_sharing(self):
+        """Compile this job with every register in its own memory and the plan's register_num
+        (no shared blocks, no registers lowered to one), to bisect a wrong result.
+        ACTORFLOW_DISABLE_MEMORY_SHARING=1 does the same for every job."""
+        self.options["memory_sharing"] = False
+
+    def disable_pipelining(self):
+        """Run this job's calls one at a time: a call, asynchronous ones too, waits until the
+        previous one finished instead of overlapping it in the pipeline. Then every register of
+        the plan may share memory (a predict job's layers too), for less memory at the cost of
+        throughput under concurrent calls."""
+        self.options["pipelining"] = False
 
     def seed(self, n):
         self.options["seed"] = _int_setting(n, "function_config().seed", 0)
@@ -337,7 +350,8 @@ class JobFunction:
                 session.create_variable(var_name, list(shape), np.dtype(dtype).name, var_value)
             options = dict(_config.compile_options(name))
             options.update({k: v for k, v in self._config.options.items()
-                            if k in ("num_threads", "num_workers", "register_num", "disabled_fusions")})
+                            if k in ("num_threads", "num_workers", "register_num", "disabled_fusions",
+                                     "memory_sharing", "pipelining")})
             compiled = session.compile(builder, options)
         except Exception:
             # A job that does not compile leaves nothing behind either: the variables it created
@@ -443,6 +457,15 @@ class JobFunction:
         @ file:line" (input layouts -> output layouts; "boxing" ops are the transfers it
         inserted); None before the first call."""
         return None if self._compiled is None else self._compiled.sbp_summary()
+
+    def memory_report(self):
+        """The compiled plan's register memory (graph/memory_plan.h), a dict of bytes and counts:
+        register_bytes (what the runtime allocates for registers), unshared_register_bytes (the
+        same registers each in its own memory), largest_live_bytes (the most bytes of registers
+        live at one task of the plan's order), variable_bytes, registers, shared_registers,
+        single_registers, memory_blocks, and `summary`, the same in one line. None before the
+        first call."""
+        return None if self._compiled is None else self._compiled.memory_report()
 
     def job_text(self):
         """The job as last traced (graph/proto/job.proto, text format): ops, placements, layout

@@ -1,0 +1,526 @@
+#include "graph/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <queue>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "actors/plan_dtype.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+// The runtime aligns every blob of a register to this (actors/runtime.cc kAlignment): a
+// register takes the sum of its blobs' sizes rounded up, and shared offsets are multiples.
+constexpr int64_t kAlignment = 64;
+int64_t AlignUp(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+int64_t BlobBytes(const plan::BlobDesc& blob) {
+  if (blob.byte_size() > 0) return blob.byte_size();
+  TensorDesc desc;
+  desc.shape.assign(blob.shape().begin(), blob.shape().end());
+  desc.dtype = FromProtoDType(blob.dtype());
+  return static_cast<int64_t>(desc.byte_size());
+}
+
+// What one register allocates (one of its register_num): its blobs, or its reserved block.
+int64_t RegisterBytes(const plan::RegisterDesc& reg) {
+  int64_t bytes = 0;
+  for (const plan::BlobDesc& blob : reg.blobs()) bytes += AlignUp(BlobBytes(blob));
+  return std::max(bytes, reg.reserved_byte_size());
+}
+
+bool ReadOnlyVariable(const plan::Task& task) { return task.kind() == plan::VARIABLE && task.read_only(); }
+
+// Registers the runtime gives one register whatever the plan says (variables) or the plan does.
+bool SingleRegister(const plan::Task& task, const plan::RegisterDesc& reg) {
+  return task.kind() == plan::VARIABLE || reg.register_num() <= 1;
+}
+
+std::string Name(const plan::Plan& plan, int task, int reg) {
+  return "register '" + plan.tasks(task).registers(reg).name() + "' of task '" + plan.tasks(task).name() + "'";
+}
+
+// The happens-before facts of a plan (memory_plan.h): for each task t, the tasks u with
+// u(i) before t(i) (`ancestors`, strict) and the tasks c with c(i) before t(i + 1) (`before_next`).
+// One bit per task per task: O(tasks^2 / 8) bytes, filled in one sweep in topological order
+// (a word operation per edge and 64 tasks).
+class Order {
+ public:
+  static StatusOr<Order> Of(const plan::Plan& plan) {
+    Order order;
+    const int n = plan.tasks_size();
+    order.n_ = n;
+    order.words_ = (static_cast<size_t>(n) + 63) / 64;
+    std::unordered_map<int64_t, int> index_of;
+    for (int t = 0; t < n; ++t) index_of.emplace(plan.tasks(t).id(), t);
+    order.readers_.resize(n);
+    order.parents_.resize(n);
+    for (int t = 0; t < n; ++t) {
+      order.readers_[t].resize(plan.tasks(t).registers_size());
+      for (const plan::InputDesc& in : plan.tasks(t).inputs()) {
+        auto found = index_of.find(in.producer_task_id());
+        if (found == index_of.end() || found->second >= t)
+          return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
+                          std::to_string(in.producer_task_id()) + ", which is not before it");
+        const int p = found->second;
+        // A read-only variable's readers read its buffer directly: no message, no order.
+        if (ReadOnlyVariable(plan.tasks(p))) continue;
+        if (in.producer_register() < 0 || in.producer_register() >= plan.tasks(p).registers_size())
+          return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads register " +
+                          std::to_string(in.producer_register()) + " of task '" + plan.tasks(p).name() + "'");
+        if (std::find(order.parents_[t].begin(), order.parents_[t].end(), p) == order.parents_[t].end())
+          order.parents_[t].push_back(p);
+        std::vector<int>& readers = order.readers_[p][in.producer_register()];
+        if (readers.empty() || readers.back() != t) readers.push_back(t);
+      }
+    }
+    order.Compute(plan);
+    return order;
+  }
+
+  int size() const { return n_; }
+  // u(i) happens before t(i).
+  bool Before(int u, int t) const { return Bit(ancestors_, t, u); }
+  // c(i) happens before t(i + 1).
+  bool BeforeNext(int c, int t) const { return Bit(before_next_, t, c); }
+  bool AnyBeforeNext(int t) const {
+    for (size_t w = 0; w < words_; ++w)
+      if (before_next_[t * words_ + w] != 0) return true;
+    return false;
+  }
+  // The tasks reading register `reg` of task `t` through edges (data or control), ascending.
+  const std::vector<int>& Readers(int t, int reg) const { return readers_[t][reg]; }
+
+ private:
+  bool Bit(const std::vector<uint64_t>& bits, int row, int column) const {
+    return (bits[row * words_ + column / 64] >> (column % 64) & 1) != 0;
+  }
+  void Compute(const plan::Plan& plan) {
+    ancestors_.assign(n_ * words_, 0);
+    for (int t = 0; t < n_; ++t)
+      for (int p : parents_[t]) {
+        uint64_t* to = &ancestors_[t * words_];
+        const uint64_t* from = &ancestors_[p * words_];
+        for (size_t w = 0; w < words_; ++w) to[w] |= from[w];
+        to[p / 64] |= uint64_t{1} << (p % 64);
+      }
+    // Back edges: each reader c of a single register of task p: c and its ancestors at
+    // iteration i before p at i + 1. Then everything before an ancestor's next act is before t's.
+    before_next_.assign(n_ * words_, 0);
+    if (plan.serial_iterations()) {  // every act of iteration i before any of i + 1
+      for (int t = 0; t < n_; ++t)
+        for (int c = 0; c < n_; ++c) before_next_[t * words_ + c / 64] |= uint64_t{1} << (c % 64);
+      return;
+    }
+    for (int p = 0; p < n_; ++p) {
+      const plan::Task& task = plan.tasks(p);
+      if (ReadOnlyVariable(task)) continue;
+      uint64_t* to = &before_next_[p * words_];
+      for (int r = 0; r < task.registers_size(); ++r) {
+        if (!SingleRegister(task, task.registers(r))) continue;
+        for (int c : readers_[p][r]) {
+          const uint64_t* from = &ancestors_[c * words_];
+          for (size_t w = 0; w < words_; ++w) to[w] |= from[w];
+          to[c / 64] |= uint64_t{1} << (c % 64);
+        }
+      }
+    }
+    for (int t = 0; t < n_; ++t)
+      for (int p : parents_[t]) {
+        uint64_t* to = &before_next_[t * words_];
+        const uint64_t* from = &before_next_[p * words_];
+        for (size_t w = 0; w < words_; ++w) to[w] |= from[w];
+      }
+  }
+
+  int n_ = 0;
+  size_t words_ = 0;
+  std::vector<std::vector<int>> parents_;
+  std::vector<std::vector<std::vector<int>>> readers_;
+  std::vector<uint64_t> ancestors_, before_next_;
+};
+
+// Register `first` of task `a` may share bytes with register `second` of task `b`, first's
+// lifetime before second's (memory_plan.h): a's readers before b, b's readers before a's next act.
+bool InOrder(const Order& order, int a, int first, int b, int second) {
+  const std::vector<int>& first_readers = order.Readers(a, first);
+  const std::vector<int>& second_readers = order.Readers(b, second);
+  if (first_readers.empty() || second_readers.empty()) return false;
+  for (int c : first_readers)
+    if (!order.Before(c, b)) return false;
+  for (int c : second_readers)
+    if (!order.BeforeNext(c, a)) return false;
+  return true;
+}
+
+// Registers some task writes in place, and registers read whole: never shared nor reduced.
+std::vector<std::vector<bool>> PinnedRegisters(const plan::Plan& plan) {
+  std::unordered_map<int64_t, int> index_of;
+  std::vector<std::vector<bool>> pinned(plan.tasks_size());
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    index_of.emplace(plan.tasks(t).id(), t);
+    pinned[t].assign(plan.tasks(t).registers_size(), false);
+  }
+  for (const plan::Task& task : plan.tasks()) {
+    for (int i = 0; i < task.inputs_size(); ++i) {
+      const plan::InputDesc& in = task.inputs(i);
+      const bool written = std::find(task.mutable_inputs().begin(), task.mutable_inputs().end(), i) !=
+                           task.mutable_inputs().end();
+      auto found = index_of.find(in.producer_task_id());
+      if (found == index_of.end()) continue;
+      std::vector<bool>& registers = pinned[found->second];
+      if ((written || in.whole()) && in.producer_register() >= 0 &&
+          in.producer_register() < static_cast<int>(registers.size()))
+        registers[in.producer_register()] = true;
+    }
+  }
+  return pinned;
+}
+
+// Registers that may share memory or lose registers (memory_plan.h "Shared").
+bool Eligible(const plan::Plan& plan, const Order& order, const std::vector<std::vector<bool>>& pinned, int t, int r) {
+  const plan::Task& task = plan.tasks(t);
+  const plan::RegisterDesc& reg = task.registers(r);
+  // A source's register is written by the host's Push once the register is free, like an act.
+  const bool kind = (task.kind() == plan::COMPUTE && !task.asynchronous()) || task.kind() == plan::SOURCE;
+  return kind && task.device_type() == "cpu" &&
+         reg.memory_case().kind() == plan::MEMORY_HOST && !reg.has_slice_of() && reg.reserved_byte_size() == 0 &&
+         !reg.has_shared_memory() && !pinned[t][r] && RegisterBytes(reg) > 0 && !order.Readers(t, r).empty();
+}
+
+struct Candidate {
+  int task, reg;
+  int64_t bytes, offset = -1;
+};
+
+// The ordering facts take tasks^2 / 4 bytes: larger plans (150 MB of facts) are not planned.
+constexpr int kMostTasksPlanned = 24576;
+
+// Up to this many candidates, each pair is asked about (placement by size packs tighter); more
+// are placed in slots in plan order, asking a bounded number of questions per register.
+constexpr size_t kPairwiseCandidates = 512;
+// Free slots a register tries (the most recently freed first) before it takes a new one.
+constexpr size_t kSlotsTried = 32;
+
+// Largest first (ties: plan order), each at the lowest offset clear of the placed registers it
+// is not ordered with. The placed ones are kept by offset: the scan moves the window past each
+// conflicting one in its way and asks about order only for those overlapping the window (every
+// one it passes either is ordered with the candidate or ends at or below the window, which only
+// moves up). Returns the block's size.
+int64_t PlaceLargestFirst(const Order& order, std::vector<Candidate>& candidates) {
+  std::vector<size_t> by_size(candidates.size());
+  for (size_t k = 0; k < by_size.size(); ++k) by_size[k] = k;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](size_t a, size_t b) { return candidates[a].bytes > candidates[b].bytes; });
+  int64_t block_bytes = 0;
+  std::vector<size_t> by_offset;  // placed candidates, ascending offset
+  for (size_t k : by_size) {
+    Candidate& c = candidates[k];
+    int64_t offset = 0;
+    for (size_t j : by_offset) {
+      const Candidate& placed = candidates[j];
+      if (placed.offset >= offset + c.bytes) break;  // the window fits below it, and below all after it
+      if (placed.offset + placed.bytes <= offset) continue;
+      if (InOrder(order, c.task, c.reg, placed.task, placed.reg) ||
+          InOrder(order, placed.task, placed.reg, c.task, c.reg))
+        continue;
+      offset = placed.offset + placed.bytes;
+    }
+    c.offset = offset;
+    by_offset.insert(std::upper_bound(by_offset.begin(), by_offset.end(), offset,
+                                      [&](int64_t value, size_t j) { return value < candidates[j].offset; }),
+                     k);
+    block_bytes = std::max(block_bytes, offset + c.bytes);
+  }
+  return block_bytes;
+}
+
+// Slots: disjoint byte ranges, each holding a sequence of registers O1, O2, ..., each in order
+// before the next. A register Y joins a slot when the last one's readers run before Y's producer
+// (then every earlier one's do too: each Oj's readers run before O(j+1)'s producer, and so on)
+// and Y's readers run before the first one's producer's next act (which runs before every later
+// one's next act): Y is then in order after every register of the slot. Registers come in plan
+// order; a slot is tried only once its last register's readers are all before the new one in
+// plan order (a reader after it cannot run before it). A slot grows to its largest register;
+// offsets are the slots' sizes summed. Returns the block's size.
+int64_t PlaceInSlots(const Order& order, std::vector<Candidate>& candidates) {
+  struct Slot {
+    int64_t bytes = 0;
+    size_t first = 0, last = 0;
+  };
+  std::vector<Slot> slots;
+  std::vector<int> slot_of(candidates.size());
+  // Busy slots by the plan position of their last register's last reader (smallest on top).
+  std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>, std::greater<>> busy;
+  std::vector<int> free;  // most recently freed last
+  auto last_reader = [&](const Candidate& c) { return order.Readers(c.task, c.reg).back(); };
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    const Candidate& y = candidates[k];
+    while (!busy.empty() && busy.top().first < y.task) {
+      free.push_back(busy.top().second);
+      busy.pop();
+    }
+    int best = -1;  // in `free`
+    for (size_t tried = 0; tried < kSlotsTried && tried < free.size(); ++tried) {
+      const int index = static_cast<int>(free.size() - 1 - tried);
+      const Slot& slot = slots[free[index]];
+      const Candidate& last = candidates[slot.last];
+      const Candidate& first = candidates[slot.first];
+      bool fits = true;
+      for (int c : order.Readers(last.task, last.reg)) fits = fits && order.Before(c, y.task);
+      for (int c : order.Readers(y.task, y.reg)) fits = fits && order.BeforeNext(c, first.task);
+      if (!fits) continue;
+      // Prefer a slot as large as y with the least to spare, else the largest (least growth).
+      if (best < 0) {
+        best = index;
+        continue;
+      }
+      const int64_t have = slots[free[best]].bytes, offer = slot.bytes;
+      const bool better = have >= y.bytes ? (offer >= y.bytes && offer < have) : offer > have;
+      if (better) best = index;
+    }
+    int slot_index;
+    if (best >= 0) {
+      slot_index = free[best];
+      free.erase(free.begin() + best);
+      slots[slot_index].bytes = std::max(slots[slot_index].bytes, y.bytes);
+      slots[slot_index].last = k;
+    } else {
+      slot_index = static_cast<int>(slots.size());
+      slots.push_back(Slot{y.bytes, k, k});
+    }
+    slot_of[k] = slot_index;
+    busy.emplace(last_reader(y), slot_index);
+  }
+  std::vector<int64_t> offsets(slots.size());
+  int64_t block_bytes = 0;
+  for (size_t s = 0; s < slots.size(); ++s) {
+    offsets[s] = block_bytes;
+    block_bytes += slots[s].bytes;
+  }
+  for (size_t k = 0; k < candidates.size(); ++k) candidates[k].offset = offsets[slot_of[k]];
+  return block_bytes;
+}
+
+std::string Bytes(int64_t bytes) {
+  char text[32];
+  if (bytes >= (int64_t{1} << 20)) std::snprintf(text, sizeof(text), "%.2f MiB", bytes / 1048576.0);
+  else if (bytes >= 1024) std::snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);
+  else std::snprintf(text, sizeof(text), "%lld B", static_cast<long long>(bytes));
+  return text;
+}
+
+Status VerifyPlaced(const plan::Plan& plan, const Order& order);
+
+}  // namespace
+
+std::string MemoryReport::ToString() const {
+  char ratio[32] = "";
+  if (largest_live_bytes > 0)
+    std::snprintf(ratio, sizeof(ratio), " (%.2fx)", static_cast<double>(register_bytes) / largest_live_bytes);
+  return "registers " + Bytes(register_bytes) + ratio + ", largest live set " + Bytes(largest_live_bytes) +
+         ", unshared " + Bytes(unshared_register_bytes) + "; " + std::to_string(registers) + " registers, " +
+         std::to_string(shared_registers) + " in " + std::to_string(memory_blocks) + " shared block" +
+         (memory_blocks == 1 ? "" : "s") + ", " + std::to_string(single_registers) + " single; variables " +
+         Bytes(variable_bytes);
+}
+
+MemoryReport PlanMemoryReport(const plan::Plan& plan) {
+  MemoryReport report;
+  std::unordered_map<int64_t, int> index_of;
+  for (int t = 0; t < plan.tasks_size(); ++t) index_of.emplace(plan.tasks(t).id(), t);
+  for (const plan::MemoryBlock& block : plan.memory_blocks()) report.register_bytes += block.byte_size();
+  report.memory_blocks = plan.memory_blocks_size();
+  // Live intervals in plan order: [producer, last reader]; +bytes at the start, -bytes after the end.
+  std::vector<int64_t> change(plan.tasks_size() + 1, 0);
+  std::map<std::pair<int, int>, int> last_reader;
+  for (int t = 0; t < plan.tasks_size(); ++t)
+    for (const plan::InputDesc& in : plan.tasks(t).inputs()) {
+      auto found = index_of.find(in.producer_task_id());
+      if (found == index_of.end()) continue;
+      int& last = last_reader[{found->second, in.producer_register()}];
+      last = std::max(last, t);
+    }
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    const plan::Task& task = plan.tasks(t);
+    for (int r = 0; r < task.registers_size(); ++r) {
+      const plan::RegisterDesc& reg = task.registers(r);
+      const int64_t bytes = RegisterBytes(reg);
+      if (bytes == 0) continue;
+      if (task.kind() == plan::VARIABLE) {
+        report.variable_bytes += bytes;
+        continue;
+      }
+      ++report.registers;
+      const int64_t copies = std::max(1, reg.register_num());
+      if (reg.register_num() <= 1) ++report.single_registers;
+      if (reg.has_shared_memory()) ++report.shared_registers;
+      if (!reg.has_slice_of()) {  // a slice lives in its owner's reserved block
+        report.unshared_register_bytes += copies * bytes;
+        if (!reg.has_shared_memory()) report.register_bytes += copies * bytes;
+        auto last = last_reader.find({t, r});
+        const int end = last == last_reader.end() ? t : last->second;
+        change[t] += bytes;
+        change[end + 1] -= bytes;
+      }
+    }
+  }
+  int64_t live = 0;
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    live += change[t];
+    report.largest_live_bytes = std::max(report.largest_live_bytes, live);
+  }
+  return report;
+}
+
+std::string MemoryPlanText(const plan::Plan& plan) {
+  std::string text = "job '" + plan.job_name() + "': " + PlanMemoryReport(plan).ToString() + "\n";
+  for (const plan::MemoryBlock& block : plan.memory_blocks()) text += "shared block: " + Bytes(block.byte_size()) + "\n";
+  for (const plan::Task& task : plan.tasks())
+    for (const plan::RegisterDesc& reg : task.registers()) {
+      const int64_t bytes = RegisterBytes(reg);
+      if (bytes == 0) continue;
+      text += "  " + task.name() + " " + reg.name() + ": " + Bytes(bytes) + " x" + std::to_string(reg.register_num());
+      if (task.kind() == plan::VARIABLE) text += " variable";
+      if (reg.has_shared_memory()) text += " shared +" + std::to_string(reg.shared_memory().byte_offset());
+      if (reg.has_slice_of()) text += " slice of task #" + std::to_string(reg.slice_of().task_id());
+      text += "\n";
+    }
+  return text;
+}
+
+Status PlanRegisterMemory(plan::Plan& plan) {
+  if (plan.memory_blocks_size() > 0) return Status::Ok();
+  // Without a back edge (a single register some task reads, or serial iterations) no task waits
+  // for an earlier iteration: nothing is lowered and nothing may share. Checked first: the
+  // facts below take time and memory quadratic in the tasks.
+  bool back_edges = plan.serial_iterations();
+  std::unordered_map<int64_t, const plan::Task*> task_of;
+  for (const plan::Task& task : plan.tasks()) {
+    if (task.machine_id() != 0) return Status::Ok();
+    task_of.emplace(task.id(), &task);
+  }
+  for (const plan::Task& task : plan.tasks())
+    for (const plan::InputDesc& in : task.inputs()) {
+      auto found = task_of.find(in.producer_task_id());
+      if (found == task_of.end() || ReadOnlyVariable(*found->second)) continue;
+      const plan::Task& producer = *found->second;
+      back_edges = back_edges || (in.producer_register() >= 0 && in.producer_register() < producer.registers_size() &&
+                                  SingleRegister(producer, producer.registers(in.producer_register())));
+    }
+  if (!back_edges || plan.tasks_size() > kMostTasksPlanned) return Status::Ok();
+  AF_ASSIGN_OR_RETURN(Order order, Order::Of(plan));
+  const std::vector<std::vector<bool>> pinned = PinnedRegisters(plan);
+  const int n = plan.tasks_size();
+  // One register where the producer's next act already waits for this iteration's work.
+  // Decided, and the registers placed, on the facts of the plan before the change: lowering
+  // only adds back edges, so every fact stays true (some new ones go unused).
+  std::vector<std::pair<int, int>> lowered;
+  for (int t = 0; t < n; ++t)
+    for (int r = 0; r < plan.tasks(t).registers_size(); ++r)
+      if (plan.tasks(t).registers(r).register_num() > 1 && Eligible(plan, order, pinned, t, r) && order.AnyBeforeNext(t))
+        lowered.emplace_back(t, r);
+  for (const auto& [t, r] : lowered) plan.mutable_tasks(t)->mutable_registers(r)->set_register_num(1);
+
+  // Candidates: eligible single registers, in plan order.
+  std::vector<Candidate> candidates;
+  for (int t = 0; t < n; ++t)
+    for (int r = 0; r < plan.tasks(t).registers_size(); ++r)
+      if (plan.tasks(t).registers(r).register_num() == 1 && Eligible(plan, order, pinned, t, r))
+        candidates.push_back(Candidate{t, r, RegisterBytes(plan.tasks(t).registers(r))});
+  if (candidates.size() < 2) return Status::Ok();
+  int64_t block_bytes = 0, total_bytes = 0;
+  for (const Candidate& c : candidates) total_bytes += c.bytes;
+  if (candidates.size() <= kPairwiseCandidates) {
+    block_bytes = PlaceLargestFirst(order, candidates);
+  } else {
+    block_bytes = PlaceInSlots(order, candidates);
+  }
+  if (block_bytes == total_bytes) return Status::Ok();  // nothing overlaps: own memory is as good
+  plan::MemoryBlock* block = plan.add_memory_blocks();
+  block->set_byte_size(block_bytes);
+  for (const Candidate& c : candidates) {
+    plan::SharedMemory* shared = plan.mutable_tasks(c.task)->mutable_registers(c.reg)->mutable_shared_memory();
+    shared->set_block(0);
+    shared->set_byte_offset(c.offset);
+  }
+  // The placement checked pair by pair (on the same facts), as VerifySharedMemory would.
+  return VerifyPlaced(plan, order);
+}
+
+namespace {
+
+Status VerifyPlaced(const plan::Plan& plan, const Order& order) {
+  struct Placed {
+    int64_t begin, end;
+    int task, reg;
+  };
+  std::vector<std::vector<Placed>> blocks(plan.memory_blocks_size());
+  for (int t = 0; t < plan.tasks_size(); ++t)
+    for (int r = 0; r < plan.tasks(t).registers_size(); ++r) {
+      const plan::RegisterDesc& reg = plan.tasks(t).registers(r);
+      if (!reg.has_shared_memory()) continue;
+      const int b = reg.shared_memory().block();
+      if (b < 0 || b >= plan.memory_blocks_size())
+        return Internal("plan '" + plan.job_name() + "': " + Name(plan, t, r) + " is in memory block " +
+                        std::to_string(b) + " of " + std::to_string(plan.memory_blocks_size()));
+      if (reg.register_num() != 1 || order.Readers(t, r).empty())
+        return Internal("plan '" + plan.job_name() + "': " + Name(plan, t, r) +
+                        " shares memory but has register_num " + std::to_string(reg.register_num()) + " and " +
+                        std::to_string(order.Readers(t, r).size()) + " readers (expected 1 and some)");
+      const int64_t begin = reg.shared_memory().byte_offset();
+      blocks[b].push_back(Placed{begin, begin + RegisterBytes(reg), t, r});
+    }
+  for (std::vector<Placed>& placed : blocks) {
+    std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
+      return std::make_tuple(a.begin, a.task, a.reg) < std::make_tuple(b.begin, b.task, b.reg);
+    });
+    for (size_t i = 0; i < placed.size(); ++i)
+      for (size_t j = i + 1; j < placed.size() && placed[j].begin < placed[i].end; ++j) {
+        const Placed& a = placed[i];
+        const Placed& b = placed[j];
+        if (!InOrder(order, a.task, a.reg, b.task, b.reg) && !InOrder(order, b.task, b.reg, a.task, a.reg))
+          return Internal("plan '" + plan.job_name() + "': " + Name(plan, a.task, a.reg) + " and " +
+                          Name(plan, b.task, b.reg) +
+                          " share bytes of a memory block, but the plan does not order their lifetimes");
+      }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status VerifySharedMemory(const plan::Plan& plan) {
+  if (plan.memory_blocks_size() == 0) return Status::Ok();
+  AF_ASSIGN_OR_RETURN(Order order, Order::Of(plan));
+  return VerifyPlaced(plan, order);
+}
+
+StatusOr<bool> RegistersMayShareInOrder(const plan::Plan& plan, int64_t first_task, int first, int64_t second_task,
+                                        int second) {
+  AF_ASSIGN_OR_RETURN(Order order, Order::Of(plan));
+  int a = -1, b = -1;
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    if (plan.tasks(t).id() == first_task) a = t;
+    if (plan.tasks(t).id() == second_task) b = t;
+  }
+  if (a < 0 || b < 0 || first < 0 || first >= plan.tasks(a).registers_size() || second < 0 ||
+      second >= plan.tasks(b).registers_size())
+    return InvalidArgument("RegistersMayShareInOrder: no register " + std::to_string(first) + " of task #" +
+                           std::to_string(first_task) + " or " + std::to_string(second) + " of task #" +
+                           std::to_string(second_task));
+  if (!SingleRegister(plan.tasks(a), plan.tasks(a).registers(first)) ||
+      !SingleRegister(plan.tasks(b), plan.tasks(b).registers(second)))
+    return false;
+  return InOrder(order, a, first, b, second);
+}
+
+}  // namespace graph
+}  // namespace actorflow
