@@ -1,6 +1,10 @@
-// "cuda" factories of the elementwise, activation, bias, constant and layout-copy ops, over the
-// launchers of elementwise_cuda.cu. float32 only so far (others: Unimplemented naming the op).
+// "cuda" factories of the elementwise, activation, bias, constant, clamp, dropout and layout-copy
+// ops, over the launchers of elementwise_cuda.cu. float32 only so far (others: Unimplemented
+// naming the op).
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
 
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/launch.h"
@@ -112,6 +116,53 @@ void RegisterElementwiseCudaKernels(OpRegistry& registry) {
     const int64_t n = init.outputs[0].num_elements();
     return CudaKernel("constant", init, [=](KernelContext& c, cudaStream_t stream) {
       return LaunchFill(c.output(0).as<float>(), n, value, stream);
+    });
+  });
+  // clamp / clamp_grad: attrs min, max (absent: no bound, ±inf), inclusive (kernels/clamp.cc).
+  for (bool grad : {false, true}) {
+    const std::string type = grad ? "clamp_grad" : "clamp";
+    Add(registry, type, [type, grad](const KernelInit& init) -> StatusOr<KernelFn> {
+      AF_RETURN_IF_ERROR(ExpectFloat32(type, init.inputs, "input"));
+      constexpr double kInf = std::numeric_limits<double>::infinity();
+      const double low = init.attrs.Has("min") ? init.attrs.GetFloatOr("min", -kInf) : -kInf;
+      const double high = init.attrs.Has("max") ? init.attrs.GetFloatOr("max", kInf) : kInf;
+      if (std::isnan(low) || std::isnan(high) || low > high)
+        return InvalidArgument(type + ": min (" + std::to_string(low) + ") must not exceed max (" + std::to_string(high) + ")");
+      const float lo = static_cast<float>(low), hi = static_cast<float>(high);
+      const bool inclusive = init.attrs.GetBoolOr("inclusive", true);
+      const int64_t n = init.inputs[0].num_elements();
+      if (grad)
+        return CudaKernel(type, init, [=](KernelContext& c, cudaStream_t stream) {
+          return LaunchClampGrad(c.input(0).as<float>(), c.input(1).as<float>(), c.output(0).as<float>(), n, lo, hi, inclusive,
+                                 stream);
+        });
+      return CudaKernel(type, init, [=](KernelContext& c, cudaStream_t stream) {
+        return LaunchClamp(c.input(0).as<float>(), c.output(0).as<float>(), n, lo, hi, stream);
+      });
+    });
+  }
+  // dropout: the CPU kernel's mask, draw for draw (kernels/dropout.cc): act t of a kernel draws
+  // numbers t * stream_stride + stream_offset + [0, n) of splitmix64 seeded by attr seed; the
+  // position in the stream lives in the kernel (acts of one kernel run one at a time, in order).
+  Add(registry, "dropout", [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32("dropout", init.inputs, "input"));
+    constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+    const double rate = init.attrs.GetFloatOr("rate", 0.5);
+    if (!(rate >= 0 && rate < 1)) return InvalidArgument("dropout: rate must be in [0, 1), got " + std::to_string(rate));
+    const uint64_t seed = static_cast<uint64_t>(init.attrs.GetIntOr("seed", 0));
+    const int64_t n = init.inputs[0].num_elements();
+    const int64_t offset = init.attrs.GetIntOr("stream_offset", 0), stride = init.attrs.GetIntOr("stream_stride", n);
+    if (offset < 0 || stride < offset + n)
+      return InvalidArgument("dropout: stream_offset " + std::to_string(offset) + " and stream_stride " + std::to_string(stride) +
+                             " do not hold a share of " + std::to_string(n) + " elements");
+    const uint64_t threshold = static_cast<uint64_t>(rate * 9007199254740992.0);  // rate * 2^53
+    const float scale = static_cast<float>(1.0 / (1.0 - rate));
+    auto next = std::make_shared<uint64_t>(seed + static_cast<uint64_t>(offset) * kGolden);
+    return CudaKernel("dropout", init, [=](KernelContext& c, cudaStream_t stream) {
+      const uint64_t state = *next;
+      *next += static_cast<uint64_t>(stride) * kGolden;
+      return LaunchDropout(c.input(0).as<float>(), c.output(0).as<float>(), c.output(1).as<float>(), n, state, threshold, scale,
+                           stream);
     });
   });
   // Layout ops that copy their input's bytes (any dtype): one device-to-device copy.

@@ -1,6 +1,7 @@
 // CUDA kernels of the elementwise family: binary ops with broadcasting, scalar affine, relu and
-// its gradient, bias_add (+relu epilogue) and its gradient, fill. Grid-stride loops; the
-// launchers size grids from n and cap them (the loop covers the rest).
+// its gradient, bias_add (+relu epilogue) and its gradient, fill, clamp and its gradient,
+// dropout. Grid-stride loops; the launchers size grids from n and cap them (the loop covers the
+// rest).
 #include "kernels/cuda/launch.h"
 
 namespace actorflow::cuda {
@@ -88,6 +89,42 @@ __global__ void FillKernel(float* __restrict__ out, int64_t n, float value) {
   for (int64_t i = First(); i < n; i += Stride()) out[i] = value;
 }
 
+__global__ void ClampKernel(const float* __restrict__ x, float* __restrict__ out, int64_t n, float low, float high) {
+  for (int64_t i = First(); i < n; i += Stride()) {
+    float v = x[i];
+    v = v < low ? low : v;
+    out[i] = v > high ? high : v;
+  }
+}
+
+__global__ void ClampGradKernel(const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dx, int64_t n,
+                                float low, float high, bool inclusive) {
+  for (int64_t i = First(); i < n; i += Stride()) {
+    const float v = x[i];
+    const bool inside = inclusive ? (v >= low && v <= high) : (v > low && v < high);
+    dx[i] = inside ? dy[i] : 0.0f;
+  }
+}
+
+// splitmix64 is a counter generator: the k-th number after `state` mixes state + k * golden, so
+// each element computes its own draw (the CPU kernel's sequential loop, element by element).
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+__device__ inline uint64_t SplitMix64At(uint64_t state, uint64_t k) {
+  uint64_t z = state + k * kGolden;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__global__ void DropoutKernel(const float* __restrict__ x, float* __restrict__ out, float* __restrict__ mask, int64_t n,
+                              uint64_t state, uint64_t threshold, float scale) {
+  for (int64_t i = First(); i < n; i += Stride()) {
+    const float m = (SplitMix64At(state, static_cast<uint64_t>(i) + 1) >> 11) >= threshold ? scale : 0.0f;
+    mask[i] = m;
+    out[i] = x[i] * m;
+  }
+}
+
 template <Binary op>
 void LaunchBinaryOf(const float* x, const float* y, float* out, int64_t n, const BroadcastIndex& index, bool same_shape,
                     cudaStream_t stream) {
@@ -149,6 +186,26 @@ cudaError_t LaunchBiasAddGrad(const float* dy, float* dbias, int64_t outer, int6
 cudaError_t LaunchFill(float* out, int64_t n, float value, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   FillKernel<<<Blocks(n), kThreads, 0, stream>>>(out, n, value);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchClamp(const float* x, float* out, int64_t n, float low, float high, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ClampKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, n, low, high);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchClampGrad(const float* x, const float* dy, float* dx, int64_t n, float low, float high, bool inclusive,
+                            cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ClampGradKernel<<<Blocks(n), kThreads, 0, stream>>>(x, dy, dx, n, low, high, inclusive);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDropout(const float* x, float* out, float* mask, int64_t n, uint64_t state, uint64_t threshold, float scale,
+                          cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  DropoutKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, mask, n, state, threshold, scale);
   return cudaGetLastError();
 }
 
