@@ -1,8 +1,8 @@
 // "cuda" factories of conv2d and its gradients (conv2d_grad_data, conv2d_grad_filter) through
 // cuDNN: NCHW float32, strides, dilation, groups, symmetric padding (asymmetric "same" padding is
 // Unimplemented, naming the op). The algorithm is chosen once per kernel (one shape) by cuDNN's
-// heuristics at the first act, with its workspace allocated then: acts never allocate. FMA math
-// (no TF32), so results stay close to the CPU kernel's.
+// heuristics at the first act, deterministic ones preferred, with its workspace allocated then:
+// acts never allocate. FMA math (no TF32), so results stay close to the CPU kernel's.
 #include <cudnn.h>
 
 #include <memory>
@@ -20,6 +20,18 @@ Status CudnnStatus(cudnnStatus_t status, const std::string& what) {
 }
 
 enum class Pass { kForward, kBackwardData, kBackwardFilter };
+
+// The first of cuDNN's ranked algorithms that is usable and deterministic (the same result run
+// after run: backward-filter and backward-data algorithms that accumulate with atomics are not),
+// else the first usable one; -1 when none is.
+template <typename Perf>
+int Pick(const Perf* perf, int returned) {
+  for (int k = 0; k < returned; ++k)
+    if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].determinism == CUDNN_DETERMINISTIC) return k;
+  for (int k = 0; k < returned; ++k)
+    if (perf[k].status == CUDNN_STATUS_SUCCESS) return k;
+  return -1;
+}
 
 struct ConvShape {
   Window2d win;
@@ -106,16 +118,15 @@ class CudnnConv {
                            std::to_string(wd) + ") differs from the op's (" + std::to_string(w.n) + "," +
                            std::to_string(s_.out_channels) + "," + std::to_string(w.oh) + "," + std::to_string(w.ow) + ")");
     AF_RETURN_IF_ERROR(CudnnStatus(cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, wd), "y descriptor"));
-    // The heuristics' first algorithm that cuDNN reports as usable.
+    // The heuristics' first usable algorithm, deterministic ones first.
     int returned = 0;
     switch (pass_) {
       case Pass::kForward: {
         cudnnConvolutionFwdAlgoPerf_t perf[8];
         AF_RETURN_IF_ERROR(CudnnStatus(cudnnGetConvolutionForwardAlgorithm_v7(handle_, x_, filter_, conv_, y_, 8, &returned, perf),
                                        "cudnnGetConvolutionForwardAlgorithm_v7"));
-        int k = 0;
-        while (k < returned && perf[k].status != CUDNN_STATUS_SUCCESS) ++k;
-        if (k == returned) return Unimplemented("cuDNN offers no forward algorithm for this convolution");
+        const int k = Pick(perf, returned);
+        if (k < 0) return Unimplemented("cuDNN offers no forward algorithm for this convolution");
         forward_ = perf[k].algo;
         AF_RETURN_IF_ERROR(CudnnStatus(
             cudnnGetConvolutionForwardWorkspaceSize(handle_, x_, filter_, conv_, y_, forward_, &workspace_bytes_), "workspace size"));
@@ -126,9 +137,8 @@ class CudnnConv {
         AF_RETURN_IF_ERROR(CudnnStatus(
             cudnnGetConvolutionBackwardDataAlgorithm_v7(handle_, filter_, y_, conv_, x_, 8, &returned, perf),
             "cudnnGetConvolutionBackwardDataAlgorithm_v7"));
-        int k = 0;
-        while (k < returned && perf[k].status != CUDNN_STATUS_SUCCESS) ++k;
-        if (k == returned) return Unimplemented("cuDNN offers no backward-data algorithm for this convolution");
+        const int k = Pick(perf, returned);
+        if (k < 0) return Unimplemented("cuDNN offers no backward-data algorithm for this convolution");
         backward_data_ = perf[k].algo;
         AF_RETURN_IF_ERROR(CudnnStatus(cudnnGetConvolutionBackwardDataWorkspaceSize(handle_, filter_, y_, conv_, x_, backward_data_,
                                                                                     &workspace_bytes_),
@@ -140,9 +150,8 @@ class CudnnConv {
         AF_RETURN_IF_ERROR(CudnnStatus(
             cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle_, x_, y_, conv_, filter_, 8, &returned, perf),
             "cudnnGetConvolutionBackwardFilterAlgorithm_v7"));
-        int k = 0;
-        while (k < returned && perf[k].status != CUDNN_STATUS_SUCCESS) ++k;
-        if (k == returned) return Unimplemented("cuDNN offers no backward-filter algorithm for this convolution");
+        const int k = Pick(perf, returned);
+        if (k < 0) return Unimplemented("cuDNN offers no backward-filter algorithm for this convolution");
         backward_filter_ = perf[k].algo;
         AF_RETURN_IF_ERROR(CudnnStatus(cudnnGetConvolutionBackwardFilterWorkspaceSize(handle_, x_, y_, conv_, filter_,
                                                                                       backward_filter_, &workspace_bytes_),
