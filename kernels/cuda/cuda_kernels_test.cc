@@ -188,6 +188,11 @@ TEST(CudaKernels, ElementwiseBinaryAndScalar) {
     CompareWithCpu(type, {F32({4, 1, 5}), F32({3, 1}, Positive(3))});  // broadcast both ways
     CompareWithCpu(type, {F32({2, 3}), F32({}, {1.5})});
   }
+  CompareWithCpu("add_n", {F32({1001}), F32({1001}, Positive(1001)), F32({1001}, Ramp(1001, 2.0))}, {}, 0);
+  CompareWithCpu("add_n", {F32({7, 3}), F32({7, 3}, Positive(21))}, {}, 0);
+  CompareWithCpu("add_n", {F32({5})}, {}, 0);
+  CompareWithCpu("broadcast_like", {F32({3, 1}), F32({2, 3, 4})}, {}, 0);
+  CompareWithCpu("broadcast_like", {F32({4}), F32({5, 4})}, {}, 0);
   CompareWithCpu("scalar_add", {F32({1000})}, Attrs{{"scalar", 0.25}});
   CompareWithCpu("scalar_mul", {F32({1000})}, Attrs{{"scalar", -3.0}});
 }

@@ -1,6 +1,6 @@
-// "cuda" factories of the elementwise, activation, bias, constant, clamp, dropout and layout-copy
-// ops, over the launchers of elementwise_cuda.cu. float32 only so far (others: Unimplemented
-// naming the op).
+// "cuda" factories of the elementwise (add_n, broadcast_like too), activation, bias, constant,
+// clamp, dropout and layout-copy ops, over the launchers of elementwise_cuda.cu. float32 only so
+// far (others: Unimplemented naming the op).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -78,6 +78,30 @@ void RegisterElementwiseCudaKernels(OpRegistry& registry) {
   Add(registry, "sub", BinaryFactory("sub", Binary::kSub));
   Add(registry, "mul", BinaryFactory("mul", Binary::kMul));
   Add(registry, "div", BinaryFactory("div", Binary::kDiv));
+  // add_n: out = in0 + in1, then += in2, ... (the CPU kernel's order, so the same sums).
+  Add(registry, "add_n", [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32("add_n", init.inputs, "input"));
+    const int64_t n = init.outputs.at(0).num_elements();
+    const size_t bytes = init.outputs[0].byte_size();
+    const BroadcastIndex unused;
+    return CudaKernel("add_n", init, [=](KernelContext& c, cudaStream_t stream) -> cudaError_t {
+      float* out = c.output(0).as<float>();
+      if (c.num_inputs() == 1) return cudaMemcpyAsync(out, c.input(0).data, bytes, cudaMemcpyDeviceToDevice, stream);
+      cudaError_t error = LaunchBinary(Binary::kAdd, c.input(0).as<float>(), c.input(1).as<float>(), out, n, unused, true, stream);
+      for (size_t k = 2; k < c.num_inputs() && error == cudaSuccess; ++k) error = LaunchAccumulate(c.input(k).as<float>(), out, n, stream);
+      return error;
+    });
+  });
+  // broadcast_like (x, like): x broadcast to like's shape.
+  Add(registry, "broadcast_like", [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32("broadcast_like", {init.inputs.at(0)}, "x"));
+    const Shape &x = init.inputs[0].shape, &out = init.outputs.at(0).shape;
+    AF_ASSIGN_OR_RETURN(BroadcastIndex index, IndexOf(x, x, out));
+    const int64_t n = NumElements(out);
+    return CudaKernel("broadcast_like", init, [=](KernelContext& c, cudaStream_t stream) {
+      return LaunchBroadcast(c.input(0).as<float>(), c.output(0).as<float>(), n, index, stream);
+    });
+  });
   Add(registry, "scalar_add", AffineFactory("scalar_add", false));
   Add(registry, "scalar_mul", AffineFactory("scalar_mul", true));
   Add(registry, "relu", [](const KernelInit& init) -> StatusOr<KernelFn> {

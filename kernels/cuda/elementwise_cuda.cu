@@ -1,7 +1,7 @@
-// CUDA kernels of the elementwise family: binary ops with broadcasting, scalar affine, relu and
-// its gradient, bias_add (+relu epilogue) and its gradient, fill, clamp and its gradient,
-// dropout. Grid-stride loops; the launchers size grids from n and cap them (the loop covers the
-// rest).
+// CUDA kernels of the elementwise family: binary ops with broadcasting, broadcast copies, add_n's
+// running sum, scalar affine, relu and its gradient, bias_add (+relu epilogue) and its gradient,
+// fill, clamp and its gradient, dropout. Grid-stride loops; the launchers size grids from n and
+// cap them (the loop covers the rest).
 #include "kernels/cuda/launch.h"
 
 namespace actorflow::cuda {
@@ -42,6 +42,21 @@ __global__ void BroadcastKernel(const float* __restrict__ x, const float* __rest
     }
     out[i] = Apply(op, x[xo], y[yo]);
   }
+}
+
+__global__ void BroadcastCopyKernel(const float* __restrict__ x, float* __restrict__ out, int64_t n, BroadcastIndex index) {
+  for (int64_t i = First(); i < n; i += Stride()) {
+    int64_t rest = i, xo = 0;
+    for (int axis = index.rank - 1; axis >= 0; --axis) {
+      xo += (rest % index.out_dims[axis]) * index.x_strides[axis];
+      rest /= index.out_dims[axis];
+    }
+    out[i] = x[xo];
+  }
+}
+
+__global__ void AccumulateKernel(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
+  for (int64_t i = First(); i < n; i += Stride()) out[i] += x[i];
 }
 
 __global__ void AffineKernel(const float* __restrict__ x, float* __restrict__ out, int64_t n, float scale, float shift) {
@@ -146,6 +161,18 @@ cudaError_t LaunchBinary(Binary op, const float* x, const float* y, float* out, 
     case Binary::kMul: LaunchBinaryOf<Binary::kMul>(x, y, out, n, index, same_shape, stream); break;
     case Binary::kDiv: LaunchBinaryOf<Binary::kDiv>(x, y, out, n, index, same_shape, stream); break;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBroadcast(const float* x, float* out, int64_t n, const BroadcastIndex& index, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  BroadcastCopyKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, n, index);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAccumulate(const float* x, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AccumulateKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, n);
   return cudaGetLastError();
 }
 

@@ -23,6 +23,10 @@ struct BroadcastIndex {
 };
 cudaError_t LaunchBinary(Binary op, const float* x, const float* y, float* out, int64_t n, const BroadcastIndex& index,
                          bool same_shape, cudaStream_t stream);
+// out[i] = x[.] broadcast to `out_dims` (x_strides of `index`; y_strides unused).
+cudaError_t LaunchBroadcast(const float* x, float* out, int64_t n, const BroadcastIndex& index, cudaStream_t stream);
+// out[i] += x[i] (add_n's running sum; out and x distinct).
+cudaError_t LaunchAccumulate(const float* x, float* out, int64_t n, cudaStream_t stream);
 // out = x * scale + shift (scalar_mul: shift 0; scalar_add: scale 1).
 cudaError_t LaunchAffine(const float* x, float* out, int64_t n, float scale, float shift, cudaStream_t stream);
 // relu (NaN passes through, as the CPU's), and dx = dy where y > 0 else 0.

@@ -79,9 +79,15 @@ def _inverted_residual(images):
     expanded = conv_bn(stem, 16, 1, "expand")
     depthwise = conv_bn(expanded, 16, 3, "depthwise", groups=16)
     projected = conv_bn(depthwise, 8, 1, "project", relu6=False)
-    pooled = flow.nn.functional.adaptive_avg_pool2d(stem + projected, 1)
+    block = stem + projected
+    # MobileNetV2's global pooling (a mean over H and W), and a 2x2 adaptive pooling (the
+    # adaptive_avg_pool2d kernel) beside it.
+    pooled = flow.nn.functional.adaptive_avg_pool2d(block, 1)
+    grid = flow.nn.functional.adaptive_avg_pool2d(block, 2)
     features = flow.nn.dropout(flow.reshape(pooled, [pooled.shape[0], -1]), rate=0.25, seed=11)
-    return flow.layers.dense(features, 10, kernel_initializer=init, name="classifier")
+    grid_features = flow.reshape(grid, [grid.shape[0], -1])
+    return (flow.layers.dense(features, 10, kernel_initializer=init, name="classifier")
+            + flow.layers.dense(grid_features, 10, kernel_initializer=init, name="grid_classifier"))
 
 
 def _train_model(device_type, model, image_shape, steps, learning_rate):
