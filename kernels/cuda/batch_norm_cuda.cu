@@ -22,10 +22,23 @@ __device__ double BlockSum(double value, double* shared) {
   return result;
 }
 
-// Element k of the channel's outer * inner elements.
-__device__ inline int64_t At(int64_t k, int64_t channel, int64_t channels, int64_t inner) {
-  return ((k / inner) * channels + channel) * inner + k % inner;
-}
+// A thread's walk over its channel's elements k = threadIdx.x, + blockDim.x, ... of the
+// (outer, inner) plane, as (o, j) = (k / inner, k % inner) advanced without a 64-bit division per
+// element (those would dominate the loop); k < outer * inner exactly when o < outer.
+struct ChannelWalk {
+  int64_t o, j, step_o, step_j;
+  __device__ ChannelWalk(int64_t inner)
+      : o(threadIdx.x / inner), j(threadIdx.x % inner), step_o(blockDim.x / inner), step_j(blockDim.x % inner) {}
+  __device__ int64_t At(int64_t channel, int64_t channels, int64_t inner) const { return (o * channels + channel) * inner + j; }
+  __device__ void Next(int64_t inner) {
+    o += step_o;
+    j += step_j;
+    if (j >= inner) {
+      j -= inner;
+      ++o;
+    }
+  }
+};
 
 __global__ void BatchNormKernel(bool training, const float* __restrict__ x, const float* __restrict__ gamma,
                                 const float* __restrict__ beta, float* __restrict__ moving_mean,
@@ -34,14 +47,15 @@ __global__ void BatchNormKernel(bool training, const float* __restrict__ x, cons
                                 double momentum) {
   __shared__ double shared[kThreads];
   const int64_t channel = blockIdx.x, count = outer * inner;
+  if (inner == 0) outer = 0, inner = 1;  // no elements (the walk divides by inner)
   double mean, variance;
   if (training) {
     double sum = 0;
-    for (int64_t k = threadIdx.x; k < count; k += blockDim.x) sum += x[At(k, channel, channels, inner)];
+    for (ChannelWalk k(inner); k.o < outer; k.Next(inner)) sum += x[k.At(channel, channels, inner)];
     mean = BlockSum(sum, shared) / static_cast<double>(count);
     double squares = 0;
-    for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-      const double d = x[At(k, channel, channels, inner)] - mean;
+    for (ChannelWalk k(inner); k.o < outer; k.Next(inner)) {
+      const double d = x[k.At(channel, channels, inner)] - mean;
       squares += d * d;
     }
     squares = BlockSum(squares, shared);
@@ -61,8 +75,8 @@ __global__ void BatchNormKernel(bool training, const float* __restrict__ x, cons
     mean_out[channel] = static_cast<float>(mean);
     inv_std_out[channel] = inv_std;
   }
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-    const int64_t i = At(k, channel, channels, inner);
+  for (ChannelWalk k(inner); k.o < outer; k.Next(inner)) {
+    const int64_t i = k.At(channel, channels, inner);
     out[i] = x[i] * scale + shift;
   }
 }
@@ -73,10 +87,11 @@ __global__ void BatchNormGradKernel(bool training, const float* __restrict__ x, 
                                     float* __restrict__ dbeta, int64_t outer, int64_t channels, int64_t inner) {
   __shared__ double shared[kThreads];
   const int64_t channel = blockIdx.x, count = outer * inner;
+  if (inner == 0) outer = 0, inner = 1;  // no elements (the walk divides by inner)
   const float mu = mean[channel], s = inv_std[channel];
   double sum_dy = 0, sum_dy_xhat = 0;
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-    const int64_t i = At(k, channel, channels, inner);
+  for (ChannelWalk k(inner); k.o < outer; k.Next(inner)) {
+    const int64_t i = k.At(channel, channels, inner);
     sum_dy += dy[i];
     sum_dy_xhat += dy[i] * ((x[i] - mu) * s);
   }
@@ -87,8 +102,8 @@ __global__ void BatchNormGradKernel(bool training, const float* __restrict__ x, 
     dbeta[channel] = total_dy;
   }
   const float k_scale = gamma[channel] * s, m = static_cast<float>(count);
-  for (int64_t k = threadIdx.x; k < count; k += blockDim.x) {
-    const int64_t i = At(k, channel, channels, inner);
+  for (ChannelWalk k(inner); k.o < outer; k.Next(inner)) {
+    const int64_t i = k.At(channel, channels, inner);
     if (training) {
       const float xhat = (x[i] - mu) * s;
       dx[i] = k_scale / m * (m * dy[i] - total_dy - xhat * total_dy_xhat);
