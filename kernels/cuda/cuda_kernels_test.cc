@@ -193,6 +193,10 @@ TEST(CudaKernels, ElementwiseBinaryAndScalar) {
   CompareWithCpu("add_n", {F32({5})}, {}, 0);
   CompareWithCpu("broadcast_like", {F32({3, 1}), F32({2, 3, 4})}, {}, 0);
   CompareWithCpu("broadcast_like", {F32({4}), F32({5, 4})}, {}, 0);
+  CompareWithCpu("reduce_sum_like", {F32({2, 3, 4}), F32({3, 1})}, {}, 1e-5);  // axes 0 and 2: not contiguous
+  CompareWithCpu("reduce_sum_like", {F32({64, 33}), F32({33})}, {}, 1e-5);
+  CompareWithCpu("reduce_sum_like", {F32({4, 5}), F32({1, 1})}, {}, 1e-5);
+  CompareWithCpu("reduce_sum_like", {F32({4, 5}), F32({4, 5})}, {}, 0);
   CompareWithCpu("scalar_add", {F32({1000})}, Attrs{{"scalar", 0.25}});
   CompareWithCpu("scalar_mul", {F32({1000})}, Attrs{{"scalar", -3.0}});
 }

@@ -1,6 +1,6 @@
-// "cuda" factories of the elementwise (add_n, broadcast_like too), activation, bias, constant,
-// clamp, dropout and layout-copy ops, over the launchers of elementwise_cuda.cu. float32 only so
-// far (others: Unimplemented naming the op).
+// "cuda" factories of the elementwise (add_n, broadcast_like, reduce_sum_like too), activation,
+// bias, constant, clamp, dropout and layout-copy ops, over the launchers of elementwise_cuda.cu.
+// float32 only so far (others: Unimplemented naming the op).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -100,6 +100,37 @@ void RegisterElementwiseCudaKernels(OpRegistry& registry) {
     const int64_t n = NumElements(out);
     return CudaKernel("broadcast_like", init, [=](KernelContext& c, cudaStream_t stream) {
       return LaunchBroadcast(c.input(0).as<float>(), c.output(0).as<float>(), n, index, stream);
+    });
+  });
+  // reduce_sum_like (x, like): x summed over the axes where like broadcasts to x's shape.
+  Add(registry, "reduce_sum_like", [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_RETURN_IF_ERROR(ExpectFloat32("reduce_sum_like", {init.inputs.at(0)}, "x"));
+    const Shape &x = init.inputs[0].shape, &like = init.inputs.at(1).shape;
+    if (x.size() > static_cast<size_t>(kMaxRank) || like.size() > x.size())
+      return Unimplemented("reduce_sum_like on cuda: x " + ShapeToString(x) + " and like " + ShapeToString(like) +
+                           " (rank up to " + std::to_string(kMaxRank) + ")");
+    // x's axes in order (row-major), each kept (like has it with the same extent) or summed.
+    SumLikeIndex index;
+    int64_t stride = 1, summed = 1;
+    int kept = 0, summed_axes = 0;
+    std::vector<int64_t> strides(x.size());
+    for (int axis = static_cast<int>(x.size()) - 1; axis >= 0; --axis) {
+      strides[axis] = stride;
+      stride *= x[axis];
+    }
+    for (size_t axis = 0; axis < x.size(); ++axis) {
+      const int64_t d = static_cast<int64_t>(axis) - static_cast<int64_t>(x.size() - like.size());
+      if (d >= 0 && like[d] == x[axis]) {
+        index.kept_dims[kept] = x[axis], index.kept_strides[kept] = strides[axis], ++kept;
+      } else {
+        index.summed_dims[summed_axes] = x[axis], index.summed_strides[summed_axes] = strides[axis], ++summed_axes;
+        summed *= x[axis];
+      }
+    }
+    index.kept_rank = kept, index.summed_rank = summed_axes;
+    const int64_t outputs = init.outputs.at(0).num_elements();
+    return CudaKernel("reduce_sum_like", init, [=](KernelContext& c, cudaStream_t stream) {
+      return LaunchSumLike(c.input(0).as<float>(), c.output(0).as<float>(), outputs, summed, index, stream);
     });
   });
   Add(registry, "scalar_add", AffineFactory("scalar_add", false));

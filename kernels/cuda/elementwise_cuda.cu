@@ -1,5 +1,5 @@
-// CUDA kernels of the elementwise family: binary ops with broadcasting, broadcast copies, add_n's
-// running sum, scalar affine, relu and its gradient, bias_add (+relu epilogue) and its gradient,
+// CUDA kernels of the elementwise family: binary ops with broadcasting, broadcast copies and
+// their reverse (reduce_sum_like), add_n's running sum, scalar affine, relu and its gradient, bias_add (+relu epilogue) and its gradient,
 // fill, clamp and its gradient, dropout. Grid-stride loops; the launchers size grids from n and
 // cap them (the loop covers the rest).
 #include "kernels/cuda/launch.h"
@@ -52,6 +52,27 @@ __global__ void BroadcastCopyKernel(const float* __restrict__ x, float* __restri
       rest /= index.out_dims[axis];
     }
     out[i] = x[xo];
+  }
+}
+
+__global__ void SumLikeKernel(const float* __restrict__ x, float* __restrict__ out, int64_t outputs, int64_t summed,
+                              SumLikeIndex index) {
+  for (int64_t o = First(); o < outputs; o += Stride()) {
+    int64_t rest = o, base = 0;
+    for (int axis = index.kept_rank - 1; axis >= 0; --axis) {
+      base += (rest % index.kept_dims[axis]) * index.kept_strides[axis];
+      rest /= index.kept_dims[axis];
+    }
+    double sum = 0;
+    for (int64_t r = 0; r < summed; ++r) {
+      int64_t left = r, offset = base;
+      for (int axis = index.summed_rank - 1; axis >= 0; --axis) {
+        offset += (left % index.summed_dims[axis]) * index.summed_strides[axis];
+        left /= index.summed_dims[axis];
+      }
+      sum += x[offset];
+    }
+    out[o] = static_cast<float>(sum);
   }
 }
 
@@ -167,6 +188,13 @@ cudaError_t LaunchBinary(Binary op, const float* x, const float* y, float* out, 
 cudaError_t LaunchBroadcast(const float* x, float* out, int64_t n, const BroadcastIndex& index, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   BroadcastCopyKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, n, index);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSumLike(const float* x, float* out, int64_t outputs, int64_t summed, const SumLikeIndex& index,
+                          cudaStream_t stream) {
+  if (outputs == 0) return cudaSuccess;
+  SumLikeKernel<<<Blocks(outputs), kThreads, 0, stream>>>(x, out, outputs, summed, index);
   return cudaGetLastError();
 }
 

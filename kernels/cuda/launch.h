@@ -27,6 +27,17 @@ cudaError_t LaunchBinary(Binary op, const float* x, const float* y, float* out, 
 cudaError_t LaunchBroadcast(const float* x, float* out, int64_t n, const BroadcastIndex& index, cudaStream_t stream);
 // out[i] += x[i] (add_n's running sum; out and x distinct).
 cudaError_t LaunchAccumulate(const float* x, float* out, int64_t n, cudaStream_t stream);
+// reduce_sum_like: out[o] = sum of x over the axes where `like` broadcasts (extent 1 or
+// missing). Output o's coordinates run row-major over x's kept axes (`kept_dims`, element strides
+// in x `kept_strides`); each output sums, in double, the `summed_dims` positions (strides in x
+// `summed_strides`) from its base.
+struct SumLikeIndex {
+  int kept_rank = 0, summed_rank = 0;
+  int64_t kept_dims[kMaxRank] = {}, kept_strides[kMaxRank] = {};
+  int64_t summed_dims[kMaxRank] = {}, summed_strides[kMaxRank] = {};
+};
+cudaError_t LaunchSumLike(const float* x, float* out, int64_t outputs, int64_t summed, const SumLikeIndex& index,
+                          cudaStream_t stream);
 // out = x * scale + shift (scalar_mul: shift 0; scalar_add: scale 1).
 cudaError_t LaunchAffine(const float* x, float* out, int64_t n, float scale, float shift, cudaStream_t stream);
 // relu (NaN passes through, as the CPU's), and dx = dy where y > 0 else 0.
