@@ -148,6 +148,41 @@ def test_mobilenet_block_trains_on_the_gpu_as_on_the_cpu():
     assert np.abs(variables["stem_bn-moving_mean"]).max() > 1e-3
 
 
+def _seed_layers(device_type):
+    """Seed 001's layer (conv2d 3x3 "SAME" stride 2: asymmetric padding; batch norm in a predict
+    job: the moving statistics) and seed 003's paddings, with every op on `device_type`."""
+    flow.clear_default_session()
+    flow.random.seed(3)
+    flow.config.gpu_device_num(1 if device_type == "gpu" else 0)
+
+    @flow.global_function()
+    def layer_example(x: tp.Numpy.Placeholder((1, 64, 128, 128))) -> tp.Numpy:
+        with flow.scope.placement(device_type, "0:0"):
+            conv2d = flow.layers.conv2d(x, filters=128, kernel_size=3, strides=2, padding="SAME",
+                                        kernel_initializer=flow.truncated_normal(0.1), name="Conv2d")
+            return flow.layers.batch_normalization(conv2d, axis=1)
+
+    @flow.global_function()
+    def pads(x: tp.Numpy.Placeholder((2, 1, 3, 3))) -> tp.Numpy:
+        with flow.scope.placement(device_type, "0:0"):
+            return flow.zero_pad2d(x, padding=2) + flow.reflection_pad2d(flow.reflection_pad2d(x, padding=1), padding=1)
+
+    rng = np.random.RandomState(2)
+    return (layer_example(rng.randn(1, 64, 128, 128).astype(np.float32)).copy(),
+            pads(np.arange(18).reshape((2, 1, 3, 3)).astype(np.float32)).copy())
+
+
+def test_seed_layers_run_on_the_gpu_as_on_the_cpu():
+    usable, message = _gpu_usable()
+    if not usable:
+        pytest.skip("no GPU: " + message)
+    cpu_layer, cpu_pads = _seed_layers("cpu")
+    gpu_layer, gpu_pads = _seed_layers("gpu")
+    assert cpu_layer.shape == (1, 128, 64, 64)
+    np.testing.assert_allclose(gpu_layer, cpu_layer, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(gpu_pads, cpu_pads)
+
+
 def test_gpu_job_fails_clearly_without_a_gpu_and_the_session_recovers():
     """Without a GPU: the clear refusal. With one: the MLP trains there as on the CPU."""
     usable, message = _gpu_usable()
