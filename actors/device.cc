@@ -152,6 +152,7 @@ KernelFn StreamKernel(DeviceStream* stream, KernelFn launch, std::function<Statu
       if (!finished.ok() || !check) return finished;
       return (*check)(iteration);
     }
+    if (context.stream_ordered && !check) return launch(context);  // the stream orders the rest
     KernelCompletion completion = context.TakeCompletion();
     Status launched = launch(context);
     Status enqueued = stream->OnComplete([completion, launched, check, iteration](Status finished) mutable {

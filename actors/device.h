@@ -136,8 +136,12 @@ namespace actorflow {
 // A device kernel from the function that enqueues its work on `stream` (`launch`, called on
 // the actor's thread, returns once the work is enqueued). In an asynchronous act the act
 // completes from the stream's OnComplete with the device's status (a launch error still waits
-// for what was enqueued before failing the act); called outside the runtime (a synchronous
-// context: tests, eager calls) it waits for the stream instead. `check_after`, when set, runs
+// for what was enqueued before failing the act), except in a stream-ordered act (plan
+// Task.stream_ordered, KernelContext::stream_ordered) without `check_after`, which ends as soon
+// as the work is enqueued: its readers and the next writers of its registers enqueue on the
+// same stream after it, so the stream keeps their order, and a device error surfaces at the
+// next completion on the stream. Called outside the runtime (a synchronous context: tests,
+// eager calls) it waits for the stream instead. `check_after`, when set, runs
 // once the act's device work finished (on the stream's completion thread, or the caller's in a
 // synchronous context) with the act's iteration, and may fail the act (e.g. a bad input the
 // device work recorded).

@@ -77,6 +77,9 @@ struct KernelContext {
   // Intra-op threads this act may use (RuntimeOptions::lend_idle_threads): its share plus the
   // shares of workers idle as it starts. 0: no lending; use KernelInit::num_threads.
   int threads = 0;
+  // The task is plan Task.stream_ordered: a device kernel may end the act once its work is
+  // enqueued (actors/device.h, StreamKernel).
+  bool stream_ordered = false;
 
   const TensorView& input(size_t i) const { return (*inputs)[i]; }
   const TensorView& output(size_t i) const { return (*outputs)[i]; }

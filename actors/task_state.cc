@@ -315,6 +315,7 @@ void TaskState::Launch(caf::event_based_actor* self) {
     ctx.iteration = record.iteration;
     ctx.completion_slot = &slot;
     ctx.completion_launch = launch;
+    ctx.stream_ordered = task_.stream_ordered();
     Status status = RunKernel(ctx);
     if (!ctx.completion_taken) {  // it completed in the call
       record.done = true;

@@ -66,7 +66,10 @@ int Main(int argc, char** argv) {
   }
   auto builder = SeedMlp(device == "gpu");
   if (!builder.ok()) return Fail(builder.status());
-  auto job = session.Compile(builder.value(), JobOptions{});
+  JobOptions options;
+  // ACTORFLOW_BENCH_TRACE=<file>: the runtime's trace of the run (written when the session ends).
+  if (const char* trace = std::getenv("ACTORFLOW_BENCH_TRACE"); trace != nullptr) options.trace_path = trace;
+  auto job = session.Compile(builder.value(), options);
   if (!job.ok()) return Fail(job.status());
   std::vector<float> x(kBatch * kIn), loss(kBatch);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f + 0.5f * std::sin(0.37f * static_cast<float>(i));

@@ -1,8 +1,11 @@
 """The seed MLP train step in PyTorch, the peer of bench/gpu_mlp_bench.cc: 784-512-10, batch 100,
 SGD lr 0.1, x and labels fed from host memory each step and the per-sample loss returned to
-host memory each step (as actorflow's Run does). Eager and torch.compile. Prints one JSON line.
-Usage: python3 bench/gpu_mlp_torch.py [cuda|cpu] [steps] [warmup]"""
+host memory each step (as actorflow's Run does). Eager, torch.compile, and (cuda only) the whole
+step captured once in a CUDA graph and replayed (PyTorch's lowest-overhead form for a small
+model). Prints one JSON line.
+Usage: python3 bench/gpu_mlp_torch.py [cuda|cpu] [steps] [warmup]; GPU_BENCH_TORCH_MODES picks modes."""
 import json
+import os
 import sys
 import time
 
@@ -22,6 +25,31 @@ def measure(step, steps, warmup, sync):
             "step_ms_p90": times[int(0.9 * (len(times) - 1))]}
 
 
+def measure_cuda_graph(train_step, x_host, labels_host, steps, warmup):
+    """The train step captured once into a CUDA graph over static device inputs; each measured
+    step copies the batch in, replays the graph and copies the loss out."""
+    static_x = x_host.to("cuda")
+    static_labels = labels_host.to("cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the graph (allocations, lazy state)
+        for _ in range(3):
+            train_step(static_x, static_labels)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = train_step(static_x, static_labels)
+    holder = {}
+
+    def step():
+        static_x.copy_(x_host, non_blocking=True)
+        static_labels.copy_(labels_host, non_blocking=True)
+        graph.replay()
+        holder["loss"] = static_loss.to("cpu")
+
+    return measure(step, steps, warmup, torch.cuda.synchronize)
+
+
 def main():
     device = sys.argv[1] if len(sys.argv) > 1 else "cuda"
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 200
@@ -32,7 +60,10 @@ def main():
     if device == "cuda":
         x_host, labels_host = x_host.pin_memory(), labels_host.pin_memory()
     result = {"device": device, "torch": torch.__version__, "batch": 100, "steps": steps}
-    for mode in ("eager", "compile"):
+    modes = ("eager", "compile", "cuda_graph") if device == "cuda" else ("eager", "compile")
+    if os.environ.get("GPU_BENCH_TORCH_MODES"):  # e.g. "eager,cuda_graph" (torch.compile takes ~25 s)
+        modes = tuple(m for m in modes if m in os.environ["GPU_BENCH_TORCH_MODES"].split(","))
+    for mode in modes:
         model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(device)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         loss_fn = torch.nn.CrossEntropyLoss(reduction="none")
@@ -44,6 +75,12 @@ def main():
             optimizer.step()
             return loss
 
+        if mode == "cuda_graph":
+            try:
+                result[mode] = measure_cuda_graph(train_step, x_host, labels_host, steps, warmup)
+            except Exception as error:  # noqa: BLE001 (reported, not hidden)
+                result[mode + "_error"] = repr(error)
+            continue
         step_fn = train_step
         if mode == "compile":
             try:

@@ -187,5 +187,33 @@ Status PlaceOnDevices(plan::Plan& plan) {
   return Status::Ok();
 }
 
+void MarkStreamOrderedTasks(plan::Plan& plan) {
+  auto compute_on_stream = [&](const plan::Task& task) {
+    return OnGpu(task) && task.asynchronous() && task.op_type() != kCopyHostToDevice && task.op_type() != kCopyDeviceToHost;
+  };
+  auto same_stream = [](const plan::Task& a, const plan::Task& b) {
+    return a.machine_id() == b.machine_id() && a.device_id() == b.device_id();
+  };
+  for (plan::Task& task : *plan.mutable_tasks()) {
+    task.set_stream_ordered(false);
+    if (!compute_on_stream(task) || task.mutable_inputs_size() > 0) continue;
+    bool ordered = true;
+    for (const plan::InputDesc& in : task.inputs()) {
+      if (in.control()) continue;  // ordering only: no bytes this act reads
+      const plan::Task& producer = plan.tasks(static_cast<int>(in.producer_task_id()));
+      if (compute_on_stream(producer) && same_stream(producer, task)) continue;
+      const plan::MemoryCase& memory = producer.registers(in.producer_register()).memory_case();
+      ordered &= producer.kind() == plan::VARIABLE && memory.kind() == plan::MEMORY_DEVICE &&
+                 memory.device_id() == task.device_id() && producer.machine_id() == task.machine_id();
+    }
+    for (const plan::RegisterDesc& r : task.registers())
+      for (int64_t consumer : r.consumer_task_ids()) {
+        const plan::Task& reader = plan.tasks(static_cast<int>(consumer));
+        ordered &= compute_on_stream(reader) && same_stream(reader, task);
+      }
+    task.set_stream_ordered(ordered);
+  }
+}
+
 }  // namespace graph
 }  // namespace actorflow

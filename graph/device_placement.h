@@ -35,5 +35,13 @@ inline constexpr const char kCopyDeviceToHost[] = "copy_d2h";
 // A plan without GPU tasks is returned unchanged.
 Status PlaceOnDevices(plan::Plan& plan);
 
+// Marks the GPU compute tasks whose acts may end once their work is enqueued (plan
+// Task.stream_ordered): not copies (they use the copy stream), no in-place writes (the host
+// reads variables between calls), data inputs only from compute tasks on the same GPU and
+// machine or from variables in that GPU's memory, and every consumer of every register such a
+// compute task. A chain of them then costs one launch per op instead of one round trip to the
+// device per op. Runs on the final plan (after the send/recv pass, whose tasks are consumers).
+void MarkStreamOrderedTasks(plan::Plan& plan);
+
 }  // namespace graph
 }  // namespace actorflow

@@ -180,6 +180,28 @@ TEST(DevicePlacement, MlpTrainPlanCopiesAcrossHostAndGpu) {
           reads |= in.producer_task_id() == t.id();
         EXPECT_TRUE(reads) << t.name() << " -> " << plan.tasks(static_cast<int>(consumer)).name();
       }
+  // Stream-ordered acts (end at enqueue): exactly the GPU compute tasks whose inputs come from
+  // the compute stream or GPU variables and whose readers all enqueue on it.
+  for (const plan::Task& t : plan.tasks()) {
+    if (t.kind() != plan::COMPUTE || t.device_type() != "gpu" || t.op_type() == kCopyHostToDevice ||
+        t.op_type() == kCopyDeviceToHost || t.mutable_inputs_size() > 0) {
+      EXPECT_FALSE(t.stream_ordered()) << t.name() << " (copies, updates and host tasks wait for the device)";
+      continue;
+    }
+    bool reads_copy = false, read_off_stream = false;
+    for (const plan::InputDesc& in : t.inputs())
+      if (!in.control()) reads_copy |= plan.tasks(static_cast<int>(in.producer_task_id())).op_type() == kCopyHostToDevice;
+    for (const plan::RegisterDesc& r : t.registers())
+      for (int64_t consumer : r.consumer_task_ids()) {
+        const plan::Task& reader = plan.tasks(static_cast<int>(consumer));
+        read_off_stream |= reader.kind() != plan::COMPUTE || reader.device_type() != "gpu" ||
+                           reader.op_type() == kCopyDeviceToHost;
+      }
+    EXPECT_EQ(t.stream_ordered(), !reads_copy && !read_off_stream) << t.name();
+  }
+  EXPECT_TRUE(TaskNamed(plan, "hidden-relu").stream_ordered()) << "between two GPU ops";
+  EXPECT_FALSE(TaskNamed(plan, "hidden").stream_ordered()) << "reads x from the copy stream";
+  EXPECT_FALSE(TaskNamed(plan, "loss").stream_ordered()) << "the loss is copied out to the host";
 }
 
 TEST(DevicePlacement, OpWithoutCudaKernelIsACompileErrorNamingOpAndLine) {

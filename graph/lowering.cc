@@ -748,6 +748,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
     AF_ASSIGN_OR_RETURN(plan, InsertCrossMachineTransfers(plan, options.register_num));
     lap("send/recv");
   }
+  MarkStreamOrderedTasks(plan);
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "plan.dot", PlanToDot(plan)));
   return plan;
 }

@@ -71,9 +71,24 @@ for step in steps:
         benchmarks[step["step"][len("bench_"):]] = json.loads(last)
     except (OSError, IndexError, ValueError) as error:
         benchmarks[step["step"][len("bench_"):]] = {"error": "no result: %r" % (error,)}
-ours = benchmarks.get("actorflow_gpu", {}).get("step_ms_median")
-for mode in ("eager", "compile"):
-    theirs = benchmarks.get("torch_cuda", {}).get(mode, {}).get("step_ms_median")
+def best(*results):  # the run with the lower median of the repeated ones
+    found = [r for r in results if r and r.get("step_ms_median")]
+    return min(found, key=lambda r: r["step_ms_median"]) if found else None
+for repeated in ("actorflow_gpu", "torch_cuda"):
+    again = benchmarks.pop(repeated + "_2", None)
+    if repeated == "actorflow_gpu":
+        chosen = best(benchmarks.get(repeated), again)
+    else:  # per mode
+        chosen = dict(benchmarks.get(repeated) or again or {})
+        for mode in ("eager", "compile", "cuda_graph"):
+            pick = best((benchmarks.get(repeated) or {}).get(mode), (again or {}).get(mode))
+            if pick:
+                chosen[mode] = pick
+    if chosen:
+        benchmarks[repeated] = chosen
+ours = (benchmarks.get("actorflow_gpu") or {}).get("step_ms_median")
+for mode in ("eager", "compile", "cuda_graph"):
+    theirs = (benchmarks.get("torch_cuda") or {}).get(mode, {}).get("step_ms_median")
     if ours and theirs:
         benchmarks["speed_vs_torch_" + mode] = round(theirs / ours, 3)  # > 1: actorflow is faster
 json.dump({"gpu": gpu, "gpu_name": name, "ok": all(s["status"] == "ok" or s["status"].startswith("skipped") for s in steps),
@@ -201,14 +216,25 @@ run() {
     # crashed in its first std::ostream integer insertion unless the C++ runtime was loaded
     # before the module (observed 2026-11-23; C++ test binaries were fine): preload the one
     # the module resolves to.
-    local cxx_runtime
     cxx_runtime=$(ldd "$build"/python/actorflow/_C*.so | awk '/libstdc\+\+/ {print $3; exit}')
     step python_gpu_tests python_gpu_tests.log env PYTHONPATH="$build/python" ${cxx_runtime:+LD_PRELOAD="$cxx_runtime"} \
       python3 -m pytest -q -p no:cacheprovider "$ROOT/tests/python/test_gpu.py" || failed=1
   fi
+  # ABBA: actorflow, PyTorch, PyTorch, actorflow; the JSON keeps each side's better run (the
+  # machine is shared; the log has all four).
   step bench_actorflow_gpu bench_actorflow_gpu.log "$build/bench/gpu_mlp_bench" gpu "$steps" 20 || failed=1
-  step bench_actorflow_cpu bench_actorflow_cpu.log "$build/bench/gpu_mlp_bench" cpu 50 5 || failed=1
   step bench_torch_cuda bench_torch_cuda.log python3 "$ROOT/bench/gpu_mlp_torch.py" cuda "$steps" 20 || failed=1
+  step bench_torch_cuda_2 bench_torch_cuda_2.log python3 "$ROOT/bench/gpu_mlp_torch.py" cuda "$steps" 20 || failed=1
+  step bench_actorflow_gpu_2 bench_actorflow_gpu_2.log "$build/bench/gpu_mlp_bench" gpu "$steps" 20 || failed=1
+  step bench_actorflow_cpu bench_actorflow_cpu.log "$build/bench/gpu_mlp_bench" cpu 50 5 || failed=1
+  # Where a GPU step's time goes: the runtime's trace of 100 steps and its per-actor summary.
+  step trace_actorflow_gpu trace_actorflow_gpu.log env ACTORFLOW_BENCH_TRACE="$OUT_DIR/gpu_mlp.trace.json" \
+    "$build/bench/gpu_mlp_bench" gpu 100 10 || failed=1
+  if [[ $with_python == ON ]]; then
+    step trace_summary trace_summary.log env PYTHONPATH="$build/python" ${cxx_runtime:+LD_PRELOAD="$cxx_runtime"} \
+      python3 -m actorflow.trace summary "$OUT_DIR/gpu_mlp.trace.json" || failed=1
+    cat "$LOG_DIR/trace_summary.log" >"$OUT_DIR/gpu_mlp.trace_summary.txt"
+  fi
   echo "gpu_check: results in $OUT_DIR/gpu_check.json"
   return $failed
 }

@@ -11,6 +11,7 @@ from . import _C, _dtypes, _eager, _trace_ctx, ops
 from ._eager import located, prepared, run_op
 from ._tensor_support import Size, device, dim_index as _dim, dim_list as _dims, format_tensor as _format
 from ._tensor_support import MaxResult as _MaxResult, is_number as _is_number, shape_args as _shape_args
+from ._tensor_math import TensorMath
 from ._trace_ctx import BlobDef
 
 _new = object.__new__
@@ -90,7 +91,7 @@ def _scalar_op(op_type, x, scalar):
         raise located(e) from None
 
 
-class Tensor:
+class Tensor(TensorMath):
     """An eager tensor. Create one with flow.tensor / flow.randn / flow.zeros / ...; ops on it
     run at once and, when it requires grad, record what backward() needs."""
     __slots__ = ("_impl", "__dict__", "__weakref__")
@@ -532,36 +533,6 @@ class Tensor:
     def __ge__(self, other):
         return self._compare(other, ">=")
 
-    def eq(self, other):
-        return self == other
-
-    def ne(self, other):
-        return self != other
-
-    def lt(self, other):
-        return self < other
-
-    def gt(self, other):
-        return self > other
-
-    def le(self, other):
-        return self <= other
-
-    def ge(self, other):
-        return self >= other
-
-    def add(self, other, alpha=1):
-        return self + (other * alpha if alpha != 1 else other)
-
-    def sub(self, other, alpha=1):
-        return self - (other * alpha if alpha != 1 else other)
-
-    def mul(self, other):
-        return self * other
-
-    def div(self, other):
-        return self / other
-
     # Elementwise -------------------------------------------------------------------------
     def relu(self):
         if _trace_ctx.active_traces:
@@ -570,33 +541,6 @@ class Tensor:
             return _wrap(_RELU.run_unary(self._impl))
         except (ValueError, RuntimeError) as e:
             raise located(e) from None
-
-    def sigmoid(self):
-        return run_op("sigmoid", [self])
-
-    def tanh(self):
-        return run_op("tanh", [self])
-
-    def exp(self):
-        return run_op("exp", [self])
-
-    def log(self):
-        return run_op("log", [self])
-
-    def sqrt(self):
-        return run_op("sqrt", [self])
-
-    def square(self):
-        return run_op("square", [self])
-
-    def neg(self):
-        return -self
-
-    def negative(self):
-        return -self
-
-    def abs(self):
-        return run_op("abs", [self])
 
     def pow(self, exponent):
         if _is_number(exponent):
@@ -608,24 +552,6 @@ class Tensor:
                           {"exponent": float(exponent)})
         # a tensor exponent: x^y = exp(y * log(x)) (x > 0)
         return (_as_tensor_like(exponent, self.dtype.name) * self.log()).exp()
-
-    def clamp(self, min=None, max=None):  # noqa: A002
-        if min is None and max is None:
-            raise ValueError("clamp: at least one of min and max must be given (at %s)" % _trace_ctx.user_location())
-        attrs = {}
-        if min is not None:
-            attrs["min"] = float(min)
-        if max is not None:
-            attrs["max"] = float(max)
-        return run_op("clamp", [self], attrs)
-
-    clip = clamp
-
-    def softmax(self, dim=-1):
-        return run_op("softmax", [self], {"axis": _dim(dim, self.ndim, "softmax's dim")})
-
-    def log_softmax(self, dim=-1):
-        return run_op("log_softmax", [self], {"axis": _dim(dim, self.ndim, "log_softmax's dim")})
 
     # Reductions --------------------------------------------------------------------------
     def _reduce(self, op_type, dim, keepdim):
