@@ -58,6 +58,8 @@ void RegisterCudaKernels(OpRegistry& registry) {
   cuda::RegisterSoftmaxCudaKernels(registry);
   cuda::RegisterOptimizerCudaKernels(registry);
   cuda::RegisterMatmulCudaKernels(registry);
+  cuda::RegisterPoolCudaKernels(registry);
+  cuda::RegisterBatchNormCudaKernels(registry);
 #ifdef ACTORFLOW_WITH_CUDNN
   cuda::RegisterConvCudaKernels(registry);
 #endif

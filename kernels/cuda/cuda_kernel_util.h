@@ -36,6 +36,8 @@ void RegisterElementwiseCudaKernels(OpRegistry& registry);
 void RegisterSoftmaxCudaKernels(OpRegistry& registry);
 void RegisterOptimizerCudaKernels(OpRegistry& registry);
 void RegisterMatmulCudaKernels(OpRegistry& registry);
+void RegisterPoolCudaKernels(OpRegistry& registry);
+void RegisterBatchNormCudaKernels(OpRegistry& registry);
 void RegisterConvCudaKernels(OpRegistry& registry);  // built when cuDNN is found
 
 }  // namespace actorflow::cuda

@@ -1,6 +1,7 @@
-// CUDA kernels of the elementwise family: binary ops with broadcasting, scalar affine, relu and
-// its gradient, bias_add (+relu epilogue) and its gradient, fill. Grid-stride loops; the
-// launchers size grids from n and cap them (the loop covers the rest).
+// CUDA kernels of the elementwise family: binary ops with broadcasting, broadcast copies and
+// their reverse (reduce_sum_like), add_n's running sum, scalar affine, relu and its gradient, bias_add (+relu epilogue) and its gradient,
+// fill, clamp and its gradient, dropout. Grid-stride loops; the launchers size grids from n and
+// cap them (the loop covers the rest).
 #include "kernels/cuda/launch.h"
 
 namespace actorflow::cuda {
@@ -41,6 +42,42 @@ __global__ void BroadcastKernel(const float* __restrict__ x, const float* __rest
     }
     out[i] = Apply(op, x[xo], y[yo]);
   }
+}
+
+__global__ void BroadcastCopyKernel(const float* __restrict__ x, float* __restrict__ out, int64_t n, BroadcastIndex index) {
+  for (int64_t i = First(); i < n; i += Stride()) {
+    int64_t rest = i, xo = 0;
+    for (int axis = index.rank - 1; axis >= 0; --axis) {
+      xo += (rest % index.out_dims[axis]) * index.x_strides[axis];
+      rest /= index.out_dims[axis];
+    }
+    out[i] = x[xo];
+  }
+}
+
+__global__ void SumLikeKernel(const float* __restrict__ x, float* __restrict__ out, int64_t outputs, int64_t summed,
+                              SumLikeIndex index) {
+  for (int64_t o = First(); o < outputs; o += Stride()) {
+    int64_t rest = o, base = 0;
+    for (int axis = index.kept_rank - 1; axis >= 0; --axis) {
+      base += (rest % index.kept_dims[axis]) * index.kept_strides[axis];
+      rest /= index.kept_dims[axis];
+    }
+    double sum = 0;
+    for (int64_t r = 0; r < summed; ++r) {
+      int64_t left = r, offset = base;
+      for (int axis = index.summed_rank - 1; axis >= 0; --axis) {
+        offset += (left % index.summed_dims[axis]) * index.summed_strides[axis];
+        left /= index.summed_dims[axis];
+      }
+      sum += x[offset];
+    }
+    out[o] = static_cast<float>(sum);
+  }
+}
+
+__global__ void AccumulateKernel(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
+  for (int64_t i = First(); i < n; i += Stride()) out[i] += x[i];
 }
 
 __global__ void AffineKernel(const float* __restrict__ x, float* __restrict__ out, int64_t n, float scale, float shift) {
@@ -88,6 +125,42 @@ __global__ void FillKernel(float* __restrict__ out, int64_t n, float value) {
   for (int64_t i = First(); i < n; i += Stride()) out[i] = value;
 }
 
+__global__ void ClampKernel(const float* __restrict__ x, float* __restrict__ out, int64_t n, float low, float high) {
+  for (int64_t i = First(); i < n; i += Stride()) {
+    float v = x[i];
+    v = v < low ? low : v;
+    out[i] = v > high ? high : v;
+  }
+}
+
+__global__ void ClampGradKernel(const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dx, int64_t n,
+                                float low, float high, bool inclusive) {
+  for (int64_t i = First(); i < n; i += Stride()) {
+    const float v = x[i];
+    const bool inside = inclusive ? (v >= low && v <= high) : (v > low && v < high);
+    dx[i] = inside ? dy[i] : 0.0f;
+  }
+}
+
+// splitmix64 is a counter generator: the k-th number after `state` mixes state + k * golden, so
+// each element computes its own draw (the CPU kernel's sequential loop, element by element).
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+__device__ inline uint64_t SplitMix64At(uint64_t state, uint64_t k) {
+  uint64_t z = state + k * kGolden;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__global__ void DropoutKernel(const float* __restrict__ x, float* __restrict__ out, float* __restrict__ mask, int64_t n,
+                              uint64_t state, uint64_t threshold, float scale) {
+  for (int64_t i = First(); i < n; i += Stride()) {
+    const float m = (SplitMix64At(state, static_cast<uint64_t>(i) + 1) >> 11) >= threshold ? scale : 0.0f;
+    mask[i] = m;
+    out[i] = x[i] * m;
+  }
+}
+
 template <Binary op>
 void LaunchBinaryOf(const float* x, const float* y, float* out, int64_t n, const BroadcastIndex& index, bool same_shape,
                     cudaStream_t stream) {
@@ -109,6 +182,25 @@ cudaError_t LaunchBinary(Binary op, const float* x, const float* y, float* out, 
     case Binary::kMul: LaunchBinaryOf<Binary::kMul>(x, y, out, n, index, same_shape, stream); break;
     case Binary::kDiv: LaunchBinaryOf<Binary::kDiv>(x, y, out, n, index, same_shape, stream); break;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBroadcast(const float* x, float* out, int64_t n, const BroadcastIndex& index, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  BroadcastCopyKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, n, index);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSumLike(const float* x, float* out, int64_t outputs, int64_t summed, const SumLikeIndex& index,
+                          cudaStream_t stream) {
+  if (outputs == 0) return cudaSuccess;
+  SumLikeKernel<<<Blocks(outputs), kThreads, 0, stream>>>(x, out, outputs, summed, index);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAccumulate(const float* x, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AccumulateKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, n);
   return cudaGetLastError();
 }
 
@@ -149,6 +241,26 @@ cudaError_t LaunchBiasAddGrad(const float* dy, float* dbias, int64_t outer, int6
 cudaError_t LaunchFill(float* out, int64_t n, float value, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   FillKernel<<<Blocks(n), kThreads, 0, stream>>>(out, n, value);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchClamp(const float* x, float* out, int64_t n, float low, float high, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ClampKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, n, low, high);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchClampGrad(const float* x, const float* dy, float* dx, int64_t n, float low, float high, bool inclusive,
+                            cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ClampGradKernel<<<Blocks(n), kThreads, 0, stream>>>(x, dy, dx, n, low, high, inclusive);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDropout(const float* x, float* out, float* mask, int64_t n, uint64_t state, uint64_t threshold, float scale,
+                          cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  DropoutKernel<<<Blocks(n), kThreads, 0, stream>>>(x, out, mask, n, state, threshold, scale);
   return cudaGetLastError();
 }
 

@@ -48,6 +48,141 @@ def _train_losses(device_type, steps=5):
     return np.array(losses), weights
 
 
+def _lenet(images):
+    """The seeds' LeNet (examples/train_lenet.py): conv 5x5x32 -> relu -> max-pool 2 -> conv 5x5x64
+    -> relu -> max-pool 2 -> dense 512 -> relu -> dense 10."""
+    init = flow.truncated_normal(0.1)
+    conv1 = flow.layers.conv2d(images, 32, 5, padding="SAME", activation=flow.nn.relu, name="conv1",
+                               kernel_initializer=init)
+    pool1 = flow.nn.max_pool2d(conv1, ksize=2, strides=2, padding="SAME", name="pool1", data_format="NCHW")
+    conv2 = flow.layers.conv2d(pool1, 64, 5, padding="SAME", activation=flow.nn.relu, name="conv2",
+                               kernel_initializer=init)
+    pool2 = flow.nn.max_pool2d(conv2, ksize=2, strides=2, padding="SAME", name="pool2", data_format="NCHW")
+    reshape = flow.reshape(pool2, [pool2.shape[0], -1])
+    hidden = flow.layers.dense(reshape, 512, activation=flow.nn.relu, kernel_initializer=init, name="dense1")
+    return flow.layers.dense(hidden, 10, kernel_initializer=init, name="dense2")
+
+
+def _inverted_residual(images):
+    """A MobileNetV2 block and head: zero padding, a strided conv, batch norm, relu6, a depthwise
+    conv (groups), a pointwise conv, the residual add, adaptive average pooling, dropout, dense."""
+    init = flow.truncated_normal(0.3)
+
+    def conv_bn(x, filters, kernel, name, groups=1, strides=1, padding="SAME", relu6=True):
+        x = flow.layers.conv2d(x, filters, kernel, strides=strides, padding=padding, groups=groups, use_bias=False,
+                               kernel_initializer=init, name=name)
+        x = flow.layers.batch_normalization(x, axis=1, momentum=0.9, epsilon=1e-5, name=name + "_bn")
+        return flow.nn.functional.relu6(x) if relu6 else x
+
+    x = flow.zero_pad2d(images, 1)
+    stem = conv_bn(x, 8, 3, "stem", strides=2, padding="VALID")
+    expanded = conv_bn(stem, 16, 1, "expand")
+    depthwise = conv_bn(expanded, 16, 3, "depthwise", groups=16)
+    projected = conv_bn(depthwise, 8, 1, "project", relu6=False)
+    block = stem + projected
+    # MobileNetV2's global pooling (a mean over H and W), and a 2x2 adaptive pooling (the
+    # adaptive_avg_pool2d kernel) beside it.
+    pooled = flow.nn.functional.adaptive_avg_pool2d(block, 1)
+    grid = flow.nn.functional.adaptive_avg_pool2d(block, 2)
+    features = flow.nn.dropout(flow.reshape(pooled, [pooled.shape[0], -1]), rate=0.25, seed=11)
+    grid_features = flow.reshape(grid, [grid.shape[0], -1])
+    return (flow.layers.dense(features, 10, kernel_initializer=init, name="classifier")
+            + flow.layers.dense(grid_features, 10, kernel_initializer=init, name="grid_classifier"))
+
+
+def _train_model(device_type, model, image_shape, steps, learning_rate):
+    """Losses of `steps` SGD steps of `model` with every op on `device_type` on one fixed batch,
+    and every variable afterwards (weights, and batch norm's moving statistics)."""
+    flow.clear_default_session()
+    flow.random.seed(7)
+    flow.config.gpu_device_num(1 if device_type == "gpu" else 0)
+
+    @flow.global_function(type="train")
+    def train(images: tp.Numpy.Placeholder(image_shape, dtype=flow.float),
+              labels: tp.Numpy.Placeholder((image_shape[0],), dtype=flow.int32)) -> tp.Numpy:
+        with flow.scope.placement(device_type, "0:0"):
+            logits = model(images)
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
+            scheduler = flow.optimizer.PiecewiseConstantScheduler([], [learning_rate])
+            flow.optimizer.SGD(scheduler, momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.RandomState(1)
+    images = rng.rand(*image_shape).astype(np.float32)
+    labels = rng.randint(0, CLASSES, size=(image_shape[0],)).astype(np.int32)
+    losses = [train(images, labels).copy() for _ in range(steps)]
+    variables = {name: np.array(value) for name, value in flow.get_all_variables().items()}
+    return np.array(losses), variables
+
+
+def _check_trains_on_the_gpu_as_on_the_cpu(model, image_shape, steps, learning_rate):
+    cpu_losses, cpu_variables = _train_model("cpu", model, image_shape, steps, learning_rate)
+    gpu_losses, gpu_variables = _train_model("gpu", model, image_shape, steps, learning_rate)
+    np.testing.assert_allclose(gpu_losses, cpu_losses, rtol=1e-4, atol=1e-5)
+    assert cpu_losses.mean(axis=1)[-1] < cpu_losses.mean(axis=1)[0]  # it trained
+    assert sorted(gpu_variables) == sorted(cpu_variables)
+    for name in cpu_variables:
+        np.testing.assert_allclose(gpu_variables[name], cpu_variables[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    return cpu_variables
+
+
+def test_lenet_trains_on_the_gpu_as_on_the_cpu():
+    """The seeds' LeNet with every op on the GPU (cuDNN convolutions, the pooling kernels and
+    their gradients): the CPU's losses and weights after each of a few steps on one batch."""
+    usable, message = _gpu_usable()
+    if not usable:
+        pytest.skip("no GPU: " + message)
+    _check_trains_on_the_gpu_as_on_the_cpu(_lenet, (4, 1, 28, 28), steps=4, learning_rate=0.002)
+
+
+def test_mobilenet_block_trains_on_the_gpu_as_on_the_cpu():
+    """Batch norm (batch statistics, moving statistics updated on the GPU), relu6, a depthwise
+    convolution, padding, adaptive pooling and dropout (the GPU draws the CPU's masks, so both
+    drop the same units and backward uses the same mask) train to the CPU's losses and variables."""
+    usable, message = _gpu_usable()
+    if not usable:
+        pytest.skip("no GPU: " + message)
+    variables = _check_trains_on_the_gpu_as_on_the_cpu(_inverted_residual, (8, 3, 12, 12), steps=4,
+                                                       learning_rate=0.05)
+    # The moving statistics moved from their initial zeros/ones: the training-mode kernel ran.
+    assert np.abs(variables["stem_bn-moving_mean"]).max() > 1e-3
+
+
+def _seed_layers(device_type):
+    """Seed 001's layer (conv2d 3x3 "SAME" stride 2: asymmetric padding; batch norm in a predict
+    job: the moving statistics) and seed 003's paddings, with every op on `device_type`."""
+    flow.clear_default_session()
+    flow.random.seed(3)
+    flow.config.gpu_device_num(1 if device_type == "gpu" else 0)
+
+    @flow.global_function()
+    def layer_example(x: tp.Numpy.Placeholder((1, 64, 128, 128))) -> tp.Numpy:
+        with flow.scope.placement(device_type, "0:0"):
+            conv2d = flow.layers.conv2d(x, filters=128, kernel_size=3, strides=2, padding="SAME",
+                                        kernel_initializer=flow.truncated_normal(0.1), name="Conv2d")
+            return flow.layers.batch_normalization(conv2d, axis=1)
+
+    @flow.global_function()
+    def pads(x: tp.Numpy.Placeholder((2, 1, 3, 3))) -> tp.Numpy:
+        with flow.scope.placement(device_type, "0:0"):
+            return flow.zero_pad2d(x, padding=2) + flow.reflection_pad2d(flow.reflection_pad2d(x, padding=1), padding=1)
+
+    rng = np.random.RandomState(2)
+    return (layer_example(rng.randn(1, 64, 128, 128).astype(np.float32)).copy(),
+            pads(np.arange(18).reshape((2, 1, 3, 3)).astype(np.float32)).copy())
+
+
+def test_seed_layers_run_on_the_gpu_as_on_the_cpu():
+    usable, message = _gpu_usable()
+    if not usable:
+        pytest.skip("no GPU: " + message)
+    cpu_layer, cpu_pads = _seed_layers("cpu")
+    gpu_layer, gpu_pads = _seed_layers("gpu")
+    assert cpu_layer.shape == (1, 128, 64, 64)
+    np.testing.assert_allclose(gpu_layer, cpu_layer, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(gpu_pads, cpu_pads)
+
+
 def test_gpu_job_fails_clearly_without_a_gpu_and_the_session_recovers():
     """Without a GPU: the clear refusal. With one: the MLP trains there as on the CPU."""
     usable, message = _gpu_usable()
