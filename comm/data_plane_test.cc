@@ -236,6 +236,13 @@ class Child {
   int output_ = -1;
 };
 
+// Every line (gtest's PrintToString elides containers after 32 elements: the end is what matters).
+std::string Joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
+
 std::string Find(const std::vector<std::string>& lines, const std::string& prefix) {
   for (const std::string& line : lines)
     if (line.rfind(prefix, 0) == 0) return line;
@@ -253,8 +260,8 @@ TEST(DataPlaneTest, ASlowReceiverHoldsTheSenderBackAndTheBytesArriveIntact) {
   Child rank1({"--rank", "1", "--port", std::to_string(port), "--die-at", "-1"});
   std::vector<std::string> lines0 = rank0.Lines(milliseconds(60000));
   std::vector<std::string> lines1 = rank1.Lines(milliseconds(20000));
-  ASSERT_EQ(Find(lines0, "done"), "done") << testing::PrintToString(lines0);
-  ASSERT_EQ(Find(lines1, "done"), "done") << testing::PrintToString(lines1);
+  ASSERT_EQ(Find(lines0, "done"), "done") << Joined(lines0);
+  ASSERT_EQ(Find(lines1, "done"), "done") << Joined(lines1);
   for (int i = 0; i < kIterations; ++i) {
     EXPECT_NE(Find(lines0, "iteration " + std::to_string(i) + " ").find(": ok"), std::string::npos) << i;
     EXPECT_NE(Find(lines1, "iteration " + std::to_string(i) + " ").find(": ok"), std::string::npos) << i;
@@ -263,7 +270,7 @@ TEST(DataPlaneTest, ASlowReceiverHoldsTheSenderBackAndTheBytesArriveIntact) {
   // registers, the send's 2 and machine 1's 2 recv registers), so its last Push waits for the
   // slow task: backpressure crosses the network. Without it all pushes return at once.
   const int last_push = Number(Find(lines0, "pushed " + std::to_string(kIterations - 1) + " "), " at ");
-  EXPECT_GE(last_push, (kIterations - 8) * kSlowMs) << testing::PrintToString(lines0);
+  EXPECT_GE(last_push, (kIterations - 8) * kSlowMs) << Joined(lines0);
   // Bytes never wait for a register beyond what the sender may have unacknowledged (its
   // register_num, 2), and they arrive intact, in iteration order.
   const std::string summary = Find(lines1, "max waiting");
@@ -279,7 +286,7 @@ TEST(DataPlaneTest, ALostReceiverFailsTheSendersPendingIterationsNamingIt) {
   const auto start = Clock::now();
   std::vector<std::string> lines0 = rank0.Lines(milliseconds(60000));
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
-  ASSERT_EQ(Find(lines0, "done"), "done") << testing::PrintToString(lines0);
+  ASSERT_EQ(Find(lines0, "done"), "done") << Joined(lines0);
   int failed = 0;
   for (int i = 0; i < kIterations; ++i) {
     const std::string line = Find(lines0, "iteration " + std::to_string(i) + " ");
