@@ -13,14 +13,17 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "actors/proto/plan.pb.h"
+#include "comm/ring.h"
 
 namespace actorflow {
 
@@ -37,11 +40,12 @@ struct Header {
   uint64_t job = 0;
   int64_t channel = 0;
   int64_t iteration = 0;
-  uint32_t kind = 0;  // kData or kAck
+  uint32_t kind = 0;  // kData, kAck or kCollective
   uint32_t from = 0;  // the sender's rank
   uint64_t bytes = 0;
+  uint64_t step = 0;  // kCollective: the all-reduce's step (comm/ring.h)
 };
-constexpr uint32_t kData = 1, kAck = 2;
+constexpr uint32_t kData = 1, kAck = 2, kCollective = 3;
 
 struct Posted {
   char* destination = nullptr;
@@ -58,6 +62,27 @@ struct RecvChannel {
 struct SendChannel {
   std::string task;
   std::map<int64_t, KernelCompletion> pending;  // iteration -> waiting for the receiver's ack
+};
+
+// One launched act of an all-reduce task: its output register holds the sum being built; chunks
+// are sent from it and received (added or copied) into it.
+struct CollectiveAct {
+  char* sum = nullptr;
+  int received = 0;  // steps whose chunk is in `sum`
+  int busy = 0;      // chunks being read or applied into `sum`, frames queued or being written from it
+  std::string error;  // set when the act failed: it completes once nothing is busy
+  KernelCompletion done;
+};
+
+struct CollectiveChannel {
+  std::string task;
+  std::unique_ptr<RingSchedule> schedule;  // null until the local task registered (bytes may come first)
+  DType dtype = DType::kFloat32;
+  int next = -1, previous = -1;  // ranks
+  std::map<int64_t, CollectiveAct> acts;  // iteration -> act in flight
+  // (iteration, step) -> a chunk that came before its act launched (bounded: the previous rank
+  // sends step t + 1 only after it received step t, and launches at most register_num acts).
+  std::map<std::pair<int64_t, int64_t>, std::vector<char>> early;
 };
 
 bool WriteAll(int fd, const void* data, size_t n) {
@@ -120,6 +145,7 @@ class DataPlaneCore {
   std::map<int, std::unique_ptr<Connection>> connections;  // by peer rank; fixed after Create
   std::map<ChannelKey, RecvChannel> recvs;
   std::map<ChannelKey, SendChannel> sends;
+  std::map<ChannelKey, CollectiveChannel> collectives;  // channels never go away: references stay valid
 
   // Fails every pending act and remembers why, so that later acts fail at once.
   void Fail(const std::string& message) {
@@ -142,6 +168,18 @@ class DataPlaneCore {
           failed.emplace_back(std::move(it->second), channel.task);
           it = channel.pending.erase(it);
         }
+      }
+      for (auto& [key, channel] : collectives) {
+        for (auto it = channel.acts.begin(); it != channel.acts.end();) {
+          if (it->second.error.empty()) it->second.error = message;
+          if (it->second.busy > 0) {  // whoever holds it completes it when done with its sum
+            ++it;
+            continue;
+          }
+          failed.emplace_back(std::move(it->second.done), channel.task);
+          it = channel.acts.erase(it);
+        }
+        channel.early.clear();
       }
       // Unblocks readers and writers (a frozen peer never reads nor writes again).
       for (auto& [peer, connection] : connections) shutdown(connection->fd, SHUT_RDWR);
@@ -225,6 +263,8 @@ class DataPlaneCore {
       bool written;
       if (frame.header.kind == kData) {
         written = WriteData(connection, frame);
+      } else if (frame.header.kind == kCollective) {
+        written = WriteCollective(connection, frame);
       } else {
         written = WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
                   (frame.header.bytes == 0 || WriteAll(connection->fd, frame.error.data(), frame.header.bytes));
@@ -238,9 +278,14 @@ class DataPlaneCore {
 
   void Reader(Connection* connection) {
     std::vector<char> error_text;
+    std::vector<char> scratch(kReducePiece);  // the all-reduce adds what it reads piece by piece
     for (;;) {
       Header header;
       if (!ReadAll(connection->fd, &header, sizeof header)) return Lost(connection->peer, "its data connection closed");
+      if (header.kind == kCollective) {
+        if (!ReceiveCollective(connection, header, scratch)) return Lost(connection->peer, "its data connection closed");
+        continue;
+      }
       if (header.kind == kAck) {
         error_text.resize(header.bytes);
         if (header.bytes > 0 && !ReadAll(connection->fd, error_text.data(), header.bytes))
@@ -315,6 +360,153 @@ class DataPlaneCore {
       }
       Ack(connection->peer, header.job, header.channel, header.iteration, error);
     }
+  }
+
+  // ---- The ring all-reduce (comm/ring.h). An act advances as its chunks arrive, on the reader
+  // thread of the previous rank's connection: each chunk is added (or copied) into the act's
+  // sum and queued on to the next rank. Nothing waits for a particular act, so ranks may launch
+  // their all-reduces in any order without deadlock. A chunk that comes before its act launched
+  // waits in `early` and is applied by the launch.
+
+  static constexpr int64_t kReducePiece = 64 * 1024;  // a multiple of every element size
+
+  struct Ended {
+    KernelCompletion done;
+    Status status;
+  };
+
+  // mu held. Queues the frame of `step`: its chunk, straight from the act's sum (busy until written).
+  void QueueStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step) {
+    const RingSchedule& ring = *channel.schedule;
+    const int chunk = ring.SendChunk(step);
+    Connection::Frame frame;
+    frame.header = Header{key.first, key.second, iteration, kCollective, static_cast<uint32_t>(rank),
+                          static_cast<uint64_t>(ring.ChunkBytes(chunk)), static_cast<uint64_t>(step)};
+    frame.payload = act.sum + ring.ChunkOffset(chunk);
+    ++act.busy;
+    Enqueue(channel.next, std::move(frame));
+  }
+
+  // mu held. One use of the act ended; when the act is over (every step in its sum, or failed,
+  // and nothing uses it any more) it is removed and its completion returned.
+  std::optional<Ended> Release(CollectiveChannel& channel, int64_t iteration) {
+    auto it = channel.acts.find(iteration);
+    CollectiveAct& act = it->second;
+    if (--act.busy > 0 || (act.error.empty() && act.received < channel.schedule->steps())) return std::nullopt;
+    Ended ended{std::move(act.done), act.error.empty() ? Status::Ok() : FailedPrecondition(act.error).WithContext(channel.task)};
+    channel.acts.erase(it);
+    return ended;
+  }
+
+  // mu held. Why a chunk cannot belong to this act ("" when it can).
+  std::string Mismatch(const CollectiveChannel& channel, uint64_t step, uint64_t bytes, int from) const {
+    const RingSchedule& ring = *channel.schedule;
+    if (from == channel.previous && step < static_cast<uint64_t>(ring.steps()) &&
+        static_cast<int64_t>(bytes) == ring.ChunkBytes(ring.ReceiveChunk(static_cast<int>(step))))
+      return "";
+    return "step " + std::to_string(step) + " of " + std::to_string(bytes) + " bytes from rank " + std::to_string(from) +
+           " does not fit this rank's ring (do all ranks run the same plan?)";
+  }
+
+  // Applies the chunk of `step` into the act's sum, from `source`, or read from `fd` when source
+  // is null; then queues the next step. Called without mu, with the act busy on the caller's
+  // behalf (released here). False when reading failed.
+  bool ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step,
+                 const char* source, int fd, std::vector<char>& scratch) {
+    const RingSchedule& ring = *channel.schedule;
+    const int chunk = ring.ReceiveChunk(step);
+    char* destination = act.sum + ring.ChunkOffset(chunk);
+    const int64_t bytes = ring.ChunkBytes(chunk);
+    bool read = true;
+    if (!ring.Reduces(step)) {
+      if (source != nullptr) std::memcpy(destination, source, static_cast<size_t>(bytes));
+      else read = ReadAll(fd, destination, static_cast<size_t>(bytes));
+    } else if (source != nullptr) {
+      AccumulateInto(destination, source, bytes, channel.dtype);
+    } else {
+      for (int64_t done = 0; read && done < bytes; done += kReducePiece) {  // the sum streams as bytes come
+        const int64_t piece = std::min<int64_t>(bytes - done, kReducePiece);
+        read = ReadAll(fd, scratch.data(), static_cast<size_t>(piece));
+        if (read) AccumulateInto(destination + done, scratch.data(), piece, channel.dtype);
+      }
+    }
+    std::optional<Ended> ended;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!read) {
+        if (act.error.empty()) act.error = "lost rank " + std::to_string(channel.previous) + " (its data connection closed)";
+      } else {
+        ++act.received;
+        if (act.error.empty() && step + 1 < ring.steps()) QueueStep(key, channel, iteration, act, step + 1);
+      }
+      ended = Release(channel, iteration);
+    }
+    if (ended) (void)ended->done.Complete(ended->status);
+    return read;
+  }
+
+  // The reader's collective frame: into its act when it launched, else kept for the launch.
+  bool ReceiveCollective(Connection* connection, const Header& header, std::vector<char>& scratch) {
+    const ChannelKey key{header.job, header.channel};
+    const int step = static_cast<int>(header.step);
+    CollectiveChannel* channel = nullptr;
+    CollectiveAct* act = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      channel = &collectives[key];
+      auto it = channel->acts.find(header.iteration);
+      if (it != channel->acts.end() && it->second.error.empty() &&
+          Mismatch(*channel, header.step, header.bytes, connection->peer).empty()) {
+        act = &it->second;
+        ++act->busy;
+      }
+    }
+    if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, nullptr, connection->fd, scratch);
+    std::vector<char> bytes(header.bytes);
+    if (header.bytes > 0 && !ReadAll(connection->fd, bytes.data(), header.bytes)) return false;
+    std::optional<Ended> ended;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!failure.empty()) return true;
+      auto it = channel->acts.find(header.iteration);
+      if (it == channel->acts.end()) {  // the usual case of this path: the act comes later
+        channel->early.emplace(std::make_pair(header.iteration, static_cast<int64_t>(header.step)), std::move(bytes));
+        return true;
+      }
+      if (!it->second.error.empty()) return true;  // failed already: the chunk is moot
+      ++it->second.busy;
+      const std::string mismatch = Mismatch(*channel, header.step, header.bytes, connection->peer);
+      if (mismatch.empty()) {
+        act = &it->second;
+      } else {
+        it->second.error = mismatch;
+        ended = Release(*channel, header.iteration);
+      }
+    }
+    if (ended) (void)ended->done.Complete(ended->status);
+    if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, bytes.data(), -1, scratch);
+    return true;
+  }
+
+  // The writer's collective frame: written unless the data plane failed; then the act's use ends.
+  bool WriteCollective(Connection* connection, const Connection::Frame& frame) {
+    bool failed;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      failed = !failure.empty();
+    }
+    const bool written = failed || (WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
+                                    (frame.header.bytes == 0 || WriteAll(connection->fd, frame.payload, frame.header.bytes)));
+    std::optional<Ended> ended;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      CollectiveChannel& channel = collectives[{frame.header.job, frame.header.channel}];
+      CollectiveAct& act = channel.acts.at(frame.header.iteration);
+      if (!written && act.error.empty()) act.error = "lost rank " + std::to_string(connection->peer) + " (writing to it failed)";
+      ended = Release(channel, frame.header.iteration);
+    }
+    if (ended) (void)ended->done.Complete(ended->status);
+    return written;
   }
 
   void Lost(int peer, const std::string& why) {
@@ -459,7 +651,9 @@ DataPlane::~DataPlane() {
   }
 }
 
-bool DataPlane::Handles(const std::string& op_type) { return op_type == "send" || op_type == "recv"; }
+bool DataPlane::Handles(const std::string& op_type) {
+  return op_type == "send" || op_type == "recv" || op_type == kAllReduceOp;
+}
 
 int DataPlane::rank() const { return core_->rank; }
 
@@ -471,6 +665,7 @@ size_t DataPlane::waiting_payloads() const {
 }
 
 StatusOr<KernelFn> DataPlane::MakeKernel(const std::string& job, const plan::Task& task) {
+  if (task.op_type() == kAllReduceOp) return MakeAllReduceKernel(job, task);
   const int64_t channel_id = IntAttr(task, "channel"), peer = IntAttr(task, "peer"), bytes = IntAttr(task, "bytes");
   const std::string what = task.op_type() + " '" + task.name() + "'";
   if (!Handles(task.op_type())) return InvalidArgument(what + ": not a data plane op");
@@ -551,6 +746,107 @@ StatusOr<KernelFn> DataPlane::MakeKernel(const std::string& job, const plan::Tas
                           static_cast<uint64_t>(bytes)};
     frame.payload = payload;
     core->Enqueue(to, std::move(frame));
+    return Status::Ok();
+  });
+}
+
+}  // namespace actorflow
+
+namespace actorflow {
+
+StatusOr<KernelFn> DataPlane::MakeAllReduceKernel(const std::string& job, const plan::Task& task) {
+  const std::string what = std::string(kAllReduceOp) + " '" + task.name() + "'";
+  if (!task.asynchronous()) return InvalidArgument(what + ": must be asynchronous (plan Task.asynchronous)");
+  const int64_t channel_id = IntAttr(task, "channel");
+  auto ring_attr = task.attrs().find("ring");
+  std::vector<int> ring;
+  if (ring_attr != task.attrs().end() && ring_attr->second.value_case() == plan::AttrValue::kInts)
+    for (int64_t r : ring_attr->second.ints().values()) ring.push_back(static_cast<int>(r));
+  std::string ring_text;
+  for (int r : ring) ring_text += (ring_text.empty() ? "" : ",") + std::to_string(r);
+  const int self = core_->rank;
+  const auto position = std::find(ring.begin(), ring.end(), self);
+  bool valid_ring = ring.size() >= 2 && position != ring.end() && std::count(ring.begin(), ring.end(), self) == 1;
+  for (int r : ring) valid_ring &= r == self || core_->connections.count(r) == 1;
+  if (channel_id < 0 || !valid_ring)
+    return InvalidArgument(what + ": attrs channel (>= 0) and ring (two or more distinct ranks of the " +
+                           std::to_string(core_->connections.size() + 1) + ", this rank " + std::to_string(self) +
+                           " among them) must be set, got channel " + std::to_string(channel_id) + ", ring [" + ring_text + "]");
+  if (task.registers_size() != 1 || task.registers(0).blobs_size() != 1)
+    return InvalidArgument(what + ": must have one register with one blob (the sum)");
+  const plan::BlobDesc& blob = task.registers(0).blobs(0);
+  const DType dtype = blob.dtype() == plan::DT_FLOAT64 ? DType::kFloat64 : blob.dtype() == plan::DT_FLOAT32 ? DType::kFloat32 : DType::kInvalid;
+  if (!AllReduceSupports(dtype))
+    return InvalidArgument(what + ": sums float32 or float64, got dtype " + std::to_string(blob.dtype()));
+  int data_inputs = 0;
+  for (const plan::InputDesc& in : task.inputs()) data_inputs += !in.control();
+  if (data_inputs < 1) return InvalidArgument(what + ": must read at least one register (this machine's partial sums)");
+  const int64_t bytes = blob.byte_size();
+  const int64_t element_size = static_cast<int64_t>(DTypeSize(dtype));
+  const ChannelKey key{Fnv1a64(job), channel_id};
+  std::shared_ptr<DataPlaneCore> core = core_;
+  const int ranks = static_cast<int>(ring.size());
+  const int at = static_cast<int>(position - ring.begin());
+  {
+    std::lock_guard<std::mutex> lock(core->mu);
+    CollectiveChannel& channel = core->collectives[key];  // chunks may have arrived already
+    channel.task = what + " (ring " + ring_text + ")";
+    channel.schedule = std::make_unique<RingSchedule>(ranks, at, bytes / element_size, element_size);
+    channel.dtype = dtype;
+    channel.next = ring[(at + 1) % ranks];
+    channel.previous = ring[(at + ranks - 1) % ranks];
+    channel.acts.clear();
+  }
+  return KernelFn([core, key, bytes, dtype](KernelContext& ctx) -> Status {
+    char* sum = static_cast<char*>(ctx.output(0).data);
+    for (size_t k = 0; k < ctx.num_inputs(); ++k)
+      if (static_cast<int64_t>(ctx.input(k).byte_size()) != bytes)
+        return Internal("all_reduce: input " + std::to_string(k) + " holds " + std::to_string(ctx.input(k).byte_size()) +
+                        " bytes, the sum " + std::to_string(bytes));
+    // This machine's partial sums, in input order, before the act is visible to the reader.
+    std::memcpy(sum, ctx.input(0).data, static_cast<size_t>(bytes));
+    for (size_t k = 1; k < ctx.num_inputs(); ++k) AccumulateInto(sum, ctx.input(k).data, bytes, dtype);
+    const int64_t iteration = ctx.iteration;
+    CollectiveChannel* channel = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(core->mu);
+      channel = &core->collectives[key];
+      if (!core->failure.empty()) return core->Failed(channel->task);
+      CollectiveAct& act = channel->acts[iteration];
+      act.sum = sum;
+      act.done = ctx.TakeCompletion();
+      act.busy = 1;  // this launch, until the chunks that came first are applied
+      core->QueueStep(key, *channel, iteration, act, 0);
+    }
+    std::vector<char> unused;
+    for (;;) {
+      std::vector<char> early;
+      int step = 0;
+      CollectiveAct* act = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(core->mu);
+        CollectiveAct& launched = channel->acts.at(iteration);
+        auto it = channel->early.lower_bound({iteration, 0});
+        if (it == channel->early.end() || it->first.first != iteration || !launched.error.empty()) break;
+        step = static_cast<int>(it->first.second);
+        const std::string mismatch = core->Mismatch(*channel, it->first.second, it->second.size(), channel->previous);
+        early = std::move(it->second);
+        channel->early.erase(it);
+        if (!mismatch.empty()) {
+          launched.error = mismatch;
+          break;
+        }
+        act = &launched;
+        ++act->busy;
+      }
+      core->ApplyStep(key, *channel, iteration, *act, step, early.data(), -1, unused);
+    }
+    std::optional<DataPlaneCore::Ended> ended;
+    {
+      std::lock_guard<std::mutex> lock(core->mu);
+      ended = core->Release(*channel, iteration);
+    }
+    if (ended) (void)ended->done.Complete(ended->status);
     return Status::Ok();
   });
 }

@@ -41,6 +41,9 @@ namespace plan { class Task; }
 
 class DataPlaneCore;  // the endpoint's and kernels' shared state (data_plane.cc)
 
+// The op type of the data plane's all-reduce tasks.
+inline constexpr const char* kAllReduceOp = "all_reduce";
+
 class DataPlane {
  public:
   // A collective call after Rendezvous: spawns this rank's endpoint and learns every other
@@ -51,10 +54,19 @@ class DataPlane {
   DataPlane(const DataPlane&) = delete;
   DataPlane& operator=(const DataPlane&) = delete;
 
-  // Whether the op type is one of the data plane's ("send", "recv").
+  // Whether the op type is one of the data plane's ("send", "recv", "all_reduce").
   static bool Handles(const std::string& op_type);
-  // The kernel of a SEND or RECV task of job `job` (each job has its own channels; the name
-  // must be the same on every rank). InvalidArgument naming the task for a malformed one.
+  // The kernel of a SEND, RECV or ALL_REDUCE task of job `job` (each job has its own channels;
+  // the name must be the same on every rank). InvalidArgument naming the task for a malformed one.
+  //
+  // ALL_REDUCE (asynchronous): attrs `channel` (its own numbering) and `ring` (the ranks taking
+  // part, in ring order, the same list on each of them); one or more data inputs of the sum's
+  // byte size (this machine's partial sums) and one register with one float32/float64 blob.
+  // An act sums its inputs into its output register, then runs the ring all-reduce
+  // (comm/ring.h) with the other ranks' acts of the same iteration, sending from and
+  // receiving into that register; it completes when the register holds the total. Each rank
+  // sends and receives 2 (N - 1) / N of the bytes. Acts of different tasks and iterations may
+  // launch in any order on different ranks.
   StatusOr<KernelFn> MakeKernel(const std::string& job, const plan::Task& task);
 
   int rank() const;
@@ -64,6 +76,7 @@ class DataPlane {
 
  private:
   DataPlane() = default;
+  StatusOr<KernelFn> MakeAllReduceKernel(const std::string& job, const plan::Task& task);
   std::shared_ptr<DataPlaneCore> core_;
 };
 
