@@ -5,6 +5,7 @@
 #include <string>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "graph/passes.h"
 
@@ -36,20 +37,51 @@ std::string StringAttr(const plan::Task& task, const char* name) {
   return it == task.attrs().end() || it->second.value_case() != plan::AttrValue::kS ? "" : it->second.s();
 }
 
-// A boxing that sums partial values from several machines into one whole tensor (P -> B): the
-// gradient of a data-parallel variable, summed where the variable is updated.
-bool IsCrossMachineSum(const plan::Plan& plan, const plan::Task& task) {
-  if (task.op_type() != "boxing" || StringAttr(task, "in_sbp") != "P" || StringAttr(task, "out_sbp") != "B" ||
-      task.registers_size() != 1 || task.registers(0).blobs_size() != 1)
-    return false;
+std::vector<plan::InputDesc> DataInputs(const plan::Task& task) {
+  std::vector<plan::InputDesc> data;
+  for (const plan::InputDesc& in : task.inputs())
+    if (!in.control()) data.push_back(in);
+  return data;
+}
+
+// The partial values a boxing sums into one whole tensor, when they live on several machines:
+// the gradient of a data-parallel variable, summed where the variable is updated. Either one
+// boxing P -> B, or (blobs of kParallelSumBytes and more, graph/parallel.cc) a gather S(k) -> B
+// of reduce-scatters P -> S(k) that all read the same partial values; then `scatters` gets the
+// reduce-scatters. Empty when the task is no such sum.
+std::vector<plan::InputDesc> CrossMachineSumInputs(const plan::Plan& plan, const plan::Task& task,
+                                                   std::vector<int64_t>* scatters) {
+  const std::string in_sbp = StringAttr(task, "in_sbp");
+  if (task.op_type() != "boxing" || StringAttr(task, "out_sbp") != "B" || task.registers_size() != 1 ||
+      task.registers(0).blobs_size() != 1)
+    return {};
   const plan::DataType dtype = task.registers(0).blobs(0).dtype();
-  if (dtype != plan::DT_FLOAT32 && dtype != plan::DT_FLOAT64) return false;
-  std::set<int> machines;
-  for (const plan::InputDesc& in : task.inputs()) {
-    if (in.control()) continue;
-    machines.insert(plan.tasks(static_cast<int>(in.producer_task_id())).machine_id());
+  if (dtype != plan::DT_FLOAT32 && dtype != plan::DT_FLOAT64) return {};
+  std::vector<plan::InputDesc> partial;
+  if (in_sbp == "P") {
+    partial = DataInputs(task);
+  } else if (in_sbp.rfind("S(", 0) == 0) {
+    std::vector<int64_t> found;
+    for (const plan::InputDesc& in : DataInputs(task)) {
+      const plan::Task& scatter = plan.tasks(static_cast<int>(in.producer_task_id()));
+      if (scatter.op_type() != "boxing" || StringAttr(scatter, "in_sbp") != "P" || StringAttr(scatter, "out_sbp") != in_sbp)
+        return {};
+      std::vector<plan::InputDesc> read = DataInputs(scatter);
+      if (found.empty()) partial = read;
+      if (read.size() != partial.size()) return {};
+      for (size_t k = 0; k < read.size(); ++k)
+        if (read[k].producer_task_id() != partial[k].producer_task_id() ||
+            read[k].producer_register() != partial[k].producer_register() || read[k].has_view() || partial[k].has_view())
+          return {};
+      found.push_back(scatter.id());
+    }
+    if (scatters != nullptr) *scatters = found;
+  } else {
+    return {};
   }
-  return machines.size() > 1;
+  std::set<int> machines;
+  for (const plan::InputDesc& in : partial) machines.insert(plan.tasks(static_cast<int>(in.producer_task_id())).machine_id());
+  return machines.size() > 1 ? partial : std::vector<plan::InputDesc>{};
 }
 
 // Whether the task's data comes from several machines (a gather; control inputs do not count).
@@ -79,13 +111,19 @@ StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan) {
     if (t.kind() == plan::VARIABLE || writes_variable) pending.push_back(t.id());
   }
   if (machines.size() < 2 || pending.empty()) return plan;
+  std::map<int64_t, std::vector<plan::InputDesc>> sum_inputs;  // summed task -> the partial values
+  std::map<int64_t, std::set<int64_t>> scattered_into;         // reduce-scatter -> the summed gathers reading it
   while (!pending.empty()) {
     const int64_t id = pending.back();
     pending.pop_back();
     if (replicated[id] || summed[id]) continue;
     const plan::Task& t = plan.tasks(static_cast<int>(id));
-    if (IsCrossMachineSum(plan, t)) {  // becomes an all-reduce: every machine gets the sum
+    std::vector<int64_t> scatters;
+    std::vector<plan::InputDesc> partial = CrossMachineSumInputs(plan, t, &scatters);
+    if (!partial.empty()) {  // becomes an all-reduce: every machine gets the sum
       summed[id] = true;
+      sum_inputs[id] = std::move(partial);
+      for (int64_t scatter : scatters) scattered_into[scatter].insert(id);
       continue;
     }
     replicated[id] = true;
@@ -94,6 +132,15 @@ StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan) {
       const plan::Task& producer = plan.tasks(static_cast<int>(in.producer_task_id()));
       if (!in.control() && producer.machine_id() == 0 && producer.kind() != plan::SOURCE) pending.push_back(producer.id());
     }
+  }
+  // Reduce-scatters read only by gathers that became all-reduces are left out.
+  std::vector<bool> dropped(plan.tasks_size(), false);
+  for (const auto& [scatter, gathers] : scattered_into) {
+    bool only_gathers = true;
+    for (const plan::Task& t : plan.tasks())
+      for (const plan::InputDesc& in : t.inputs())
+        only_gathers &= in.producer_task_id() != scatter || gathers.count(t.id()) > 0;
+    dropped[scatter] = only_gathers;
   }
   std::vector<int> machine_list(machines.begin(), machines.end());
   plan::Plan out;
@@ -110,6 +157,7 @@ StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan) {
   int64_t channel = 0;
   for (const plan::Task& task : plan.tasks()) {
     const int64_t id = task.id();
+    if (dropped[id]) continue;
     if (summed[id]) {
       // One ALL_REDUCE per machine over that machine's partial sums (comm/data_plane.h).
       plan::AttrValue ring;
@@ -127,9 +175,9 @@ StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan) {
         (*sum->mutable_attrs())["channel"].set_i(channel);
         (*sum->mutable_attrs())["ring"] = ring;
         bool device_set = false;
-        for (const plan::InputDesc& in : task.inputs()) {
+        for (const plan::InputDesc& in : sum_inputs.at(id)) {
           const plan::Task& producer = plan.tasks(static_cast<int>(in.producer_task_id()));
-          if (in.control() || producer.machine_id() != m) continue;
+          if (producer.machine_id() != m) continue;
           if (!device_set) sum->set_device_id(producer.device_id());
           device_set = true;
           plan::InputDesc* local = sum->add_inputs();

@@ -416,6 +416,40 @@ TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithVariablesOnEachAndAllRe
   EXPECT_FALSE(ExtractMachinePlan(two_machines, 2).ok());
 }
 
+// A gradient of 64 KB and more is summed in one process by a reduce-scatter on every device and a
+// gather (graph/parallel.cc, kParallelSumBytes); across machines the pair becomes one all-reduce
+// per machine and the reduce-scatters, which would pull every machine's whole partial gradient
+// through the network, are left out.
+TEST(CrossMachineTest, ALargeGradientsReduceScatterAndGatherBecomeOneAllReducePerMachine) {
+  testing::Mlp one = testing::BuildMlp("train", 64, 3, 5000, 4);  // output-weight: 5000 x 4 floats, 80 KB
+  Graph g1 = one.builder.graph();
+  g1.set_device_num(2);
+  const plan::Plan two_devices = ValueOrDie(CompileGraph(g1, CompileOptions{}));
+  std::vector<std::string> scatters;
+  for (const plan::Task& t : two_devices.tasks())
+    if (t.op_type() == "boxing" && t.attrs().at("in_sbp").s() == "P" && t.attrs().at("out_sbp").s() == "S(0)")
+      scatters.push_back(t.name());
+  ASSERT_FALSE(scatters.empty()) << "the one-process plan sums the large gradient by reduce-scatter";
+  testing::Mlp two = testing::BuildMlp("train", 64, 3, 5000, 4);
+  Graph g2 = two.builder.graph();
+  g2.set_machine_num(2);
+  const plan::Plan two_machines = ValueOrDie(CompileGraph(g2, CompileOptions{}));
+  for (const std::string& name : scatters) EXPECT_EQ(FindTask(two_machines, name), nullptr) << name;
+  int all_reduces = 0;
+  for (const plan::Task& t : two_machines.tasks()) {
+    if (t.op_type() == "all_reduce") {
+      ++all_reduces;
+      ASSERT_EQ(t.inputs_size(), 1) << t.name();
+      const plan::Task& partial = two_machines.tasks(static_cast<int>(t.inputs(0).producer_task_id()));
+      EXPECT_EQ(partial.machine_id(), t.machine_id());
+      EXPECT_NE(partial.op_type(), "recv") << t.name() << " sums its own machine's partial gradient";
+    }
+    EXPECT_FALSE(t.op_type() == "boxing" && t.attrs().at("in_sbp").s() == "P") << t.name();
+  }
+  EXPECT_GE(all_reduces, 2);
+  EXPECT_EQ(all_reduces % 2, 0);
+}
+
 // A plan on one machine is left alone: no transfer, the same task ids.
 TEST(CrossMachineTest, OneMachinePlanHasNoTransfers) {
   testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
