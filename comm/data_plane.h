@@ -39,7 +39,9 @@
 namespace actorflow {
 namespace plan { class Task; }
 
-class DataPlaneCore;  // the endpoint's and kernels' shared state (data_plane.cc)
+namespace data_plane_internal {
+class DataPlaneCore;  // the endpoint's and kernels' shared state (comm/data_plane_core.h)
+}
 
 // The op type of the data plane's all-reduce tasks.
 inline constexpr const char* kAllReduceOp = "all_reduce";
@@ -77,7 +79,7 @@ class DataPlane {
  private:
   DataPlane() = default;
   StatusOr<KernelFn> MakeAllReduceKernel(const std::string& job, const plan::Task& task);
-  std::shared_ptr<DataPlaneCore> core_;
+  std::shared_ptr<data_plane_internal::DataPlaneCore> core_;
 };
 
 }  // namespace actorflow
