@@ -96,8 +96,9 @@ void AddInput(actorflow::plan::Task* task, int64_t producer, bool control) {
 // (one ALL_REDUCE task per machine, comm/data_plane.h) next to the funnel the compiler made
 // before (every machine sends its partial sum to machine 0, which adds them and sends the total
 // back to every machine: send/recv pairs from graph::InsertCrossMachineTransfers), rounds
-// alternating. Prints the median call time, the algorithm bandwidth (bytes / time) and the
-// bytes rank 0 sends per call.
+// alternating. Prints the median call time, the algorithm bandwidth (bytes / time) and rank 0's
+// traffic per call (payload bytes sent plus received, counted by the data plane, in units of
+// the buffer: the ring 4 (N - 1) / N, the funnel 2 (N - 1)).
 actorflow::plan::Plan AllReducePlan(int world, int64_t bytes, bool ring) {
   actorflow::plan::Plan plan;
   plan.set_job_name(std::string(ring ? "ring_" : "funnel_") + std::to_string(bytes));
@@ -186,6 +187,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
   Check((*cluster)->Rendezvous(actorflow::PlanIdentity::FromOps({})), "rendezvous");
   auto plane = actorflow::DataPlane::Create(**cluster, *environment, std::chrono::milliseconds(20000));
   if (!plane.ok()) Die(plane.status().ToString());
+  double traffic = 0;  // of the last measure
   auto measure = [&](int64_t bytes, bool ring) {
     const actorflow::plan::Plan plan = AllReducePlan(world, bytes, ring);
     auto global = actorflow::graph::InsertCrossMachineTransfers(plan, 2);
@@ -209,6 +211,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     actorflow::TensorDesc desc{{bytes / 4}, actorflow::DType::kFloat32};
     std::vector<double> times;
     const int calls = bytes <= (1 << 20) ? 40 : bytes <= (16 << 20) ? 12 : 6;
+    const auto traffic_before = (*plane)->PayloadBytes();
     for (int i = 0; i < calls; ++i) {
       auto start = Clock::now();
       Check((*runtime)->Run({{in.data(), desc}}, {{out.data(), desc}}), ring ? "ring all-reduce" : "funnel");
@@ -218,14 +221,21 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     for (float v : out)
       if (v != expected) Die(std::string(ring ? "ring" : "funnel") + ": wrong sum");
     Check((*runtime)->Shutdown(), "shutdown");
+    const auto traffic_after = (*plane)->PayloadBytes();
+    // Rank 0's sent + received bytes per call, in units of the buffer.
+    traffic = static_cast<double>(traffic_after.first - traffic_before.first + traffic_after.second -
+                                  traffic_before.second) / calls / static_cast<double>(bytes);
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   };
   std::vector<std::vector<double>> ring_times(sizes.size()), funnel_times(sizes.size());
+  std::vector<double> ring_traffic(sizes.size()), funnel_traffic(sizes.size());
   for (int round = 0; round < rounds; ++round)
     for (size_t s = 0; s < sizes.size(); ++s) {
       ring_times[s].push_back(measure(sizes[s], true));
+      ring_traffic[s] = traffic;
       funnel_times[s].push_back(measure(sizes[s], false));
+      funnel_traffic[s] = traffic;
     }
   if (rank == 0) {
     auto median_of = [](std::vector<double> values) {
@@ -236,10 +246,10 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     for (size_t s = 0; s < sizes.size(); ++s) {
       const double ring = median_of(ring_times[s]), funnel = median_of(funnel_times[s]);
       const double bytes = static_cast<double>(sizes[s]);
-      std::printf("%10lld bytes  ring %9.2f ms %6.2f GB/s (rank 0 sends %.2fx the bytes)   funnel %9.2f ms %6.2f GB/s "
-                  "(rank 0 sends %dx)   ring %.2fx faster\n",
-                  static_cast<long long>(sizes[s]), ring * 1e3, bytes / ring / 1e9, 2.0 * (world - 1) / world,
-                  funnel * 1e3, bytes / funnel / 1e9, world - 1, funnel / ring);
+      std::printf("%10lld bytes  ring %9.2f ms %6.2f GB/s (rank 0 moves %.2fx the bytes)   funnel %9.2f ms %6.2f GB/s "
+                  "(rank 0 moves %.2fx)   time funnel/ring %.2f\n",
+                  static_cast<long long>(sizes[s]), ring * 1e3, bytes / ring / 1e9, ring_traffic[s], funnel * 1e3,
+                  bytes / funnel / 1e9, funnel_traffic[s], funnel / ring);
     }
     std::fflush(stdout);
   }

@@ -177,6 +177,15 @@ bool DataPlane::Handles(const std::string& op_type) {
 
 int DataPlane::rank() const { return core_->rank; }
 
+std::pair<uint64_t, uint64_t> DataPlane::PayloadBytes() const {
+  std::pair<uint64_t, uint64_t> bytes{0, 0};
+  for (const auto& [peer, connection] : core_->connections) {
+    bytes.first += connection->payload_sent.load(std::memory_order_relaxed);
+    bytes.second += connection->payload_received.load(std::memory_order_relaxed);
+  }
+  return bytes;
+}
+
 size_t DataPlane::waiting_payloads() const {
   std::lock_guard<std::mutex> lock(core_->mu);
   size_t waiting = 0;

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "actors/environment.h"
 #include "actors/kernel.h"
@@ -75,6 +76,9 @@ class DataPlane {
   // Payloads received before their RECV act posted a register, over all channels now (each
   // channel holds at most its sender's register_num: the bound tests check).
   size_t waiting_payloads() const;
+  // Payload bytes this rank sent and received so far (data and all-reduce frames, all peers):
+  // what the benchmarks report as traffic per rank.
+  std::pair<uint64_t, uint64_t> PayloadBytes() const;
 
  private:
   DataPlane() = default;

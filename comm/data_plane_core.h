@@ -6,6 +6,7 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -123,6 +124,8 @@ struct Connection {
   std::thread reader, writer;
   // The data frame being written (under DataPlaneCore::mu): its send is completed by the
   // writer once the write ended, never while the write may still read the register.
+  // Payload bytes of data and all-reduce frames, written and read (DataPlane::PayloadBytes).
+  std::atomic<uint64_t> payload_sent{0}, payload_received{0};
   bool writing = false;
   std::pair<uint64_t, int64_t> writing_key;
   int64_t writing_iteration = 0;
@@ -253,6 +256,7 @@ class DataPlaneCore {
         connection->queue.pop_front();
       }
       bool written;
+      if (frame.header.kind != kAck) connection->payload_sent.fetch_add(frame.header.bytes, std::memory_order_relaxed);
       if (frame.header.kind == kData) {
         written = WriteData(connection, frame);
       } else if (frame.header.kind == kCollective) {
@@ -274,6 +278,7 @@ class DataPlaneCore {
     for (;;) {
       Header header;
       if (!ReadAll(connection->fd, &header, sizeof header)) return Lost(connection->peer, "its data connection closed");
+      if (header.kind != kAck) connection->payload_received.fetch_add(header.bytes, std::memory_order_relaxed);
       if (header.kind == kCollective) {
         if (!ReceiveCollective(connection, header, scratch)) return Lost(connection->peer, "its data connection closed");
         continue;
