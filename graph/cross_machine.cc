@@ -95,8 +95,15 @@ bool ReadsSeveralMachines(const plan::Plan& plan, const plan::Task& task) {
 }  // namespace
 
 StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan) {
-  std::set<int> machines;
-  for (const plan::Task& t : plan.tasks()) machines.insert(t.machine_id());
+  // The machines that read a variable of machine 0 (directly: data-parallel readers), and
+  // machine 0. A machine that reads none (a job placed on machine 0 only) gets no copies.
+  std::set<int> machines = {0};
+  for (const plan::Task& t : plan.tasks())
+    for (const plan::InputDesc& in : t.inputs()) {
+      const plan::Task& producer = plan.tasks(static_cast<int>(in.producer_task_id()));
+      if (producer.kind() == plan::VARIABLE && producer.machine_id() == 0 && t.kind() != plan::SINK)
+        machines.insert(t.machine_id());
+    }
   // Replicated (by original id): the variables of machine 0, the tasks writing them, and what
   // those compute from on machine 0, back to the feeds and to the tasks reading several machines.
   std::vector<bool> replicated(plan.tasks_size(), false), summed(plan.tasks_size(), false);
@@ -120,6 +127,10 @@ StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan) {
     const plan::Task& t = plan.tasks(static_cast<int>(id));
     std::vector<int64_t> scatters;
     std::vector<plan::InputDesc> partial = CrossMachineSumInputs(plan, t, &scatters);
+    bool in_ring = true;  // the ring runs over the machines with copies
+    for (const plan::InputDesc& in : partial)
+      in_ring &= machines.count(plan.tasks(static_cast<int>(in.producer_task_id())).machine_id()) > 0;
+    if (!in_ring) partial.clear();
     if (!partial.empty()) {  // becomes an all-reduce: every machine gets the sum
       summed[id] = true;
       sum_inputs[id] = std::move(partial);
@@ -152,6 +163,7 @@ StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan) {
     const std::vector<int64_t>& copies = copy.at(id);
     if (copies.size() == 1) return copies[0];
     const auto at = std::find(machine_list.begin(), machine_list.end(), machine);
+    if (at == machine_list.end()) return copies[0];  // a machine without copies reads machine 0's
     return copies.at(static_cast<size_t>(at - machine_list.begin()));
   };
   int64_t channel = 0;

@@ -450,6 +450,20 @@ TEST(CrossMachineTest, ALargeGradientsReduceScatterAndGatherBecomeOneAllReducePe
   EXPECT_EQ(all_reduces % 2, 0);
 }
 
+// A job whose tasks all run on machine 0 of two gives machine 1 no copies of its variables (only
+// its main sink, which receives the results), and no all-reduce.
+TEST(CrossMachineTest, MachinesThatReadNoVariableGetNoCopies) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
+  Graph g = m.builder.graph();
+  g.set_machine_num(2);
+  for (Node& n : g.mutable_nodes()) n.placement = Placement{"cpu", {"0:0"}};
+  const plan::Plan p = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  for (const plan::Task& t : p.tasks()) {
+    if (t.machine_id() == 1) EXPECT_TRUE(t.kind() == plan::SINK || t.op_type() == "recv") << t.name();
+    EXPECT_NE(t.op_type(), "all_reduce") << t.name();
+  }
+}
+
 // A plan on one machine is left alone: no transfer, the same task ids.
 TEST(CrossMachineTest, OneMachinePlanHasNoTransfers) {
   testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);

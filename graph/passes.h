@@ -103,7 +103,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
 Status VerifyInPlaceOrder(const plan::Plan& plan);
 
 // Data parallelism across machines without a funnel: every variable of machine 0 gets a copy on
-// every machine of the plan, and so does every task writing one (the optimizer's updates) and
+// every machine whose tasks read one of them, and so does every task writing one (the optimizer's updates) and
 // what those read from machine 0 (back to the feeds and to tasks reading several machines: each
 // copy reads those through the network). A boxing summing partial values of several machines
 // (P -> B, float32/float64) that the copies read becomes one ALL_REDUCE task per machine over
@@ -111,7 +111,7 @@ Status VerifyInPlaceOrder(const plan::Plan& plan);
 // machines in order; comm/data_plane.h): each machine updates its own copy with the same sum.
 // Other machines' tasks read their own machine's copy; a copy keeps the control inputs (in-place
 // order) from its own machine only; each machine's main sink waits for its copies as machine
-// 0's waits for the originals. A plan on one machine, or without variables, comes back as is.
+// 0's waits for the originals. A plan whose variables only machine 0 reads comes back as is.
 StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan);
 
 // A plan whose tasks live on several machines (Task.machine_id), with every edge whose producer
