@@ -48,7 +48,7 @@ bool DataPlaneCore::ApplyStep(const ChannelKey& key, CollectiveChannel& channel,
   const int64_t bytes = ring.ChunkBytes(chunk);
   bool read = true;
   if (!ring.Reduces(step)) {
-    if (source != nullptr) std::memcpy(destination, source, static_cast<size_t>(bytes));
+    if (source != nullptr && bytes > 0) std::memcpy(destination, source, static_cast<size_t>(bytes));
     else read = ReadAll(fd, destination, static_cast<size_t>(bytes));
   } else if (source != nullptr) {
     AccumulateInto(destination, source, bytes, channel.dtype);
@@ -199,7 +199,7 @@ StatusOr<KernelFn> DataPlane::MakeAllReduceKernel(const std::string& job, const 
         return Internal("all_reduce: input " + std::to_string(k) + " holds " + std::to_string(ctx.input(k).byte_size()) +
                         " bytes, the sum " + std::to_string(bytes));
     // This machine's partial sums, in input order, before the act is visible to the reader.
-    std::memcpy(sum, ctx.input(0).data, static_cast<size_t>(bytes));
+    if (bytes > 0) std::memcpy(sum, ctx.input(0).data, static_cast<size_t>(bytes));
     for (size_t k = 1; k < ctx.num_inputs(); ++k) AccumulateInto(sum, ctx.input(k).data, bytes, dtype);
     const int64_t iteration = ctx.iteration;
     CollectiveChannel* channel = nullptr;

@@ -402,14 +402,17 @@ TEST(DataPlaneTest, ALostReceiverFailsTheSendersPendingIterationsNamingIt) {
   for (int i = 0; i < kIterations; ++i) {
     const std::string line = Find(lines0, "iteration " + std::to_string(i) + " ");
     if (line.find(": ok") != std::string::npos) {
-      EXPECT_LT(i, 6) << line;  // rank 1 died acting on iteration 5
+      // Rank 1 died acting on iteration 5. A send completes once the bytes are in a recv
+      // register, and rank 1's recv has 2: while its slow task held iteration 5's, iteration 6
+      // could still be received (seen under ASan on a loaded host); 7 could not.
+      EXPECT_LT(i, 7) << line;
       continue;
     }
     ++failed;
     EXPECT_NE(line.find("lost rank 1"), std::string::npos) << line;
     EXPECT_NE(line.find("send 'send source/out@machine0->machine1' (to rank 1)"), std::string::npos) << line;
   }
-  EXPECT_GE(failed, kIterations - 6);
+  EXPECT_GE(failed, kIterations - 7);
 }
 
 void ExpectAllReduceSums(int world) {

@@ -49,7 +49,7 @@ std::vector<std::vector<float>> RunRing(const std::vector<std::vector<float>>& i
     float* destination = buffers[message.to].data() + s.ChunkOffset(chunk) / 4;
     if (s.Reduces(message.step))
       AccumulateInto(destination, message.payload.data(), s.ChunkBytes(chunk), DType::kFloat32);
-    else
+    else if (s.ChunkBytes(chunk) > 0)
       std::memcpy(destination, message.payload.data(), static_cast<size_t>(s.ChunkBytes(chunk)));
     if (message.step + 1 < s.steps()) {
       EXPECT_EQ(s.SendChunk(message.step + 1), chunk);  // the received chunk goes on
