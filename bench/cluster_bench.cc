@@ -8,6 +8,8 @@
 // round trip, and the bandwidth 2 * bytes / time, for both.
 //
 //   cluster_bench [--sizes 4096,1048576,16777216] [--seconds 1] [--rounds 3]
+//   cluster_bench --all-reduce 2|3 [--sizes 1048576,16777216,67108864] [--rounds 3]
+//     (the ring all-reduce next to the funnel through machine 0; see RunAllReduceBench)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -29,6 +31,7 @@
 #include "actors/runtime.h"
 #include "comm/cluster.h"
 #include "comm/data_plane.h"
+#include "comm/ring.h"
 #include "graph/passes.h"
 
 extern char** environ;
@@ -89,10 +92,180 @@ void AddInput(actorflow::plan::Task* task, int64_t producer, bool control) {
   in->set_control(control);
 }
 
+// ---- All-reduce over `world` processes (cluster_bench --all-reduce N): per size, the ring
+// (one ALL_REDUCE task per machine, comm/data_plane.h) next to the funnel the compiler made
+// before (every machine sends its partial sum to machine 0, which adds them and sends the total
+// back to every machine: send/recv pairs from graph::InsertCrossMachineTransfers), rounds
+// alternating. Prints the median call time, the algorithm bandwidth (bytes / time) and rank 0's
+// traffic per call (payload bytes sent plus received, counted by the data plane, in units of
+// the buffer: the ring 4 (N - 1) / N, the funnel 2 (N - 1)).
+actorflow::plan::Plan AllReducePlan(int world, int64_t bytes, bool ring) {
+  actorflow::plan::Plan plan;
+  plan.set_job_name(std::string(ring ? "ring_" : "funnel_") + std::to_string(bytes));
+  auto add_float_register = [](actorflow::plan::Task* task) {
+    auto* reg = task->add_registers();
+    reg->set_name("out");
+    reg->set_register_num(2);
+    auto* blob = reg->add_blobs();
+    blob->set_name(task->name() + "/out");
+    blob->set_dtype(actorflow::plan::DT_FLOAT32);
+    blob->add_shape(0);
+  };
+  auto set_bytes = [](actorflow::plan::Task* task, int64_t n) {
+    auto* blob = task->mutable_registers(0)->mutable_blobs(0);
+    blob->set_shape(0, n / 4);
+    blob->set_byte_size(n);
+  };
+  std::vector<int64_t> sources;
+  for (int m = 0; m < world; ++m) {
+    auto* source = AddTask(plan, "partial@" + std::to_string(m), actorflow::plan::SOURCE, m);
+    source->set_feed_index(0);
+    add_float_register(source);
+    set_bytes(source, bytes);
+    sources.push_back(source->id());
+  }
+  std::vector<int64_t> totals;
+  if (ring) {
+    for (int m = 0; m < world; ++m) {
+      auto* sum = AddTask(plan, "sum@" + std::to_string(m), actorflow::plan::COMPUTE, m);
+      sum->set_op_type(actorflow::kAllReduceOp);
+      sum->set_asynchronous(true);
+      (*sum->mutable_attrs())["channel"].set_i(0);
+      for (int r = 0; r < world; ++r) (*sum->mutable_attrs())["ring"].mutable_ints()->add_values(r);
+      AddInput(sum, sources[m], false);
+      add_float_register(sum);
+      set_bytes(sum, bytes);
+      totals.push_back(sum->id());
+    }
+  } else {
+    auto* sum = AddTask(plan, "sum", actorflow::plan::COMPUTE, 0);
+    sum->set_op_type("bench_sum");
+    for (int64_t source : sources) AddInput(sum, source, false);
+    add_float_register(sum);
+    set_bytes(sum, bytes);
+    totals.assign(world, sum->id());
+  }
+  for (int m = 0; m < world; ++m) {
+    auto* sink = AddTask(plan, m == 0 ? "output" : "output@machine" + std::to_string(m), actorflow::plan::SINK, m);
+    AddInput(sink, totals[m], false);
+  }
+  return plan;
+}
+
+int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>& sizes, int rounds, char* self) {
+  std::vector<pid_t> children;
+  if (rank == 0) {
+    port = FreePort();
+    std::string size_text;
+    for (int64_t s : sizes) size_text += (size_text.empty() ? "" : ",") + std::to_string(s);
+    for (int r = 1; r < world; ++r) {
+      std::vector<std::string> arguments = {self, "--all-reduce", std::to_string(world), "--rank", std::to_string(r),
+                                            "--port", std::to_string(port), "--sizes", size_text, "--rounds",
+                                            std::to_string(rounds)};
+      std::vector<char*> child_argv;
+      for (auto& a : arguments) child_argv.push_back(a.data());
+      child_argv.push_back(nullptr);
+      pid_t child = -1;
+      if (posix_spawn(&child, self, nullptr, nullptr, child_argv.data(), environ) != 0) Die("spawn a rank");
+      children.push_back(child);
+    }
+  }
+  actorflow::ClusterOptions options;
+  options.rank = rank;
+  options.world_size = world;
+  options.coordinator_port = static_cast<uint16_t>(port);
+  options.rendezvous_timeout = std::chrono::milliseconds(20000);
+  options.connection_timeout = std::chrono::milliseconds(20000);
+  options.job_id = "cluster_bench_all_reduce";
+  actorflow::EnvironmentOptions environment_options;
+  environment_options.num_threads = 1;
+  actorflow::AddNetworkLayer(environment_options, options);
+  auto environment = actorflow::ActorEnvironment::Create(environment_options);
+  if (!environment.ok()) Die(environment.status().ToString());
+  auto cluster = actorflow::Cluster::Create(options, *environment);
+  if (!cluster.ok()) Die(cluster.status().ToString());
+  Check((*cluster)->Rendezvous(actorflow::PlanIdentity::FromOps({})), "rendezvous");
+  auto plane = actorflow::DataPlane::Create(**cluster, *environment, std::chrono::milliseconds(20000));
+  if (!plane.ok()) Die(plane.status().ToString());
+  double traffic = 0;  // of the last measure
+  auto measure = [&](int64_t bytes, bool ring) {
+    const actorflow::plan::Plan plan = AllReducePlan(world, bytes, ring);
+    auto global = actorflow::graph::InsertCrossMachineTransfers(plan, 2);
+    if (!global.ok()) Die(global.status().ToString());
+    auto local = actorflow::graph::ExtractMachinePlan(*global, rank);
+    if (!local.ok()) Die(local.status().ToString());
+    actorflow::RuntimeHooks hooks;
+    hooks.make_kernel = [&](const actorflow::plan::Task& task) -> actorflow::StatusOr<actorflow::KernelFn> {
+      if (actorflow::DataPlane::Handles(task.op_type())) return (*plane)->MakeKernel(plan.job_name(), task);
+      return actorflow::KernelFn([](actorflow::KernelContext& ctx) {  // the funnel's sum on machine 0
+        const int64_t n = static_cast<int64_t>(ctx.output(0).byte_size());
+        std::memcpy(ctx.output(0).data, ctx.input(0).data, static_cast<size_t>(n));
+        for (size_t k = 1; k < ctx.num_inputs(); ++k)
+          actorflow::AccumulateInto(ctx.output(0).data, ctx.input(k).data, n, actorflow::DType::kFloat32);
+        return Status::Ok();
+      });
+    };
+    auto runtime = actorflow::Runtime::Create(local->plan, hooks, {}, *environment);
+    if (!runtime.ok()) Die(runtime.status().ToString());
+    std::vector<float> in(static_cast<size_t>(bytes / 4), static_cast<float>(rank + 1)), out(in.size(), 0.f);
+    actorflow::TensorDesc desc{{bytes / 4}, actorflow::DType::kFloat32};
+    std::vector<double> times;
+    const int calls = bytes <= (1 << 20) ? 40 : bytes <= (16 << 20) ? 12 : 6;
+    const auto traffic_before = (*plane)->PayloadBytes();
+    for (int i = 0; i < calls; ++i) {
+      auto start = Clock::now();
+      Check((*runtime)->Run({{in.data(), desc}}, {{out.data(), desc}}), ring ? "ring all-reduce" : "funnel");
+      if (i >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    const float expected = static_cast<float>(world * (world + 1) / 2);
+    for (float v : out)
+      if (v != expected) Die(std::string(ring ? "ring" : "funnel") + ": wrong sum");
+    Check((*runtime)->Shutdown(), "shutdown");
+    const auto traffic_after = (*plane)->PayloadBytes();
+    // Rank 0's sent + received bytes per call, in units of the buffer.
+    traffic = static_cast<double>(traffic_after.first - traffic_before.first + traffic_after.second -
+                                  traffic_before.second) / calls / static_cast<double>(bytes);
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  std::vector<std::vector<double>> ring_times(sizes.size()), funnel_times(sizes.size());
+  std::vector<double> ring_traffic(sizes.size()), funnel_traffic(sizes.size());
+  for (int round = 0; round < rounds; ++round)
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      ring_times[s].push_back(measure(sizes[s], true));
+      ring_traffic[s] = traffic;
+      funnel_times[s].push_back(measure(sizes[s], false));
+      funnel_traffic[s] = traffic;
+    }
+  if (rank == 0) {
+    auto median_of = [](std::vector<double> values) {
+      std::sort(values.begin(), values.end());
+      return values[values.size() / 2];
+    };
+    std::printf("all-reduce over %d processes (float32; medians of %d rounds)\n", world, rounds);
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      const double ring = median_of(ring_times[s]), funnel = median_of(funnel_times[s]);
+      const double bytes = static_cast<double>(sizes[s]);
+      std::printf("%10lld bytes  ring %9.2f ms %6.2f GB/s (rank 0 moves %.2fx the bytes)   funnel %9.2f ms %6.2f GB/s "
+                  "(rank 0 moves %.2fx)   time funnel/ring %.2f\n",
+                  static_cast<long long>(sizes[s]), ring * 1e3, bytes / ring / 1e9, ring_traffic[s], funnel * 1e3,
+                  bytes / funnel / 1e9, funnel_traffic[s], funnel / ring);
+    }
+    std::fflush(stdout);
+  }
+  Check((*cluster)->Shutdown(std::chrono::milliseconds(20000)), "cluster shutdown");
+  for (pid_t child : children) {
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("a rank failed");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rank = 0, port = 0, tcp_port = 0;
+  int rank = 0, port = 0, tcp_port = 0, all_reduce_world = 0;
   double seconds = 1;
   int rounds = 3;
   std::vector<int64_t> sizes = {4096, 1 << 20, 16 << 20};
@@ -103,11 +276,13 @@ int main(int argc, char** argv) {
     else if (flag == "--tcp-port") tcp_port = std::atoi(argv[i + 1]);
     else if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (flag == "--rounds") rounds = std::atoi(argv[i + 1]);
+    else if (flag == "--all-reduce") all_reduce_world = std::atoi(argv[i + 1]);
     else if (flag == "--sizes") {
       sizes.clear();
       for (char* item = std::strtok(argv[i + 1], ","); item; item = std::strtok(nullptr, ",")) sizes.push_back(std::atoll(item));
     } else Die("unknown flag " + flag);
   }
+  if (all_reduce_world >= 2) return RunAllReduceBench(rank, all_reduce_world, port, sizes, rounds, argv[0]);
   std::string size_text;
   for (int64_t s : sizes) size_text += (size_text.empty() ? "" : ",") + std::to_string(s);
   pid_t child = -1;

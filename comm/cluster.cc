@@ -373,7 +373,14 @@ caf::behavior Member(caf::stateful_actor<MemberState>* self, caf::actor coordina
   self->state.shared = std::move(shared);
   if (rank != 0) self->monitor(coordinator);
   self->set_down_handler([self](caf::down_msg& down) {
-    if (self->state.leaving) return;
+    if (self->state.leaving) {
+      // Leaving comes after the shutdown barrier, which every rank passed. Rank 0 exits once
+      // it received every rank's leave, possibly before its reply to ours left its process (a
+      // loaded host delays the middleman's write): its going away ends our leave as well.
+      // Waiting for the lost reply would only time out.
+      DeliverAll(self->state.pending, "");
+      return;
+    }
     FailMember(self, "lost rank 0, the coordinator (" + self->system().render(down.reason) + ")");
   });
   return {

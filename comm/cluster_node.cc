@@ -4,17 +4,22 @@
 //
 //   cluster_node --rank R --world N [--port P] [--version V] [--plan op=bytes,op=bytes]
 //                [--rendezvous-ms T] [--heartbeat-ms H] [--connection-timeout-ms C]
-//                [--job ID] [--secret S] [--then exit|barrier|sleep|shutdown]
+//                [--job ID] [--secret S] [--then exit|barrier|sleep|shutdown|barrier-then-vanish]
 //
 // --then barrier: after rendezvous, wait in a barrier no other rank enters (it can only end by a
 // peer's loss or its 60 s timeout), then call health() and Barrier again: both must fail.
 // --then sleep: stay alive up to 60 s (the victim of the fault tests).
+// --then barrier-then-vanish: pass one barrier (the others' shutdown barrier), then keep the
+// actors from answering anything (the one scheduler thread busy) and exit 1 s later: rank 0
+// gone while the others leave, their leave unanswered.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+
+#include <caf/all.hpp>
 
 #include "comm/cluster.h"
 
@@ -86,6 +91,12 @@ int main(int argc, char** argv) {
       actorflow::Status next = (*cluster)->Barrier(std::chrono::milliseconds(1000));
       Say(next.ok() ? "next ok" : "next error: " + next.message());
       std::_Exit(pending.ok() || health.ok() || next.ok() ? 0 : 1);
+    } else if (then == "barrier-then-vanish") {
+      actorflow::Status passed = (*cluster)->Barrier(std::chrono::milliseconds(20000));
+      (*environment)->system().spawn([] { std::this_thread::sleep_for(std::chrono::seconds(5)); });
+      Say(passed.ok() ? "barrier ok" : "error: " + passed.message());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::_Exit(0);
     } else if (then == "sleep") {
       std::this_thread::sleep_for(std::chrono::seconds(60));
     } else if (then == "shutdown") {

@@ -13,316 +13,28 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "actors/proto/plan.pb.h"
+#include "comm/data_plane_core.h"
+#include "comm/ring.h"
+
 
 namespace actorflow {
+
+using namespace data_plane_internal;  // this file implements it
 
 namespace {
 
 // The endpoint actor only tells its data port (the control plane exchanges the endpoints).
 using port_atom = caf::atom_constant<caf::atom("afport")>;
-
-using ChannelKey = std::pair<uint64_t, int64_t>;  // (job digest, channel)
-
-// One frame on a data connection: a header, then `bytes` payload bytes (data) or `bytes` bytes
-// of error text (ack; 0 = received fine). Both ends are this host's byte order (loopback).
-struct Header {
-  uint64_t job = 0;
-  int64_t channel = 0;
-  int64_t iteration = 0;
-  uint32_t kind = 0;  // kData or kAck
-  uint32_t from = 0;  // the sender's rank
-  uint64_t bytes = 0;
-};
-constexpr uint32_t kData = 1, kAck = 2;
-
-struct Posted {
-  char* destination = nullptr;
-  KernelCompletion done;
-};
-
-struct RecvChannel {
-  std::string task;    // for messages
-  int64_t bytes = -1;  // -1 until the local RECV task registered (data may come first)
-  std::map<int64_t, Posted> posted;              // iteration -> the register waiting for it
-  std::map<int64_t, std::vector<char>> arrived;  // iteration -> bytes waiting for a register
-};
-
-struct SendChannel {
-  std::string task;
-  std::map<int64_t, KernelCompletion> pending;  // iteration -> waiting for the receiver's ack
-};
-
-bool WriteAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t wrote = send(fd, p, n, MSG_NOSIGNAL);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) return false;
-    p += wrote;
-    n -= static_cast<size_t>(wrote);
-  }
-  return true;
-}
-
-bool ReadAll(int fd, void* data, size_t n) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t got = recv(fd, p, n, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    p += got;
-    n -= static_cast<size_t>(got);
-  }
-  return true;
-}
-
-}  // namespace
-
-// One TCP connection to a peer rank: a writer thread sends queued frames in order (payloads
-// straight from the SEND's register, which stays held until the ack), a reader thread reads
-// frames (payloads straight into a posted RECV register when one waits). Acks go through the
-// writer too, so a reader never blocks on a write (two readers blocked writing to each other
-// would deadlock).
-struct Connection {
-  int peer = -1;
-  int fd = -1;
-  std::mutex mu;
-  std::condition_variable cv;
-  struct Frame {
-    Header header;
-    const char* payload = nullptr;  // data: the register; ack: error text below
-    std::string error;
-  };
-  std::deque<Frame> queue;
-  bool closing = false;
-  std::thread reader, writer;
-  // The data frame being written (under DataPlaneCore::mu): its send is completed by the
-  // writer once the write ended, never while the write may still read the register.
-  bool writing = false;
-  std::pair<uint64_t, int64_t> writing_key;
-  int64_t writing_iteration = 0;
-};
-
-class DataPlaneCore {
- public:
-  std::mutex mu;
-  std::string failure;  // the control plane's or a connection's, once a rank is lost
-  bool closing = false;  // the data plane is being destroyed: a closed connection is expected
-  int rank = 0;
-  std::map<int, std::unique_ptr<Connection>> connections;  // by peer rank; fixed after Create
-  std::map<ChannelKey, RecvChannel> recvs;
-  std::map<ChannelKey, SendChannel> sends;
-
-  // Fails every pending act and remembers why, so that later acts fail at once.
-  void Fail(const std::string& message) {
-    std::vector<std::pair<KernelCompletion, std::string>> failed;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!failure.empty() || closing) return;
-      failure = message;
-      for (auto& [key, channel] : recvs) {
-        for (auto& [iteration, posted] : channel.posted) failed.emplace_back(std::move(posted.done), channel.task);
-        channel.posted.clear();
-        channel.arrived.clear();
-      }
-      for (auto& [key, channel] : sends) {
-        for (auto it = channel.pending.begin(); it != channel.pending.end();) {
-          if (BeingWritten(key, it->first)) {  // its writer completes it when the write ends
-            ++it;
-            continue;
-          }
-          failed.emplace_back(std::move(it->second), channel.task);
-          it = channel.pending.erase(it);
-        }
-      }
-      // Unblocks readers and writers (a frozen peer never reads nor writes again).
-      for (auto& [peer, connection] : connections) shutdown(connection->fd, SHUT_RDWR);
-    }
-    for (auto& [done, task] : failed) (void)done.Complete(FailedPrecondition(message).WithContext(task));
-  }
-
-  bool BeingWritten(const std::pair<uint64_t, int64_t>& key, int64_t iteration) const {  // mu held
-    for (const auto& [peer, connection] : connections)
-      if (connection->writing && connection->writing_key == key && connection->writing_iteration == iteration)
-        return true;
-    return false;
-  }
-
-  // The writer's data frame: written unless the data plane failed; if it failed before or
-  // during the write, the send is completed with the failure here.
-  bool WriteData(Connection* connection, const Connection::Frame& frame) {
-    const std::pair<uint64_t, int64_t> key{frame.header.job, frame.header.channel};
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (failure.empty()) {
-        connection->writing = true;
-        connection->writing_key = key;
-        connection->writing_iteration = frame.header.iteration;
-      }
-    }
-    bool written = connection->writing && WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
-                   (frame.header.bytes == 0 || WriteAll(connection->fd, frame.payload, frame.header.bytes));
-    KernelCompletion done;
-    std::string task, why;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      connection->writing = false;
-      if (!failure.empty()) {
-        auto channel = sends.find(key);
-        if (channel != sends.end()) {
-          auto it = channel->second.pending.find(frame.header.iteration);
-          if (it != channel->second.pending.end()) {
-            done = std::move(it->second);
-            channel->second.pending.erase(it);
-            task = channel->second.task;
-            why = failure;
-          }
-        }
-      }
-    }
-    if (done.valid()) (void)done.Complete(FailedPrecondition(why).WithContext(task));
-    return written || !why.empty();
-  }
-
-  Status Failed(const std::string& task) {  // mu held
-    return FailedPrecondition(failure).WithContext(task);
-  }
-
-  void Enqueue(int peer, Connection::Frame frame) {
-    Connection& connection = *connections.at(peer);
-    {
-      std::lock_guard<std::mutex> lock(connection.mu);
-      connection.queue.push_back(std::move(frame));
-    }
-    connection.cv.notify_one();
-  }
-
-  void Ack(int peer, uint64_t job, int64_t channel, int64_t iteration, std::string error) {
-    Connection::Frame frame;
-    frame.header = Header{job, channel, iteration, kAck, static_cast<uint32_t>(rank), error.size()};
-    frame.error = std::move(error);
-    Enqueue(peer, std::move(frame));
-  }
-
-  void Writer(Connection* connection) {
-    for (;;) {
-      Connection::Frame frame;
-      {
-        std::unique_lock<std::mutex> lock(connection->mu);
-        connection->cv.wait(lock, [&] { return connection->closing || !connection->queue.empty(); });
-        if (connection->queue.empty()) return;  // closing
-        frame = std::move(connection->queue.front());
-        connection->queue.pop_front();
-      }
-      bool written;
-      if (frame.header.kind == kData) {
-        written = WriteData(connection, frame);
-      } else {
-        written = WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
-                  (frame.header.bytes == 0 || WriteAll(connection->fd, frame.error.data(), frame.header.bytes));
-      }
-      if (!written) {
-        Lost(connection->peer, "writing to its data connection: " + std::string(std::strerror(errno)));
-        // Keep draining the queue: queued sends are completed (failed) by WriteData.
-      }
-    }
-  }
-
-  void Reader(Connection* connection) {
-    std::vector<char> error_text;
-    for (;;) {
-      Header header;
-      if (!ReadAll(connection->fd, &header, sizeof header)) return Lost(connection->peer, "its data connection closed");
-      if (header.kind == kAck) {
-        error_text.resize(header.bytes);
-        if (header.bytes > 0 && !ReadAll(connection->fd, error_text.data(), header.bytes))
-          return Lost(connection->peer, "its data connection closed");
-        KernelCompletion done;
-        std::string task;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          auto channel = sends.find({header.job, header.channel});
-          if (channel == sends.end()) continue;
-          auto it = channel->second.pending.find(header.iteration);
-          if (it == channel->second.pending.end()) continue;  // failed already
-          done = std::move(it->second);
-          channel->second.pending.erase(it);
-          task = channel->second.task;
-        }
-        (void)done.Complete(header.bytes == 0 ? Status::Ok()
-                                              : Internal(std::string(error_text.begin(), error_text.end())).WithContext(task));
-        continue;
-      }
-      // Data: straight into the posted register when one waits, else into a buffer that
-      // waits for the RECV act (at most the sender's register_num per channel).
-      Posted posted;
-      bool have_register = false;
-      std::string task;
-      int64_t expected = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        RecvChannel& channel = recvs[{header.job, header.channel}];
-        auto it = channel.posted.find(header.iteration);
-        if (it != channel.posted.end() && static_cast<int64_t>(header.bytes) == channel.bytes) {
-          posted = std::move(it->second);
-          channel.posted.erase(it);
-          have_register = true;
-        }
-        task = channel.task;
-        expected = channel.bytes;
-      }
-      if (have_register) {
-        if (header.bytes > 0 && !ReadAll(connection->fd, posted.destination, header.bytes)) {
-          (void)posted.done.Complete(FailedPrecondition("lost rank " + std::to_string(connection->peer)).WithContext(task));
-          return Lost(connection->peer, "its data connection closed");
-        }
-        (void)posted.done.Complete(Status::Ok());
-        Ack(connection->peer, header.job, header.channel, header.iteration, "");
-        continue;
-      }
-      std::vector<char> bytes(header.bytes);
-      if (header.bytes > 0 && !ReadAll(connection->fd, bytes.data(), header.bytes))
-        return Lost(connection->peer, "its data connection closed");
-      std::string error;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        RecvChannel& channel = recvs[{header.job, header.channel}];
-        auto it = channel.posted.find(header.iteration);
-        if (it == channel.posted.end()) {  // the usual case: the RECV act comes later
-          channel.arrived.emplace(header.iteration, std::move(bytes));
-          continue;
-        }
-        posted = std::move(it->second);  // posted while we read
-        channel.posted.erase(it);
-        expected = channel.bytes;
-        task = channel.task;
-      }
-      if (static_cast<int64_t>(bytes.size()) != expected) {
-        error = task + ": expected " + std::to_string(expected) + " bytes from rank " + std::to_string(connection->peer) +
-                ", got " + std::to_string(bytes.size()) + " (do all ranks run the same plan?)";
-        (void)posted.done.Complete(Internal(error));
-      } else {
-        if (!bytes.empty()) std::memcpy(posted.destination, bytes.data(), bytes.size());
-        (void)posted.done.Complete(Status::Ok());
-      }
-      Ack(connection->peer, header.job, header.channel, header.iteration, error);
-    }
-  }
-
-  void Lost(int peer, const std::string& why) {
-    Fail("lost rank " + std::to_string(peer) + " (" + why + ")");
-  }
-};
-
-namespace {
 
 caf::behavior Endpoint(caf::event_based_actor*, uint16_t port) {
   return {[port](port_atom) { return port; }};
@@ -459,9 +171,20 @@ DataPlane::~DataPlane() {
   }
 }
 
-bool DataPlane::Handles(const std::string& op_type) { return op_type == "send" || op_type == "recv"; }
+bool DataPlane::Handles(const std::string& op_type) {
+  return op_type == "send" || op_type == "recv" || op_type == kAllReduceOp;
+}
 
 int DataPlane::rank() const { return core_->rank; }
+
+std::pair<uint64_t, uint64_t> DataPlane::PayloadBytes() const {
+  std::pair<uint64_t, uint64_t> bytes{0, 0};
+  for (const auto& [peer, connection] : core_->connections) {
+    bytes.first += connection->payload_sent.load(std::memory_order_relaxed);
+    bytes.second += connection->payload_received.load(std::memory_order_relaxed);
+  }
+  return bytes;
+}
 
 size_t DataPlane::waiting_payloads() const {
   std::lock_guard<std::mutex> lock(core_->mu);
@@ -471,6 +194,7 @@ size_t DataPlane::waiting_payloads() const {
 }
 
 StatusOr<KernelFn> DataPlane::MakeKernel(const std::string& job, const plan::Task& task) {
+  if (task.op_type() == kAllReduceOp) return MakeAllReduceKernel(job, task);
   const int64_t channel_id = IntAttr(task, "channel"), peer = IntAttr(task, "peer"), bytes = IntAttr(task, "bytes");
   const std::string what = task.op_type() + " '" + task.name() + "'";
   if (!Handles(task.op_type())) return InvalidArgument(what + ": not a data plane op");

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "actors/environment.h"
 #include "actors/kernel.h"
@@ -39,7 +40,12 @@
 namespace actorflow {
 namespace plan { class Task; }
 
-class DataPlaneCore;  // the endpoint's and kernels' shared state (data_plane.cc)
+namespace data_plane_internal {
+class DataPlaneCore;  // the endpoint's and kernels' shared state (comm/data_plane_core.h)
+}
+
+// The op type of the data plane's all-reduce tasks.
+inline constexpr const char* kAllReduceOp = "all_reduce";
 
 class DataPlane {
  public:
@@ -51,20 +57,33 @@ class DataPlane {
   DataPlane(const DataPlane&) = delete;
   DataPlane& operator=(const DataPlane&) = delete;
 
-  // Whether the op type is one of the data plane's ("send", "recv").
+  // Whether the op type is one of the data plane's ("send", "recv", "all_reduce").
   static bool Handles(const std::string& op_type);
-  // The kernel of a SEND or RECV task of job `job` (each job has its own channels; the name
-  // must be the same on every rank). InvalidArgument naming the task for a malformed one.
+  // The kernel of a SEND, RECV or ALL_REDUCE task of job `job` (each job has its own channels;
+  // the name must be the same on every rank). InvalidArgument naming the task for a malformed one.
+  //
+  // ALL_REDUCE (asynchronous): attrs `channel` (its own numbering) and `ring` (the ranks taking
+  // part, in ring order, the same list on each of them); one or more data inputs of the sum's
+  // byte size (this machine's partial sums) and one register with one float32/float64 blob.
+  // An act sums its inputs into its output register, then runs the ring all-reduce
+  // (comm/ring.h) with the other ranks' acts of the same iteration, sending from and
+  // receiving into that register; it completes when the register holds the total. Each rank
+  // sends and receives 2 (N - 1) / N of the bytes. Acts of different tasks and iterations may
+  // launch in any order on different ranks.
   StatusOr<KernelFn> MakeKernel(const std::string& job, const plan::Task& task);
 
   int rank() const;
   // Payloads received before their RECV act posted a register, over all channels now (each
   // channel holds at most its sender's register_num: the bound tests check).
   size_t waiting_payloads() const;
+  // Payload bytes this rank sent and received so far (data and all-reduce frames, all peers):
+  // what the benchmarks report as traffic per rank.
+  std::pair<uint64_t, uint64_t> PayloadBytes() const;
 
  private:
   DataPlane() = default;
-  std::shared_ptr<DataPlaneCore> core_;
+  StatusOr<KernelFn> MakeAllReduceKernel(const std::string& job, const plan::Task& task);
+  std::shared_ptr<data_plane_internal::DataPlaneCore> core_;
 };
 
 }  // namespace actorflow

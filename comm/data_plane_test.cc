@@ -1,6 +1,7 @@
-// The data plane with real runtimes in two processes on loopback (this binary starts its rank 1
-// itself; every wait bounded, the child killed if the test ends first). Plan: a source on
-// machine 0 feeds a slow task on machine 1 (the compiler's pass makes the send/recv pair).
+// The data plane with real runtimes in two or three processes on loopback (this binary starts
+// the other ranks itself; every wait bounded, a child killed if the test ends first). Plans: a
+// source on machine 0 feeds a slow task on machine 1 (the compiler's pass makes the send/recv
+// pair); all-reduces over every rank.
 #include "comm/data_plane.h"
 
 #include <netinet/in.h>
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -170,6 +172,115 @@ int RunRank(int rank, int port, int die_at) {
   std::_Exit(0);  // peers may be gone: the point is the output, not the teardown
 }
 
+// One rank of the all-reduce test: on every machine two sources feed two ALL_REDUCE tasks over
+// all ranks (channels 0 and 1, sizes that do not divide by the ranks), read by the machine's
+// sink. Every rank pushes kIterations with distinct values (integers: every summation order is
+// exact) and checks both sums of every iteration. die_at >= 0: rank 1 exits when it is about to
+// push that iteration.
+constexpr int64_t kSumA = 100003, kSumB = 7;  // elements
+
+float InputValue(int rank, int iteration, int64_t element) {
+  return static_cast<float>((rank + 1) * 1000 + iteration * 10 + element % 7);
+}
+
+int RunAllReduceRank(int rank, int world, int port, int die_at) {
+  ClusterOptions options;
+  options.rank = rank;
+  options.world_size = world;
+  options.coordinator_port = static_cast<uint16_t>(port);
+  options.rendezvous_timeout = milliseconds(20000);
+  options.heartbeat_interval = milliseconds(300);
+  options.connection_timeout = milliseconds(10000);
+  options.job_id = "all_reduce_test";
+  EnvironmentOptions environment_options;
+  environment_options.num_threads = 2;
+  AddNetworkLayer(environment_options, options);
+  auto environment = ActorEnvironment::Create(environment_options);
+  if (!environment.ok()) return Say("error: " + environment.status().ToString()), 1;
+  auto cluster = Cluster::Create(options, *environment);
+  if (!cluster.ok()) return Say("error: " + cluster.status().ToString()), 1;
+  if (rank == 0) Say("port " + std::to_string((*cluster)->port()));
+  Status joined = (*cluster)->Rendezvous(PlanIdentity::FromOps({}));
+  if (!joined.ok()) return Say("error: " + joined.ToString()), 1;
+  auto plane = DataPlane::Create(**cluster, *environment, milliseconds(20000));
+  if (!plane.ok()) return Say("error: " + plane.status().ToString()), 1;
+  plan::Plan global;
+  global.set_job_name("sums");
+  auto add_blob = [](plan::Task* task, int64_t elements) {
+    plan::RegisterDesc* r = task->add_registers();
+    r->set_name("out");
+    r->set_register_num(2);
+    plan::BlobDesc* blob = r->add_blobs();
+    blob->set_name(task->name() + "/out");
+    blob->add_shape(elements);
+    blob->set_dtype(plan::DT_FLOAT32);
+    blob->set_byte_size(elements * 4);
+  };
+  for (int machine = 0; machine < world; ++machine) {
+    std::vector<int64_t> sums;
+    for (auto [name, elements] : {std::pair{"a", kSumA}, std::pair{"b", kSumB}}) {
+      plan::Task* source = AddTask(global, std::string(name) + "_in@" + std::to_string(machine), plan::SOURCE, machine);
+      source->set_feed_index(name[0] == 'a' ? 0 : 1);
+      add_blob(source, elements);
+      plan::Task* sum = AddTask(global, std::string(name) + "@" + std::to_string(machine), plan::COMPUTE, machine);
+      sum->set_op_type(kAllReduceOp);
+      sum->set_asynchronous(true);
+      (*sum->mutable_attrs())["channel"].set_i(name[0] == 'a' ? 0 : 1);
+      for (int r = 0; r < world; ++r) (*sum->mutable_attrs())["ring"].mutable_ints()->add_values(r);
+      sum->add_inputs()->set_producer_task_id(source->id());
+      add_blob(sum, elements);
+      sums.push_back(sum->id());
+    }
+    plan::Task* sink = AddTask(global, machine == 0 ? "output" : "output@machine" + std::to_string(machine), plan::SINK, machine);
+    for (int64_t sum : sums) sink->add_inputs()->set_producer_task_id(sum);
+  }
+  auto local = graph::ExtractMachinePlan(global, rank);
+  if (!local.ok()) return Say("error: " + local.status().ToString()), 1;
+  RuntimeHooks hooks;
+  hooks.make_kernel = [&](const plan::Task& task) { return (*plane)->MakeKernel("sums", task); };
+  auto runtime = Runtime::Create(local->plan, hooks, {}, *environment);
+  if (!runtime.ok()) return Say("error: " + runtime.status().ToString()), 1;
+  std::mutex mu;
+  std::vector<std::string> statuses(kIterations, "not completed");
+  std::vector<std::vector<float>> a_in(kIterations, std::vector<float>(kSumA)), b_in(kIterations, std::vector<float>(kSumB));
+  std::vector<std::vector<float>> a_out(kIterations, std::vector<float>(kSumA)), b_out(kIterations, std::vector<float>(kSumB));
+  for (int i = 0; i < kIterations; ++i) {
+    if (rank == 1 && i == die_at) std::_Exit(9);
+    for (int64_t e = 0; e < kSumA; ++e) a_in[i][e] = InputValue(rank, i, e);
+    for (int64_t e = 0; e < kSumB; ++e) b_in[i][e] = -InputValue(rank, i, e);
+    auto pushed = (*runtime)->Push(
+        {TensorView{a_in[i].data(), TensorDesc{{kSumA}, DType::kFloat32}}, TensorView{b_in[i].data(), TensorDesc{{kSumB}, DType::kFloat32}}},
+        {TensorView{a_out[i].data(), TensorDesc{{kSumA}, DType::kFloat32}}, TensorView{b_out[i].data(), TensorDesc{{kSumB}, DType::kFloat32}}},
+        [&, i](int64_t, const Status& status) {
+          std::lock_guard<std::mutex> lock(mu);
+          statuses[i] = status.ok() ? "ok" : status.message();
+        });
+    if (!pushed.ok()) return Say("error: " + pushed.status().ToString()), 1;
+  }
+  (*runtime)->Drain();
+  bool all_ok = true;
+  for (int i = 0; i < kIterations; ++i) {
+    int64_t wrong = 0;
+    for (int64_t e = 0; e < kSumA; ++e) {
+      float expected = 0;
+      for (int r = 0; r < world; ++r) expected += InputValue(r, i, e);
+      wrong += a_out[i][e] != expected;
+      if (e < kSumB) wrong += b_out[i][e] != -expected;
+    }
+    if (statuses[i] == "ok" && wrong > 0) statuses[i] = std::to_string(wrong) + " wrong elements";
+    all_ok &= statuses[i] == "ok";
+    Say("iteration " + std::to_string(i) + ": " + statuses[i]);
+  }
+  Status stopped = (*runtime)->Shutdown();
+  if (!stopped.ok()) return Say("error: " + stopped.ToString()), 1;
+  if (all_ok && (*cluster)->health().ok()) {
+    Status left = (*cluster)->Shutdown(milliseconds(10000));
+    if (!left.ok()) return Say("error: " + left.ToString()), 1;
+  }
+  Say("done");
+  std::_Exit(0);
+}
+
 // A rank as a child process with its stdout on a pipe; killed when destroyed.
 class Child {
  public:
@@ -236,6 +347,13 @@ class Child {
   int output_ = -1;
 };
 
+// Every line (gtest's PrintToString elides containers after 32 elements: the end is what matters).
+std::string Joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
+
 std::string Find(const std::vector<std::string>& lines, const std::string& prefix) {
   for (const std::string& line : lines)
     if (line.rfind(prefix, 0) == 0) return line;
@@ -253,8 +371,8 @@ TEST(DataPlaneTest, ASlowReceiverHoldsTheSenderBackAndTheBytesArriveIntact) {
   Child rank1({"--rank", "1", "--port", std::to_string(port), "--die-at", "-1"});
   std::vector<std::string> lines0 = rank0.Lines(milliseconds(60000));
   std::vector<std::string> lines1 = rank1.Lines(milliseconds(20000));
-  ASSERT_EQ(Find(lines0, "done"), "done") << testing::PrintToString(lines0);
-  ASSERT_EQ(Find(lines1, "done"), "done") << testing::PrintToString(lines1);
+  ASSERT_EQ(Find(lines0, "done"), "done") << Joined(lines0);
+  ASSERT_EQ(Find(lines1, "done"), "done") << Joined(lines1);
   for (int i = 0; i < kIterations; ++i) {
     EXPECT_NE(Find(lines0, "iteration " + std::to_string(i) + " ").find(": ok"), std::string::npos) << i;
     EXPECT_NE(Find(lines1, "iteration " + std::to_string(i) + " ").find(": ok"), std::string::npos) << i;
@@ -263,7 +381,7 @@ TEST(DataPlaneTest, ASlowReceiverHoldsTheSenderBackAndTheBytesArriveIntact) {
   // registers, the send's 2 and machine 1's 2 recv registers), so its last Push waits for the
   // slow task: backpressure crosses the network. Without it all pushes return at once.
   const int last_push = Number(Find(lines0, "pushed " + std::to_string(kIterations - 1) + " "), " at ");
-  EXPECT_GE(last_push, (kIterations - 8) * kSlowMs) << testing::PrintToString(lines0);
+  EXPECT_GE(last_push, (kIterations - 8) * kSlowMs) << Joined(lines0);
   // Bytes never wait for a register beyond what the sender may have unacknowledged (its
   // register_num, 2), and they arrive intact, in iteration order.
   const std::string summary = Find(lines1, "max waiting");
@@ -279,19 +397,66 @@ TEST(DataPlaneTest, ALostReceiverFailsTheSendersPendingIterationsNamingIt) {
   const auto start = Clock::now();
   std::vector<std::string> lines0 = rank0.Lines(milliseconds(60000));
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
-  ASSERT_EQ(Find(lines0, "done"), "done") << testing::PrintToString(lines0);
+  ASSERT_EQ(Find(lines0, "done"), "done") << Joined(lines0);
   int failed = 0;
   for (int i = 0; i < kIterations; ++i) {
     const std::string line = Find(lines0, "iteration " + std::to_string(i) + " ");
     if (line.find(": ok") != std::string::npos) {
-      EXPECT_LT(i, 6) << line;  // rank 1 died acting on iteration 5
+      // Rank 1 died acting on iteration 5. A send completes once the bytes are in a recv
+      // register, and rank 1's recv has 2: while its slow task held iteration 5's, iteration 6
+      // could still be received (seen under ASan on a loaded host); 7 could not.
+      EXPECT_LT(i, 7) << line;
       continue;
     }
     ++failed;
     EXPECT_NE(line.find("lost rank 1"), std::string::npos) << line;
     EXPECT_NE(line.find("send 'send source/out@machine0->machine1' (to rank 1)"), std::string::npos) << line;
   }
-  EXPECT_GE(failed, kIterations - 6);
+  EXPECT_GE(failed, kIterations - 7);
+}
+
+void ExpectAllReduceSums(int world) {
+  Child rank0({"--all-reduce", std::to_string(world), "--rank", "0", "--die-at", "-1"});
+  int port = rank0.Port();
+  std::vector<std::unique_ptr<Child>> others;
+  for (int r = 1; r < world; ++r)
+    others.push_back(std::make_unique<Child>(std::vector<std::string>{
+        "--all-reduce", std::to_string(world), "--rank", std::to_string(r), "--port", std::to_string(port), "--die-at", "-1"}));
+  std::vector<std::vector<std::string>> lines = {rank0.Lines(milliseconds(90000))};
+  for (auto& child : others) lines.push_back(child->Lines(milliseconds(30000)));
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(Find(lines[r], "done"), "done") << "rank " << r << ":\n" << Joined(lines[r]);
+    for (int i = 0; i < kIterations; ++i)
+      EXPECT_EQ(Find(lines[r], "iteration " + std::to_string(i) + ": "), "iteration " + std::to_string(i) + ": ok")
+          << "rank " << r;
+  }
+}
+
+TEST(DataPlaneAllReduceTest, TwoRanksSumEveryIterationOfTwoCollectives) { ExpectAllReduceSums(2); }
+TEST(DataPlaneAllReduceTest, ThreeRanksSumEveryIterationOfTwoCollectives) { ExpectAllReduceSums(3); }
+
+// Rank 1 dies before pushing iteration 4: the survivors' later all-reduces fail naming a lost
+// rank, nothing hangs. (A survivor that sees the loss first closes its connections, so the other
+// survivor may see that one go first: rank 1 is named by at least one of them.)
+TEST(DataPlaneAllReduceTest, ALostRankFailsTheOthersAllReducesNamingIt) {
+  Child rank0({"--all-reduce", "3", "--rank", "0", "--die-at", "-1"});
+  int port = rank0.Port();
+  Child rank1({"--all-reduce", "3", "--rank", "1", "--port", std::to_string(port), "--die-at", "4"});
+  Child rank2({"--all-reduce", "3", "--rank", "2", "--port", std::to_string(port), "--die-at", "-1"});
+  const auto start = Clock::now();
+  std::vector<std::vector<std::string>> lines = {rank0.Lines(milliseconds(60000)), rank2.Lines(milliseconds(30000))};
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+  bool named = false;
+  for (const auto& survivor : lines) {
+    ASSERT_EQ(Find(survivor, "done"), "done") << Joined(survivor);
+    for (int i = 4; i < kIterations; ++i) {
+      const std::string line = Find(survivor, "iteration " + std::to_string(i) + ": ");
+      EXPECT_NE(line.find("lost rank "), std::string::npos) << line;
+      EXPECT_NE(line.find("all_reduce '"), std::string::npos) << line;
+      named |= line.find("lost rank 1") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(named) << Joined(lines[0]) << Joined(lines[1]);
 }
 
 }  // namespace
@@ -299,13 +464,15 @@ TEST(DataPlaneTest, ALostReceiverFailsTheSendersPendingIterationsNamingIt) {
 
 int main(int argc, char** argv) {
   actorflow::self_path = argv[0];
-  int rank = -1, port = 0, die_at = -1;
+  int rank = -1, port = 0, die_at = -1, all_reduce_world = 0;
   for (int i = 1; i + 1 < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--rank") rank = std::atoi(argv[i + 1]);
+    else if (flag == "--all-reduce") all_reduce_world = std::atoi(argv[i + 1]);
     else if (flag == "--port") port = std::atoi(argv[i + 1]);
     else if (flag == "--die-at") die_at = std::atoi(argv[i + 1]);
   }
+  if (rank >= 0 && all_reduce_world > 0) return actorflow::RunAllReduceRank(rank, all_reduce_world, port, die_at);
   if (rank >= 0) return actorflow::RunRank(rank, port, die_at);
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

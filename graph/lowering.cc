@@ -663,6 +663,8 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   // a reader on another machine runs through the network (the reader's send copies the bytes
   // before the reader, and so the writer, can act), which the check cannot follow.
   if (graph.machine_num() > 1) {
+    AF_ASSIGN_OR_RETURN(plan, ReplicateVariablesAcrossMachines(plan));
+    AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "', variables on every machine"));
     AF_ASSIGN_OR_RETURN(plan, InsertCrossMachineTransfers(plan, options.register_num));
     lap("send/recv");
   }

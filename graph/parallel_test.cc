@@ -319,9 +319,11 @@ TEST(CrossMachineTest, MachineRangesResolveToGlobalDevices) {
 }
 
 // The seed MLP trained data-parallel on 2 machines x 1 device computes exactly what it computes
-// on 1 machine x 2 devices (same tasks on the same global devices, same attributes), plus one
-// send/recv pair per edge that crosses machines; each machine's part reads only its own tasks.
-TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithSendRecvPairs) {
+// on 1 machine x 2 devices (same tasks on the same global devices, same attributes), except that
+// the gradients summed across machines are all-reduces and that machine 1 holds a copy of every
+// variable and updates it itself (ReplicateVariablesAcrossMachines), plus one send/recv pair per
+// edge that still crosses machines; each machine's part reads only its own tasks.
+TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithVariablesOnEachAndAllReduces) {
   testing::Mlp one = testing::BuildMlp("train", 4, 3, 5, 2);
   Graph g1 = one.builder.graph();
   g1.set_device_num(2);
@@ -338,39 +340,72 @@ TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithSendRecvPairs) {
     for (const auto& [key, value] : sorted) text += key + "=" + value + ";";
     return text;
   };
-  int computed = 0;
+  int computed = 0, all_reduced = 0, variables = 0, updates = 0;
   for (const plan::Task& t : two_devices.tasks()) {
     if (t.kind() == plan::SINK) continue;
     const plan::Task* same = FindTask(two_machines, t.name());
     ASSERT_NE(same, nullptr) << t.name();
+    const plan::Task* copy = FindTask(two_machines, t.name() + "@machine1");
+    if (same->op_type() == "all_reduce") {
+      // A partial gradient summed over both machines: one all-reduce per machine, over that
+      // machine's part, with the same channel and ring.
+      ++all_reduced;
+      EXPECT_EQ(t.op_type(), "boxing") << t.name();
+      EXPECT_EQ(t.attrs().at("in_sbp").s(), "P") << t.name();
+      ASSERT_NE(copy, nullptr) << t.name();
+      EXPECT_EQ(copy->op_type(), "all_reduce");
+      for (const plan::Task* sum : {same, copy}) {
+        EXPECT_TRUE(sum->asynchronous());
+        EXPECT_EQ(sum->attrs().at("ring").ints().values_size(), 2) << t.name();
+        EXPECT_EQ(sum->attrs().at("channel").i(), same->attrs().at("channel").i());
+        ASSERT_EQ(sum->inputs_size(), 1) << t.name();
+        EXPECT_EQ(two_machines.tasks(static_cast<int>(sum->inputs(0).producer_task_id())).machine_id(), sum->machine_id());
+        EXPECT_EQ(sum->registers(0).blobs(0).SerializeAsString(), t.registers(0).blobs(0).SerializeAsString());
+      }
+      EXPECT_EQ(same->machine_id(), 0);
+      EXPECT_EQ(copy->machine_id(), 1);
+      continue;
+    }
     EXPECT_EQ(same->op_type(), t.op_type()) << t.name();
     EXPECT_EQ(attrs_text(*same), attrs_text(t)) << t.name();
     EXPECT_EQ(same->machine_id() * 1 + same->device_id(), t.device_id()) << t.name();
     EXPECT_EQ(same->device_id(), 0) << t.name();
     computed += t.kind() == plan::COMPUTE;
+    if (t.kind() == plan::VARIABLE || t.mutable_inputs_size() > 0) {
+      // Every variable and every update has its copy on machine 1.
+      variables += t.kind() == plan::VARIABLE;
+      updates += t.mutable_inputs_size() > 0;
+      ASSERT_NE(copy, nullptr) << t.name();
+      EXPECT_EQ(copy->machine_id(), 1);
+      EXPECT_EQ(copy->kind(), t.kind());
+      EXPECT_EQ(copy->variable_name(), t.variable_name());
+      EXPECT_EQ(attrs_text(*copy), attrs_text(t)) << t.name();
+    }
   }
   EXPECT_GT(computed, 10);
+  EXPECT_EQ(variables, 3);
+  EXPECT_EQ(updates, 3);
+  EXPECT_GE(all_reduced, 1);
   std::map<int64_t, const plan::Task*> sends, recvs;  // by channel
-  int non_transfer = 0;
   for (const plan::Task& t : two_machines.tasks()) {
     for (const plan::InputDesc& in : t.inputs()) {
       const plan::Task& producer = two_machines.tasks(static_cast<int>(in.producer_task_id()));
       EXPECT_LT(in.producer_task_id(), t.id()) << t.name() << " reads " << producer.name();
       EXPECT_EQ(producer.machine_id(), t.machine_id()) << t.name() << " reads " << producer.name();
+      // An update's in-place order: only with readers of its own machine's copy, no control
+      // edge through the network.
+      if (in.control() && t.mutable_inputs_size() > 0) EXPECT_NE(producer.op_type(), "recv") << t.name();
     }
     if (t.op_type() == "send") sends[t.attrs().at("channel").i()] = &t;
     else if (t.op_type() == "recv") recvs[t.attrs().at("channel").i()] = &t;
-    else if (t.kind() != plan::SINK) ++non_transfer;
+    else if (t.kind() != plan::SINK)
+      EXPECT_TRUE(FindTask(two_devices, t.name()) != nullptr ||
+                  (t.name().size() > 9 && t.name().substr(t.name().size() - 9) == "@machine1") ||
+                  t.op_type() == "boxing")  // gathered in place in one process, a task across machines
+          << t.name();
   }
-  // All but the main sink, plus the boxing tasks that one process gathers in place (a shared
-  // block) and several machines run as tasks.
-  int gathered_in_place = 0;
-  for (const plan::Task& t : two_machines.tasks())
-    gathered_in_place += t.op_type() == "boxing" && FindTask(two_devices, t.name()) == nullptr;
-  EXPECT_EQ(non_transfer, static_cast<int>(two_devices.tasks_size()) - 1 + gathered_in_place);
   ASSERT_FALSE(sends.empty());
   ASSERT_EQ(sends.size(), recvs.size());
-  bool weight_sent = false, gradient_sent = false;
   for (const auto& [channel, send] : sends) {
     const plan::Task& recv = *recvs.at(channel);
     EXPECT_TRUE(send->asynchronous() && recv.asynchronous());
@@ -387,11 +422,18 @@ TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithSendRecvPairs) {
       EXPECT_EQ(send->attrs().at("bytes").i(), sent.blobs(0).byte_size());
     }
     EXPECT_EQ(recv.registers(0).register_num(), 2);
-    weight_sent |= producer.kind() == plan::VARIABLE && producer.machine_id() == 0;
-    gradient_sent |= producer.machine_id() == 1 && producer.op_type() != "send";
+    EXPECT_NE(producer.kind(), plan::VARIABLE) << "each machine reads its own copy of " << producer.name();
+    EXPECT_NE(producer.op_type(), "all_reduce") << producer.name();
+    EXPECT_EQ(producer.mutable_inputs_size(), 0) << producer.name();
   }
-  EXPECT_TRUE(weight_sent) << "machine 1 reads the weights machine 0 holds";
-  EXPECT_TRUE(gradient_sent) << "machine 1's partial gradients go to machine 0";
+  // Each machine's main sink waits for its own updates.
+  for (const plan::Task& t : two_machines.tasks()) {
+    if (t.kind() != plan::SINK || !t.sink_name().empty()) continue;
+    int waited_updates = 0;
+    for (const plan::InputDesc& in : t.inputs())
+      waited_updates += in.control() && two_machines.tasks(static_cast<int>(in.producer_task_id())).mutable_inputs_size() > 0;
+    EXPECT_EQ(waited_updates, 3) << t.name();
+  }
 
   // Each machine's part: its own tasks, one main sink returning the loss, feeds only where the
   // sources are (machine 0 holds the whole batch and sends machine 1 its half).
@@ -416,6 +458,54 @@ TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithSendRecvPairs) {
     EXPECT_EQ(main_sinks, 1);
   }
   EXPECT_FALSE(ExtractMachinePlan(two_machines, 2).ok());
+}
+
+// A gradient of 64 KB and more is summed in one process by a reduce-scatter on every device and a
+// gather (graph/parallel.cc, kParallelSumBytes); across machines the pair becomes one all-reduce
+// per machine and the reduce-scatters, which would pull every machine's whole partial gradient
+// through the network, are left out.
+TEST(CrossMachineTest, ALargeGradientsReduceScatterAndGatherBecomeOneAllReducePerMachine) {
+  testing::Mlp one = testing::BuildMlp("train", 64, 3, 5000, 4);  // output-weight: 5000 x 4 floats, 80 KB
+  Graph g1 = one.builder.graph();
+  g1.set_device_num(2);
+  const plan::Plan two_devices = ValueOrDie(CompileGraph(g1, CompileOptions{}));
+  std::vector<std::string> scatters;
+  for (const plan::Task& t : two_devices.tasks())
+    if (t.op_type() == "boxing" && t.attrs().at("in_sbp").s() == "P" && t.attrs().at("out_sbp").s() == "S(0)")
+      scatters.push_back(t.name());
+  ASSERT_FALSE(scatters.empty()) << "the one-process plan sums the large gradient by reduce-scatter";
+  testing::Mlp two = testing::BuildMlp("train", 64, 3, 5000, 4);
+  Graph g2 = two.builder.graph();
+  g2.set_machine_num(2);
+  const plan::Plan two_machines = ValueOrDie(CompileGraph(g2, CompileOptions{}));
+  for (const std::string& name : scatters) EXPECT_EQ(FindTask(two_machines, name), nullptr) << name;
+  int all_reduces = 0;
+  for (const plan::Task& t : two_machines.tasks()) {
+    if (t.op_type() == "all_reduce") {
+      ++all_reduces;
+      ASSERT_EQ(t.inputs_size(), 1) << t.name();
+      const plan::Task& partial = two_machines.tasks(static_cast<int>(t.inputs(0).producer_task_id()));
+      EXPECT_EQ(partial.machine_id(), t.machine_id());
+      EXPECT_NE(partial.op_type(), "recv") << t.name() << " sums its own machine's partial gradient";
+    }
+    EXPECT_FALSE(t.op_type() == "boxing" && t.attrs().at("in_sbp").s() == "P") << t.name();
+  }
+  EXPECT_GE(all_reduces, 2);
+  EXPECT_EQ(all_reduces % 2, 0);
+}
+
+// A job whose tasks all run on machine 0 of two gives machine 1 no copies of its variables (only
+// its main sink, which receives the results), and no all-reduce.
+TEST(CrossMachineTest, MachinesThatReadNoVariableGetNoCopies) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
+  Graph g = m.builder.graph();
+  g.set_machine_num(2);
+  for (Node& n : g.mutable_nodes()) n.placement = Placement{"cpu", {"0:0"}};
+  const plan::Plan p = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  for (const plan::Task& t : p.tasks()) {
+    if (t.machine_id() == 1) EXPECT_TRUE(t.kind() == plan::SINK || t.op_type() == "recv") << t.name();
+    EXPECT_NE(t.op_type(), "all_reduce") << t.name();
+  }
 }
 
 // A plan on one machine is left alone: no transfer, the same task ids.

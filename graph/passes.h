@@ -121,6 +121,18 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
 // register need only be ordered. CompileGraph runs it on every plan.
 Status VerifyInPlaceOrder(const plan::Plan& plan);
 
+// Data parallelism across machines without a funnel: every variable of machine 0 gets a copy on
+// every machine whose tasks read one of them, and so does every task writing one (the optimizer's updates) and
+// what those read from machine 0 (back to the feeds and to tasks reading several machines: each
+// copy reads those through the network). A boxing summing partial values of several machines
+// (P -> B, float32/float64) that the copies read becomes one ALL_REDUCE task per machine over
+// that machine's partial values (op type "all_reduce", asynchronous, attrs channel and ring, the
+// machines in order; comm/data_plane.h): each machine updates its own copy with the same sum.
+// Other machines' tasks read their own machine's copy; a copy keeps the control inputs (in-place
+// order) from its own machine only; each machine's main sink waits for its copies as machine
+// 0's waits for the originals. A plan whose variables only machine 0 reads comes back as is.
+StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan);
+
 // A plan whose tasks live on several machines (Task.machine_id), with every edge whose producer
 // and consumer are on different machines replaced by a SEND task on the producer's machine and a
 // RECV task on the consumer's (op types "send"/"recv", asynchronous; attrs channel (the pair's

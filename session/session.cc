@@ -565,13 +565,18 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
                       : std::string("not part of a cluster")) +
           ": run the program on every machine, e.g. python -m actorflow.launch --nproc " +
           std::to_string(graph.machine_num()) + " program.py");
+    // Machine 0's variables have a copy on every machine (graph::ReplicateVariablesAcrossMachines);
+    // one placed only elsewhere would be trained where rank 0 (checkpoints) cannot see it.
+    std::set<std::string> on_machine_zero;
     for (const plan::Task& task : job->plan_.tasks())
-      if (task.kind() == plan::VARIABLE && task.machine_id() != 0)
+      if (task.kind() == plan::VARIABLE && task.machine_id() == 0) on_machine_zero.insert(task.variable_name());
+    for (const plan::Task& task : job->plan_.tasks())
+      if (task.kind() == plan::VARIABLE && !on_machine_zero.count(task.variable_name()))
         return FailedPrecondition("job '" + graph.job_name() + "': variable '" + task.variable_name() +
                                   "' is placed on machine " + std::to_string(task.machine_id()) +
                                   (task.source_location().empty() ? "" : " at " + task.source_location()) +
-                                  ": the variables of a multi-machine job live on machine 0 for now (checkpoints "
-                                  "and flow.get_all_variables read rank 0's copies); place them there");
+                                  ": the variables of a multi-machine job start on machine 0 for now (every "
+                                  "machine holds a copy; rank 0 writes the checkpoints); place them there");
     std::vector<std::pair<std::string, std::string>> ops;
     for (const plan::Task& task : job->plan_.tasks()) {
       // Deterministic: map fields (attrs) are otherwise serialized in an order that differs

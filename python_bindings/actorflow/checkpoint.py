@@ -98,8 +98,8 @@ def _snapshot_locked():
 
 
 def _other_rank():
-    """This process's rank when it is a rank > 0 of a multi-machine job (whose variables live on
-    machine 0, so its own copies are not the trained ones), else None."""
+    """This process's rank when it is a rank > 0 of a multi-machine job (every rank holds and
+    trains its own copy of the variables; rank 0 writes the checkpoints), else None."""
     from . import env as _env
     rank = _env.started_rank()
     return rank if rank else None
@@ -108,10 +108,6 @@ def _other_rank():
 def snapshot(what="flow.get_all_variables"):
     """{name: numpy copy} of every variable plus each train job's step, taken between
     iterations: job calls in progress finish first and new ones wait until it is copied."""
-    rank = _other_rank()
-    if rank is not None:
-        raise RuntimeError("%s on rank %d: the variables of a multi-machine job live on machine 0; this rank's copies "
-                           "are not trained. Read them on rank 0 (flow.env.cluster()['rank'] == 0)" % (what, rank))
     with _snapshot.gate.snapshot(what):
         return _snapshot_locked()
 
@@ -178,8 +174,8 @@ def save(path):
         raise TypeError("flow.checkpoint.save: path must be a str or os.PathLike, got %s" % type(path).__name__)
     rank = _other_rank()
     if rank is not None:  # the same program runs on every rank: rank 0 writes, the others must not
-        print("actorflow: flow.checkpoint.save(%r) on rank %d: skipped, rank 0 writes the checkpoint (the variables "
-              "live on machine 0)" % (os.fspath(path), rank), file=sys.stderr)
+        print("actorflow: flow.checkpoint.save(%r) on rank %d: skipped, rank 0 writes the checkpoint (every rank "
+              "holds the same variables)" % (os.fspath(path), rank), file=sys.stderr)
         return
     # Checked before the snapshot too: a refused path costs no copy and stops no job.
     _atomic_dir.check_target(os.path.abspath(os.fspath(path)), LAYOUT, "flow.checkpoint.save")

@@ -1,7 +1,21 @@
 """Variable initializers (computed once, on the host, from the session's seeded generator)."""
+import hashlib
+import os
+
 import numpy as np
 
-_rng = [np.random.default_rng()]
+
+def _default_generator():
+    # The processes of one launch draw the same initial values: each machine holds its own copy
+    # of every variable (docs/cluster.md), so the copies must start equal. flow.random.seed, the
+    # same on every rank, overrides it as in one process.
+    job = os.environ.get("ACTORFLOW_JOB_ID", "")
+    if job:
+        return np.random.default_rng(int.from_bytes(hashlib.sha256(job.encode()).digest()[:8], "little"))
+    return np.random.default_rng()
+
+
+_rng = [_default_generator()]
 
 
 def seed(value):

@@ -3,8 +3,8 @@ MLP trained data-parallel, consistent view, on machine_num x cpu_device_num devi
 
     python cluster_program.py STEPS DEVICES OUT_PREFIX [kill-rank-1-at=STEP | stop-rank-1-at=STEP]
 
-Writes OUT_PREFIX.rank<R>.npz with the per-step losses and, on rank 0, the variables (they live on
-machine 0). A failing call prints "step S failed after T s: <error>" and exits 7.
+Writes OUT_PREFIX.rank<R>.npz with the per-step losses and the variables (every rank holds and
+updates its own copy). A failing call prints "step S failed after T s: <error>" and exits 7.
 """
 import os
 import signal
@@ -52,9 +52,8 @@ def main():
     steps_of_compile = [step for step, _seconds in train_job.compile_timings]
     saved = {"losses": np.array(losses),
              "distributed": np.array("plan check with every rank" in steps_of_compile)}
-    if rank == 0:
-        for name, value in flow.get_all_variables().items():
-            saved["variable:" + name] = np.asarray(value)
+    for name, value in flow.get_all_variables().items():  # every rank trains its own copy
+        saved["variable:" + name] = np.asarray(value)
     np.savez("%s.rank%d.npz" % (prefix, rank), **saved)
     print("rank", rank, "done", flush=True)
 

@@ -1,0 +1,403 @@
+// The data plane's shared state (comm/data_plane.h): frames, channels, the per-peer connections
+// with their reader and writer threads, and the core every kernel and thread of one DataPlane
+// shares. Internal to comm/: data_plane.cc (connections, send/recv) and
+// data_plane_all_reduce.cc (the ring all-reduce) implement it.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "actors/kernel.h"
+#include "actors/status.h"
+#include "comm/ring.h"
+
+namespace actorflow {
+namespace data_plane_internal {
+
+using ChannelKey = std::pair<uint64_t, int64_t>;  // (job digest, channel)
+
+// One frame on a data connection: a header, then `bytes` payload bytes (data) or `bytes` bytes
+// of error text (ack; 0 = received fine). Both ends are this host's byte order (loopback).
+struct Header {
+  uint64_t job = 0;
+  int64_t channel = 0;
+  int64_t iteration = 0;
+  uint32_t kind = 0;  // kData, kAck or kCollective
+  uint32_t from = 0;  // the sender's rank
+  uint64_t bytes = 0;
+  uint64_t step = 0;  // kCollective: the all-reduce's step (comm/ring.h)
+};
+constexpr uint32_t kData = 1, kAck = 2, kCollective = 3;
+
+struct Posted {
+  char* destination = nullptr;
+  KernelCompletion done;
+};
+
+struct RecvChannel {
+  std::string task;    // for messages
+  int64_t bytes = -1;  // -1 until the local RECV task registered (data may come first)
+  std::map<int64_t, Posted> posted;              // iteration -> the register waiting for it
+  std::map<int64_t, std::vector<char>> arrived;  // iteration -> bytes waiting for a register
+};
+
+struct SendChannel {
+  std::string task;
+  std::map<int64_t, KernelCompletion> pending;  // iteration -> waiting for the receiver's ack
+};
+
+// One launched act of an all-reduce task: its output register holds the sum being built; chunks
+// are sent from it and received (added or copied) into it.
+struct CollectiveAct {
+  char* sum = nullptr;
+  int received = 0;  // steps whose chunk is in `sum`
+  int busy = 0;      // chunks being read or applied into `sum`, frames queued or being written from it
+  std::string error;  // set when the act failed: it completes once nothing is busy
+  KernelCompletion done;
+};
+
+struct CollectiveChannel {
+  std::string task;
+  std::unique_ptr<RingSchedule> schedule;  // null until the local task registered (bytes may come first)
+  DType dtype = DType::kFloat32;
+  int next = -1, previous = -1;  // ranks
+  std::map<int64_t, CollectiveAct> acts;  // iteration -> act in flight
+  // (iteration, step) -> a chunk that came before its act launched (bounded: the previous rank
+  // sends step t + 1 only after it received step t, and launches at most register_num acts).
+  std::map<std::pair<int64_t, int64_t>, std::vector<char>> early;
+};
+
+inline bool WriteAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t wrote = send(fd, p, n, MSG_NOSIGNAL);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) return false;
+    p += wrote;
+    n -= static_cast<size_t>(wrote);
+  }
+  return true;
+}
+
+inline bool ReadAll(int fd, void* data, size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t got = recv(fd, p, n, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+// One TCP connection to a peer rank: a writer thread sends queued frames in order (payloads
+// straight from the SEND's register, which stays held until the ack), a reader thread reads
+// frames (payloads straight into a posted RECV register when one waits). Acks go through the
+// writer too, so a reader never blocks on a write (two readers blocked writing to each other
+// would deadlock).
+struct Connection {
+  int peer = -1;
+  int fd = -1;
+  std::mutex mu;
+  std::condition_variable cv;
+  struct Frame {
+    Header header;
+    const char* payload = nullptr;  // data: the register; ack: error text below
+    std::string error;
+  };
+  std::deque<Frame> queue;
+  bool closing = false;
+  std::thread reader, writer;
+  // The data frame being written (under DataPlaneCore::mu): its send is completed by the
+  // writer once the write ended, never while the write may still read the register.
+  // Payload bytes of data and all-reduce frames, written and read (DataPlane::PayloadBytes).
+  std::atomic<uint64_t> payload_sent{0}, payload_received{0};
+  bool writing = false;
+  std::pair<uint64_t, int64_t> writing_key;
+  int64_t writing_iteration = 0;
+};
+
+class DataPlaneCore {
+ public:
+  std::mutex mu;
+  std::string failure;  // the control plane's or a connection's, once a rank is lost
+  bool closing = false;  // the data plane is being destroyed: a closed connection is expected
+  int rank = 0;
+  std::map<int, std::unique_ptr<Connection>> connections;  // by peer rank; fixed after Create
+  std::map<ChannelKey, RecvChannel> recvs;
+  std::map<ChannelKey, SendChannel> sends;
+  std::map<ChannelKey, CollectiveChannel> collectives;  // channels never go away: references stay valid
+
+  // Fails every pending act and remembers why, so that later acts fail at once.
+  void Fail(const std::string& message) {
+    std::vector<std::pair<KernelCompletion, std::string>> failed;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!failure.empty() || closing) return;
+      failure = message;
+      for (auto& [key, channel] : recvs) {
+        for (auto& [iteration, posted] : channel.posted) failed.emplace_back(std::move(posted.done), channel.task);
+        channel.posted.clear();
+        channel.arrived.clear();
+      }
+      for (auto& [key, channel] : sends) {
+        for (auto it = channel.pending.begin(); it != channel.pending.end();) {
+          if (BeingWritten(key, it->first)) {  // its writer completes it when the write ends
+            ++it;
+            continue;
+          }
+          failed.emplace_back(std::move(it->second), channel.task);
+          it = channel.pending.erase(it);
+        }
+      }
+      for (auto& [key, channel] : collectives) {
+        for (auto it = channel.acts.begin(); it != channel.acts.end();) {
+          if (it->second.error.empty()) it->second.error = message;
+          if (it->second.busy > 0) {  // whoever holds it completes it when done with its sum
+            ++it;
+            continue;
+          }
+          failed.emplace_back(std::move(it->second.done), channel.task);
+          it = channel.acts.erase(it);
+        }
+        channel.early.clear();
+      }
+      // Unblocks readers and writers (a frozen peer never reads nor writes again).
+      for (auto& [peer, connection] : connections) shutdown(connection->fd, SHUT_RDWR);
+    }
+    for (auto& [done, task] : failed) (void)done.Complete(FailedPrecondition(message).WithContext(task));
+  }
+
+  bool BeingWritten(const std::pair<uint64_t, int64_t>& key, int64_t iteration) const {  // mu held
+    for (const auto& [peer, connection] : connections)
+      if (connection->writing && connection->writing_key == key && connection->writing_iteration == iteration)
+        return true;
+    return false;
+  }
+
+  // The writer's data frame: written unless the data plane failed; if it failed before or
+  // during the write, the send is completed with the failure here.
+  bool WriteData(Connection* connection, const Connection::Frame& frame) {
+    const std::pair<uint64_t, int64_t> key{frame.header.job, frame.header.channel};
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (failure.empty()) {
+        connection->writing = true;
+        connection->writing_key = key;
+        connection->writing_iteration = frame.header.iteration;
+      }
+    }
+    bool written = connection->writing && WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
+                   (frame.header.bytes == 0 || WriteAll(connection->fd, frame.payload, frame.header.bytes));
+    KernelCompletion done;
+    std::string task, why;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      connection->writing = false;
+      if (!failure.empty()) {
+        auto channel = sends.find(key);
+        if (channel != sends.end()) {
+          auto it = channel->second.pending.find(frame.header.iteration);
+          if (it != channel->second.pending.end()) {
+            done = std::move(it->second);
+            channel->second.pending.erase(it);
+            task = channel->second.task;
+            why = failure;
+          }
+        }
+      }
+    }
+    if (done.valid()) (void)done.Complete(FailedPrecondition(why).WithContext(task));
+    return written || !why.empty();
+  }
+
+  Status Failed(const std::string& task) {  // mu held
+    return FailedPrecondition(failure).WithContext(task);
+  }
+
+  void Enqueue(int peer, Connection::Frame frame) {
+    Connection& connection = *connections.at(peer);
+    {
+      std::lock_guard<std::mutex> lock(connection.mu);
+      connection.queue.push_back(std::move(frame));
+    }
+    connection.cv.notify_one();
+  }
+
+  void Ack(int peer, uint64_t job, int64_t channel, int64_t iteration, std::string error) {
+    Connection::Frame frame;
+    frame.header = Header{job, channel, iteration, kAck, static_cast<uint32_t>(rank), error.size()};
+    frame.error = std::move(error);
+    Enqueue(peer, std::move(frame));
+  }
+
+  void Writer(Connection* connection) {
+    for (;;) {
+      Connection::Frame frame;
+      {
+        std::unique_lock<std::mutex> lock(connection->mu);
+        connection->cv.wait(lock, [&] { return connection->closing || !connection->queue.empty(); });
+        if (connection->queue.empty()) return;  // closing
+        frame = std::move(connection->queue.front());
+        connection->queue.pop_front();
+      }
+      bool written;
+      if (frame.header.kind != kAck) connection->payload_sent.fetch_add(frame.header.bytes, std::memory_order_relaxed);
+      if (frame.header.kind == kData) {
+        written = WriteData(connection, frame);
+      } else if (frame.header.kind == kCollective) {
+        written = WriteCollective(connection, frame);
+      } else {
+        written = WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
+                  (frame.header.bytes == 0 || WriteAll(connection->fd, frame.error.data(), frame.header.bytes));
+      }
+      if (!written) {
+        Lost(connection->peer, "writing to its data connection: " + std::string(std::strerror(errno)));
+        // Keep draining the queue: queued sends are completed (failed) by WriteData.
+      }
+    }
+  }
+
+  void Reader(Connection* connection) {
+    std::vector<char> error_text;
+    std::vector<char> scratch(kReducePiece);  // the all-reduce adds what it reads piece by piece
+    for (;;) {
+      Header header;
+      if (!ReadAll(connection->fd, &header, sizeof header)) return Lost(connection->peer, "its data connection closed");
+      if (header.kind != kAck) connection->payload_received.fetch_add(header.bytes, std::memory_order_relaxed);
+      if (header.kind == kCollective) {
+        if (!ReceiveCollective(connection, header, scratch)) return Lost(connection->peer, "its data connection closed");
+        continue;
+      }
+      if (header.kind == kAck) {
+        error_text.resize(header.bytes);
+        if (header.bytes > 0 && !ReadAll(connection->fd, error_text.data(), header.bytes))
+          return Lost(connection->peer, "its data connection closed");
+        KernelCompletion done;
+        std::string task;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          auto channel = sends.find({header.job, header.channel});
+          if (channel == sends.end()) continue;
+          auto it = channel->second.pending.find(header.iteration);
+          if (it == channel->second.pending.end()) continue;  // failed already
+          done = std::move(it->second);
+          channel->second.pending.erase(it);
+          task = channel->second.task;
+        }
+        (void)done.Complete(header.bytes == 0 ? Status::Ok()
+                                              : Internal(std::string(error_text.begin(), error_text.end())).WithContext(task));
+        continue;
+      }
+      // Data: straight into the posted register when one waits, else into a buffer that
+      // waits for the RECV act (at most the sender's register_num per channel).
+      Posted posted;
+      bool have_register = false;
+      std::string task;
+      int64_t expected = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        RecvChannel& channel = recvs[{header.job, header.channel}];
+        auto it = channel.posted.find(header.iteration);
+        if (it != channel.posted.end() && static_cast<int64_t>(header.bytes) == channel.bytes) {
+          posted = std::move(it->second);
+          channel.posted.erase(it);
+          have_register = true;
+        }
+        task = channel.task;
+        expected = channel.bytes;
+      }
+      if (have_register) {
+        if (header.bytes > 0 && !ReadAll(connection->fd, posted.destination, header.bytes)) {
+          (void)posted.done.Complete(FailedPrecondition("lost rank " + std::to_string(connection->peer)).WithContext(task));
+          return Lost(connection->peer, "its data connection closed");
+        }
+        (void)posted.done.Complete(Status::Ok());
+        Ack(connection->peer, header.job, header.channel, header.iteration, "");
+        continue;
+      }
+      std::vector<char> bytes(header.bytes);
+      if (header.bytes > 0 && !ReadAll(connection->fd, bytes.data(), header.bytes))
+        return Lost(connection->peer, "its data connection closed");
+      std::string error;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        RecvChannel& channel = recvs[{header.job, header.channel}];
+        auto it = channel.posted.find(header.iteration);
+        if (it == channel.posted.end()) {  // the usual case: the RECV act comes later
+          channel.arrived.emplace(header.iteration, std::move(bytes));
+          continue;
+        }
+        posted = std::move(it->second);  // posted while we read
+        channel.posted.erase(it);
+        expected = channel.bytes;
+        task = channel.task;
+      }
+      if (static_cast<int64_t>(bytes.size()) != expected) {
+        error = task + ": expected " + std::to_string(expected) + " bytes from rank " + std::to_string(connection->peer) +
+                ", got " + std::to_string(bytes.size()) + " (do all ranks run the same plan?)";
+        (void)posted.done.Complete(Internal(error));
+      } else {
+        if (!bytes.empty()) std::memcpy(posted.destination, bytes.data(), bytes.size());
+        (void)posted.done.Complete(Status::Ok());
+      }
+      Ack(connection->peer, header.job, header.channel, header.iteration, error);
+    }
+  }
+
+  // ---- The ring all-reduce (comm/ring.h). An act advances as its chunks arrive, on the reader
+  // thread of the previous rank's connection: each chunk is added (or copied) into the act's
+  // sum and queued on to the next rank. Nothing waits for a particular act, so ranks may launch
+  // their all-reduces in any order without deadlock. A chunk that comes before its act launched
+  // waits in `early` and is applied by the launch.
+
+  static constexpr int64_t kReducePiece = 64 * 1024;  // a multiple of every element size
+
+  struct Ended {
+    KernelCompletion done;
+    Status status;
+  };
+
+  // mu held. Queues the frame of `step`: its chunk, straight from the act's sum (busy until written).
+  void QueueStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step);
+
+  // mu held. One use of the act ended; when the act is over (every step in its sum, or failed,
+  // and nothing uses it any more) it is removed and its completion returned.
+  std::optional<Ended> Release(CollectiveChannel& channel, int64_t iteration);
+
+  // mu held. Why a chunk cannot belong to this act ("" when it can).
+  std::string Mismatch(const CollectiveChannel& channel, uint64_t step, uint64_t bytes, int from) const;
+
+  // Applies the chunk of `step` into the act's sum, from `source`, or read from `fd` when source
+  // is null; then queues the next step. Called without mu, with the act busy on the caller's
+  // behalf (released here). False when reading failed.
+  bool ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step, const char* source, int fd, std::vector<char>& scratch);
+
+  // The reader's collective frame: into its act when it launched, else kept for the launch.
+  bool ReceiveCollective(Connection* connection, const Header& header, std::vector<char>& scratch);
+
+  // The writer's collective frame: written unless the data plane failed; then the act's use ends.
+  bool WriteCollective(Connection* connection, const Connection::Frame& frame);
+
+
+  void Lost(int peer, const std::string& why) {
+    Fail("lost rank " + std::to_string(peer) + " (" + why + ")");
+  }
+};
+
+}  // namespace data_plane_internal
+}  // namespace actorflow
