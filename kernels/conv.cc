@@ -191,6 +191,12 @@ struct DnnlConv {
   // (fuse_batch_norm: binary post-ops, recomputed each act from the statistics' registers).
   ConvEpilogue epilogue;
   dnnl::memory bias, scale, shift;
+  // Forward weights in a blocked layout: the reorder is skipped while the plain weights equal
+  // `weights_seen` (the bytes of the last reorder; inference reads the same weights call after
+  // call). Weights found changed on two acts in a row (training) end the caching for good.
+  bool cache_weights = false, weights_seen_valid = false;
+  int weights_changed_streak = 0;
+  std::vector<char> weights_seen;
 };
 
 void Bind(BoundTensor& t, const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, bool is_output) {
@@ -292,6 +298,10 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
     state->args = {{x_arg, state->tensors[0].used().get()}, {w_arg, state->tensors[1].used().get()},
                    {y_arg, state->tensors[2].used().get()}, {DNNL_ARG_SCRATCHPAD, state->scratchpad.get()}};
     if (state->bias) state->args.push_back({DNNL_ARG_BIAS, state->bias.get()});
+    if (pass == ConvPass::kForward && state->tensors[1].reorder) {
+      state->cache_weights = true;
+      state->weights_seen.resize(w_plain.get_size());
+    }
     if (epilogue.batch_norm) {
       state->args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, state->scale.get()});
       state->args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, state->shift.get()});
@@ -347,14 +357,34 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
     if (state->epilogue.batch_norm)
       BatchNormScaleShift(state->epilogue, c, channels, static_cast<float*>(state->scale.get_data_handle()),
                           static_cast<float*>(state->shift.get_data_handle()));
+    bool reorder_weights = true;
+    if (state->cache_weights) {
+      const void* weights = pick(c, w_at);
+      const size_t bytes = state->weights_seen.size();
+      if (state->weights_seen_valid && std::memcmp(weights, state->weights_seen.data(), bytes) == 0) {
+        reorder_weights = false;
+        state->weights_changed_streak = 0;
+      } else if (state->weights_seen_valid && ++state->weights_changed_streak >= 2) {
+        state->cache_weights = false;
+        std::vector<char>().swap(state->weights_seen);
+      } else {
+        std::memcpy(state->weights_seen.data(), weights, bytes);
+        state->weights_seen_valid = true;
+      }
+    }
     dnnl_status_t status = dnnl_success;
-    for (BoundTensor& t : state->tensors)
-      if (t.reorder && !t.is_output && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
+    for (int i = 0; i < 3; ++i) {
+      BoundTensor& t = state->tensors[i];
+      if (t.reorder && !t.is_output && (i != 1 || reorder_weights) && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
+    }
     if (status == dnnl_success) status = run(state->primitive, state->args);
     for (BoundTensor& t : state->tensors)
       if (t.reorder && t.is_output && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
     if (status == dnnl_success) status = dnnl_stream_wait(state->stream.get());
-    if (status != dnnl_success) return Internal("oneDNN convolution failed with status " + std::to_string(status));
+    if (status != dnnl_success) {
+      state->weights_seen_valid = false;  // the blocked weights may be partly written
+      return Internal("oneDNN convolution failed with status " + std::to_string(status));
+    }
     return Status::Ok();
   });
 }
