@@ -35,6 +35,8 @@ std::vector<ConvCase> Cases() {
        {1, 6, 8, 8}, 2, 1, 1, 2, 1, 1, 0},
       {{2, 2, 6, 6}, {3, 2, 2, 2}, Attrs{{"padding", Ints{0, 0, 0, 0, 1, 1, 1, 1}}, {"strides", Ints{1, 2}}, {"dilation_rate", int64_t{2}}},
        {2, 3, 6, 3}, 1, 1, 2, 2, 2, 1, 1},
+      // 1x1, stride 1, unpadded: channels-last runs it as one GEMM.
+      {{2, 5, 4, 3}, {6, 5, 1, 1}, Attrs{{"padding", std::string("VALID")}}, {2, 6, 4, 3}, 1, 1, 1, 1, 1, 0, 0},
   };
 }
 
