@@ -250,10 +250,9 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
           post_ops.append_binary(dnnl::algorithm::binary_mul, channel_md);
           post_ops.append_binary(dnnl::algorithm::binary_add, channel_md);
         }
-        if (epilogue.activation == ConvEpilogue::Activation::kRelu)
-          post_ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
-        if (epilogue.activation == ConvEpilogue::Activation::kClip)
-          post_ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, epilogue.low, epilogue.high);
+        // The activation is not a oneDNN post-op: its relu and clip turn NaN into a bound
+        // (max/min instructions), where the relu and clamp ops keep NaN. ApplyActivation runs
+        // it on the output instead.
         dnnl::primitive_attr forward_attr;
         forward_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
         forward_attr.set_post_ops(post_ops);
@@ -332,6 +331,28 @@ void BatchNormScaleShift(const ConvEpilogue& e, KernelContext& c, int64_t channe
   }
 }
 
+// y = activation(y * scale[o] + shift[o]) over `rows` rows of `channels` (scale, shift may be
+// null), in parallel when large. NaN stays NaN through both activations (every comparison with
+// it is false), as the relu and clamp kernels keep it.
+void ApplyEpilogue(float* y, int64_t rows, int64_t channels, const float* scale, const float* shift, const ConvEpilogue& e,
+                   int threads) {
+  const bool relu = e.activation == ConvEpilogue::Activation::kRelu;
+  const bool clip = e.activation == ConvEpilogue::Activation::kClip;
+  const float low = e.low, high = e.high;
+#pragma omp parallel for num_threads(threads) if (rows * channels >= (1 << 16))
+  for (int64_t r = 0; r < rows; ++r) {
+    float* __restrict row = y + r * channels;
+    for (int64_t o = 0; o < channels; ++o) {
+      float v = row[o];
+      if (scale != nullptr) v *= scale[o];
+      if (shift != nullptr) v += shift[o];
+      if (relu) v = v < 0.0f ? 0.0f : v;
+      if (clip) v = v < low ? low : (v > high ? high : v);
+      row[o] = v;
+    }
+  }
+}
+
 // A 1x1 convolution with stride 1 and no padding over channels-last tensors is one GEMM,
 // y (N*H*W, O) = x (N*H*W, C) * filter (O, C)^T: oneDNN's sgemm reads the registers as they are
 // (no weight reorder) and beats its 1x1 convolution kernels on these shapes, most on the small
@@ -366,23 +387,7 @@ KernelFn MakePointwiseGemm(const ConvGeometry& g, const ConvEpilogue& epilogue, 
     } else if (epilogue.bias) {
       shift = c.input(2).as<float>();
     }
-    const bool relu = epilogue.activation == ConvEpilogue::Activation::kRelu;
-    const bool clip = epilogue.activation == ConvEpilogue::Activation::kClip;
-    const float low = epilogue.low, high = epilogue.high;
-    // NaN stays NaN through both activations (every comparison with it is false), as the relu
-    // and clamp kernels keep it.
-#pragma omp parallel for num_threads(threads) if (rows * out >= (1 << 16))
-    for (int64_t r = 0; r < rows; ++r) {
-      float* __restrict row = y + r * out;
-      for (int64_t o = 0; o < out; ++o) {
-        float v = row[o];
-        if (scale != nullptr) v *= scale[o];
-        if (shift != nullptr) v += shift[o];
-        if (relu) v = v < 0.0f ? 0.0f : v;
-        if (clip) v = v < low ? low : (v > high ? high : v);
-        row[o] = v;
-      }
-    }
+    ApplyEpilogue(y, rows, out, scale, shift, epilogue, threads);
     return Status::Ok();
   };
 }
@@ -443,6 +448,11 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
     if (status != dnnl_success) {
       state->weights_seen_valid = false;  // the blocked weights may be partly written
       return Internal("oneDNN convolution failed with status " + std::to_string(status));
+    }
+    if (state->epilogue.activation != ConvEpilogue::Activation::kNone) {
+      // Elementwise: the layout (NCHW or NHWC) does not matter, one "row" of all elements.
+      const int64_t elements = c.output(0).num_elements();
+      ApplyEpilogue(c.output(0).as<float>(), elements / channels, channels, nullptr, nullptr, state->epilogue, state->threads);
     }
     return Status::Ok();
   });

@@ -174,6 +174,33 @@ TEST(Conv, FusedEpilogueMatchesUnfusedOps) {
   }
 }
 
+// A NaN reaching the fused activation stays NaN, as through the relu and clamp ops (oneDNN's own
+// relu/clip would turn it into a bound): the oneDNN path (3x3 depthwise) and the GEMM path (1x1).
+TEST(Conv, FusedActivationKeepsNaN) {
+  for (const bool pointwise : {false, true}) {
+    const Shape x_shape = {1, 4, 4, 4}, w_shape = pointwise ? Shape{4, 4, 1, 1} : Shape{4, 1, 3, 3};
+    Attrs conv{{"padding", Ints{1, 1}}, {"groups", int64_t{pointwise ? 1 : 4}}, {"data_format", std::string("NHWC")}};
+    if (pointwise) conv.Set("padding", std::string("VALID"));
+    std::vector<double> values = Ramp(NumElements(x_shape));
+    values[5] = std::nan("");
+    HostTensor x = F32(x_shape, values), w = F32(w_shape, Ramp(NumElements(w_shape), 1.3));
+    for (const std::string activation : {"relu", "clip"}) {
+      Attrs fused = conv;
+      fused.Set("activation", activation);
+      fused.Set("activation_min", 0.0), fused.Set("activation_max", 6.0);
+      HostTensor z = Run1("conv2d", {x, w}, fused), y = Run1("conv2d", {x, w}, conv);
+      y = activation == "relu" ? Run1("relu", {y}) : Run1("clamp", {y}, Attrs{{"min", 0.0}, {"max", 6.0}});
+      int nans = 0;
+      for (int64_t i = 0; i < y.desc.num_elements(); ++i) {
+        ASSERT_EQ(std::isnan(z.at(i)), std::isnan(y.at(i))) << activation << " pointwise " << pointwise << " at " << i;
+        nans += std::isnan(y.at(i));
+        if (!std::isnan(y.at(i))) ASSERT_NEAR(z.at(i), y.at(i), 1e-5);
+      }
+      EXPECT_GT(nans, 0);
+    }
+  }
+}
+
 TEST(Conv, Gradients) {
   EXPECT_LT(Grad("conv2d", {F64({1, 2, 5, 5}), F64({3, 2, 3, 3})}, Attrs{{"padding", std::string("SAME")}}, {0, 1}), kGradTol);
   EXPECT_LT(Grad("conv2d", {F64({2, 4, 6, 5}), F64({2, 2, 2, 3})},
