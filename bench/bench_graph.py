@@ -2,17 +2,37 @@
 thread budget: one SGD train step as an nn.Graph and eagerly, and inference as an nn.Graph.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_graph.py [--threads N] [--json out.json]
+        [--rows train,eager,inference]
 
 As in bench_lenet.py: every PyTorch variant (eager, torch.jit) under every split of its threads
 between OpenMP and OpenBLAS, the fastest compared, all interleaved ABBA in one process. The
 actorflow model and the PyTorch one start from the same weights (copied), so both train the
 same network; dropout is off (p = 0) so each step's work is deterministic."""
+import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402  (sets the BLAS environment before numpy loads)
 
+ROW_NAMES = ("train", "eager", "inference")
+
+
+def _rows_argument():
+    """--rows (this benchmark's own option, taken off argv before the shared options are read):
+    which rows to measure, comma-separated, all by default."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--rows", default=",".join(ROW_NAMES))
+    known, rest = parser.parse_known_args()
+    rows = [r for r in known.rows.split(",") if r]
+    unknown = [r for r in rows if r not in ROW_NAMES]
+    if unknown or not rows:
+        sys.exit("bench_graph.py: --rows takes a comma-separated subset of %s, got %r" % (",".join(ROW_NAMES), known.rows))
+    sys.argv[1:] = rest
+    return rows
+
+
+ROWS = _rows_argument()
 ARGS = _common.parse_args(__doc__.splitlines()[0])
 
 import numpy as np  # noqa: E402
@@ -129,17 +149,19 @@ def main():
     predict_eager = _common.torch_predict(torch, torch_model(state).eval())
     predict_jit = _common.torch_predict(torch, _common.torch_jit_for_inference(torch, torch_model(state), x))
     predict = [("eager", lambda: predict_eager(x)), ("jit", lambda: predict_jit(x))]
-    rows = [
-        _common.Row("MobileNetV2 train step, nn.Graph",
-                    [_common.Candidate("actorflow", lambda: graph(tx, ty), "actorflow")]
-                    + _common.torch_variants(torch, ARGS.blas, ARGS.threads, train)).measure(ARGS),
-        _common.Row("MobileNetV2 train step, eager",
-                    [_common.Candidate("actorflow", eager_step, "actorflow")]
-                    + _common.torch_variants(torch, ARGS.blas, ARGS.threads, eager_only)).measure(ARGS),
-        _common.Row("MobileNetV2 inference, nn.Graph",
-                    [_common.Candidate("actorflow", lambda: predict_graph(tx), "actorflow")]
-                    + _common.torch_variants(torch, ARGS.blas, ARGS.threads, predict)).measure(ARGS),
-    ]
+    rows = []
+    if "train" in ROWS:
+        rows.append(_common.Row("MobileNetV2 train step, nn.Graph",
+                                [_common.Candidate("actorflow", lambda: graph(tx, ty), "actorflow")]
+                                + _common.torch_variants(torch, ARGS.blas, ARGS.threads, train)).measure(ARGS))
+    if "eager" in ROWS:
+        rows.append(_common.Row("MobileNetV2 train step, eager",
+                                [_common.Candidate("actorflow", eager_step, "actorflow")]
+                                + _common.torch_variants(torch, ARGS.blas, ARGS.threads, eager_only)).measure(ARGS))
+    if "inference" in ROWS:
+        rows.append(_common.Row("MobileNetV2 inference, nn.Graph",
+                                [_common.Candidate("actorflow", lambda: predict_graph(tx), "actorflow")]
+                                + _common.torch_variants(torch, ARGS.blas, ARGS.threads, predict)).measure(ARGS))
     _common.report("bench_graph", rows, ARGS, [
         "batch %d, 3x32x32, %d classes, SGD lr 0.1, dropout 0; the eager row compares with PyTorch eager only"
         % (BATCH, CLASSES),

@@ -1,6 +1,6 @@
 // The compiler pipeline: small ordered passes over a Graph, then lowering to a plan::Plan.
 //   autodiff (train) -> optimizer (train) -> prune -> fusion -> gradient update fusion (train)
-//   -> ordering -> placement -> sbp
+//   -> conv fusion -> channels last (predict) -> ordering -> placement -> sbp
 //   -> boxing -> lower
 // Ordering runs on the logical graph before the layout passes; lowering then orders, task by
 // task, each in-place writer after the readers of other devices (see LowerToPlan).
@@ -48,8 +48,17 @@ std::unique_ptr<Pass> MakeFusionPass();
 // else becomes matmul_sgd_update(var, a, b, lr), the GEMM accumulating into the variable.
 std::unique_ptr<Pass> MakeGradientUpdateFusionPass();
 
+// Single-device CPU jobs (graph/conv_fusion.cc): a conv2d's only reader fuses into it as an
+// epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp
+// (`activation`); whatever a job returns or watches stays as it was.
+std::unique_ptr<Pass> MakeConvFusionPass(bool batch_norm, bool activation);
+// Predict jobs on one CPU device (graph/channels_last.cc): regions of convolutions and the
+// per-element/per-channel ops between them run in NHWC, converted once at their borders.
+std::unique_ptr<Pass> MakeChannelsLastPass();
+
 // The fusions a user can turn off to bisect a numerical difference (CompileOptions::
-// disabled_fusions): "dense" (MakeFusionPass) and "gradient_update".
+// disabled_fusions): "dense" (MakeFusionPass), "gradient_update", "conv_batch_norm" and
+// "conv_activation" (MakeConvFusionPass) and "channels_last" (MakeChannelsLastPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every

@@ -89,7 +89,8 @@ class GradientUpdateFusionPass : public Pass {
 std::unique_ptr<Pass> MakeGradientUpdateFusionPass() { return std::make_unique<GradientUpdateFusionPass>(); }
 
 const std::vector<std::string>& FusionNames() {
-  static const std::vector<std::string> names = {"dense", "gradient_update"};
+  static const std::vector<std::string> names = {"dense", "gradient_update", "conv_batch_norm", "conv_activation",
+                                                 "channels_last"};
   return names;
 }
 

@@ -1,6 +1,15 @@
-// conv2d over NCHW: x (N,C,H,W), filter (O, C/groups, KH, KW) -> out (N,O,OH,OW); attrs strides,
-// dilation_rate, groups, padding (window.h), data_format "NCHW". Backward ops:
+// conv2d: x (N,C,H,W), filter (O, C/groups, KH, KW) -> out (N,O,OH,OW); attrs strides,
+// dilation_rate, groups, padding (window.h), data_format "NCHW" or "NHWC" (channels last: x
+// (N,H,W,C) -> out (N,OH,OW,O), the filter still (O, C/groups, KH, KW)). Backward ops:
 // conv2d_grad_data (dy, filter, like=x) -> dx and conv2d_grad_filter (dy, x, like=filter) -> dfilter.
+// Epilogues, set by the compiler's conv fusions (graph/conv_fusion.cc), never by users; forward
+// only (a fused conv2d has no gradient rule: fusions run after autodiff):
+//   fuse_bias: a third input bias (O): out += bias[o];
+//   fuse_batch_norm (attr batch_norm_epsilon): four more inputs gamma, beta, moving_mean,
+//     moving_variance (O each): out = out * scale[o] + shift[o] with inv_std = 1/sqrt(var + eps),
+//     scale = gamma * inv_std, shift = beta - mean * scale (inference batch norm, the same
+//     formula as the batch_normalization kernel), computed each act from the current values;
+//   activation "relu" or "clip" (attrs activation_min, activation_max), applied last.
 // float32 runs oneDNN convolution primitives built once per kernel: oneDNN picks its layouts
 // (blocked nChw16c on AVX-512, several times faster than its gemm path on plain nchw here) and
 // prebuilt reorders bridge to the plain registers; every buffer and the scratchpad are
@@ -9,6 +18,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -27,7 +37,15 @@ enum class ConvPass { kForward, kBackwardData, kBackwardFilter };
 struct ConvGeometry {
   Window2d win;
   int64_t out_channels = 0, groups = 1;
+  bool channels_last = false;  // x and out are (N,H,W,C) in memory and in their shapes
 };
+
+StatusOr<bool> ReadChannelsLast(const Attrs& attrs) {
+  const std::string format = attrs.GetStringOr("data_format", "NCHW");
+  if (format == "NCHW" || format == "channels_first") return false;
+  if (format == "NHWC" || format == "channels_last") return true;
+  return BadChoice("data_format", format, "NCHW (channels_first) or NHWC (channels_last)");
+}
 
 StatusOr<ConvGeometry> ReadConv(const TensorDesc& x, const TensorDesc& filter, const Attrs& attrs) {
   AF_RETURN_IF_ERROR(ExpectFloat(x, "x"));
@@ -35,7 +53,16 @@ StatusOr<ConvGeometry> ReadConv(const TensorDesc& x, const TensorDesc& filter, c
   if (filter.shape.size() != 4)
     return InvalidArgument("conv2d: filter must have rank 4 (O, C/groups, KH, KW), got shape " + ShapeToString(filter.shape));
   ConvGeometry g;
-  AF_ASSIGN_OR_RETURN(g.win, ReadWindow(x.shape, filter.shape[2], filter.shape[3], attrs, "conv2d", true));
+  AF_ASSIGN_OR_RETURN(g.channels_last, ReadChannelsLast(attrs));
+  Shape nchw = x.shape;
+  Attrs window_attrs = attrs;
+  if (g.channels_last) {
+    if (x.shape.size() != 4)
+      return InvalidArgument("conv2d: x must have rank 4 (N, H, W, C with data_format NHWC), got shape " + ShapeToString(x.shape));
+    nchw = {x.shape[0], x.shape[3], x.shape[1], x.shape[2]};
+    window_attrs.Set("data_format", std::string("NCHW"));  // the window reads the logical NCHW geometry
+  }
+  AF_ASSIGN_OR_RETURN(g.win, ReadWindow(nchw, filter.shape[2], filter.shape[3], window_attrs, "conv2d", true));
   g.groups = attrs.GetIntOr("groups", 1);
   g.out_channels = filter.shape[0];
   if (g.groups <= 0 || g.win.c % g.groups != 0 || g.out_channels % g.groups != 0)
@@ -48,12 +75,22 @@ StatusOr<ConvGeometry> ReadConv(const TensorDesc& x, const TensorDesc& filter, c
   return g;
 }
 
-Shape OutShape(const ConvGeometry& g) { return {g.win.n, g.out_channels, g.win.oh, g.win.ow}; }
+Shape OutShape(const ConvGeometry& g) {
+  if (g.channels_last) return {g.win.n, g.win.oh, g.win.ow, g.out_channels};
+  return {g.win.n, g.out_channels, g.win.oh, g.win.ow};
+}
+
+// Element offset of (n, c, h, w) in a (N,C,H,W) tensor stored NCHW or NHWC.
+inline int64_t Offset(bool channels_last, int64_t channels, int64_t height, int64_t width, int64_t n, int64_t c, int64_t h,
+                      int64_t w) {
+  return channels_last ? ((n * height + h) * width + w) * channels + c : ((n * channels + c) * height + h) * width + w;
+}
 
 // Direct convolution loops; `pass` picks which of x, w, y is accumulated (after zeroing).
 template <typename T>
 void ConvLoops(ConvPass pass, const ConvGeometry& g, T* x, T* w, T* y) {
   const Window2d& s = g.win;
+  const bool last = g.channels_last;
   int64_t cg = s.c / g.groups, og = g.out_channels / g.groups;
   if (pass == ConvPass::kForward) std::memset(y, 0, sizeof(T) * s.n * g.out_channels * s.oh * s.ow);
   if (pass == ConvPass::kBackwardData) std::memset(x, 0, sizeof(T) * s.n * s.c * s.h * s.w);
@@ -63,7 +100,7 @@ void ConvLoops(ConvPass pass, const ConvGeometry& g, T* x, T* w, T* y) {
       int64_t group = o / og;
       for (int64_t oh = 0; oh < s.oh; ++oh)
         for (int64_t ow = 0; ow < s.ow; ++ow) {
-          T* yp = y + ((n * g.out_channels + o) * s.oh + oh) * s.ow + ow;
+          T* yp = y + Offset(last, g.out_channels, s.oh, s.ow, n, o, oh, ow);
           for (int64_t ic = 0; ic < cg; ++ic)
             for (int64_t kh = 0; kh < s.kh; ++kh) {
               int64_t ih = oh * s.sh - s.top + kh * s.dh;
@@ -71,7 +108,7 @@ void ConvLoops(ConvPass pass, const ConvGeometry& g, T* x, T* w, T* y) {
               for (int64_t kw = 0; kw < s.kw; ++kw) {
                 int64_t iw = ow * s.sw - s.left + kw * s.dw;
                 if (iw < 0 || iw >= s.w) continue;
-                T* xp = x + ((n * s.c + group * cg + ic) * s.h + ih) * s.w + iw;
+                T* xp = x + Offset(last, s.c, s.h, s.w, n, group * cg + ic, ih, iw);
                 T* wp = w + ((o * cg + ic) * s.kh + kh) * s.kw + kw;
                 switch (pass) {
                   case ConvPass::kForward: *yp += *xp * *wp; break;
@@ -89,9 +126,52 @@ dnnl::engine& CpuEngine() {
   return engine;
 }
 
-// One tensor of a oneDNN convolution: `user` wraps the register (plain nchw/oihw, handle set
-// each act); when the primitive prefers a blocked layout, `internal` (allocated at build time)
-// holds that layout and a prebuilt reorder copies in (inputs) or out (the output).
+// The forward pass's epilogue (see the header comment): which extra inputs follow x and filter.
+struct ConvEpilogue {
+  bool bias = false, batch_norm = false;
+  double epsilon = 1e-5;
+  enum class Activation { kNone, kRelu, kClip } activation = Activation::kNone;
+  float low = 0, high = 0;
+  bool any() const { return bias || batch_norm || activation != Activation::kNone; }
+  int extra_inputs() const { return (bias ? 1 : 0) + (batch_norm ? 4 : 0); }
+};
+
+// Reads the epilogue attributes and checks the extra inputs (O each, x's dtype, float32 only:
+// the float64 loops have no epilogue).
+StatusOr<ConvEpilogue> ReadEpilogue(const std::vector<TensorDesc>& inputs, const Attrs& attrs, int64_t out_channels) {
+  ConvEpilogue e;
+  e.bias = attrs.GetBoolOr("fuse_bias", false);
+  e.batch_norm = attrs.GetBoolOr("fuse_batch_norm", false);
+  e.epsilon = attrs.GetFloatOr("batch_norm_epsilon", 1e-5);
+  const std::string activation = attrs.GetStringOr("activation", "");
+  if (activation == "relu") {
+    e.activation = ConvEpilogue::Activation::kRelu;
+  } else if (activation == "clip") {
+    e.activation = ConvEpilogue::Activation::kClip;
+    AF_ASSIGN_OR_RETURN(double low, attrs.GetFloat("activation_min"));
+    AF_ASSIGN_OR_RETURN(double high, attrs.GetFloat("activation_max"));
+    if (!(low <= high)) return InvalidArgument("conv2d: activation_min must not exceed activation_max");
+    e.low = static_cast<float>(low), e.high = static_cast<float>(high);
+  } else if (!activation.empty()) {
+    return BadChoice("activation", activation, "\"relu\" or \"clip\" (a fused epilogue)");
+  }
+  const size_t expected = 2 + static_cast<size_t>(e.extra_inputs());
+  if (inputs.size() != expected)
+    return InvalidArgument("conv2d: expected " + std::to_string(expected) + " inputs (x, filter" + (e.bias ? ", bias" : "") +
+                           (e.batch_norm ? ", gamma, beta, moving_mean, moving_variance" : "") + "), got " +
+                           std::to_string(inputs.size()));
+  if (e.any() && inputs[0].dtype != DType::kFloat32)
+    return InvalidArgument("conv2d: fused epilogues are float32 only, x is " + inputs[0].ToString());
+  for (size_t i = 2; i < inputs.size(); ++i)
+    if (inputs[i].shape != Shape{out_channels} || inputs[i].dtype != inputs[0].dtype)
+      return InvalidArgument("conv2d: epilogue input " + std::to_string(i) + " must be " + DTypeName(inputs[0].dtype) + "(" +
+                             std::to_string(out_channels) + ",), got " + inputs[i].ToString());
+  return e;
+}
+
+// One tensor of a oneDNN convolution: `user` wraps the register (plain nchw/nhwc/oihw, handle
+// set each act); when the primitive prefers a blocked layout, `internal` (allocated at build
+// time) holds that layout and a prebuilt reorder copies in (inputs) or out (the output).
 struct BoundTensor {
   dnnl::memory user, internal;
   std::optional<dnnl::reorder> reorder;
@@ -107,6 +187,16 @@ struct DnnlConv {
   dnnl::memory scratchpad;
   std::vector<dnnl_exec_arg_t> args;
   int threads = 1;
+  // Forward epilogue: the bias register (fuse_bias alone) or the per-channel scale and shift
+  // (fuse_batch_norm: binary post-ops, recomputed each act from the statistics' registers).
+  ConvEpilogue epilogue;
+  dnnl::memory bias, scale, shift;
+  // Forward weights in a blocked layout: the reorder is skipped while the plain weights equal
+  // `weights_seen` (the bytes of the last reorder; inference reads the same weights call after
+  // call). Weights found changed on two acts in a row (training) end the caching for good.
+  bool cache_weights = false, weights_seen_valid = false;
+  int weights_changed_streak = 0;
+  std::vector<char> weights_seen;
 };
 
 void Bind(BoundTensor& t, const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, bool is_output) {
@@ -119,21 +209,26 @@ void Bind(BoundTensor& t, const dnnl::memory::desc& plain, const dnnl::memory::d
   t.reorder_args = {{DNNL_ARG_FROM, (is_output ? t.internal : t.user).get()}, {DNNL_ARG_TO, (is_output ? t.user : t.internal).get()}};
 }
 
-StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeometry& g, int threads) {
+StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, int threads) {
   using dnnl::memory;
   const Window2d& s = g.win;
   auto state = std::make_shared<DnnlConv>();
   state->threads = std::max(1, threads);
+  state->epilogue = epilogue;
   try {
     dnnl::engine& engine = CpuEngine();
     auto f32 = memory::data_type::f32;
     memory::dims x_dims = {s.n, s.c, s.h, s.w}, y_dims = {s.n, g.out_channels, s.oh, s.ow};
     memory::dims w_dims = g.groups == 1 ? memory::dims{g.out_channels, s.c, s.kh, s.kw}
                                         : memory::dims{g.groups, g.out_channels / g.groups, s.c / g.groups, s.kh, s.kw};
-    memory::desc x_plain(x_dims, f32, memory::format_tag::nchw), y_plain(y_dims, f32, memory::format_tag::nchw);
+    const memory::format_tag activation_tag = g.channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
+    memory::desc x_plain(x_dims, f32, activation_tag), y_plain(y_dims, f32, activation_tag);
     memory::desc w_plain(w_dims, f32, g.groups == 1 ? memory::format_tag::oihw : memory::format_tag::goihw);
-    // "any" lets oneDNN pick its fastest (blocked) layouts; reorders bridge to the registers.
-    memory::desc x_any(x_dims, f32, memory::format_tag::any), y_any(y_dims, f32, memory::format_tag::any);
+    // NCHW: "any" lets oneDNN pick its fastest (blocked) layouts and reorders bridge to the
+    // registers. NHWC: oneDNN's channels-last kernels read and write the registers directly,
+    // about as fast as the blocked ones, with no reorder.
+    memory::desc x_any = g.channels_last ? x_plain : memory::desc(x_dims, f32, memory::format_tag::any);
+    memory::desc y_any = g.channels_last ? y_plain : memory::desc(y_dims, f32, memory::format_tag::any);
     memory::desc w_any(w_dims, f32, memory::format_tag::any);
     memory::dims strides = {s.sh, s.sw}, dilates = {s.dh - 1, s.dw - 1}, pad_l = {s.top, s.left}, pad_r = {s.bottom, s.right};
     dnnl::primitive_attr attr;
@@ -143,11 +238,39 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
     dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, attr, engine);
     memory::desc scratch_md, x_md, w_md, y_md;
     switch (pass) {
-      case ConvPass::kForward:
-        state->primitive = dnnl::convolution_forward(fwd_pd);
-        scratch_md = fwd_pd.scratchpad_desc();
-        x_md = fwd_pd.src_desc(), w_md = fwd_pd.weights_desc(), y_md = fwd_pd.dst_desc();
+      case ConvPass::kForward: {
+        // The kind steers oneDNN's choice of implementation: for NCHW its direct kernels
+        // (training kind; the inference kind picks brgemm kernels over channels-last internal
+        // layouts, ~10% more CPU on LeNet's 5x5 convolutions), for NHWC the brgemm ones
+        // (inference kind). No backward primitive reads this one (they build their own hint).
+        const auto kind = g.channels_last ? dnnl::prop_kind::forward_inference : dnnl::prop_kind::forward_training;
+        memory::desc channel_md({1, g.out_channels, 1, 1}, f32, memory::format_tag::nchw);
+        dnnl::post_ops post_ops;
+        if (epilogue.batch_norm) {
+          post_ops.append_binary(dnnl::algorithm::binary_mul, channel_md);
+          post_ops.append_binary(dnnl::algorithm::binary_add, channel_md);
+        }
+        // The activation is not a oneDNN post-op: its relu and clip turn NaN into a bound
+        // (max/min instructions), where the relu and clamp ops keep NaN. ApplyActivation runs
+        // it on the output instead.
+        dnnl::primitive_attr forward_attr;
+        forward_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        forward_attr.set_post_ops(post_ops);
+        // With batch norm the conv's own bias is unused: the shift post-op carries it.
+        const bool conv_bias = epilogue.bias && !epilogue.batch_norm;
+        memory::desc bias_md({g.out_channels}, f32, memory::format_tag::x);
+        auto desc = conv_bias ? dnnl::convolution_forward::desc(kind, dnnl::algorithm::convolution_direct, x_any, w_any, bias_md, y_any,
+                                                                strides, dilates, pad_l, pad_r)
+                              : dnnl::convolution_forward::desc(kind, dnnl::algorithm::convolution_direct, x_any, w_any, y_any, strides,
+                                                                dilates, pad_l, pad_r);
+        dnnl::convolution_forward::primitive_desc pd(desc, forward_attr, engine);
+        state->primitive = dnnl::convolution_forward(pd);
+        scratch_md = pd.scratchpad_desc();
+        x_md = pd.src_desc(), w_md = pd.weights_desc(), y_md = pd.dst_desc();
+        if (conv_bias) state->bias = memory(bias_md, engine, nullptr);
+        if (epilogue.batch_norm) state->scale = memory(channel_md, engine), state->shift = memory(channel_md, engine);
         break;
+      }
       case ConvPass::kBackwardData: {
         dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, x_any, w_any, y_any, strides, dilates, pad_l, pad_r);
         dnnl::convolution_backward_data::primitive_desc pd(d, attr, engine, fwd_pd);
@@ -176,14 +299,102 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
     int y_arg = pass == ConvPass::kForward ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST;
     state->args = {{x_arg, state->tensors[0].used().get()}, {w_arg, state->tensors[1].used().get()},
                    {y_arg, state->tensors[2].used().get()}, {DNNL_ARG_SCRATCHPAD, state->scratchpad.get()}};
+    if (state->bias) state->args.push_back({DNNL_ARG_BIAS, state->bias.get()});
+    if (pass == ConvPass::kForward && state->tensors[1].reorder) {
+      state->cache_weights = true;
+      state->weights_seen.resize(w_plain.get_size());
+    }
+    if (epilogue.batch_norm) {
+      state->args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, state->scale.get()});
+      state->args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(1) | DNNL_ARG_SRC_1, state->shift.get()});
+    }
   } catch (const dnnl::error& e) {
     return Internal(std::string("oneDNN could not build the convolution: ") + e.what());
   }
   return state;
 }
 
+// scale = gamma * inv_std and shift = beta + (bias - mean) * scale per output channel, in the
+// batch_normalization kernel's precision (inv_std from the double 1 / sqrt(var + eps)).
+void BatchNormScaleShift(const ConvEpilogue& e, KernelContext& c, int64_t channels, float* scale, float* shift) {
+  const int first = e.bias ? 3 : 2;
+  const float* bias = e.bias ? c.input(2).as<float>() : nullptr;
+  const float* gamma = c.input(first).as<float>();
+  const float* beta = c.input(first + 1).as<float>();
+  const float* mean = c.input(first + 2).as<float>();
+  const float* var = c.input(first + 3).as<float>();
+  for (int64_t o = 0; o < channels; ++o) {
+    const float inv_std = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var[o]) + e.epsilon));
+    scale[o] = gamma[o] * inv_std;
+    shift[o] = beta[o] - mean[o] * scale[o];
+    if (bias != nullptr) shift[o] += bias[o] * scale[o];
+  }
+}
+
+// y = activation(y * scale[o] + shift[o]) over `rows` rows of `channels` (scale, shift may be
+// null), in parallel when large. NaN stays NaN through both activations (every comparison with
+// it is false), as the relu and clamp kernels keep it.
+void ApplyEpilogue(float* y, int64_t rows, int64_t channels, const float* scale, const float* shift, const ConvEpilogue& e,
+                   int threads) {
+  const bool relu = e.activation == ConvEpilogue::Activation::kRelu;
+  const bool clip = e.activation == ConvEpilogue::Activation::kClip;
+  const float low = e.low, high = e.high;
+#pragma omp parallel for num_threads(threads) if (rows * channels >= (1 << 16))
+  for (int64_t r = 0; r < rows; ++r) {
+    float* __restrict row = y + r * channels;
+    for (int64_t o = 0; o < channels; ++o) {
+      float v = row[o];
+      if (scale != nullptr) v *= scale[o];
+      if (shift != nullptr) v += shift[o];
+      if (relu) v = v < 0.0f ? 0.0f : v;
+      if (clip) v = v < low ? low : (v > high ? high : v);
+      row[o] = v;
+    }
+  }
+}
+
+// A 1x1 convolution with stride 1 and no padding over channels-last tensors is one GEMM,
+// y (N*H*W, O) = x (N*H*W, C) * filter (O, C)^T: oneDNN's sgemm reads the registers as they are
+// (no weight reorder) and beats its 1x1 convolution kernels on these shapes, most on the small
+// spatial sizes of late layers where N*H*W is just the batch. The epilogue is one pass over y.
+bool IsPointwiseChannelsLast(const ConvGeometry& g) {
+  const Window2d& s = g.win;
+  return g.channels_last && g.groups == 1 && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.top == 0 && s.bottom == 0 &&
+         s.left == 0 && s.right == 0;
+}
+
+KernelFn MakePointwiseGemm(const ConvGeometry& g, const ConvEpilogue& epilogue, int threads) {
+  const int64_t rows = g.win.n * g.win.h * g.win.w, in = g.win.c, out = g.out_channels;
+  struct State {
+    std::vector<float> scale, shift;
+  };
+  auto state = std::make_shared<State>();
+  if (epilogue.batch_norm) state->scale.resize(out), state->shift.resize(out);
+  threads = std::max(1, threads);
+  return [=](KernelContext& c) {
+    omp_set_num_threads(threads);
+    const float* x = c.input(0).as<float>();
+    const float* w = c.input(1).as<float>();
+    float* y = c.output(0).as<float>();
+    dnnl_status_t status = dnnl_sgemm('N', 'T', rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+    if (status != dnnl_success) return Internal("dnnl_sgemm (1x1 convolution) failed with status " + std::to_string(status));
+    if (!epilogue.any()) return Status::Ok();
+    const float* scale = nullptr;
+    const float* shift = nullptr;
+    if (epilogue.batch_norm) {
+      BatchNormScaleShift(epilogue, c, out, state->scale.data(), state->shift.data());
+      scale = state->scale.data(), shift = state->shift.data();
+    } else if (epilogue.bias) {
+      shift = c.input(2).as<float>();
+    }
+    ApplyEpilogue(y, rows, out, scale, shift, epilogue, threads);
+    return Status::Ok();
+  };
+}
+
 // Builds the kernel of one pass; x, w, y pointers come from the inputs/outputs named by index.
-StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, DType dtype, int threads, int x_at, int w_at, int y_at) {
+StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, DType dtype, int threads,
+                                  int x_at, int w_at, int y_at) {
   // Index >= 100 names output (index - 100).
   auto pick = [](KernelContext& c, int at) { return at >= 100 ? c.output(at - 100).data : c.input(at).data; };
   if (dtype == DType::kFloat64)
@@ -192,7 +403,9 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, DType dt
                         static_cast<double*>(pick(c, y_at)));
       return Status::Ok();
     });
-  AF_ASSIGN_OR_RETURN(std::shared_ptr<DnnlConv> state, BuildDnnlConv(pass, g, threads));
+  if (pass == ConvPass::kForward && IsPointwiseChannelsLast(g)) return MakePointwiseGemm(g, epilogue, threads);
+  AF_ASSIGN_OR_RETURN(std::shared_ptr<DnnlConv> state, BuildDnnlConv(pass, g, epilogue, threads));
+  const int64_t channels = g.out_channels;
   return KernelFn([=](KernelContext& c) {
     omp_set_num_threads(state->threads);
     // The C API executes from prebuilt argument arrays (the C++ overload builds a vector per call).
@@ -203,14 +416,44 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, DType dt
     for (int i = 0; i < 3; ++i)
       if (dnnl_memory_set_data_handle(state->tensors[i].user.get(), pick(c, at[i])) != dnnl_success)
         return Internal("oneDNN rejected a tensor pointer");
+    if (state->bias && dnnl_memory_set_data_handle(state->bias.get(), c.input(2).data) != dnnl_success)
+      return Internal("oneDNN rejected the bias pointer");
+    if (state->epilogue.batch_norm)
+      BatchNormScaleShift(state->epilogue, c, channels, static_cast<float*>(state->scale.get_data_handle()),
+                          static_cast<float*>(state->shift.get_data_handle()));
+    bool reorder_weights = true;
+    if (state->cache_weights) {
+      const void* weights = pick(c, w_at);
+      const size_t bytes = state->weights_seen.size();
+      if (state->weights_seen_valid && std::memcmp(weights, state->weights_seen.data(), bytes) == 0) {
+        reorder_weights = false;
+        state->weights_changed_streak = 0;
+      } else if (state->weights_seen_valid && ++state->weights_changed_streak >= 2) {
+        state->cache_weights = false;
+        std::vector<char>().swap(state->weights_seen);
+      } else {
+        std::memcpy(state->weights_seen.data(), weights, bytes);
+        state->weights_seen_valid = true;
+      }
+    }
     dnnl_status_t status = dnnl_success;
-    for (BoundTensor& t : state->tensors)
-      if (t.reorder && !t.is_output && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
+    for (int i = 0; i < 3; ++i) {
+      BoundTensor& t = state->tensors[i];
+      if (t.reorder && !t.is_output && (i != 1 || reorder_weights) && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
+    }
     if (status == dnnl_success) status = run(state->primitive, state->args);
     for (BoundTensor& t : state->tensors)
       if (t.reorder && t.is_output && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
     if (status == dnnl_success) status = dnnl_stream_wait(state->stream.get());
-    if (status != dnnl_success) return Internal("oneDNN convolution failed with status " + std::to_string(status));
+    if (status != dnnl_success) {
+      state->weights_seen_valid = false;  // the blocked weights may be partly written
+      return Internal("oneDNN convolution failed with status " + std::to_string(status));
+    }
+    if (state->epilogue.activation != ConvEpilogue::Activation::kNone) {
+      // Elementwise: the layout (NCHW or NHWC) does not matter, one "row" of all elements.
+      const int64_t elements = c.output(0).num_elements();
+      ApplyEpilogue(c.output(0).as<float>(), elements / channels, channels, nullptr, nullptr, state->epilogue, state->threads);
+    }
     return Status::Ok();
   });
 }
@@ -239,10 +482,17 @@ StatusOr<std::vector<SbpSignature>> ConvSbp(const SbpContext& ctx, std::vector<C
     out->push_back(s);
   };
   std::vector<SbpSignature> out = {AllBroadcast(ctx)};
-  const int64_t n = shapes[ConvRole::kX][0], c = shapes[ConvRole::kX][1], o = shapes[ConvRole::kFilter][0];
+  // A fused epilogue (inference, one device: graph/conv_fusion.cc) runs whole.
+  if (ctx.inputs.size() != inputs.size()) return out;
+  const bool channels_last = ctx.attrs.GetStringOr("data_format", "NCHW") == "NHWC" ||
+                             ctx.attrs.GetStringOr("data_format", "NCHW") == "channels_last";
+  const int64_t channel_axis = channels_last ? 3 : 1;
+  const int64_t n = shapes[ConvRole::kX][0], c = shapes[ConvRole::kX][channel_axis], o = shapes[ConvRole::kFilter][0];
   if (CanSplit(n, ctx.parts)) add({{ConvRole::kX, Sbp::Split(0)}, {ConvRole::kY, Sbp::Split(0)}}, &out);
-  if (!grouped && CanSplit(o, ctx.parts)) add({{ConvRole::kFilter, Sbp::Split(0)}, {ConvRole::kY, Sbp::Split(1)}}, &out);
-  if (!grouped && CanSplit(c, ctx.parts)) add({{ConvRole::kX, Sbp::Split(1)}, {ConvRole::kFilter, Sbp::Split(1)}}, &out);
+  if (!grouped && CanSplit(o, ctx.parts))
+    add({{ConvRole::kFilter, Sbp::Split(0)}, {ConvRole::kY, Sbp::Split(channel_axis)}}, &out);
+  if (!grouped && CanSplit(c, ctx.parts))
+    add({{ConvRole::kX, Sbp::Split(channel_axis)}, {ConvRole::kFilter, Sbp::Split(1)}}, &out);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == output) continue;  // the "like" input: only its shape is read
     SbpSignature partial = AllBroadcast(ctx);
@@ -261,14 +511,18 @@ void RegisterConvOps(OpRegistry& registry) {
   def.output_names = {"out"};
   def.infer = [](InferContext& ctx) -> Status {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(ctx.inputs[0], ctx.inputs[1], ctx.attrs));
+    AF_RETURN_IF_ERROR(ReadEpilogue(ctx.inputs, ctx.attrs, g.out_channels).status());
     ctx.outputs = {TensorDesc{OutShape(g), ctx.inputs[0].dtype}};
     return Status::Ok();
   };
   def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[0], init.inputs[1], init.attrs));
-    return MakeConvKernel(ConvPass::kForward, g, init.inputs[0].dtype, init.num_threads, 0, 1, 100);
+    AF_ASSIGN_OR_RETURN(ConvEpilogue epilogue, ReadEpilogue(init.inputs, init.attrs, g.out_channels));
+    return MakeConvKernel(ConvPass::kForward, g, epilogue, init.inputs[0].dtype, init.num_threads, 0, 1, 100);
   };
   def.grad = [](GradBuilder& g) -> Status {
+    if (g.num_inputs() != 2)
+      return Internal("conv2d '" + g.op_name() + "' has a fused epilogue, which has no gradient (fusions run after autodiff)");
     if (g.needs_input_grad(0)) {
       AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("conv2d_grad_data", {g.output_grad(0), g.input(1), g.input(0)}, g.attrs()));
       g.SetInputGrad(0, dx);
@@ -280,7 +534,8 @@ void RegisterConvOps(OpRegistry& registry) {
     return Status::Ok();
   };
   def.sbp = [](const SbpContext& ctx) { return ConvSbp(ctx, {ConvRole::kX, ConvRole::kFilter}, ConvRole::kY); };
-  def.doc = "out(N,O,OH,OW) = conv of x(N,C,H,W) with filter(O,C/groups,KH,KW); attrs strides, dilation_rate, groups, padding, data_format";
+  def.doc = "out(N,O,OH,OW) = conv of x(N,C,H,W) with filter(O,C/groups,KH,KW) (NHWC: x(N,H,W,C) -> out(N,OH,OW,O)); attrs "
+            "strides, dilation_rate, groups, padding, data_format; compiler epilogues fuse_bias, fuse_batch_norm, activation";
   registry.Register(std::move(def));
 
   OpDef data;
@@ -296,7 +551,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   data.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[2], init.inputs[1], init.attrs));
-    return MakeConvKernel(ConvPass::kBackwardData, g, init.inputs[0].dtype, init.num_threads, 100, 1, 0);
+    return MakeConvKernel(ConvPass::kBackwardData, g, ConvEpilogue{}, init.inputs[0].dtype, init.num_threads, 100, 1, 0);
   };
   data.doc = "dx(N,C,H,W) = transposed conv of dy with filter (same attrs as conv2d); like gives x's shape";
   data.sbp = [](const SbpContext& ctx) {
@@ -317,7 +572,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   filter.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[1], init.inputs[2], init.attrs));
-    return MakeConvKernel(ConvPass::kBackwardFilter, g, init.inputs[0].dtype, init.num_threads, 1, 100, 0);
+    return MakeConvKernel(ConvPass::kBackwardFilter, g, ConvEpilogue{}, init.inputs[0].dtype, init.num_threads, 1, 100, 0);
   };
   filter.doc = "dfilter(O,C/groups,KH,KW) = correlation of x with dy (same attrs as conv2d); like gives filter's shape";
   filter.sbp = [](const SbpContext& ctx) {

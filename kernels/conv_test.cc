@@ -35,6 +35,8 @@ std::vector<ConvCase> Cases() {
        {1, 6, 8, 8}, 2, 1, 1, 2, 1, 1, 0},
       {{2, 2, 6, 6}, {3, 2, 2, 2}, Attrs{{"padding", Ints{0, 0, 0, 0, 1, 1, 1, 1}}, {"strides", Ints{1, 2}}, {"dilation_rate", int64_t{2}}},
        {2, 3, 6, 3}, 1, 1, 2, 2, 2, 1, 1},
+      // 1x1, stride 1, unpadded: channels-last runs it as one GEMM.
+      {{2, 5, 4, 3}, {6, 5, 1, 1}, Attrs{{"padding", std::string("VALID")}}, {2, 6, 4, 3}, 1, 1, 1, 1, 1, 0, 0},
   };
 }
 
@@ -75,12 +77,128 @@ TEST(Conv, Errors) {
   EXPECT_NE(e.find("filter dimension 1 must be 3"), std::string::npos) << e;
   e = ErrorOf("conv2d", {F32({1, 3, 8, 8}), F32({2, 3, 3, 3})}, Attrs{{"padding", std::string("FOO")}});
   EXPECT_NE(e.find("\"SAME\", \"VALID\""), std::string::npos) << e;
-  e = ErrorOf("conv2d", {F32({1, 3, 8, 8}), F32({2, 3, 3, 3})}, Attrs{{"data_format", std::string("NHWC")}});
+  e = ErrorOf("conv2d", {F32({1, 3, 8, 8}), F32({2, 3, 3, 3})}, Attrs{{"data_format", std::string("NDHWC")}});
   EXPECT_NE(e.find("data_format"), std::string::npos) << e;
+  e = ErrorOf("conv2d", {F32({1, 3, 8, 8}), F32({2, 3, 3, 3}), F32({3})}, Attrs{{"fuse_bias", true}});
+  EXPECT_NE(e.find("epilogue input 2 must be float32(2,)"), std::string::npos) << e;
+  e = ErrorOf("conv2d", {F32({1, 3, 8, 8}), F32({2, 3, 3, 3}), F32({2})}, Attrs{{"fuse_batch_norm", true}});
+  EXPECT_NE(e.find("expected 6 inputs (x, filter, gamma, beta, moving_mean, moving_variance), got 3"), std::string::npos) << e;
+  e = ErrorOf("conv2d", {F32({1, 3, 8, 8}), F32({2, 3, 3, 3})}, Attrs{{"activation", std::string("gelu")}});
+  EXPECT_NE(e.find("activation"), std::string::npos) << e;
+  e = ErrorOf("conv2d", {F64({1, 3, 8, 8}), F64({2, 3, 3, 3})}, Attrs{{"activation", std::string("relu")}});
+  EXPECT_NE(e.find("float32 only"), std::string::npos) << e;
   e = ErrorOf("conv2d", {F32({1, 3, 2, 2}), F32({2, 3, 3, 3})});
   EXPECT_NE(e.find("does not fit"), std::string::npos) << e;
   e = ErrorOf("conv2d", {F32({1, 3, 8, 8}), F32({2, 1, 3, 3})}, Attrs{{"groups", int64_t{2}}});
   EXPECT_NE(e.find("groups=2 must divide"), std::string::npos) << e;
+}
+
+// x (N,C,H,W) <-> (N,H,W,C).
+HostTensor ToChannelsLast(const HostTensor& t) { return Run1("transpose", {t}, Attrs{{"perm", Ints{0, 2, 3, 1}}}); }
+
+// data_format NHWC computes the NCHW convolution on channels-last tensors: every pass, both
+// dtypes (oneDNN for float32, the loops for float64), every geometry of Cases().
+TEST(Conv, ChannelsLastMatchesChannelsFirst) {
+  for (const ConvCase& k : Cases()) {
+    Attrs nhwc = k.attrs;
+    nhwc.Set("data_format", std::string("NHWC"));
+    for (DType t : {DType::kFloat32, DType::kFloat64}) {
+      HostTensor x = HostTensor::Of(k.x, t, Ramp(NumElements(k.x))), w = HostTensor::Of(k.w, t, Ramp(NumElements(k.w), 1.3));
+      HostTensor dy = HostTensor::Of(k.expected_out, t, Ramp(NumElements(k.expected_out), 0.9));
+      HostTensor y = Run1("conv2d", {x, w}, k.attrs), y_last = Run1("conv2d", {ToChannelsLast(x), w}, nhwc);
+      HostTensor dx = Run1("conv2d_grad_data", {dy, w, x}, k.attrs);
+      HostTensor dx_last = Run1("conv2d_grad_data", {ToChannelsLast(dy), w, ToChannelsLast(x)}, nhwc);
+      HostTensor dw = Run1("conv2d_grad_filter", {dy, x, w}, k.attrs);
+      HostTensor dw_last = Run1("conv2d_grad_filter", {ToChannelsLast(dy), ToChannelsLast(x), w}, nhwc);
+      const std::pair<HostTensor, HostTensor> pairs[] = {{ToChannelsLast(y), y_last}, {ToChannelsLast(dx), dx_last}, {dw, dw_last}};
+      for (const auto& [expected, got] : pairs) {
+        ASSERT_EQ(got.desc.shape, expected.desc.shape);
+        for (int64_t i = 0; i < got.desc.num_elements(); ++i) ASSERT_NEAR(got.at(i), expected.at(i), 1e-4) << DTypeName(t);
+      }
+    }
+  }
+}
+
+// The fused epilogues equal the ops they replace, run one after the other: conv2d, bias_add,
+// inference batch_normalization, then relu or clamp (relu6), in both layouts and for a
+// depthwise and a dense geometry.
+TEST(Conv, FusedEpilogueMatchesUnfusedOps) {
+  struct Geometry {
+    Shape x, w;
+    Attrs attrs;
+  };
+  const Geometry geometries[] = {
+      {{2, 8, 9, 9}, {8, 1, 3, 3}, Attrs{{"padding", Ints{1, 1}}, {"groups", int64_t{8}}, {"strides", int64_t{2}}}},
+      {{2, 5, 6, 6}, {7, 5, 1, 1}, Attrs{{"padding", std::string("VALID")}}},
+  };
+  for (const Geometry& k : geometries) {
+    const int64_t o = k.w[0];
+    HostTensor x = F32(k.x, Ramp(NumElements(k.x))), w = F32(k.w, Ramp(NumElements(k.w), 1.3));
+    std::vector<double> scaled = Ramp(o, 0.2);
+    for (double& v : scaled) v *= 3;  // outputs beyond [0, 6] so that the clip bounds bite
+    HostTensor bias = F32({o}, Ramp(o, 2.1)), gamma = F32({o}, scaled), beta = F32({o}, Ramp(o, 0.7));
+    HostTensor mean = F32({o}, Ramp(o, 1.1)), var = F32({o}, Positive(o));
+    for (bool last : {false, true})
+      for (bool with_bias : {false, true})
+        for (const std::string activation : {"", "relu", "clip"}) {
+          Attrs conv = k.attrs;
+          if (last) conv.Set("data_format", std::string("NHWC"));
+          HostTensor in = last ? ToChannelsLast(x) : x;
+          HostTensor y = Run1("conv2d", {in, w}, conv);
+          if (with_bias) y = Run1("bias_add", {y, bias}, Attrs{{"axis", int64_t{last ? 3 : 1}}});
+          auto bn = RunOp("batch_normalization", {y, gamma, beta, mean, var},
+                          Attrs{{"axis", int64_t{last ? 3 : 1}}, {"epsilon", 1e-3}, {"training", false}});
+          ASSERT_TRUE(bn.ok()) << bn.status().ToString();
+          y = bn.value()[0];
+          if (activation == "relu") y = Run1("relu", {y});
+          if (activation == "clip") y = Run1("clamp", {y}, Attrs{{"min", 0.0}, {"max", 6.0}, {"inclusive", false}});
+
+          Attrs fused = conv;
+          fused.Set("fuse_bias", with_bias);
+          fused.Set("fuse_batch_norm", true);
+          fused.Set("batch_norm_epsilon", 1e-3);
+          if (!activation.empty()) fused.Set("activation", activation);
+          if (activation == "clip") fused.Set("activation_min", 0.0), fused.Set("activation_max", 6.0);
+          std::vector<HostTensor> inputs = {in, w};
+          if (with_bias) inputs.push_back(bias);
+          for (const HostTensor& t : {gamma, beta, mean, var}) inputs.push_back(t);
+          HostTensor z = Run1("conv2d", inputs, fused);
+          ASSERT_EQ(z.desc.shape, y.desc.shape);
+          int clipped = 0;
+          for (int64_t i = 0; i < y.desc.num_elements(); ++i) {
+            ASSERT_NEAR(z.at(i), y.at(i), 1e-4 * (1 + std::abs(y.at(i)))) << "last " << last << " bias " << with_bias << " " << activation;
+            clipped += y.at(i) == 6.0 || y.at(i) == 0.0;
+          }
+          if (activation == "clip") EXPECT_GT(clipped, 0);
+        }
+  }
+}
+
+// A NaN reaching the fused activation stays NaN, as through the relu and clamp ops (oneDNN's own
+// relu/clip would turn it into a bound): the oneDNN path (3x3 depthwise) and the GEMM path (1x1).
+TEST(Conv, FusedActivationKeepsNaN) {
+  for (const bool pointwise : {false, true}) {
+    const Shape x_shape = {1, 4, 4, 4}, w_shape = pointwise ? Shape{4, 4, 1, 1} : Shape{4, 1, 3, 3};
+    Attrs conv{{"padding", Ints{1, 1}}, {"groups", int64_t{pointwise ? 1 : 4}}, {"data_format", std::string("NHWC")}};
+    if (pointwise) conv.Set("padding", std::string("VALID"));
+    std::vector<double> values = Ramp(NumElements(x_shape));
+    values[5] = std::nan("");
+    HostTensor x = F32(x_shape, values), w = F32(w_shape, Ramp(NumElements(w_shape), 1.3));
+    for (const std::string activation : {"relu", "clip"}) {
+      Attrs fused = conv;
+      fused.Set("activation", activation);
+      fused.Set("activation_min", 0.0), fused.Set("activation_max", 6.0);
+      HostTensor z = Run1("conv2d", {x, w}, fused), y = Run1("conv2d", {x, w}, conv);
+      y = activation == "relu" ? Run1("relu", {y}) : Run1("clamp", {y}, Attrs{{"min", 0.0}, {"max", 6.0}});
+      int nans = 0;
+      for (int64_t i = 0; i < y.desc.num_elements(); ++i) {
+        ASSERT_EQ(std::isnan(z.at(i)), std::isnan(y.at(i))) << activation << " pointwise " << pointwise << " at " << i;
+        nans += std::isnan(y.at(i));
+        if (!std::isnan(y.at(i))) ASSERT_NEAR(z.at(i), y.at(i), 1e-5);
+      }
+      EXPECT_GT(nans, 0);
+    }
+  }
 }
 
 TEST(Conv, Gradients) {

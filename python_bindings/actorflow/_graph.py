@@ -33,10 +33,23 @@ _instances = collections.Counter()  # Graph subclass name -> instances made (Gra
 
 
 class GraphConfig:
-    """What print(graph) shows as CONFIG: whether the graph trains."""
+    """What print(graph) shows as CONFIG: whether the graph trains, and the compiler fusions
+    turned off for it (disable_fusion)."""
 
     def __init__(self):
         self.training = False
+        self.disabled_fusions = []
+
+    def disable_fusion(self, *names):
+        """Compile this graph without the named fusions (the names of
+        flow.function_config().disable_fusion), to bisect a numerical difference; before the
+        first call. ACTORFLOW_DISABLE_FUSION does the same for every graph and job."""
+        from ._job import FUSION_NAMES
+        for name in names:
+            if name not in FUSION_NAMES:
+                raise ValueError("graph.config.disable_fusion: unknown fusion %r (known: %s)" % (
+                    name, ", ".join(FUSION_NAMES)))
+        self.disabled_fusions += [n for n in names if n not in self.disabled_fusions]
 
     def __repr__(self):
         return "GraphConfig(training=%s, )" % self.training
@@ -362,7 +375,10 @@ class Graph:
         self._debug_print(0, "(GRAPH:%s:%s) start compiling plan and init graph runtime." % (
             self._name, type(self).__name__))
         from . import config
-        compiled = _C.default_session().compile(builder, config.compile_options(self._name))
+        options = config.compile_options(self._name)
+        if self.config.disabled_fusions:
+            options["disabled_fusions"] = list(self.config.disabled_fusions)
+        compiled = _C.default_session().compile(builder, options)
         self._debug_print(0, "(GRAPH:%s:%s) end compiling plan and init graph runtime (%.3f s)." % (
             self._name, type(self).__name__, time.perf_counter() - traced))
         object.__setattr__(self, "_signature", ([(tuple(a.shape), a.dtype) for a in args], structure, ctx.variables))

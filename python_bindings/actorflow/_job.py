@@ -15,6 +15,9 @@ from . import config as _config
 from . import typing as tp
 from ._trace_ctx import BlobDef
 
+# The compiler's fusions a job or graph can turn off (graph/passes.h FusionNames).
+FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation", "channels_last")
+
 
 # Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
 # schedule and Adam's bias correction) is saved as the pseudo-variable STEP_PREFIX + name.
@@ -104,13 +107,14 @@ class FunctionConfig:
     def disable_fusion(self, *names):
         """Compile this job without the named fusions ("dense": matmul + bias_add (+ relu);
         "gradient_update": a weight gradient's matmul accumulated straight into the variable by
-        SGD), to bisect a numerical difference. ACTORFLOW_DISABLE_FUSION=dense,gradient_update
-        does the same for every job."""
-        known = ("dense", "gradient_update")
+        SGD; "conv_batch_norm": bias_add and inference batch norm after a conv2d as its epilogue;
+        "conv_activation": relu/relu6/clamp after a conv2d as its epilogue; "channels_last":
+        predict jobs' convolution regions in NHWC), to bisect a numerical difference.
+        ACTORFLOW_DISABLE_FUSION=dense,gradient_update does the same for every job."""
         for name in names:
-            if name not in known:
+            if name not in FUSION_NAMES:
                 raise ValueError("function_config().disable_fusion: unknown fusion %r (known: %s)" % (
-                    name, ", ".join(known)))
+                    name, ", ".join(FUSION_NAMES)))
         self.options.setdefault("disabled_fusions", [])
         self.options["disabled_fusions"] += [n for n in names if n not in self.options["disabled_fusions"]]
 

@@ -1,0 +1,152 @@
+// Convolution epilogue fusion: the per-channel ops that follow a conv2d in inference networks
+// run inside the convolution (kernels/conv.cc epilogues) instead of as their own ops, each of
+// which would read and write the whole activation once more:
+//   "conv_batch_norm": conv2d -> bias_add (channel axis) and conv2d -> batch_normalization
+//     (training=false: the moving statistics, a per-channel affine map) become the conv's
+//     fuse_bias / fuse_batch_norm epilogue. The statistics stay variables read at each act, so
+//     a weight or statistic changed between calls (load_state_dict, eager training of the same
+//     module) is seen as by the unfused ops: nothing is folded at compile time.
+//   "conv_activation": conv2d -> relu or clamp (relu6, hardtanh) becomes its activation epilogue.
+// A link fuses only when the conv's output is read by that one op alone and is not a job output,
+// watch or loss, and (batch norm) the op's statistics outputs are unread: fusion never changes
+// what a job returns. Runs after autodiff (a fused conv2d has no gradient rule), on single-device
+// CPU jobs (the fused op has no SBP signatures of its own nor a CUDA kernel). Each link is one
+// round: conv -> bias -> batch norm -> relu6 fuses in three.
+#include <cfloat>
+#include <map>
+#include <set>
+
+#include "graph/passes.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+bool OnCpu(const Node& node) { return node.placement.device_type == "cpu" || node.placement.device_type.empty(); }
+
+class ConvFusionPass : public Pass {
+ public:
+  ConvFusionPass(bool batch_norm, bool activation) : batch_norm_(batch_norm), activation_(activation) {}
+  std::string name() const override { return "conv fusion"; }
+
+  Status Run(Graph& graph) override {
+    if (graph.total_device_num() > 1) return Status::Ok();
+    for (;;) {
+      AF_ASSIGN_OR_RETURN(bool changed, Round(graph));
+      if (!changed) return Status::Ok();
+    }
+  }
+
+ private:
+  // What `consumer` adds to the conv2d `conv`, or false when it cannot fuse there.
+  bool Absorb(const Node& consumer, const Node& conv, Node& fused) const {
+    const bool has_bias = conv.attrs.GetBoolOr("fuse_bias", false), has_bn = conv.attrs.GetBoolOr("fuse_batch_norm", false);
+    const bool has_activation = conv.attrs.Has("activation");
+    if (consumer.type == "bias_add" && batch_norm_) {
+      if (has_bias || has_bn || has_activation || consumer.inputs.size() != 2) return false;
+      const int64_t axis = consumer.attrs.GetIntOr("axis", 1);
+      if (axis != 1 && axis != -3) return false;
+      if (consumer.attrs.GetBoolOr("fuse_relu", false)) {
+        if (!activation_) return false;
+        fused.attrs.Set("activation", std::string("relu"));
+      }
+      fused.inputs.push_back(consumer.inputs[1]);
+      fused.attrs.Set("fuse_bias", true);
+      return true;
+    }
+    if (consumer.type == "batch_normalization" && batch_norm_) {
+      if (has_bn || has_activation || consumer.inputs.size() != 5 || consumer.attrs.GetBoolOr("training", false)) return false;
+      const int64_t axis = consumer.attrs.GetIntOr("axis", 1);
+      if (axis != 1 && axis != -3) return false;
+      for (size_t i = 1; i < 5; ++i) fused.inputs.push_back(consumer.inputs[i]);
+      fused.attrs.Set("fuse_batch_norm", true);
+      fused.attrs.Set("batch_norm_epsilon", consumer.attrs.GetFloatOr("epsilon", 1e-5));
+      return true;
+    }
+    if ((consumer.type == "relu" || consumer.type == "clamp") && activation_) {
+      if (has_activation) return false;
+      if (consumer.type == "relu") {
+        fused.attrs.Set("activation", std::string("relu"));
+      } else {
+        fused.attrs.Set("activation", std::string("clip"));
+        fused.attrs.Set("activation_min", consumer.attrs.Has("min") ? consumer.attrs.GetFloatOr("min", 0) : -FLT_MAX);
+        fused.attrs.Set("activation_max", consumer.attrs.Has("max") ? consumer.attrs.GetFloatOr("max", 0) : FLT_MAX);
+      }
+      return true;
+    }
+    return false;
+  }
+
+  StatusOr<bool> Round(Graph& graph) {
+    std::map<std::string, int> readers;
+    for (const Node& n : graph.nodes())
+      for (const std::string& ref : n.inputs) ++readers[ref];
+    std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
+    for (const Watch& w : graph.watches()) pinned.insert(w.ref);
+    pinned.insert(graph.losses().begin(), graph.losses().end());
+
+    std::map<std::string, std::string> renamed;   // consumer output ref -> fused conv output ref
+    std::map<std::string, std::string> absorbed;  // consumer name -> fused conv name
+    std::vector<bool> keep(graph.nodes().size(), true), touched(graph.nodes().size(), false);
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      const Node& consumer = graph.nodes()[i];
+      if (consumer.kind != NodeKind::kOp || consumer.inputs.empty() || touched[i]) continue;
+      if (consumer.type != "bias_add" && consumer.type != "batch_normalization" && consumer.type != "relu" &&
+          consumer.type != "clamp")
+        continue;
+      // A producer fused this round sits under another name until the renames below.
+      AF_ASSIGN_OR_RETURN(auto producer_name, SplitRef(consumer.inputs[0]));
+      if (absorbed.count(producer_name.first)) continue;
+      AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(consumer.inputs[0]));
+      const Node* conv = producer.first;
+      const size_t conv_index = static_cast<size_t>(conv - graph.nodes().data());
+      if (conv->kind != NodeKind::kOp || conv->type != "conv2d" || touched[conv_index] || !conv->mutable_inputs.empty() ||
+          conv->output_descs[0].dtype != DType::kFloat32 || conv->output_descs[0].shape.size() != 4 || !OnCpu(*conv) ||
+          conv->placement.ToString() != consumer.placement.ToString() || readers[consumer.inputs[0]] != 1 ||
+          pinned.count(consumer.inputs[0]) || consumer.output_descs[0] != conv->output_descs[0])
+        continue;
+      bool side_outputs_read = false;  // batch norm's mean and inv_std
+      for (size_t k = 1; k < consumer.output_names.size(); ++k)
+        side_outputs_read |= readers.count(consumer.output_ref(k)) > 0 || pinned.count(consumer.output_ref(k)) > 0;
+      if (side_outputs_read) continue;
+      // The fused node takes the consumer's place: after the epilogue's parameters (variables
+      // may be created after the conv) and before every reader, so the order stays topological.
+      Node fused = *conv;
+      if (!Absorb(consumer, *conv, fused)) continue;
+      fused.control_inputs.insert(fused.control_inputs.end(), consumer.control_inputs.begin(), consumer.control_inputs.end());
+      renamed[consumer.output_ref(0)] = fused.output_ref(0);
+      absorbed[consumer.name] = fused.name;
+      keep[conv_index] = false;
+      touched[conv_index] = touched[i] = true;
+      graph.mutable_nodes()[i] = std::move(fused);
+    }
+    if (renamed.empty()) return false;
+    auto rename = [&](std::string& ref) {
+      auto it = renamed.find(ref);
+      if (it != renamed.end()) ref = it->second;
+    };
+    for (Node& n : graph.mutable_nodes()) {
+      for (std::string& ref : n.inputs) rename(ref);
+      for (std::string& c : n.control_inputs) {
+        auto it = absorbed.find(c);
+        if (it != absorbed.end() && it->second != n.name) c = it->second;
+      }
+    }
+    for (std::string& ref : graph.outputs()) rename(ref);
+    for (Watch& w : graph.watches()) rename(w.ref);
+    for (std::string& ref : graph.losses()) rename(ref);
+    graph.Retain(keep);
+    return true;
+  }
+
+  bool batch_norm_, activation_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> MakeConvFusionPass(bool batch_norm, bool activation) {
+  return std::make_unique<ConvFusionPass>(batch_norm, activation);
+}
+
+}  // namespace graph
+}  // namespace actorflow
