@@ -99,7 +99,11 @@ StatusOr<TensorDesc> InputDesc(const plan::Plan& plan, const PlanFacts& facts, c
     if (TooLarge(view)) return InvalidArgument("task '" + task.name() + "' views a blob as " + view.ToString());
     const bool fits = input.part() ? input.byte_offset() >= 0 && input.byte_offset() + static_cast<int64_t>(view.byte_size()) <=
                                                                       static_cast<int64_t>(desc.byte_size())
-                                   : view.num_elements() == desc.num_elements();
+                         : input.whole()
+                             // the register's whole reserved block: its own blob and the slices in it
+                             ? static_cast<int64_t>(view.byte_size()) <= reg.reserved_byte_size() &&
+                                   view.byte_size() >= desc.byte_size()
+                             : view.num_elements() == desc.num_elements();
     if (!fits)
       return InvalidArgument("task '" + task.name() + "' views " + desc.ToString() + " as " + view.ToString() +
                              (input.part() ? " at byte " + std::to_string(input.byte_offset()) : ""));
@@ -179,6 +183,17 @@ StatusOr<PlanFacts> CheckPlan(const plan::Plan& plan) {
         for (int m : task.mutable_inputs())
           if (m < 0 || m >= static_cast<int>(consumed.size()))
             return InvalidArgument(what + ": mutable input " + std::to_string(m) + " out of range");
+        if (task.op_type() == "boxing") {
+          // One destination device's piece of a layout conversion: physical shards in and out,
+          // which its kernel's own check validates against the attrs (the op's inference is of
+          // the logical tensor).
+          KernelInit init;
+          init.inputs = consumed;
+          init.outputs = produced;
+          init.attrs = graph::AttrsFromProto(task.attrs());
+          AF_RETURN_IF_ERROR(def->kernel_factories.at(kCpuDevice)(init).status().WithContext(what));
+          break;
+        }
         InferContext infer;
         infer.inputs = consumed;
         infer.attrs = graph::AttrsFromProto(task.attrs());

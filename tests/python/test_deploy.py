@@ -85,6 +85,24 @@ def test_runner_gives_the_jobs_outputs(tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("devices", [2, 3])
+def test_a_job_over_several_devices_saves_and_runs_as_in_python(tmp_path, devices):
+    """A data-parallel predict job's plan gathers its output in place (a reader of a register's
+    whole block); the saved model checks and runs it like the session does."""
+    flow.config.cpu_device_num(devices)
+    classify = conv_classifier()
+    rng = np.random.default_rng(1)
+    images = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    offset = rng.standard_normal((4, 5)).astype(np.float32)
+    expected = classify(images, offset)
+    flow.save(classify, tmp_path / "model")
+    np.save(tmp_path / "images.npy", images)
+    np.save(tmp_path / "offset.npy", offset)
+    result = run_model(tmp_path / "model", [tmp_path / "images.npy", tmp_path / "offset.npy"], [tmp_path / "y.npy"])
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_save_never_replaces_what_it_did_not_write(tmp_path):
     classify = conv_classifier()
     with pytest.raises(ValueError, match="compiled on its first call; call it once"):
