@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
+#include "actors/proto/plan.pb.h"
 #include "actors/runtime.h"
 
 namespace actorflow {
@@ -58,6 +60,27 @@ void FinishesWithin(std::chrono::seconds limit, const char* what, Body body) {
   }
   cv.notify_all();
   watchdog.join();
+}
+
+// Plan building for runtime tests: a task with the next id, and a one-blob float32 register.
+inline plan::Task* AddTask(plan::Plan& plan, const std::string& name, plan::TaskKind kind, const std::string& op = "") {
+  plan::Task* t = plan.add_tasks();
+  t->set_id(plan.tasks_size() - 1);
+  t->set_name(name);
+  t->set_kind(kind);
+  t->set_op_type(op);
+  return t;
+}
+
+inline plan::RegisterDesc* AddRegister(plan::Task* t, int64_t elements, int register_num) {
+  plan::RegisterDesc* r = t->add_registers();
+  r->set_name("out");
+  r->set_register_num(register_num);
+  plan::BlobDesc* b = r->add_blobs();
+  b->add_shape(elements);
+  b->set_dtype(plan::DT_FLOAT32);
+  b->set_byte_size(elements * 4);
+  return r;
 }
 
 }  // namespace testing_support

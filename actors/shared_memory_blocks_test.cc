@@ -22,25 +22,8 @@ namespace {
 
 using testing_support::FinishesWithin;
 
-plan::Task* AddTask(plan::Plan& plan, const std::string& name, plan::TaskKind kind, const std::string& op = "") {
-  plan::Task* t = plan.add_tasks();
-  t->set_id(plan.tasks_size() - 1);
-  t->set_name(name);
-  t->set_kind(kind);
-  t->set_op_type(op);
-  return t;
-}
-
-plan::RegisterDesc* AddRegister(plan::Task* t, int64_t elements, int register_num) {
-  plan::RegisterDesc* r = t->add_registers();
-  r->set_name("out");
-  r->set_register_num(register_num);
-  plan::BlobDesc* b = r->add_blobs();
-  b->add_shape(elements);
-  b->set_dtype(plan::DT_FLOAT32);
-  b->set_byte_size(elements * 4);
-  return r;
-}
+using testing_support::AddRegister;
+using testing_support::AddTask;
 
 void Share(plan::RegisterDesc* r, int block, int64_t offset) {
   r->mutable_shared_memory()->set_block(block);

@@ -2,18 +2,13 @@
 // their reverse (reduce_sum_like), add_n's running sum, scalar affine, relu and its gradient, bias_add (+relu epilogue) and its gradient,
 // fill, clamp and its gradient, dropout. Grid-stride loops; the launchers size grids from n and
 // cap them (the loop covers the rest).
+#include "kernels/cuda/grid.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace actorflow::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-int Blocks(int64_t n) {
-  const int64_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(wanted < 65535 ? (wanted > 0 ? wanted : 1) : 65535);
-}
-__device__ inline int64_t First() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t Stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+using namespace grid;  // kThreads, Blocks, First, Stride
 
 __device__ inline float Apply(Binary op, float a, float b) {
   switch (op) {

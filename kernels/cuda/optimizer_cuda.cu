@@ -1,16 +1,13 @@
 // CUDA kernels of the optimizer updates: one fused elementwise pass per variable, in place, the
 // same arithmetic as the CPU kernels (kernels/optimizer_ops.cc). lr is read from device memory
 // (a (1,) feed), so a schedule costs no recompilation.
+#include "kernels/cuda/grid.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace actorflow::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-int Blocks(int64_t n) {
-  const int64_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(wanted < 65535 ? (wanted > 0 ? wanted : 1) : 65535);
-}
+using namespace grid;  // kThreads, Blocks, First, Stride
 
 __global__ void SgdKernel(float* __restrict__ w, const float* __restrict__ g, const float* __restrict__ lr, int64_t n,
                           UpdateHyper h) {

@@ -5,18 +5,13 @@
 // order as the CPU's scatter, with no atomics (deterministic, and equal to the CPU's).
 #include <cfloat>
 
+#include "kernels/cuda/grid.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace actorflow::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-int Blocks(int64_t n) {
-  const int64_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(wanted < 65535 ? (wanted > 0 ? wanted : 1) : 65535);
-}
-__device__ inline int64_t First() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t Stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+using namespace grid;  // kThreads, Blocks, First, Stride
 __device__ inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
 

@@ -3,12 +3,13 @@
 // go through shared memory in a fixed tree order (deterministic results).
 #include <cfloat>
 
+#include "kernels/cuda/grid.cuh"
 #include "kernels/cuda/launch.h"
 
 namespace actorflow::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+using namespace grid;  // kThreads, Blocks, First, Stride
 
 // Reduces `value` over the block with `op`; every thread gets the result.
 template <typename Op>
@@ -113,11 +114,6 @@ __global__ void SparseSoftmaxCrossEntropyGradKernel(const void* labels, bool lab
     const float s = dloss[i];
     dlogits[k] = prob[k] * s - (LabelAt(labels, labels64, i) == j ? s : 0.0f);
   }
-}
-
-int Blocks(int64_t n) {
-  const int64_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(wanted < 65535 ? (wanted > 0 ? wanted : 1) : 65535);
 }
 
 }  // namespace
