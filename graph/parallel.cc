@@ -375,7 +375,9 @@ class BoxingPass : public Pass {
         const std::string ref = n->inputs[i];
         const std::vector<int> devices = n->devices;
         const Sbp want = n->input_sbp.at(i);
-        AF_ASSIGN_OR_RETURN(std::string boxed, Boxed(graph, ref, devices, want, n->location));
+        const std::string location = n->location;  // a copy: Boxed adds nodes
+        AF_ASSIGN_OR_RETURN(std::string boxed, Boxed(graph, ref, devices, want, location));
+        n = graph.FindNode(name);  // Boxed may have added nodes (the node list may have moved)
         if (boxed != ref && std::find(n->mutable_inputs.begin(), n->mutable_inputs.end(), static_cast<int>(i)) !=
                                 n->mutable_inputs.end())
           return Internal(Where(*n) + " writes '" + ref + "' in place but reads it through a boxing as " +
