@@ -115,11 +115,26 @@ def _train_model(device_type, model, image_shape, steps, learning_rate):
     return np.array(losses), variables
 
 
+def _gpu_refuses_clearly(run_on_gpu):
+    """Without a GPU: the GPU run fails at its first job call with the error naming the device
+    count found and the CPU equivalent (and nothing else breaks)."""
+    with pytest.raises(RuntimeError) as info:
+        run_on_gpu()
+    text = str(info.value)
+    assert "0 found" in text and "cpu_device_num(1)" in text, text
+
+
 def _check_trains_on_the_gpu_as_on_the_cpu(model, image_shape, steps, learning_rate):
+    """The CPU run trains; with a GPU the GPU run gives its losses and variables, without one the
+    GPU run is refused clearly. Returns the CPU's variables."""
     cpu_losses, cpu_variables = _train_model("cpu", model, image_shape, steps, learning_rate)
+    assert cpu_losses.mean(axis=1)[-1] < cpu_losses.mean(axis=1)[0]  # it trained
+    usable, _message = _gpu_usable()
+    if not usable:
+        _gpu_refuses_clearly(lambda: _train_model("gpu", model, image_shape, steps, learning_rate))
+        return cpu_variables
     gpu_losses, gpu_variables = _train_model("gpu", model, image_shape, steps, learning_rate)
     np.testing.assert_allclose(gpu_losses, cpu_losses, rtol=1e-4, atol=1e-5)
-    assert cpu_losses.mean(axis=1)[-1] < cpu_losses.mean(axis=1)[0]  # it trained
     assert sorted(gpu_variables) == sorted(cpu_variables)
     for name in cpu_variables:
         np.testing.assert_allclose(gpu_variables[name], cpu_variables[name], rtol=1e-4, atol=1e-5, err_msg=name)
@@ -129,9 +144,6 @@ def _check_trains_on_the_gpu_as_on_the_cpu(model, image_shape, steps, learning_r
 def test_lenet_trains_on_the_gpu_as_on_the_cpu():
     """The seeds' LeNet with every op on the GPU (cuDNN convolutions, the pooling kernels and
     their gradients): the CPU's losses and weights after each of a few steps on one batch."""
-    usable, message = _gpu_usable()
-    if not usable:
-        pytest.skip("no GPU: " + message)
     _check_trains_on_the_gpu_as_on_the_cpu(_lenet, (4, 1, 28, 28), steps=4, learning_rate=0.002)
 
 
@@ -139,9 +151,6 @@ def test_mobilenet_block_trains_on_the_gpu_as_on_the_cpu():
     """Batch norm (batch statistics, moving statistics updated on the GPU), relu6, a depthwise
     convolution, padding, adaptive pooling and dropout (the GPU draws the CPU's masks, so both
     drop the same units and backward uses the same mask) train to the CPU's losses and variables."""
-    usable, message = _gpu_usable()
-    if not usable:
-        pytest.skip("no GPU: " + message)
     variables = _check_trains_on_the_gpu_as_on_the_cpu(_inverted_residual, (8, 3, 12, 12), steps=4,
                                                        learning_rate=0.05)
     # The moving statistics moved from their initial zeros/ones: the training-mode kernel ran.
@@ -173,12 +182,17 @@ def _seed_layers(device_type):
 
 
 def test_seed_layers_run_on_the_gpu_as_on_the_cpu():
-    usable, message = _gpu_usable()
-    if not usable:
-        pytest.skip("no GPU: " + message)
     cpu_layer, cpu_pads = _seed_layers("cpu")
-    gpu_layer, gpu_pads = _seed_layers("gpu")
     assert cpu_layer.shape == (1, 128, 64, 64)
+    # Seed 003's paddings of a 3x3 image: zeros by 2 plus a reflection by 1 of a reflection by 1.
+    x = np.arange(18).reshape((2, 1, 3, 3)).astype(np.float32)
+    by = lambda n: ((0, 0), (0, 0), (n, n), (n, n))  # noqa: E731
+    np.testing.assert_array_equal(cpu_pads, np.pad(x, by(2)) + np.pad(np.pad(x, by(1), "reflect"), by(1), "reflect"))
+    usable, _message = _gpu_usable()
+    if not usable:
+        _gpu_refuses_clearly(lambda: _seed_layers("gpu"))
+        return
+    gpu_layer, gpu_pads = _seed_layers("gpu")
     np.testing.assert_allclose(gpu_layer, cpu_layer, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(gpu_pads, cpu_pads)
 
