@@ -13,36 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/seed_mlp.h"
 #include "session/session.h"
 
 namespace actorflow {
 namespace {
 
-constexpr int64_t kBatch = 100, kIn = 784, kHidden = 512, kClasses = 10;
-
-StatusOr<graph::JobBuilder> SeedMlp(bool gpu) {
-  AF_ASSIGN_OR_RETURN(graph::JobBuilder b, graph::JobBuilder::Create(gpu ? "mlp_gpu" : "mlp_cpu", "train"));
-  AF_RETURN_IF_ERROR(b.SetDeviceNum(0, gpu ? 1 : 0));
-  AF_ASSIGN_OR_RETURN(std::string x, b.AddInput("x", {kBatch, kIn}, DType::kFloat32, "bench"));
-  AF_ASSIGN_OR_RETURN(std::string labels, b.AddInput("labels", {kBatch}, DType::kInt32, "bench"));
-  AF_ASSIGN_OR_RETURN(std::string w1, b.AddVariable("w1", {kIn, kHidden}, DType::kFloat32, "bench"));
-  AF_ASSIGN_OR_RETURN(std::string b1, b.AddVariable("b1", {kHidden}, DType::kFloat32, "bench"));
-  AF_ASSIGN_OR_RETURN(std::string w2, b.AddVariable("w2", {kHidden, kClasses}, DType::kFloat32, "bench"));
-  AF_ASSIGN_OR_RETURN(std::string b2, b.AddVariable("b2", {kClasses}, DType::kFloat32, "bench"));
-  AF_ASSIGN_OR_RETURN(const graph::Node* n, b.AddOp("matmul", "hidden-matmul", {x, w1}, {}, "bench"));
-  AF_ASSIGN_OR_RETURN(n, b.AddOp("bias_add", "hidden-bias_add", {n->output_ref(0), b1}, {}, "bench"));
-  AF_ASSIGN_OR_RETURN(n, b.AddOp("relu", "hidden-relu", {n->output_ref(0)}, {}, "bench"));
-  AF_ASSIGN_OR_RETURN(n, b.AddOp("matmul", "output-matmul", {n->output_ref(0), w2}, {}, "bench"));
-  AF_ASSIGN_OR_RETURN(n, b.AddOp("bias_add", "output-bias_add", {n->output_ref(0), b2}, {}, "bench"));
-  AF_ASSIGN_OR_RETURN(n, b.AddOp("sparse_softmax_cross_entropy", "loss", {labels, n->output_ref(0)}, {}, "bench"));
-  const std::string loss = n->output_ref(0);
-  AF_RETURN_IF_ERROR(b.AddLoss(loss));
-  graph::OptimizerSpec spec;
-  spec.type = "sgd";
-  AF_RETURN_IF_ERROR(b.SetOptimizer(spec));
-  AF_RETURN_IF_ERROR(b.SetOutputs({loss}));
-  return b;
-}
+using bench::kBatch;
+using bench::kClasses;
+using bench::kHidden;
+using bench::kIn;
 
 int Fail(const Status& status) {
   std::string text;
@@ -64,7 +44,7 @@ int Main(int argc, char** argv) {
     Status created = session.CreateVariable(name, {shape, DType::kFloat32}, init.data());
     if (!created.ok()) return Fail(created);
   }
-  auto builder = SeedMlp(device == "gpu");
+  auto builder = bench::SeedMlpJob(device == "gpu" ? "mlp_gpu" : "mlp_cpu", 0, device == "gpu" ? 1 : 0);
   if (!builder.ok()) return Fail(builder.status());
   JobOptions options;
   // ACTORFLOW_BENCH_TRACE=<file>: the runtime's trace of the run (written when the session ends).

@@ -33,6 +33,7 @@
 #include "actors/proto/plan.pb.h"
 #include "graph/attr_convert.h"
 #include "kernels/boxing.h"
+#include "bench/seed_mlp.h"
 #include "session/session.h"
 
 namespace actorflow {
@@ -211,31 +212,10 @@ BENCHMARK(AllReduceKernel)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-constexpr int64_t kBatch = 100, kIn = 784, kHidden = 512, kClasses = 10;
-
-StatusOr<graph::JobBuilder> SeedMlp(int devices) {
-  AF_ASSIGN_OR_RETURN(graph::JobBuilder b, graph::JobBuilder::Create("mlp" + std::to_string(devices), "train"));
-  AF_RETURN_IF_ERROR(b.SetDeviceNum(devices));
-  AF_ASSIGN_OR_RETURN(std::string x, b.AddInput("x", {kBatch, kIn}, DType::kFloat32, "bench"));
-  AF_ASSIGN_OR_RETURN(std::string labels, b.AddInput("labels", {kBatch}, DType::kInt32, "bench"));
-  AF_ASSIGN_OR_RETURN(std::string w1, b.AddVariable("w1", {kIn, kHidden}, DType::kFloat32, "bench"));
-  AF_ASSIGN_OR_RETURN(std::string b1, b.AddVariable("b1", {kHidden}, DType::kFloat32, "bench"));
-  AF_ASSIGN_OR_RETURN(std::string w2, b.AddVariable("w2", {kHidden, kClasses}, DType::kFloat32, "bench"));
-  AF_ASSIGN_OR_RETURN(std::string b2, b.AddVariable("b2", {kClasses}, DType::kFloat32, "bench"));
-  AF_ASSIGN_OR_RETURN(const graph::Node* n, b.AddOp("matmul", "hidden-matmul", {x, w1}, {}, "bench"));
-  AF_ASSIGN_OR_RETURN(n, b.AddOp("bias_add", "hidden-bias_add", {n->output_ref(0), b1}, {}, "bench"));
-  AF_ASSIGN_OR_RETURN(n, b.AddOp("relu", "hidden-relu", {n->output_ref(0)}, {}, "bench"));
-  AF_ASSIGN_OR_RETURN(n, b.AddOp("matmul", "output-matmul", {n->output_ref(0), w2}, {}, "bench"));
-  AF_ASSIGN_OR_RETURN(n, b.AddOp("bias_add", "output-bias_add", {n->output_ref(0), b2}, {}, "bench"));
-  AF_ASSIGN_OR_RETURN(n, b.AddOp("sparse_softmax_cross_entropy", "loss", {labels, n->output_ref(0)}, {}, "bench"));
-  const std::string loss = n->output_ref(0);
-  AF_RETURN_IF_ERROR(b.AddLoss(loss));
-  graph::OptimizerSpec spec;
-  spec.type = "sgd";
-  AF_RETURN_IF_ERROR(b.SetOptimizer(spec));
-  AF_RETURN_IF_ERROR(b.SetOutputs({loss}));
-  return b;
-}
+using bench::kBatch;
+using bench::kClasses;
+using bench::kHidden;
+using bench::kIn;
 
 // A compiled seed MLP train job on `devices` devices and a budget of `threads`, with its feeds.
 struct MlpJob {
@@ -258,7 +238,7 @@ StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threa
     for (size_t i = 0; i < init.size(); ++i) init[i] = 0.01f * std::sin(static_cast<float>(i));
     AF_RETURN_IF_ERROR(made->session->CreateVariable(name, {shape, DType::kFloat32}, init.data()));
   }
-  AF_ASSIGN_OR_RETURN(graph::JobBuilder builder, SeedMlp(devices));
+  AF_ASSIGN_OR_RETURN(graph::JobBuilder builder, bench::SeedMlpJob("mlp" + std::to_string(devices), devices, 0));
   JobOptions options;
   options.num_threads = threads;
   options.num_workers = workers;
