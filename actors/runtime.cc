@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "actors/inline_run.h"
 #include "actors/plan_dtype.h"
 #include "actors/register_slices.h"
 #include "actors/shared_memory_blocks.h"
@@ -66,7 +67,7 @@ class Runtime::Impl : public RuntimeCore {
 
   Status Instantiate();
   StatusOr<int64_t> Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
-                         Completion done);
+                         Completion done, bool may_run_inline);
   void Drain() {
     if (InActorHandler()) {
       ReportOnce(&drain_reported_, CalledFromActor("Drain").message() + "; it returned without waiting");
@@ -115,8 +116,13 @@ class Runtime::Impl : public RuntimeCore {
   }
 
   std::vector<TensorDesc> input_descs, output_descs;
+  std::string inline_refusal = "RuntimeOptions::run_inline is off";
 
  private:
+  // Runs iteration `iteration`, already in flight, on this thread (inline_); push_lock held.
+  void RunInline(std::unique_lock<std::mutex>& push_lock, int64_t iteration, const std::vector<TensorView>& inputs,
+                 const std::vector<TensorView>& outputs);
+
   // Prints `message` on stderr the first time `*reported` is false (per runtime).
   static void ReportOnce(std::atomic<bool>* reported, const std::string& message) {
     if (!reported->exchange(true)) std::cerr << "actorflow: " << message << std::endl;
@@ -139,6 +145,7 @@ class Runtime::Impl : public RuntimeCore {
   // Every register's memory; outstanding completions of asynchronous acts share it.
   std::shared_ptr<RegisterMemory> register_memory_ = std::make_shared<RegisterMemory>();
   ThreadLending lending_;  // RuntimeOptions::lend_idle_threads
+  std::unique_ptr<InlineRun> inline_;  // RuntimeOptions::run_inline, for eligible plans
   std::vector<int> sources_;  // task index by feed_index
   std::vector<int> roots_;    // non-source tasks without inputs: ticked by the first source (or the host)
   int num_sinks_ = 0;
@@ -348,6 +355,13 @@ Status Runtime::Impl::Instantiate() {
   }
   for (int s : sources_) input_descs.push_back(states_[s]->outputs()[0].blob_descs[0]);
   for (auto& state : states_) AF_RETURN_IF_ERROR(state->FinishSetup(register_memory_));
+  if (options_.run_inline) {
+    inline_refusal = options_.observer != nullptr ? "an observer records the actors"
+                                                  : InlineRun::Ineligible(plan_, states_, options_.inline_register_bytes);
+    if (inline_refusal.empty()) {
+      AF_ASSIGN_OR_RETURN(inline_, InlineRun::Create(plan_, states_, hooks_, *register_memory_, allocators));
+    }
+  }
   if (options_.lend_idle_threads && options_.num_workers > 1 && options_.kernel_threads > 0 &&
       options_.num_threads > options_.kernel_threads) {
     lending_.workers = options_.num_workers;
@@ -391,7 +405,7 @@ Status Runtime::Impl::Instantiate() {
 }
 
 StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
-                                      Completion done) {
+                                      Completion done, bool may_run_inline) {
   if (InActorHandler()) return CalledFromActor("Push");
   if (shut_down_.load(std::memory_order_acquire)) return FailedPrecondition("runtime is shut down");
   if (inputs.size() != sources_.size())
@@ -415,7 +429,21 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
                              std::to_string(output_descs[k].byte_size()) + " writable bytes)");
   }
 
-  std::lock_guard<std::mutex> push_lock(push_mu_);
+  std::unique_lock<std::mutex> push_lock(push_mu_);
+  if (may_run_inline && inline_ != nullptr) {
+    // Idle: nothing in flight, so no actor reads what the iteration's completion releases and
+    // completions stay in iteration order. Pushes wait behind push_mu_ while it runs.
+    std::unique_lock<std::mutex> lock(mu_);
+    if (in_flight_.empty() && !delivering_ && !shut_down_) {
+      const int64_t iteration = next_iteration_++;
+      Iteration& record = in_flight_[iteration];  // Drain waits for it like any other
+      record.done = std::move(done);
+      record.sinks_remaining = 1;
+      lock.unlock();
+      RunInline(push_lock, iteration, inputs, outputs);
+      return iteration;
+    }
+  }
   const bool trace = host_lane_ != nullptr && options_.observer->recording();
   const int64_t wait_start = trace ? trace_clock::Now() : 0;
   std::vector<int> regs(sources_.size());
@@ -455,6 +483,15 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
     for (int r : roots_) Send(nullptr, actors_[r], states_[r]->tick_channel(), tick_atom::value, iteration, act_start);
   if (trace) host_lane_->Act(iteration, true, wait_start, WaitReason::kOutputRegistersFull, act_start, trace_clock::Now());
   return iteration;
+}
+
+void Runtime::Impl::RunInline(std::unique_lock<std::mutex>& push_lock, int64_t iteration,
+                              const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
+  ScopedActorHandler handler;  // kernels and the completion run here as they would on an actor
+  Status status = inline_->Run(iteration, inputs, outputs);
+  if (!status.ok()) RecordError(iteration, status);
+  push_lock.unlock();  // the completion may take long; later pushes go through the actors meanwhile
+  SinkDelivered(iteration);
 }
 
 // Completions run in iteration order, outside the lock (a completion may Push again); one
@@ -585,6 +622,7 @@ Status Runtime::Impl::Shutdown() {
   for (auto& [iteration, record] : abandoned)
     if (record.done) record.done(iteration, shutdown_status_.WithContext("iteration " + std::to_string(iteration)));
   states_.clear();
+  inline_.reset();  // its registers are in register_memory_
   register_memory_.reset();
   return shutdown_status_;
 }
@@ -603,8 +641,8 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const plan::Plan& plan, Runti
 }
 
 StatusOr<int64_t> Runtime::Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
-                                Completion done) {
-  return impl_->Push(inputs, outputs, std::move(done));
+                                Completion done, bool may_run_inline) {
+  return impl_->Push(inputs, outputs, std::move(done), may_run_inline);
 }
 
 Status Runtime::Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
@@ -612,15 +650,22 @@ Status Runtime::Run(const std::vector<TensorView>& inputs, const std::vector<Ten
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
+  std::atomic<bool> finished_flag{false};
   Status result;
   auto pushed = impl_->Push(inputs, outputs, [&](int64_t, const Status& status) {
     std::lock_guard<std::mutex> lock(mu);
     result = status;
     finished = true;
+    finished_flag.store(true, std::memory_order_release);
     cv.notify_all();
-  });
+  }, /*may_run_inline=*/true);
   if (!pushed.ok()) return pushed.status();
-  std::unique_lock<std::mutex> lock(mu);
+  // A short iteration comes back in microseconds; blocking at once adds a thread wake-up on
+  // each side (a halted vCPU's costs more than the chain). Poll briefly, then block.
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+  while (!finished_flag.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until)
+    std::this_thread::yield();
+  std::unique_lock<std::mutex> lock(mu);  // also waits until the completion has left its lock
   cv.wait(lock, [&] { return finished; });
   return result;
 }
@@ -630,5 +675,6 @@ Status Runtime::Shutdown() { return impl_->Shutdown(); }
 int64_t Runtime::forced_shutdown_count() { return forced_shutdowns.load(); }
 const std::vector<TensorDesc>& Runtime::input_descs() const { return impl_->input_descs; }
 const std::vector<TensorDesc>& Runtime::output_descs() const { return impl_->output_descs; }
+const std::string& Runtime::inline_refusal() const { return impl_->inline_refusal; }
 
 }  // namespace actorflow

@@ -67,6 +67,16 @@ struct RuntimeOptions {
   // Where registers come from, by memory case (not owned; must outlive the Runtime). Null: the
   // process-wide AllocatorRegistry::Global(), which has host memory.
   const AllocatorRegistry* allocators = nullptr;
+  // Synchronous calls on an idle runtime run on the caller's thread (actors/inline_run.h): a
+  // Push with may_run_inline (Run's) that finds no iteration in flight runs the plan's tasks in
+  // order itself, with its own copy of the kernels and registers, and returns after its
+  // completion ran; any other call goes through the actors as always. Only for plans InlineRun
+  // accepts (synchronous tasks in host memory, no watch sinks, no written variables, at most
+  // inline_register_bytes of registers) and never with an observer (the trace records actors);
+  // inline_refusal() says why a runtime does not. The kernels must keep no state between
+  // calls that the two copies would split (the caller checks the ops: session.cc).
+  bool run_inline = false;
+  size_t inline_register_bytes = size_t{8} << 20;
 };
 
 struct RuntimeHooks {
@@ -99,9 +109,12 @@ class Runtime {
   // (CopyBytes: into whatever memory case the register has), blocking while none
   // is free (backpressure reaches the caller). `outputs` are caller-owned buffers, one per blob
   // of the main SINK (sink_name ""), filled before `done` runs. Thread-safe.
+  // `may_run_inline`: the caller waits for the completion anyway, so an idle runtime may run
+  // the iteration on this thread (RuntimeOptions::run_inline); `done` then runs here, before
+  // Push returns, marked as an actor handler (Push, Run and Drain refuse inside it).
   StatusOr<int64_t> Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
-                         Completion done);
-  // Convenience: Push and wait for this iteration's completion.
+                         Completion done, bool may_run_inline = false);
+  // Convenience: Push (inline where it may) and wait for this iteration's completion.
   Status Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
   // Blocks until every pushed iteration completed. From a completion, sink handler or kernel it
   // returns at once (it would wait for itself).
@@ -115,6 +128,8 @@ class Runtime {
   // Descriptions of the feeds (by feed_index) and of the main sink's blobs.
   const std::vector<TensorDesc>& input_descs() const;
   const std::vector<TensorDesc>& output_descs() const;
+  // Why synchronous calls do not run inline ("" when they do; see RuntimeOptions::run_inline).
+  const std::string& inline_refusal() const;
 
   class Impl;
  private:

@@ -216,14 +216,10 @@ int64_t TaskState::TakeInputsAndOutputs(bool* failed, int* registers) {
   return iteration;
 }
 
-Status TaskState::RunKernel(KernelContext& ctx) {
-  ctx.inputs = &input_views_;
-  ctx.outputs = &output_views_;
+Status CallKernel(const KernelFn& kernel, KernelContext& ctx) {
   Status status;
-  // An exception fails the iteration like an error status (it must not reach CAF, which
-  // would end the actor and leave the iteration unfinished).
   try {
-    status = kernel_(ctx);
+    status = kernel(ctx);
   } catch (const std::exception& e) {
     status = Internal(std::string("kernel threw an exception: ") + e.what());
   } catch (...) {
@@ -234,6 +230,12 @@ Status TaskState::RunKernel(KernelContext& ctx) {
         "the kernel took a completion handle, but its task is synchronous (plan Task.asynchronous is false), so "
         "nothing holds its registers until the handle completes");
   return status;
+}
+
+Status TaskState::RunKernel(KernelContext& ctx) {
+  ctx.inputs = &input_views_;
+  ctx.outputs = &output_views_;
+  return CallKernel(kernel_, ctx);
 }
 
 // The main sink copies into the caller's buffers (through CopyBytes, which knows both memory
@@ -528,6 +530,9 @@ char behaviors_published;
 }  // namespace
 
 bool InActorHandler() { return in_actor_handler; }
+
+ScopedActorHandler::ScopedActorHandler() : outer_(in_actor_handler) { in_actor_handler = true; }
+ScopedActorHandler::~ScopedActorHandler() { in_actor_handler = outer_; }
 
 // Arguments are taken by reference and copied by MessageArgs: they live in CAF's message, whose
 // publication TSan cannot see (see HappensBeforeSend).

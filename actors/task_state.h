@@ -34,6 +34,23 @@ using abandon_atom = caf::atom_constant<caf::atom("abandon")>;
 // True while this thread runs an actor's handler: kernels, sink handlers and completions all
 // run inside one, and the runtime's blocking calls (Push, Run, Drain) must not wait there.
 bool InActorHandler();
+// Marks this thread as running a handler for its lifetime (the inline run's kernels and
+// completion, actors/inline_run.h): Push, Run and Drain then refuse as they do on an actor.
+class ScopedActorHandler {
+ public:
+  ScopedActorHandler();
+  ~ScopedActorHandler();
+  ScopedActorHandler(const ScopedActorHandler&) = delete;
+  ScopedActorHandler& operator=(const ScopedActorHandler&) = delete;
+
+ private:
+  const bool outer_;
+};
+
+// Calls a synchronous kernel: an exception fails the act like an error status (it must not
+// reach CAF, which would end the actor and leave the iteration unfinished), and so does taking
+// a completion handle.
+Status CallKernel(const KernelFn& kernel, KernelContext& ctx);
 
 class RuntimeCore;  // Runtime::Impl's face towards actors (completions, errors, sources)
 

@@ -178,7 +178,7 @@ class PyJob {
         lock.unlock();
         // The caller left (KeyboardInterrupt); release the arrays the runtime used, with the GIL.
         dispatcher->Enqueue({nullptr, [wait] { wait->keep.clear(); }});
-      });
+      }, /*may_run_inline=*/true);
       // A short call comes back in tens of microseconds: poll briefly before blocking.
       const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
       while (pushed.ok() && !wait->finished.load(std::memory_order_acquire) &&
@@ -300,6 +300,7 @@ class PyJob {
   }
 
   std::string PlanDot() const { return graph::PlanToDot(job().plan()); }
+  std::string InlineRefusal() const { return job().inline_refusal(); }
   std::string SbpSummary() const { return graph::SbpSummary(job().graph()); }
   std::string PlanText() const { return job().plan().DebugString(); }
   py::dict MemoryReport() const {
@@ -384,9 +385,10 @@ class PySession {
       else if (k == "disabled_fusions") job_options.disabled_fusions = value.cast<std::vector<std::string>>();
       else if (k == "memory_sharing") job_options.memory_sharing = value.cast<bool>();
       else if (k == "pipelining") job_options.pipelining = value.cast<bool>();
+      else if (k == "run_inline") job_options.run_inline = value.cast<bool>();
       else throw py::value_error("compile: unknown option '" + k +
                                  "' (num_threads, num_workers, kernel_threads, register_num, dump_dot_dir, trace_path, "
-                                 "use_job_cache, disabled_fusions, memory_sharing, pipelining)");
+                                 "use_job_cache, disabled_fusions, memory_sharing, pipelining, run_inline)");
     }
     if (job_options.register_num < 1) throw py::value_error("compile: register_num must be >= 1");
     auto job = std::make_unique<PyJob>(this);
@@ -600,6 +602,7 @@ PYBIND11_MODULE(_C, m) {
       .def("plan_dot", &PyJob::PlanDot)
       .def("plan_text", &PyJob::PlanText)
       .def("memory_report", &PyJob::MemoryReport)
+      .def("inline_refusal", &PyJob::InlineRefusal)
       .def_property_readonly("compile_timings", &PyJob::CompileTimings)
       .def("sbp_summary", &PyJob::SbpSummary);
 

@@ -218,8 +218,13 @@ Status CompiledJob::RefreshAfterForkLocked() {
   return InstantiateLocked();
 }
 
+std::string CompiledJob::inline_refusal() const {
+  std::lock_guard<std::mutex> lock(runtime_mu_);
+  return runtime_ ? runtime_->inline_refusal() : "the job is shut down";
+}
+
 StatusOr<int64_t> CompiledJob::Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
-                                    Completion done) {
+                                    Completion done, bool may_run_inline) {
   AF_RETURN_IF_ERROR(CheckInputs(inputs));
   if (outputs.size() != output_descs_.size())
     return InvalidArgument("job '" + name() + "' has " + std::to_string(output_descs_.size()) + " outputs, got " +
@@ -249,7 +254,7 @@ StatusOr<int64_t> CompiledJob::Push(const std::vector<TensorView>& inputs, const
                                [this, done = std::move(done)](int64_t iteration, const Status& status) {
     done(iteration, status);
     Finished();
-  });
+  }, may_run_inline);
   if (!result.ok()) Finished();
   return result;
 }
@@ -266,7 +271,7 @@ Status CompiledJob::Run(const std::vector<TensorView>& inputs, const std::vector
                        finished = true;
                        finished_flag.store(true, std::memory_order_release);
                        cv.notify_all();
-                     }).status());
+                     }, /*may_run_inline=*/true).status());
   // A short call comes back in tens of microseconds; blocking at once would add a thread
   // wake-up on each side. Poll briefly (yielding the core to the actors), then block.
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
@@ -643,6 +648,15 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   // Devices lend their share to one computing while they wait on it (a gradient's matmul on
   // the update's device while the others idle), so n devices lose no cores to idle shares.
   runtime_options.lend_idle_threads = device_count > 1 && options.kernel_threads <= 0;
+  // The inline copy has its own kernels: an op whose kernel keeps state (a random stream)
+  // would draw one stream per copy, so such plans stay on the actors.
+  runtime_options.run_inline = options.run_inline && !environment_set("ACTORFLOW_DISABLE_RUN_INLINE") &&
+                               !job->distributed_ && device_count == 1;
+  for (const plan::Task& task : plan->tasks()) {
+    if (!runtime_options.run_inline || task.kind() != plan::COMPUTE) continue;
+    auto def = OpRegistry::Global().Find(task.op_type());
+    if (!def.ok() || def.value()->stateful_kernel || task.device_type() == "gpu") runtime_options.run_inline = false;
+  }
   if (!options.trace_path.empty()) {
     AF_RETURN_IF_ERROR(ChromeTraceRecorder::CheckWritable(options.trace_path));
     job->recorder_ = std::make_unique<ChromeTraceRecorder>();

@@ -60,6 +60,10 @@ struct JobOptions {
   // every job (to bisect a wrong result without editing code).
   bool memory_sharing = true;
   bool pipelining = true;  // graph::CompileOptions::pipelining
+  // Synchronous calls of an idle job run on the caller's thread (RuntimeOptions::run_inline)
+  // when its plan allows and no op keeps kernel state (OpDef::stateful_kernel); one process,
+  // CPU only. ACTORFLOW_DISABLE_RUN_INLINE=1 turns it off for every job (to bisect).
+  bool run_inline = true;
 };
 
 // Watch handlers: (handler name, iteration, views valid only during the call). Actor thread.
@@ -90,7 +94,11 @@ class CompiledJob {
   // must match input_descs exactly (InvalidArgument naming the input otherwise); `outputs`
   // are caller buffers matching output_descs, valid until `done` ran. Blocks under
   // backpressure. FailedPrecondition after Shutdown.
-  StatusOr<int64_t> Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs, Completion done);
+  // `may_run_inline`: see Runtime::Push (the caller waits for `done`; Run's and Python's run).
+  StatusOr<int64_t> Push(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs, Completion done,
+                         bool may_run_inline = false);
+  // Why synchronous calls go through the actors ("" when they run inline; JobOptions::run_inline).
+  std::string inline_refusal() const;
   Status Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs);
   // Waits for every pushed iteration (and writes the trace if one was asked for).
   void Drain();
@@ -135,7 +143,7 @@ class CompiledJob {
   uint64_t generation_ = 0;       // Environment::generation() when runtime_ was built
   bool shut_down_ = false;
   std::atomic<int64_t> in_flight_{0};
-  std::mutex runtime_mu_;  // guards runtime_ against Shutdown during a call
+  mutable std::mutex runtime_mu_;  // guards runtime_ against Shutdown during a call
 };
 
 class Session {

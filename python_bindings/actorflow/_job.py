@@ -75,7 +75,7 @@ _warned_config = set()
 class FunctionConfig:
     """flow.function_config(): per-job settings. Supported: default_data_type,
     default_logical_view (consistent or mirrored), num_threads, num_workers, register_num, seed / random_seed,
-    disable_fusion(*names), disable_memory_sharing(), disable_pipelining().
+    disable_fusion(*names), disable_memory_sharing(), disable_pipelining(), disable_run_inline().
     Other OneFlow switches are accepted but not supported yet: each warns once, naming itself."""
 
     def __init__(self):
@@ -130,6 +130,14 @@ class FunctionConfig:
         the plan may share memory (a predict job's layers too), for less memory at the cost of
         throughput under concurrent calls."""
         self.options["pipelining"] = False
+
+    def disable_run_inline(self):
+        """Run every call of this job through its actors. By default a synchronous call of an
+        idle job whose ops keep no kernel state runs its plan on the calling thread (same
+        kernels, same order, no thread hand-offs: the latency of small calls); asynchronous
+        calls, and calls while others are in flight, always use the actors.
+        ACTORFLOW_DISABLE_RUN_INLINE=1 does the same for every job."""
+        self.options["run_inline"] = False
 
     def seed(self, n):
         self.options["seed"] = _int_setting(n, "function_config().seed", 0)
@@ -355,7 +363,7 @@ class JobFunction:
             options = dict(_config.compile_options(name))
             options.update({k: v for k, v in self._config.options.items()
                             if k in ("num_threads", "num_workers", "register_num", "disabled_fusions",
-                                     "memory_sharing", "pipelining")})
+                                     "memory_sharing", "pipelining", "run_inline")})
             compiled = session.compile(builder, options)
         except Exception:
             # A job that does not compile leaves nothing behind either: the variables it created
