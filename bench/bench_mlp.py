@@ -11,6 +11,7 @@ its GEMM lower bound: forward + backward matmul FLOPs at the sgemm rate measured
 rounds with the same threads (the best of oneDNN through actorflow and OpenBLAS through torch)."""
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402  (sets the BLAS environment before numpy loads)
@@ -36,16 +37,47 @@ def mlp(images):
     return flow.layers.dense(hidden, OUT, kernel_initializer=initializer, name="output")
 
 
-def actorflow_predict(batch):
-    @flow.global_function(type="predict")
+def _config(inline):
+    config = flow.function_config()
+    if not inline:
+        config.disable_run_inline()
+    return config
+
+
+def actorflow_predict(batch, inline=True):
     def predict(images: tp.Numpy.Placeholder((batch, 1, 28, 28), dtype=flow.float)) -> tp.Numpy:
         return mlp(images)
-    return predict
+    predict.__name__ = "predict_%d%s" % (batch, "" if inline else "_actors")
+    return flow.global_function(type="predict", function_config=_config(inline))(predict)
 
 
-@flow.global_function(type="predict")
-def empty_job(x: tp.Numpy.Placeholder((1,), dtype=flow.float)) -> tp.Numpy:
-    return x
+def make_empty_job(inline=True):
+    def empty_job(x: tp.Numpy.Placeholder((1,), dtype=flow.float)) -> tp.Numpy:
+        return x
+    empty_job.__name__ = "empty_job" if inline else "empty_job_actors"
+    return flow.global_function(type="predict", function_config=_config(inline))(empty_job)
+
+
+empty_job, empty_job_actors = make_empty_job(True), make_empty_job(False)
+
+
+class AfterIdle(_common.Candidate):
+    """One call after `gap` seconds of sleep (the process idle), timed alone: what a caller
+    that calls now and then sees, with the runtime's threads gone to sleep meanwhile."""
+
+    def __init__(self, name, fn, gap):
+        super().__init__(name, fn, "reference")
+        self.gap = gap
+
+    def block(self, calls):
+        calls = max(1, min(calls, int(0.1 / self.gap)))
+        total = 0.0
+        for _ in range(calls):
+            time.sleep(self.gap)
+            start = time.perf_counter()
+            self.fn()
+            total += time.perf_counter() - start
+        return total / calls
 
 
 @flow.global_function(type="train")
@@ -90,9 +122,15 @@ def inference_row(batch, rng):
     jit = _common.torch_predict(torch, _common.torch_jit_for_inference(torch, torch_model(), x))
     matmul = _common.torch_predict(torch, MatmulMLP().eval())
     variants = [("eager", lambda: eager(x)), ("jit", lambda: jit(x)), ("matmul+add", lambda: matmul(x))]
+    # The same job through the actors (run_inline off): what asynchronous or overlapping calls get.
+    through_actors = actorflow_predict(batch, inline=False)
+    references = [_common.Candidate("actorflow through the actors", lambda: through_actors(x), "reference")]
+    if batch == 1:
+        references += [AfterIdle("actorflow after 2 ms idle", lambda: predict(x), 0.002),
+                       AfterIdle("actorflow through the actors after 2 ms idle", lambda: through_actors(x), 0.002)]
     return _common.Row("MLP inference, batch %d" % batch,
                        [_common.Candidate("actorflow", lambda: predict(x), "actorflow")]
-                       + _common.torch_variants(torch, ARGS.blas, ARGS.threads, variants))
+                       + _common.torch_variants(torch, ARGS.blas, ARGS.threads, variants) + references)
 
 
 def train_row(rng):
@@ -150,11 +188,18 @@ def main():
     one = np.zeros((1,), np.float32)
     rows.append(_common.Row("empty job round trip", [
         _common.Candidate("actorflow", lambda: empty_job(one), "actorflow"),
-        _common.Candidate("from_numpy.clone.numpy", lambda: torch.from_numpy(one).clone().numpy())]).measure(ARGS))
+        _common.Candidate("from_numpy.clone.numpy", lambda: torch.from_numpy(one).clone().numpy()),
+        _common.Candidate("actorflow through the actors", lambda: empty_job_actors(one), "reference"),
+        AfterIdle("actorflow after 2 ms idle", lambda: empty_job(one), 0.002),
+        AfterIdle("actorflow through the actors after 2 ms idle", lambda: empty_job_actors(one), 0.002)]
+        ).measure(ARGS))
     train = train_row(rng).measure(ARGS)
     rows.append(train)
     notes = gemm_bound(train)
-    notes += ["empty round trip's PyTorch column: torch.from_numpy(x).clone().numpy() (no job system to compare with)",
+    notes += ["actorflow: synchronous calls of an idle job run inline on the calling thread (run_inline); "
+              "'through the actors' is the same job with function_config().disable_run_inline(); "
+              "'after 2 ms idle': one call after the process slept 2 ms, timed alone",
+              "empty round trip's PyTorch column: torch.from_numpy(x).clone().numpy() (no job system to compare with)",
               "jit: inference traced, frozen and optimize_for_inference'd; train traced",
               "ratios: PyTorch time / actorflow time per round (> 1 means actorflow is faster)",
               "torch %s (%d cores, statistics over %d rounds)" % (torch.__version__, os.cpu_count(), ARGS.rounds)]
