@@ -151,6 +151,7 @@ class Runtime::Impl : public RuntimeCore {
   int num_sinks_ = 0;
 
   std::mutex push_mu_;  // serializes Push so iterations enter the sources in order
+  std::vector<int> push_registers_;  // Push's choice of source registers (under push_mu_)
   TraceLane* host_lane_ = nullptr;  // the observer's host lane (written under push_mu_)
   std::mutex mu_;       // guards everything below and the sources' free pools
   std::condition_variable source_free_, drained_, finished_cv_;
@@ -354,6 +355,7 @@ Status Runtime::Impl::Instantiate() {
     if (state.is_root() && task.kind() != plan::SOURCE && !IsReadOnlyVariable(task)) roots_.push_back(i);
   }
   for (int s : sources_) input_descs.push_back(states_[s]->outputs()[0].blob_descs[0]);
+  push_registers_.assign(sources_.size(), -1);
   for (auto& state : states_) AF_RETURN_IF_ERROR(state->FinishSetup(register_memory_));
   if (options_.run_inline) {
     inline_refusal = options_.observer != nullptr ? "an observer records the actors"
@@ -446,7 +448,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
   }
   const bool trace = host_lane_ != nullptr && options_.observer->recording();
   const int64_t wait_start = trace ? trace_clock::Now() : 0;
-  std::vector<int> regs(sources_.size());
+  std::vector<int>& regs = push_registers_;  // sized at instantiation: no allocation per call
   int64_t iteration;
   {
     std::unique_lock<std::mutex> lock(mu_);
