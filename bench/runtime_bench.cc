@@ -10,7 +10,8 @@
 //    and two.
 //  - RecorderPerAct: what the recorder adds to one act, without actors: the clock reads and
 //    the two appends (wait + act) that an observed act costs, in ns.
-//  - ChainLatency/N: one iteration at a time (Run), wall time per iteration.
+//  - ChainLatency/N/inline: one iteration at a time (Run), wall time per iteration; through the
+//    actors (inline=0), or on the calling thread (inline=1, RuntimeOptions::run_inline).
 //  - CafPingPong: two raw CAF actors bouncing a message; `per_message` is one hop.
 //  - FunctionCall: the same no-op kernel called through its std::function, no actors.
 // Run with --benchmark_repetitions=N --benchmark_report_aggregates_only=true: the machine is
@@ -60,12 +61,13 @@ plan::Plan ChainPlan(int length, int register_num) {
 
 Status Noop(KernelContext&) { return Status::Ok(); }
 
-std::unique_ptr<Runtime> MakeChain(int length, RuntimeObserver* observer, int num_workers = 0) {
+std::unique_ptr<Runtime> MakeChain(int length, RuntimeObserver* observer, int num_workers = 0, bool run_inline = false) {
   RuntimeHooks hooks;
   hooks.make_kernel = [](const plan::Task&) -> StatusOr<KernelFn> { return KernelFn(Noop); };
   RuntimeOptions options;
   options.observer = observer;
   options.num_workers = num_workers;
+  options.run_inline = run_inline;
   auto runtime = Runtime::Create(ChainPlan(length, 2), hooks, options);
   if (!runtime.ok()) return nullptr;
   return std::move(runtime).value();
@@ -202,14 +204,16 @@ BENCHMARK(RecorderPerAct)->Arg(1)->Arg(10)->Arg(100)->Iterations(2000000);
 
 void ChainLatency(benchmark::State& state) {
   const int length = static_cast<int>(state.range(0));
-  auto runtime = MakeChain(length, nullptr);
+  auto runtime = MakeChain(length, nullptr, 0, state.range(1) != 0);
   if (!runtime) return state.SkipWithError("Runtime::Create failed");
+  if (state.range(1) != 0 && !runtime->inline_refusal().empty()) return state.SkipWithError("not inline");
   float in = 1, out = 0;
   std::vector<TensorView> inputs{{&in, kScalar}}, outputs{{&out, kScalar}};
   for (auto _ : state)
     if (!runtime->Run(inputs, outputs).ok()) return state.SkipWithError("Run failed");
 }
-BENCHMARK(ChainLatency)->Arg(1)->Arg(10)->Arg(100)->UseRealTime()->Unit(benchmark::kMicrosecond);
+// inline=1: RuntimeOptions::run_inline, Run executes the chain on the calling thread.
+BENCHMARK(ChainLatency)->ArgsProduct({{1, 10, 100}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // Two raw CAF actors bounce a countdown; the last one fulfils the host's promise. The exit
 // message at the end terminates both, which drops their behaviours and so the handles they hold.
