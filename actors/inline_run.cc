@@ -43,8 +43,7 @@ std::vector<int> TopologicalOrder(const std::vector<std::unique_ptr<TaskState>>&
 
 }  // namespace
 
-std::string InlineRun::Ineligible(const plan::Plan& plan, const std::vector<std::unique_ptr<TaskState>>& states,
-                                  size_t max_register_bytes) {
+std::string InlineRun::Ineligible(const std::vector<std::unique_ptr<TaskState>>& states, size_t max_register_bytes) {
   size_t bytes = 0;
   for (const auto& state : states) {
     const plan::Task& task = state->task();
@@ -78,15 +77,12 @@ std::string InlineRun::Ineligible(const plan::Plan& plan, const std::vector<std:
     return "its registers need " + std::to_string(bytes) + " bytes, more than the inline limit of " +
            std::to_string(max_register_bytes);
   if (TopologicalOrder(states).empty()) return "its edges have a cycle";
-  (void)plan;
   return "";
 }
 
-StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const plan::Plan& plan,
-                                                       const std::vector<std::unique_ptr<TaskState>>& states,
+StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const std::vector<std::unique_ptr<TaskState>>& states,
                                                        const RuntimeHooks& hooks, RegisterMemory& memory,
                                                        const AllocatorRegistry& allocators) {
-  (void)plan;
   std::unique_ptr<InlineRun> run(new InlineRun());
   const MemoryCase host{MemoryKind::kHost, 0};
   AF_ASSIGN_OR_RETURN(std::shared_ptr<RegisterAllocator> allocator, allocators.Find(host));

@@ -28,20 +28,17 @@
 #include "actors/tensor.h"
 
 namespace actorflow {
-namespace plan { class Plan; }
 class TaskState;
 struct RuntimeHooks;
 
 class InlineRun {
  public:
-  // Why `states` (the runtime's instantiated tasks of `plan`) cannot run inline, or "" if they
+  // Why `states` (the runtime's instantiated tasks, wired) cannot run inline, or "" if they
   // can. `max_register_bytes`: the most register memory the inline copy may allocate.
-  static std::string Ineligible(const plan::Plan& plan, const std::vector<std::unique_ptr<TaskState>>& states,
-                                size_t max_register_bytes);
+  static std::string Ineligible(const std::vector<std::unique_ptr<TaskState>>& states, size_t max_register_bytes);
   // Builds the inline copy of an eligible plan: kernels, registers (from `memory`, which must
   // outlive it), views. Fails as instantiation fails (a kernel that cannot be built).
-  static StatusOr<std::unique_ptr<InlineRun>> Create(const plan::Plan& plan,
-                                                     const std::vector<std::unique_ptr<TaskState>>& states,
+  static StatusOr<std::unique_ptr<InlineRun>> Create(const std::vector<std::unique_ptr<TaskState>>& states,
                                                      const RuntimeHooks& hooks, RegisterMemory& memory,
                                                      const AllocatorRegistry& allocators);
 

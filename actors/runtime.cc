@@ -359,9 +359,9 @@ Status Runtime::Impl::Instantiate() {
   for (auto& state : states_) AF_RETURN_IF_ERROR(state->FinishSetup(register_memory_));
   if (options_.run_inline) {
     inline_refusal = options_.observer != nullptr ? "an observer records the actors"
-                                                  : InlineRun::Ineligible(plan_, states_, options_.inline_register_bytes);
+                                                  : InlineRun::Ineligible(states_, options_.inline_register_bytes);
     if (inline_refusal.empty()) {
-      AF_ASSIGN_OR_RETURN(inline_, InlineRun::Create(plan_, states_, hooks_, *register_memory_, allocators));
+      AF_ASSIGN_OR_RETURN(inline_, InlineRun::Create(states_, hooks_, *register_memory_, allocators));
     }
   }
   if (options_.lend_idle_threads && options_.num_workers > 1 && options_.kernel_threads > 0 &&
