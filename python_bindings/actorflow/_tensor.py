@@ -492,6 +492,15 @@ class Tensor(TensorMath):
         return _as_tensor_like(base, self.dtype.name).pow(self)
 
     def __matmul__(self, other):
+        # Two matrices of one dtype, no trace: straight to the prepared op (the C++ op refuses
+        # other ranks, and matmul() then handles vectors, batches and promotion).
+        if isinstance(other, Tensor) and not _trace_ctx.active_traces:
+            try:
+                out = _new(Tensor)
+                out._impl = _MATMUL.run_binary(self._impl, other._impl)
+                return out
+            except (ValueError, RuntimeError):
+                pass
         return self.matmul(other)
 
     def __rmatmul__(self, other):
