@@ -711,15 +711,7 @@ class Tensor(TensorMath):
         return _indexing.getitem(self, index)
 
     def __setitem__(self, index, value):
-        self._check_inplace("__setitem__")
-        view = self._impl.numpy_view()
-        if isinstance(value, Tensor):
-            value = value._impl.numpy()
-        try:
-            view[_indexing.numpy_index(index)] = value
-        except (IndexError, ValueError) as e:
-            raise type(e)("%s (at %s)" % (e, _trace_ctx.user_location())) from None
-        self._impl.bump_version()
+        _indexing.setitem(self, index, value)
 
 
 class Parameter(Tensor):
