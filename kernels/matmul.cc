@@ -78,13 +78,20 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T
 constexpr double kParallelGemmFlops = 2e6;
 
 // A small one-thread float GEMM as a oneDNN matmul primitive made once per kernel: its code is
-// generated for these shapes, where dnnl_sgemm chooses its path on every call (64x64x64 on one
-// core: 4.9 us against sgemm's 5.3). Owned by one kernel, which one thread runs at a time.
+// generated for these shapes, where dnnl_sgemm chooses its path on every call. Measured on one
+// core: 64x64x64 4.9 us against 5.3, (100,512)x(512,10) 14 against 24; but with a large b it
+// repacks b on every call ((1,784)x(784,512): 96-131 us against 23-40) and with a few rows it
+// is no faster, hence UsePrimitive. Owned by one kernel, which one thread runs at a time.
 struct SmallGemm {
   dnnl::matmul primitive;
   dnnl::stream stream;
   dnnl::memory a, b, c, scratchpad;
 };
+
+bool UsePrimitive(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kMinRows = 16, kMaxRightBytes = 128 << 10;
+  return m >= kMinRows && n > 0 && k > 0 && k * n * static_cast<int64_t>(sizeof(float)) <= kMaxRightBytes;
+}
 
 // Null when oneDNN has no primitive for it (the caller keeps dnnl_sgemm).
 std::shared_ptr<SmallGemm> MakeSmallGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
@@ -158,7 +165,7 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
       epilogue.template operator()<double>(c);
       return Status::Ok();
     });
-  std::shared_ptr<SmallGemm> small_gemm = small && batch == 1 && m > 0 && n > 0 && k > 0 ? MakeSmallGemm(ta, tb, m, n, k) : nullptr;
+  std::shared_ptr<SmallGemm> small_gemm = small && batch == 1 && UsePrimitive(m, n, k) ? MakeSmallGemm(ta, tb, m, n, k) : nullptr;
   if (small_gemm)
     return KernelFn([=](KernelContext& c) {
       SmallGemm& g = *small_gemm;
