@@ -137,8 +137,8 @@ std::shared_ptr<void> AllocateEagerStorage(size_t bytes, bool zero) {
   // One allocation holds the reference count and the buffer, aligned inside it: half the
   // mallocs of aligned_alloc plus a separate control block, and malloc's fast path where
   // memalign splits chunks (a small op's output costs about as much to allocate as to compute).
+  // Out of memory throws std::bad_alloc (MemoryError in Python).
   std::shared_ptr<unsigned char[]> block = std::make_shared_for_overwrite<unsigned char[]>(rounded + kAlignment);
-  AF_CHECK(block != nullptr) << "eager: out of memory allocating " << rounded << " bytes";
   const auto address = reinterpret_cast<uintptr_t>(block.get());
   void* data = reinterpret_cast<void*>((address + kAlignment - 1) & ~static_cast<uintptr_t>(kAlignment - 1));
   if (zero) std::memset(data, 0, rounded);
