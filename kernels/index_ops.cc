@@ -1,6 +1,10 @@
 // argmax (attr axis, default -1; int64 indices, first maximum wins), one_hot (indices int32/
-// int64 of any shape -> shape + (depth,); attrs depth, on_value, off_value, dtype) and cast
-// (attr dtype string). Only cast is differentiable (between float dtypes).
+// int64 of any shape -> shape + (depth,); attrs depth, on_value, off_value, dtype), cast
+// (attr dtype string), and gather_flat / gather_flat_grad (elements of x by flat index: the
+// eager front end's integer-array and boolean-mask indexing). cast (between float dtypes) and
+// gather_flat are differentiable.
+#include <algorithm>
+
 #include "kernels/kernel_util.h"
 #include "kernels/sbp_util.h"
 
@@ -196,12 +200,129 @@ void RegisterCast(OpRegistry& registry) {
   registry.Register(std::move(def));
 }
 
+// out[i...] = x.flat[indices[i...]]: x of any shape and dtype, indices int64 of any shape
+// (the output's). An index outside [0, x's element count) fails the call naming it.
+template <typename T>
+KernelFn GatherFlatKernel(int64_t count, int64_t bound) {
+  return [count, bound](KernelContext& c) {
+    const T* __restrict x = c.input(0).as<T>();
+    const int64_t* indices = c.input(1).as<int64_t>();
+    T* __restrict out = c.output(0).as<T>();
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t k = indices[i];
+      if (k < 0 || k >= bound)
+        return InvalidArgument("gather_flat: index " + std::to_string(k) + " at position " + std::to_string(i) +
+                               " is out of range [0, " + std::to_string(bound) + ")");
+      out[i] = x[k];
+    }
+    return Status::Ok();
+  };
+}
+
+// dx = zeros like x, then dx.flat[indices[i]] += dy[i] (repeated indices add up).
+template <typename T>
+KernelFn GatherFlatGradKernel(int64_t count, int64_t bound) {
+  return [count, bound](KernelContext& c) {
+    const T* __restrict dy = c.input(0).as<T>();
+    const int64_t* indices = c.input(1).as<int64_t>();
+    T* __restrict dx = c.output(0).as<T>();
+    std::fill(dx, dx + bound, T(0));
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t k = indices[i];
+      if (k < 0 || k >= bound)
+        return InvalidArgument("gather_flat_grad: index " + std::to_string(k) + " at position " + std::to_string(i) +
+                               " is out of range [0, " + std::to_string(bound) + ")");
+      dx[k] += dy[i];
+    }
+    return Status::Ok();
+  };
+}
+
+Status CheckFlatIndices(const TensorDesc& indices) {
+  if (indices.dtype != DType::kInt64) return InvalidArgument(std::string("indices must be int64, got ") + DTypeName(indices.dtype));
+  return Status::Ok();
+}
+
+void RegisterGatherFlat(OpRegistry& registry) {
+  OpDef def;
+  def.type = "gather_flat";
+  def.input_names = {"x", "indices"};
+  def.output_names = {"out"};
+  def.infer = [](InferContext& ctx) -> Status {
+    AF_RETURN_IF_ERROR(CheckFlatIndices(ctx.inputs[1]));
+    ctx.outputs = {TensorDesc{ctx.inputs[1].shape, ctx.inputs[0].dtype}};
+    return Status::Ok();
+  };
+  def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    const int64_t count = init.inputs[1].num_elements(), bound = init.inputs[0].num_elements();
+    switch (init.inputs[0].dtype) {
+      case DType::kFloat32: return GatherFlatKernel<float>(count, bound);
+      case DType::kFloat64: return GatherFlatKernel<double>(count, bound);
+      case DType::kInt8: return GatherFlatKernel<int8_t>(count, bound);
+      case DType::kInt32: return GatherFlatKernel<int32_t>(count, bound);
+      case DType::kInt64: return GatherFlatKernel<int64_t>(count, bound);
+      case DType::kUInt8: return GatherFlatKernel<uint8_t>(count, bound);
+      default: return InvalidArgument(std::string("gather_flat: unsupported dtype ") + DTypeName(init.inputs[0].dtype));
+    }
+  };
+  def.grad = [](GradBuilder& g) -> Status {
+    if (g.output_grad(0).empty() || !g.needs_input_grad(0)) return Status::Ok();
+    AF_ASSIGN_OR_RETURN(std::string dx, g.AddOp1("gather_flat_grad", {g.output_grad(0), g.input(1), g.input(0)}));
+    g.SetInputGrad(0, dx);
+    return Status::Ok();
+  };
+  // Any element may be read: x whole; linear in x, so a partial x gives a partial out.
+  def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
+    if (ctx.inputs[0].dtype == DType::kFloat32 || ctx.inputs[0].dtype == DType::kFloat64)
+      out.push_back(MakeSignature({Sbp::PartialSum(), Sbp::Broadcast()}, {Sbp::PartialSum()}));
+    return out;
+  };
+  def.doc = "out(shape of indices) = x.flat[indices] (indices int64, each in [0, x's element count))";
+  registry.Register(std::move(def));
+
+  OpDef grad;
+  grad.type = "gather_flat_grad";
+  grad.input_names = {"dy", "indices", "like"};
+  grad.output_names = {"dx"};
+  grad.infer = [](InferContext& ctx) -> Status {
+    AF_RETURN_IF_ERROR(CheckFlatIndices(ctx.inputs[1]));
+    if (ctx.inputs[0].shape != ctx.inputs[1].shape || ctx.inputs[0].dtype != ctx.inputs[2].dtype)
+      return InvalidArgument("dy " + ctx.inputs[0].ToString() + " must have the shape of indices " + ctx.inputs[1].ToString() +
+                             " and the dtype of like " + ctx.inputs[2].ToString());
+    ctx.outputs = {ctx.inputs[2]};
+    return Status::Ok();
+  };
+  grad.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    const int64_t count = init.inputs[1].num_elements(), bound = init.inputs[2].num_elements();
+    switch (init.inputs[0].dtype) {
+      case DType::kFloat32: return GatherFlatGradKernel<float>(count, bound);
+      case DType::kFloat64: return GatherFlatGradKernel<double>(count, bound);
+      default: return InvalidArgument(std::string("gather_flat_grad: unsupported dtype ") + DTypeName(init.inputs[0].dtype));
+    }
+  };
+  grad.grad = [](GradBuilder& g) -> Status {  // linear in dy: its gradient reads the same positions
+    if (g.output_grad(0).empty() || !g.needs_input_grad(0)) return Status::Ok();
+    AF_ASSIGN_OR_RETURN(std::string ddy, g.AddOp1("gather_flat", {g.output_grad(0), g.input(1)}));
+    g.SetInputGrad(0, ddy);
+    return Status::Ok();
+  };
+  // Linear in dy: a partial dy gives a partial dx.
+  grad.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    return std::vector<SbpSignature>{AllBroadcast(ctx),
+                                     MakeSignature({Sbp::PartialSum(), Sbp::Broadcast(), Sbp::Broadcast()}, {Sbp::PartialSum()})};
+  };
+  grad.doc = "dx(like's shape) = zeros, then dx.flat[indices[i]] += dy[i] (the gradient of gather_flat)";
+  registry.Register(std::move(grad));
+}
+
 }  // namespace
 
 void RegisterIndexOps(OpRegistry& registry) {
   RegisterArgmax(registry);
   RegisterOneHot(registry);
   RegisterCast(registry);
+  RegisterGatherFlat(registry);
 }
 
 }  // namespace actorflow

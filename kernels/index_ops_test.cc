@@ -41,5 +41,26 @@ TEST(IndexOps, CastAndGradient) {
   EXPECT_LT(Grad("cast", {F64({3})}, Attrs{{"dtype", std::string("float64")}}, {0}), kGradTol);
 }
 
+TEST(IndexOps, GatherFlatAndGradient) {
+  HostTensor x = F64({2, 3}, {10, 11, 12, 13, 14, 15});
+  HostTensor out = Run1("gather_flat", {x, I64({2, 2}, {5, 0, 5, 2})});
+  ASSERT_EQ(out.desc.shape, (Shape{2, 2}));
+  EXPECT_EQ(out.at(0), 15);
+  EXPECT_EQ(out.at(1), 10);
+  EXPECT_EQ(out.at(3), 12);
+  // Repeated indices add their gradients up.
+  HostTensor dx = Run1("gather_flat_grad", {F64({3}, {1, 2, 4}), I64({3}, {1, 1, 3}), x});
+  ASSERT_EQ(dx.desc.shape, (Shape{2, 3}));
+  EXPECT_EQ(dx.at(1), 3);
+  EXPECT_EQ(dx.at(3), 4);
+  EXPECT_EQ(dx.at(0), 0);
+  EXPECT_LT(Grad("gather_flat", {F64({4, 3}), I64({5}, {11, 0, 4, 4, 7})}, {}, {0}), kGradTol);
+  EXPECT_LT(Grad("gather_flat_grad", {F64({3}), I64({3}, {2, 0, 2}), F64({2, 2})}, {}, {0}), kGradTol);
+  EXPECT_NE(ErrorOf("gather_flat", {x, I64({2}, {1, 6})}).find("index 6 at position 1 is out of range [0, 6)"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("gather_flat", {x, I64({1}, {-1})}).find("index -1"), std::string::npos);
+  EXPECT_NE(ErrorOf("gather_flat", {x, I32({1}, {0})}).find("indices must be int64"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace actorflow::testing

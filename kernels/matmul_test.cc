@@ -14,18 +14,20 @@ double Ref(const HostTensor& a, const HostTensor& b, bool ta, bool tb, int64_t b
   return acc;
 }
 
+// m = 5 runs dnnl_sgemm, m = 20 the small-GEMM primitive (float32, at least 16 rows).
 TEST(Matmul, ForwardAllTransposesFloat32AndFloat64) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64})
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        int64_t m = 5, n = 7, k = 33;
-        HostTensor a = HostTensor::Of(ta ? Shape{k, m} : Shape{m, k}, dtype, Ramp(m * k));
-        HostTensor b = HostTensor::Of(tb ? Shape{n, k} : Shape{k, n}, dtype, Ramp(n * k, 1.1));
-        HostTensor c = Run1("matmul", {a, b}, T(ta, tb));
-        ASSERT_EQ(c.desc.shape, (Shape{m, n}));
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(c.at(i * n + j), Ref(a, b, ta, tb, 0, 0, m, n, k, i, j), 1e-4);
-      }
+    for (int64_t m : {5, 20})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          int64_t n = 7, k = 33;
+          HostTensor a = HostTensor::Of(ta ? Shape{k, m} : Shape{m, k}, dtype, Ramp(m * k));
+          HostTensor b = HostTensor::Of(tb ? Shape{n, k} : Shape{k, n}, dtype, Ramp(n * k, 1.1));
+          HostTensor c = Run1("matmul", {a, b}, T(ta, tb));
+          ASSERT_EQ(c.desc.shape, (Shape{m, n}));
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) EXPECT_NEAR(c.at(i * n + j), Ref(a, b, ta, tb, 0, 0, m, n, k, i, j), 1e-4);
+        }
 }
 
 TEST(Matmul, BatchedWithSharedOperands) {
@@ -76,7 +78,7 @@ TEST(Matmul, FusedBiasAndReluEpilogue) {
     for (bool tb : {false, true})
       for (bool relu : {false, true})
         for (bool batched : {false, true}) {
-          int64_t m = 6, n = 9, k = 17;
+          int64_t m = 9, n = 9, k = 17;  // batched: 18 rows, the small-GEMM primitive
           Shape as = batched ? Shape{2, m, k} : Shape{m, k};
           HostTensor a = HostTensor::Of(as, dtype, Ramp(NumElements(as), 0.3));
           HostTensor b = HostTensor::Of(tb ? Shape{n, k} : Shape{k, n}, dtype, Ramp(n * k, 1.9));

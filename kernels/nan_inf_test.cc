@@ -343,6 +343,14 @@ std::map<std::string, std::function<Case()>> Cases() {
   };
   // Dropout keeps x * mask (NaN * 0 is NaN, as x * mask in NumPy): rate 0 keeps everything.
   c["dropout"] = [] { return Case{{F64({6}, kA)}, {{"rate", 0.0}}, [](const Observed& o) { ExpectValues(o.outputs[0], kA, "out"); }}; };
+  // gather_flat copies elements (NaN and Inf with them); its gradient adds them up.
+  c["gather_flat"] = [] {
+    return Case{{F64({6}, kA), I64({3}, {1, 0, 1})}, {}, [](const Observed& o) { ExpectValues(o.outputs[0], {kA[1], kA[0], kA[1]}, "out"); }};
+  };
+  c["gather_flat_grad"] = [] {
+    return Case{{F64({2}, {kInf, kNan}), I64({2}, {0, 0}), F64({3}, {0, 0, 0})}, {},
+                [](const Observed& o) { ExpectValues(o.outputs[0], {kNan, 0, 0}, "dx"); }};
+  };
   c["one_hot"] = [] {
     return Case{{I32({2}, {1, 0})}, {{"depth", int64_t{2}}, {"on_value", kInf}, {"off_value", kNan}, {"dtype", std::string("float64")}},
                 [](const Observed& o) { ExpectValues(o.outputs[0], {kNan, kInf, kInf, kNan}, "out"); }};

@@ -147,6 +147,8 @@ std::map<std::string, std::vector<Instance>> Instances() {
   c["cast"] = {{{Random(m)}, {{"dtype", std::string("float32")}}},
                {{Random(m, DType::kFloat64, -20, 20)}, {{"dtype", std::string("int32")}}},
                {{Indices(m, 50)}, {{"dtype", std::string("float64")}}}};
+  c["gather_flat"] = {{{Random(m), Indices({6}, 35, DType::kInt64)}, {}}, {{Indices(m, 9), Indices({2, 3}, 35, DType::kInt64)}, {}}};
+  c["gather_flat_grad"] = {{{Random({6}), Indices({6}, 35, DType::kInt64), Random(m)}, {}}};
   c["constant"] = {{{}, {{"shape", std::vector<int64_t>{5, 7}}, {"value", 1.5}, {"dtype", std::string("float64")}}},
                    {{}, {{"shape", std::vector<int64_t>{7}}, {"value", 3.0}, {"dtype", std::string("int32")}}}};
   c["zeros_like"] = {{{Random(m)}, {}}};

@@ -155,7 +155,19 @@ void BindEager(py::module_& m) {
              return out.empty() ? EagerTensorPtr() : out[0];
            })
       .def("run_binary", [](const EagerOp& op, const EagerTensorPtr& x, const EagerTensorPtr& y) {
-        std::vector<EagerTensorPtr> out = RunOp(op, {x, y});
+        // The operand list is reused (the hottest call: arithmetic and matmul); Run copies what
+        // it keeps, and nothing in it calls back into Python, so it is free again on return.
+        thread_local std::vector<EagerTensorPtr> operands(2);
+        operands[0] = x;
+        operands[1] = y;
+        std::vector<EagerTensorPtr> out;
+        try {
+          out = RunOp(op, operands);
+        } catch (...) {
+          operands[0] = operands[1] = nullptr;
+          throw;
+        }
+        operands[0] = operands[1] = nullptr;
         return out.empty() ? EagerTensorPtr() : out[0];
       });
 

@@ -35,6 +35,11 @@ for _name, _fn in _creation.functions.items():
         globals()[_name] = _fn
 from . import nn  # noqa: E402  (a package: the job-function flow.nn.* names and the eager Module API)
 from . import optim, utils, vision  # noqa: E402,F401
+from . import _global  # noqa: E402  (flow.placement, flow.sbp, Tensor/Module.to_global)
+_global.install()
+placement = _global.placement
+sbp = _types.SimpleNamespace(split=_global.split, broadcast=_global.broadcast, partial_sum=_global.partial_sum,
+                             sbp=_global.SbpValue)
 
 
 def is_tensor(obj):

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from . import _C, _trace_ctx
+from . import _C, _global, _trace_ctx
 
 _instances = collections.Counter()  # Graph subclass name -> instances made (GraphMobileNetV2_0, _1, ...)
 
@@ -162,6 +162,22 @@ class LazyTensor(_trace_ctx.BlobDef):
 
     __matmul__ = matmul
 
+    def to_global(self, placement=None, sbp=None):  # noqa: A002
+        """Inside build: this value laid out as `sbp` on the graph's placement (an identity the
+        compiler boxes into)."""
+        return _global.lazy_to_global(self, placement, sbp)
+
+    @property
+    def is_global(self):
+        return self._ctx.placement_object is not None
+
+    @property
+    def placement(self):
+        if self._ctx.placement_object is None:
+            raise RuntimeError("a value of a graph whose tensors are all local has no placement (at %s)"
+                               % _trace_ctx.user_location())
+        return self._ctx.placement_object
+
     def argmax(self, dim=None, keepdim=False):
         if dim is None:
             return _trace_ctx.add_op("argmax", [self.reshape(-1)], {"axis": 0})
@@ -199,8 +215,9 @@ class _LoggingBuilder:
         outs = self._builder.add_op(op_type, name, inputs, attrs, location)
         described = ", ".join("%s %s" % (ref, tuple(self._builder.tensor_desc(ref)[0])) for ref in inputs)
         produced = ", ".join("%s %s %s" % (ref, tuple(shape), dtype) for ref, shape, dtype in outs)
-        self._graph._debug_print(2, "(OPERATOR:%s:%s) inputs [%s] -> [%s], device cpu 0:0, SBP broadcast" % (
-            name, op_type, described, produced), location)
+        ctx = _trace_ctx.get_current()
+        self._graph._debug_print(2, "(OPERATOR:%s:%s) inputs [%s] -> [%s], %s" % (
+            name, op_type, described, produced, ctx.where() if isinstance(ctx, GraphTraceContext) else ""), location)
         return outs
 
 
@@ -218,6 +235,15 @@ class GraphTraceContext(_trace_ctx.TraceContext):
         self.losses = []
         self.constants = 0
         self.tensor_names = graph._tensor_names()  # once per trace: id(tensor) -> (kind, name)
+        self.placement_object = None  # the graph's flow.placement; None: one device
+
+    def where(self, layout=None):
+        """Where a value of this trace lives, for the debug log."""
+        if self.placement_object is None:
+            return "device cpu 0:0, SBP broadcast"
+        placement = self.placement_object
+        return "placement %s %s, SBP %s" % (placement._device_type, ",".join(placement._ids),
+                                            "%r" % layout[1][0] if layout else "chosen by the compiler")
 
     def lift_tensor(self, tensor):
         known = self.lifted.get(id(tensor))
@@ -243,11 +269,13 @@ class GraphTraceContext(_trace_ctx.TraceContext):
         variable = session.create_variable_over(candidate, tensor._impl)
         location = _trace_ctx.user_location()
         ref = self.builder.add_variable(variable, list(tensor.shape), tensor.dtype.name, location, trainable)
+        _global.hint(self.builder, ref, tensor)
         blob = LazyTensor(ref, tensor.shape, tensor.dtype, self)
         self.lifted[id(tensor)] = (tensor, blob)
         self.variables.append((variable, tensor, trainable))
-        self.graph._debug_print(2, "(VARIABLE:%s) %s over %s, trainable=%s, device cpu, SBP broadcast" % (
-            variable, _lazy_text(tensor.shape, tensor.dtype), name, trainable), location)
+        layout = _global.layout_of(tensor)
+        self.graph._debug_print(2, "(VARIABLE:%s) %s over %s, trainable=%s, %s" % (
+            variable, _lazy_text(tensor.shape, tensor.dtype), name, trainable, self.where(layout)), location)
         return blob
 
     def add_loss(self, blob, gradient):
@@ -274,6 +302,7 @@ class Graph:
         object.__setattr__(self, "_debug_level", -1)
         object.__setattr__(self, "_compiled", None)
         object.__setattr__(self, "_signature", None)
+        object.__setattr__(self, "_placement", None)  # flow.placement of a graph over global tensors
         object.__setattr__(self, "_io_text", None)
         object.__setattr__(self, "_step", 0)
         object.__setattr__(self, "config", GraphConfig())
@@ -344,12 +373,15 @@ class Graph:
         ctx = GraphTraceContext(self, builder, job_type, "%s.build" % type(self).__name__)
         if self._debug_level >= 2:
             ctx.builder = _LoggingBuilder(builder, self)
-        inputs = []
         for i, arg in enumerate(args):
             if not isinstance(arg, Tensor):
                 raise TypeError("graph '%s': input %d must be a flow.Tensor, got %s" % (self._name, i,
                                                                                       type(arg).__name__))
+        ctx.placement_object = self._set_placement(builder, args)
+        inputs = []
+        for i, arg in enumerate(args):
             ref = builder.add_input("input_%d" % i, list(arg.shape), arg.dtype.name, ctx.location)
+            _global.hint(builder, ref, arg)
             inputs.append(LazyTensor(ref, arg.shape, arg.dtype, ctx))
         self._debug_print(0, "(GRAPH:%s:%s) start building graph." % (self._name, type(self).__name__))
         hooks = self._install_module_logging(ctx)
@@ -381,7 +413,9 @@ class Graph:
         compiled = _C.default_session().compile(builder, options)
         self._debug_print(0, "(GRAPH:%s:%s) end compiling plan and init graph runtime (%.3f s)." % (
             self._name, type(self).__name__, time.perf_counter() - traced))
-        object.__setattr__(self, "_signature", ([(tuple(a.shape), a.dtype) for a in args], structure, ctx.variables))
+        object.__setattr__(self, "_signature", ([(tuple(a.shape), a.dtype, _global.layout_of(a)) for a in args],
+                                                structure, ctx.variables))
+        object.__setattr__(self, "_placement", ctx.placement_object)
         object.__setattr__(self, "_io_text", ([_lazy_text(a.shape, a.dtype) for a in args],
                                               [_lazy_text(b.shape, b.dtype) for b in flat], ctx.module_io))
         # Batch norms that count their training batches: the count is eager state the job does
@@ -391,6 +425,24 @@ class Graph:
                     and getattr(m, "num_batches_tracked", None) is not None]
         object.__setattr__(self, "_batch_counters", counters)
         object.__setattr__(self, "_compiled", compiled)
+
+    def _set_placement(self, builder, args):
+        """The graph's placement (flow.placement of its global inputs, parameters and buffers;
+        None when all are local, and then it runs on one device): every op of the trace goes
+        there, over the devices of flow.config.cpu_device_num."""
+        from . import config
+        placement = _global.graph_placement(self._name, args, self._modules)
+        if placement is None:
+            return None
+        if config.machines() > 1:
+            raise NotImplementedError("graph '%s': global tensors across machines (machine_num %d) are not supported "
+                                      "yet; one process's devices are (flow.config.cpu_device_num)" % (
+                                          self._name, config.machines()))
+        config.check_devices(self._name)
+        settings = config.settings()
+        builder.set_job_config(settings["cpu_device_num"], settings["gpu_device_num"], "consistent", 0)
+        builder.set_placement(placement._device_type, placement._ids)
+        return placement
 
     def _rescale_momentum(self, rate):
         """The job's momentum buffer holds -lr * PyTorch's buffer (momentum_update: m = beta * m
@@ -444,12 +496,16 @@ class Graph:
         if len(args) != len(expected):
             raise TypeError("graph '%s' was built with %d inputs, got %d" % (self._name, len(expected), len(args)))
         feeds = []
-        for i, (arg, (shape, dtype)) in enumerate(zip(args, expected)):
+        for i, (arg, (shape, dtype, layout)) in enumerate(zip(args, expected)):
             if not isinstance(arg, _tensor_type()) or tuple(arg.shape) != shape or arg.dtype != dtype:
                 got = ("%s %s" % (tuple(arg.shape), _dtype_text(arg.dtype)) if isinstance(arg, _tensor_type())
                        else type(arg).__name__)
                 raise ValueError("graph '%s', input %d: expected a tensor of shape %s and dtype %s (the first call's), "
                                  "got %s" % (self._name, i, shape, _dtype_text(dtype), got))
+            if _global.layout_of(arg) != layout:
+                raise ValueError("graph '%s', input %d: compiled for a %s tensor, got a %s one; the layout is fixed "
+                                 "at the first call" % (self._name, i, _layout_text(layout),
+                                                        _layout_text(_global.layout_of(arg))))
             feeds.append(np.array(arg.numpy(), order="C"))  # keeps 0-d inputs 0-d
         if self._optimizers:
             rate = _learning_rate(self._optimizers[0][0], self._step)
@@ -466,7 +522,11 @@ class Graph:
                 for counter in self._batch_counters:
                     counter.add_(1)
         from . import from_numpy
-        return _unflatten_outputs([from_numpy(a) for a in arrays], structure)
+        outputs = [from_numpy(a) for a in arrays]
+        if self._placement is not None:  # gathered whole: every rank's view of it is the same
+            for output in outputs:
+                _global.mark(output, (self._placement, (_global.broadcast,)))
+        return _unflatten_outputs(outputs, structure)
 
     # ---- printing --------------------------------------------------------------------------------
     def __repr__(self):
@@ -578,6 +638,10 @@ def _module_lines(module, name, tensor_names, module_io, indent):
         return [lines[0] + ")"]
     lines.append(indent + ")")
     return lines
+
+
+def _layout_text(layout):
+    return "local" if layout is None else "global (%r, sbp=%r)" % layout
 
 
 def _flatten_outputs(outputs, name, strict=True):

@@ -492,6 +492,15 @@ class Tensor(TensorMath):
         return _as_tensor_like(base, self.dtype.name).pow(self)
 
     def __matmul__(self, other):
+        # Two matrices of one dtype, no trace: straight to the prepared op (the C++ op refuses
+        # other ranks, and matmul() then handles vectors, batches and promotion).
+        if isinstance(other, Tensor) and not _trace_ctx.active_traces:
+            try:
+                out = _new(Tensor)
+                out._impl = _MATMUL.run_binary(self._impl, other._impl)
+                return out
+            except (ValueError, RuntimeError):
+                pass
         return self.matmul(other)
 
     def __rmatmul__(self, other):
@@ -702,15 +711,7 @@ class Tensor(TensorMath):
         return _indexing.getitem(self, index)
 
     def __setitem__(self, index, value):
-        self._check_inplace("__setitem__")
-        view = self._impl.numpy_view()
-        if isinstance(value, Tensor):
-            value = value._impl.numpy()
-        try:
-            view[_indexing.numpy_index(index)] = value
-        except (IndexError, ValueError) as e:
-            raise type(e)("%s (at %s)" % (e, _trace_ctx.user_location())) from None
-        self._impl.bump_version()
+        _indexing.setitem(self, index, value)
 
 
 class Parameter(Tensor):

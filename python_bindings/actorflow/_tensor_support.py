@@ -92,6 +92,9 @@ def format_tensor(t):
     else:
         body = np.array2string(array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3)
     parts = [body, dtype]
+    layout = getattr(t, "_global_layout", None)  # a global tensor (actorflow/_global.py)
+    if layout is not None:
+        parts[1:1] = ["placement=%r" % (layout[0],), "sbp=%r" % (layout[1],)]
     if impl.grad_fn is not None:
         parts.append("grad_fn=<%sBackward>" % impl.grad_fn)
     elif impl.requires_grad:

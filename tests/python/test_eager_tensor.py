@@ -152,8 +152,7 @@ def test_indexing_and_slicing():
         t[3]
     with pytest.raises(IndexError, match="too many indices"):
         t[0, 0, 0, 0]
-    with pytest.raises(NotImplementedError, match="advanced indexing"):
-        t[[0, 1]]
+    close(t[[0, 1]], a[[0, 1]])  # advanced indexing: tests/python/test_advanced_indexing.py
     with pytest.raises(NotImplementedError, match="step"):
         t[::-1]
     t[0, 1] = 7.0
@@ -304,3 +303,21 @@ def test_copy_and_pickle_keep_data_dtype_and_kind():
     t = pickle.loads(pickle.dumps(flow.tensor([[1, 2]], dtype=flow.int32)))
     assert t.dtype == flow.int32 and t.tolist() == [[1, 2]] and not t.requires_grad
     assert flow.Tensor([1, 2]).dtype == flow.float32 and flow.Tensor(2, 3).shape == (2, 3)
+
+
+def test_matmul_operator_every_rank_and_operand_kind_as_pytorch():
+    """`a @ b` tries the prepared 2-D op first and falls back to matmul() for the rest: every
+    combination must still give PyTorch's result, its errors name the op and the line."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    shapes = [((4, 5), (5, 3)), ((5,), (5, 3)), ((4, 5), (5,)), ((5,), (5,)), ((2, 4, 5), (5, 3)),
+              ((2, 4, 5), (2, 5, 3)), ((64, 64), (64, 64)), ((1, 784), (784, 512))]
+    for a_shape, b_shape in shapes:
+        a, b = rng.standard_normal(a_shape, dtype=np.float32), rng.standard_normal(b_shape, dtype=np.float32)
+        expected = (torch.tensor(a) @ torch.tensor(b)).numpy()
+        close(flow.tensor(a) @ flow.tensor(b), expected, 1e-4)
+        close(flow.tensor(a) @ flow.nn.Parameter(flow.tensor(b)), expected, 1e-4)  # a Parameter operand
+    close(flow.tensor(np.eye(2, dtype=np.float32)) @ np.ones((2, 2), np.float32), np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"op 'matmul'.*inner dimensions.*test_eager_tensor.py:\d+"):
+        flow.ones(2, 3) @ flow.ones(2, 3)
+    close(flow.ones(2, 3) @ flow.ones(3, 2), np.full((2, 2), 3.0))  # the next call works

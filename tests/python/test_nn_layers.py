@@ -61,6 +61,22 @@ def test_conv2d(kwargs):
     run_both(f, t, randn(2, kwargs["in_channels"], 9, 8), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("channels,size,stride", [(960, 1, 1), (64, 2, 2), (32, 16, 1), (24, 9, 2)])
+def test_depthwise_conv_gradients_on_the_thread_budget(channels, size, stride):
+    """MobileNetV2's depthwise shapes at batch 32 on 2 threads (the filter gradient's own kernel
+    splits channels between them), against PyTorch."""
+    previous = flow.get_num_threads()
+    flow.set_num_threads(2)
+    try:
+        kwargs = dict(in_channels=channels, out_channels=channels, kernel_size=3, stride=stride, padding=1,
+                      groups=channels, bias=False)
+        f, t = nn.Conv2d(**kwargs), torch.nn.Conv2d(**kwargs)
+        same_weights(f, t)
+        run_both(f, t, randn(32, channels, size, size), rtol=1e-4, atol=1e-3)
+    finally:
+        flow.set_num_threads(previous)
+
+
 def test_conv2d_arguments_are_checked():
     with pytest.raises(ValueError, match="in_channels must be divisible by groups"):
         nn.Conv2d(5, 4, 3, groups=2)
