@@ -67,6 +67,9 @@ struct ClusterOptions {
   // coordinator_host is not a loopback address, optional on loopback. The files are checked
   // by Create (a mistake is an error naming the file, never unauthenticated encryption).
   ClusterTls tls;
+  // This rank's data plane listens on this address and tells it to the peers (comm/data_plane.h);
+  // empty: coordinator_host (one machine). On several machines: this machine's own address.
+  std::string data_host;
 };
 
 // HMAC-SHA256(secret, "actorflow-join/<job_id>/<rank>") in hex: a joining rank's proof.

@@ -36,8 +36,10 @@ namespace {
 // The endpoint actor only tells its data port (the control plane exchanges the endpoints).
 using port_atom = caf::atom_constant<caf::atom("afport")>;
 
-caf::behavior Endpoint(caf::event_based_actor*, uint16_t port) {
-  return {[port](port_atom) { return port; }};
+// Where this rank's data plane listens: its address (the peers on other machines connect there)
+// and port.
+caf::behavior Endpoint(caf::event_based_actor*, std::string host, uint16_t port) {
+  return {[host, port](port_atom) { return caf::make_message(host, port); }};
 }
 
 int64_t IntAttr(const plan::Task& task, const char* name) {
@@ -61,14 +63,16 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
   if (!environment) return InvalidArgument("DataPlane::Create: no actor environment");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const int rank = cluster.rank(), world = cluster.world_size();
-  const std::string& host = cluster.options().coordinator_host;
+  const std::string& host =
+      cluster.options().data_host.empty() ? cluster.options().coordinator_host : cluster.options().data_host;
   const uint64_t job = Fnv1a64(cluster.options().job_id);
   // Listen first (loopback unless the cluster is configured otherwise), then tell the others.
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   if (inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1)
-    return InvalidArgument("data plane: coordinator_host '" + host + "' is not an IPv4 address");
+    return InvalidArgument("data plane: its address (ClusterOptions::data_host, else coordinator_host) '" + host +
+                           "' is not an IPv4 address");
   if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
       listen(listener, world) != 0) {
     Status error = FailedPrecondition(Errno("data plane of rank " + std::to_string(rank) + " cannot listen on " + host));
@@ -78,7 +82,7 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
   socklen_t length = sizeof address;
   getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
   const uint16_t port = ntohs(address.sin_port);
-  caf::actor endpoint = environment->system().spawn(Endpoint, port);
+  caf::actor endpoint = environment->system().spawn(Endpoint, host, port);
   auto endpoints = cluster.AllGather(endpoint, timeout);
   std::shared_ptr<DataPlane> plane(new DataPlane());
   plane->core_ = std::make_shared<DataPlaneCore>();
@@ -94,13 +98,24 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
   caf::scoped_actor self{environment->system()};
   for (int peer = rank + 1; peer < world; ++peer) {
     uint16_t peer_port = 0;
-    std::string error;
+    std::string peer_host, error;
     self->request((*endpoints)[peer], timeout, port_atom::value)
-        .receive([&](uint16_t p) { peer_port = p; }, [&](caf::error& e) { error = environment->system().render(e); });
+        .receive(
+            [&](std::string& h, uint16_t p) {
+              peer_host = std::move(h);
+              peer_port = p;
+            },
+            [&](caf::error& e) { error = environment->system().render(e); });
     if (peer_port == 0) return fail(FailedPrecondition("rank " + std::to_string(peer) + " did not tell its data port: " + error));
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in to = address;
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
     to.sin_port = htons(peer_port);
+    if (inet_pton(AF_INET, peer_host.c_str(), &to.sin_addr) != 1) {
+      close(fd);
+      return fail(FailedPrecondition("rank " + std::to_string(peer) + " told a data address that is not IPv4: '" +
+                                     peer_host + "'"));
+    }
     if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
       Status status = FailedPrecondition(Errno("cannot connect to rank " + std::to_string(peer) + "'s data port"));
       close(fd);
