@@ -24,6 +24,7 @@
 
 #include "actors/proto/plan.pb.h"
 #include "comm/data_plane_core.h"
+#include "comm/data_plane_handshake.h"
 #include "comm/ring.h"
 
 
@@ -49,12 +50,6 @@ int64_t IntAttr(const plan::Task& task, const char* name) {
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-// Rank, then the job's digest: a connection from another job (or a stranger who guessed the
-// port) is refused. Not authentication; see docs/cluster.md.
-struct Hello {
-  uint64_t rank = 0;  // 64 bits: no padding goes on the wire
-  uint64_t job = 0;
-};
 
 }  // namespace
 
@@ -65,7 +60,7 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
   const int rank = cluster.rank(), world = cluster.world_size();
   const std::string& host =
       cluster.options().data_host.empty() ? cluster.options().coordinator_host : cluster.options().data_host;
-  const uint64_t job = Fnv1a64(cluster.options().job_id);
+  const DataHandshake handshake{cluster.options().secret, cluster.options().job_id, rank};
   // Listen first (loopback unless the cluster is configured otherwise), then tell the others.
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
@@ -121,8 +116,11 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
       close(fd);
       return fail(status);
     }
-    Hello hello{static_cast<uint64_t>(rank), job};
-    WriteAll(fd, &hello, sizeof hello);
+    Status proven = ConnectHandshake(fd, handshake, peer, deadline);
+    if (!proven.ok()) {
+      close(fd);
+      return fail(proven);
+    }
     auto connection = std::make_unique<Connection>();
     connection->peer = peer;
     connection->fd = fd;
@@ -135,17 +133,19 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
       return fail(FailedPrecondition("timed out waiting for the data connections of lower ranks"));
     int fd = accept(listener, nullptr, nullptr);
     if (fd < 0) continue;
-    Hello hello;
-    pollfd incoming{fd, POLLIN, 0};
-    if (poll(&incoming, 1, 2000) <= 0 || !ReadAll(fd, &hello, sizeof hello) || hello.job != job ||
-        hello.rank >= static_cast<uint64_t>(rank) || core.connections.count(static_cast<int>(hello.rank))) {
-      std::fprintf(stderr, "actorflow: data plane of rank %d refused a connection that is not a lower rank of this job\n",
-                   rank);
+    // Bounded per connection: a stranger that never answers cannot hold the accept loop long.
+    auto peer = AcceptHandshake(fd, handshake, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2)));
+    if (peer.ok() && core.connections.count(*peer))
+      peer = FailedPrecondition("data plane of rank " + std::to_string(rank) + " refused a second connection from rank " +
+                                std::to_string(*peer));
+    if (!peer.ok()) {
+      std::fprintf(stderr, "actorflow: %s\n", peer.status().message().c_str());
+      std::fflush(stderr);
       close(fd);
       continue;
     }
     auto connection = std::make_unique<Connection>();
-    connection->peer = static_cast<int>(hello.rank);
+    connection->peer = *peer;
     connection->fd = fd;
     core.connections[connection->peer] = std::move(connection);
     ++accepted;
