@@ -1,9 +1,9 @@
 #include "comm/cluster.h"
+#include "comm/cluster_tls_listener.h"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/openssl/manager.hpp>
-#include <caf/openssl/publish.hpp>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
@@ -525,17 +525,25 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   if (options.rank == 0) {
     caf::actor coordinator =
         system.spawn(Coordinator, options.world_size, options.rendezvous_timeout, options.secret, options.job_id);
-    // With TLS, CAF's OpenSSL middleman: every connection needs a certificate from the CA.
-    auto port = tls ? caf::openssl::publish(coordinator, options.coordinator_port, options.coordinator_host.c_str(),
-                                            /*reuse=*/false)
-                    : system.middleman().publish(coordinator, options.coordinator_port,
-                                                 options.coordinator_host.c_str(), /*reuse_addr=*/false);
-    if (!port) {
+    // With TLS, CAF's OpenSSL sessions: every connection needs a certificate from the CA (and
+    // a refused one is logged on stderr).
+    std::string listen_error;
+    if (tls) {
+      cluster->tls_listener_ = std::make_unique<TlsListener>(system, "actorflow: cluster rank 0");
+      auto port = cluster->tls_listener_->Publish(coordinator, options.coordinator_host, options.coordinator_port);
+      if (port.ok()) cluster->port_ = *port;
+      else listen_error = port.status().message();
+    } else {
+      auto port = system.middleman().publish(coordinator, options.coordinator_port, options.coordinator_host.c_str(),
+                                             /*reuse_addr=*/false);
+      if (port) cluster->port_ = *port;
+      else listen_error = system.render(port.error());
+    }
+    if (!listen_error.empty()) {
       caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
       return FailedPrecondition("cluster rank 0 cannot listen on " + where + " (port in use or address not local?): " +
-                                system.render(port.error()));
+                                listen_error);
     }
-    cluster->port_ = *port;
     cluster->actors_->coordinator = coordinator;
     cluster->actors_->member = system.spawn(Member, coordinator, 0, cluster->state_);
     return cluster;
@@ -577,10 +585,8 @@ Cluster::~Cluster() {
   if (!actors_) return;
   if (actors_->member) caf::anon_send_exit(actors_->member, caf::exit_reason::user_shutdown);
   if (actors_->coordinator) {
-    if (options_.tls.enabled())
-      // (Debian's caf/openssl/unpublish.hpp names CAF 0.18's atoms: send the message itself.)
-      caf::anon_send(environment_->system().openssl_manager().actor_handle(), caf::unpublish_atom::value,
-                     actors_->coordinator.address(), port_);
+    if (tls_listener_)
+      tls_listener_->Unpublish(actors_->coordinator, port_);
     else
       (void)environment_->system().middleman().unpublish(actors_->coordinator, port_);
     caf::anon_send_exit(actors_->coordinator, caf::exit_reason::user_shutdown);

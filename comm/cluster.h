@@ -96,6 +96,7 @@ std::function<void(caf::actor_system_config&)> NetworkLayerConfigurator(const Cl
 // environment_options.configure_system = NetworkLayerConfigurator(options).
 void AddNetworkLayer(EnvironmentOptions& environment_options, const ClusterOptions& options);
 
+class TlsListener;   // rank 0's listener with mutual TLS (comm/cluster_tls_listener.h)
 class ClusterState;  // shared between the API and the rank's member actor (cluster.cc)
 
 class Cluster {
@@ -154,6 +155,7 @@ class Cluster {
   bool joined_ = false;
   struct Actors;
   std::unique_ptr<Actors> actors_;
+  std::unique_ptr<TlsListener> tls_listener_;  // rank 0 with TLS
 };
 
 }  // namespace actorflow

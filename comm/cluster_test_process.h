@@ -27,12 +27,14 @@ using std::chrono::milliseconds;
 // A child process with its stdout on a pipe; killed (SIGKILL, after SIGCONT) when destroyed.
 class Node {
  public:
-  explicit Node(const std::vector<std::string>& arguments) {
+  // with_stderr: its stderr lines are read too (interleaved with stdout's).
+  explicit Node(const std::vector<std::string>& arguments, bool with_stderr = false) {
     int pipe_ends[2];
     EXPECT_EQ(pipe(pipe_ends), 0);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], STDOUT_FILENO);
+    if (with_stderr) posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], STDERR_FILENO);
     posix_spawn_file_actions_addclose(&actions, pipe_ends[0]);
     std::vector<std::string> all = {CLUSTER_NODE_PATH};
     all.insert(all.end(), arguments.begin(), arguments.end());

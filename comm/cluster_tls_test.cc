@@ -83,7 +83,7 @@ TEST(ClusterTlsTest, RanksWithTheClusterCertificatesJoinAndStrangersAreRefused) 
   Certificates certificates;
   ASSERT_EQ(certificates.error(), "");
   const auto cluster = certificates.Flags("cluster", "cluster");
-  Node rank0(Args(0, 2, 0, Join({"--rendezvous-ms", "30000", "--then", "shutdown"}, cluster)));
+  Node rank0(Args(0, 2, 0, Join({"--rendezvous-ms", "30000", "--then", "shutdown"}, cluster)), /*with_stderr=*/true);
   const int port = PortOf(rank0);
   ASSERT_GT(port, 0);
   // A rank of this job holding another CA's certificate: the TLS handshake fails (it does not
@@ -111,6 +111,12 @@ TEST(ClusterTlsTest, RanksWithTheClusterCertificatesJoinAndStrangersAreRefused) 
                 certificates.Path("cluster-node.key") + " > " + transcript + " 2>&1"),
             "")
       << ReadText(transcript);
+  // Rank 0 logged each refusal with the peer's address (the ranks above retried with backoff:
+  // at least one line each; the three TLS clients: one each, the last one accepted).
+  const std::string refused = "actorflow: cluster rank 0 refused a control-plane connection from 127.0.0.1:";
+  int refusals = 0;
+  while (!rank0.LineStarting(refused, milliseconds(refusals < 4 ? 5000 : 300)).empty()) ++refusals;
+  EXPECT_GE(refusals, 4);
   // The job was not disturbed: the right rank 1 joins, both shut down cleanly.
   Node rank1(Args(1, 2, port, Join({"--then", "shutdown"}, cluster)));
   EXPECT_EQ(rank0.LineStarting("rendezvous", kStep), "rendezvous ok");
