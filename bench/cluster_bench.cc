@@ -257,16 +257,18 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     return times[times.size() / 2];
   };
   // Gloo's all-reduce on the same values: ring, then halving-doubling.
-  auto measure_gloo = [&](int64_t bytes, bool halving_doubling) {
-    std::vector<float> in(static_cast<size_t>(bytes / 4), static_cast<float>(rank + 1)), data(in.size());
-    const double time = gloo->MedianAllReduce(in.data(), data.data(), bytes / 4, CallsFor(bytes), halving_doubling);
+  auto measure_gloo = [&](int64_t bytes, bool halving_doubling, bool time_copies) {
+    std::vector<float> in(static_cast<size_t>(bytes / 4), static_cast<float>(rank + 1)), data(in.size()),
+        out(in.size());
+    const double time = gloo->MedianAllReduce(in.data(), data.data(), out.data(), bytes / 4, CallsFor(bytes),
+                                              halving_doubling, time_copies);
     const float expected = static_cast<float>(world * (world + 1) / 2);
     for (float v : data)
       if (v != expected) Die(std::string("gloo ") + (halving_doubling ? "halving-doubling" : "ring") + ": wrong sum");
     return time;
   };
   std::vector<std::vector<double>> ring_times(sizes.size()), funnel_times(sizes.size()), gloo_ring(sizes.size()),
-      gloo_halving_doubling(sizes.size());
+      gloo_halving_doubling(sizes.size()), gloo_halving_doubling_copies(sizes.size());
   std::vector<double> ring_traffic(sizes.size()), funnel_traffic(sizes.size());
   for (int round = 0; round < rounds; ++round)
     for (size_t s = 0; s < sizes.size(); ++s) {
@@ -275,8 +277,9 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
       funnel_times[s].push_back(measure(sizes[s], false));
       funnel_traffic[s] = traffic;
       if (with_gloo) {
-        gloo_ring[s].push_back(measure_gloo(sizes[s], false));
-        gloo_halving_doubling[s].push_back(measure_gloo(sizes[s], true));
+        gloo_ring[s].push_back(measure_gloo(sizes[s], false, false));
+        gloo_halving_doubling[s].push_back(measure_gloo(sizes[s], true, false));
+        gloo_halving_doubling_copies[s].push_back(measure_gloo(sizes[s], true, true));
       }
     }
   if (rank == 0) {
@@ -294,10 +297,14 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
                   bytes / funnel / 1e9, funnel_traffic[s], funnel / ring);
       if (with_gloo) {
         const double gring = median_of(gloo_ring[s]), ghd = median_of(gloo_halving_doubling[s]);
+        const double ghd_copies = median_of(gloo_halving_doubling_copies[s]);
         const double best = std::min(gring, ghd);
         std::printf("%10s        gloo ring %9.2f ms %6.2f GB/s   gloo halving-doubling %9.2f ms %6.2f GB/s   "
                     "ring vs best gloo %.0f%%\n",
                     "", gring * 1e3, bytes / gring / 1e9, ghd * 1e3, bytes / ghd / 1e9, 100.0 * best / ring);
+        std::printf("%10s        gloo halving-doubling with a copy in and out (as a call's feed and fetch) %9.2f ms   "
+                    "ring vs it %.0f%%\n",
+                    "", ghd_copies * 1e3, 100.0 * ghd_copies / ring);
       }
     }
     std::fflush(stdout);

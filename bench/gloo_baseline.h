@@ -25,9 +25,12 @@ class GlooBaseline {
   double MedianRoundTrip(char* buffer, int64_t bytes, int calls);
   // Sums `count` floats across the ranks in place with Gloo's ring (halving_doubling: its
   // halving-doubling) algorithm object, built once per size as Gloo's users do; `calls` calls,
-  // the first 2 untimed, `data` refilled from `input` before each (outside the timing). Returns
-  // the median call time in seconds; the last result stays in `data`.
-  double MedianAllReduce(const float* input, float* data, int64_t count, int calls, bool halving_doubling);
+  // the first 2 untimed, `data` refilled from `input` before each, outside the timing unless
+  // `time_copies`: then the refill and a copy of the result out to `output` are timed too (the
+  // two copies a runtime call makes, its feed and its fetch). Returns the median call time in
+  // seconds; the last result stays in `data` (and `output`).
+  double MedianAllReduce(const float* input, float* data, float* output, int64_t count, int calls,
+                         bool halving_doubling, bool time_copies);
 
  private:
   GlooBaseline() = default;

@@ -94,9 +94,13 @@ def _parse(argv):
     if not 0 <= options.master_port <= 65535:
         parser.error("--master-port must be in [0, 65535], got %d" % options.master_port)
     try:
-        loopback = ipaddress.ip_address(socket.gethostbyname(options.master_addr)).is_loopback
+        master = ipaddress.ip_address(socket.gethostbyname(options.master_addr))
     except (OSError, ValueError) as error:
         parser.error("--master-addr %r: %s" % (options.master_addr, error))
+    if master.is_unspecified:
+        parser.error("--master-addr %r names no machine: give rank 0's own address (the other nodes connect to it)"
+                     % options.master_addr)
+    loopback = master.is_loopback
     if options.tls_ca:
         options.tls = True
     if not loopback:
@@ -108,12 +112,11 @@ def _parse(argv):
         if options.node_rank > 0 and not options.node_addr:
             parser.error("--node-rank %d with a non-loopback --master-addr needs --node-addr: this node's own address "
                          "(its ranks' data planes listen there)" % options.node_rank)
-    for flag, address in (("--node-addr", options.node_addr),):
-        if address:
-            try:
-                ipaddress.IPv4Address(address)
-            except ValueError:
-                parser.error("%s must be an IPv4 address, got %r" % (flag, address))
+    if options.node_addr:
+        try:
+            ipaddress.IPv4Address(options.node_addr)
+        except ValueError:
+            parser.error("--node-addr must be an IPv4 address, got %r" % options.node_addr)
     if options.nnodes > 1 and options.tls and not options.tls_ca:
         parser.error("--nnodes %d with --tls needs --tls-ca DIR (the same cluster CA on every node; make it with "
                      "`python -m actorflow.launch --make-ca DIR`)" % options.nnodes)
@@ -198,6 +201,7 @@ def main(argv=None):
     if any(argument == "--make-ca" or argument.startswith("--make-ca=") for argument in argv):
         return _make_ca(argv)
     options = _parse(argv)
+    signal.signal(signal.SIGTERM, _interrupted)  # before the TLS files exist: they are removed on SIGTERM too
     tls_directory = None
     try:
         if options.tls:
@@ -209,7 +213,6 @@ def main(argv=None):
 
 
 def _run(options, tls_files):
-    signal.signal(signal.SIGTERM, _interrupted)
     address = options.master_addr
     port = options.master_port or _free_port(address)
     if options.nnodes > 1:  # every node's launcher must hand out the same secret and job id
@@ -219,8 +222,9 @@ def _run(options, tls_files):
         secret, job_id = secrets.token_hex(32), secrets.token_hex(8)
     shared = {_env.WORLD_SIZE: str(options.nproc * options.nnodes), _env.MASTER_ADDR: address,
               _env.MASTER_PORT: str(port), _env.SECRET: secret, _env.JOB_ID: job_id, "PYTHONUNBUFFERED": "1"}
-    if tls_files is not None:
-        shared.update(zip((_env.TLS_CERT, _env.TLS_KEY, _env.TLS_CA), tls_files))
+    # Without TLS the variables are cleared: a launch inside another's environment must not
+    # inherit its files.
+    shared.update(zip((_env.TLS_CERT, _env.TLS_KEY, _env.TLS_CA), tls_files or ("", "", "")))
     if options.node_addr:
         shared[_env.NODE_ADDR] = options.node_addr
     first_rank = options.node_rank * options.nproc

@@ -280,6 +280,7 @@ def test_two_nodes_with_a_cluster_ca_and_a_stranger_node_of_another_ca(tmp_path)
     (["--nnodes", "2", "--node-rank", "0", "--master-port", "29999", "--tls"], {"ACTORFLOW_CLUSTER_SECRET": "x"},
      "--nnodes 2 with --tls needs --tls-ca DIR"),
     (["--node-addr", "somewhere"], {}, "--node-addr must be an IPv4 address, got 'somewhere'"),
+    (["--master-addr", "0.0.0.0", "--tls"], {}, "--master-addr '0.0.0.0' names no machine"),
     (["--nnodes", "0"], {}, "--nnodes must be >= 1, got 0"),
 ])
 def test_node_flags_are_checked(tmp_path, flags, env, message):
