@@ -29,9 +29,11 @@ class LoggingTlsPolicy {
       : session_(std::move(session)), peer_(std::move(peer)), prefix_(std::move(prefix)) {}
 
   rw_state read_some(size_t& result, native_socket fd, void* buffer, size_t length) {
+    result = 0;  // (the session sets it on every path; the compiler cannot see that)
     return Note(session_->read_some(result, fd, buffer, length), result);
   }
   rw_state write_some(size_t& result, native_socket fd, const void* buffer, size_t length) {
+    result = 0;
     return Note(session_->write_some(result, fd, buffer, length), result);
   }
   // Bytes already decrypted inside OpenSSL count as readable (the socket may have none left).

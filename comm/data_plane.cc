@@ -258,6 +258,11 @@ StatusOr<KernelFn> DataPlane::MakeKernel(const std::string& job, const plan::Tas
                 std::to_string(arrived.size()) + " (do all ranks run the same plan?)";
       else if (!arrived.empty())
         std::memcpy(destination, arrived.data(), arrived.size());
+      {
+        std::lock_guard<std::mutex> lock(core->mu);
+        RecvChannel& channel = core->recvs[key];
+        if (channel.spare.size() < kSpareBuffers) channel.spare.push_back(std::move(arrived));
+      }
       core->Ack(to, key.first, key.second, ctx.iteration, error);
       return error.empty() ? Status::Ok() : Internal(error);
     });
