@@ -4,12 +4,15 @@
 //    the control plane's connection, runtimes on both sides): one call = one round trip;
 //  - raw TCP round trip: the same bytes echoed over one loopback TCP connection (TCP_NODELAY,
 //    blocking read/write of the whole buffer): the transport's limit on this machine.
-// Prints one line per size: the median over rounds (the two alternate) of each round's median
-// round trip, and the bandwidth 2 * bytes / time, for both.
+//  - Gloo point-to-point round trip (when built with Gloo): the same bytes sent and echoed with
+//    Gloo's unbound buffers (bench/gloo_baseline.h), the engine the design first proposed.
+// Prints one line per size: the median over rounds (they alternate) of each round's median
+// round trip, and the bandwidth 2 * bytes / time, for each.
 //
 //   cluster_bench [--sizes 4096,1048576,16777216] [--seconds 1] [--rounds 3]
 //   cluster_bench --all-reduce 2|3 [--sizes 1048576,16777216,67108864] [--rounds 3]
-//     (the ring all-reduce next to the funnel through machine 0; see RunAllReduceBench)
+//     (the ring all-reduce next to the funnel through machine 0 and Gloo's ring and
+//     halving-doubling all-reduce; see RunAllReduceBench)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "actors/proto/plan.pb.h"
+#include "bench/gloo_baseline.h"
 #include "actors/runtime.h"
 #include "comm/cluster.h"
 #include "comm/data_plane.h"
@@ -62,6 +67,19 @@ int FreePort() {
   return ntohs(address.sin_port);
 }
 
+// Rank 0 makes the directory Gloo's ranks meet in (FileStore) and removes it at the end.
+std::string MakeGlooStore() {
+  if (!actorflow_bench::GlooBaseline::Available()) return "-";
+  char pattern[] = "/tmp/actorflow-cluster-bench-gloo-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) Die("mkdtemp");
+  return pattern;
+}
+
+void RemoveGlooStore(const std::string& directory) {
+  std::error_code ignored;
+  if (directory != "-") std::filesystem::remove_all(directory, ignored);
+}
+
 void AddRegister(actorflow::plan::Task* task, const char* name, int64_t bytes) {
   auto* reg = task->add_registers();
   reg->set_name(name);
@@ -91,6 +109,12 @@ void AddInput(actorflow::plan::Task* task, int64_t producer, bool control) {
   in->set_producer_register(0);
   in->set_control(control);
 }
+
+// Round trips per measurement of the two-process bench, the same on both ranks.
+int RoundTripsFor(int64_t bytes) { return bytes <= 65536 ? 400 : bytes <= (4 << 20) ? 60 : 12; }
+
+// Calls per measurement, the same on every rank (they pair up by number).
+int CallsFor(int64_t bytes) { return bytes <= (1 << 20) ? 40 : bytes <= (16 << 20) ? 12 : 6; }
 
 // ---- All-reduce over `world` processes (cluster_bench --all-reduce N): per size, the ring
 // (one ALL_REDUCE task per machine, comm/data_plane.h) next to the funnel the compiler made
@@ -152,16 +176,18 @@ actorflow::plan::Plan AllReducePlan(int world, int64_t bytes, bool ring) {
   return plan;
 }
 
-int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>& sizes, int rounds, char* self) {
+int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>& sizes, int rounds, char* self,
+                      std::string gloo_store) {
   std::vector<pid_t> children;
   if (rank == 0) {
     port = FreePort();
+    gloo_store = MakeGlooStore();
     std::string size_text;
     for (int64_t s : sizes) size_text += (size_text.empty() ? "" : ",") + std::to_string(s);
     for (int r = 1; r < world; ++r) {
       std::vector<std::string> arguments = {self, "--all-reduce", std::to_string(world), "--rank", std::to_string(r),
                                             "--port", std::to_string(port), "--sizes", size_text, "--rounds",
-                                            std::to_string(rounds)};
+                                            std::to_string(rounds), "--gloo-store", gloo_store};
       std::vector<char*> child_argv;
       for (auto& a : arguments) child_argv.push_back(a.data());
       child_argv.push_back(nullptr);
@@ -187,6 +213,8 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
   Check((*cluster)->Rendezvous(actorflow::PlanIdentity::FromOps({})), "rendezvous");
   auto plane = actorflow::DataPlane::Create(**cluster, *environment, std::chrono::milliseconds(20000));
   if (!plane.ok()) Die(plane.status().ToString());
+  const bool with_gloo = gloo_store != "-";
+  auto gloo = with_gloo ? actorflow_bench::GlooBaseline::Connect(rank, world, gloo_store) : nullptr;
   double traffic = 0;  // of the last measure
   auto measure = [&](int64_t bytes, bool ring) {
     const actorflow::plan::Plan plan = AllReducePlan(world, bytes, ring);
@@ -210,7 +238,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     std::vector<float> in(static_cast<size_t>(bytes / 4), static_cast<float>(rank + 1)), out(in.size(), 0.f);
     actorflow::TensorDesc desc{{bytes / 4}, actorflow::DType::kFloat32};
     std::vector<double> times;
-    const int calls = bytes <= (1 << 20) ? 40 : bytes <= (16 << 20) ? 12 : 6;
+    const int calls = CallsFor(bytes);
     const auto traffic_before = (*plane)->PayloadBytes();
     for (int i = 0; i < calls; ++i) {
       auto start = Clock::now();
@@ -228,7 +256,19 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   };
-  std::vector<std::vector<double>> ring_times(sizes.size()), funnel_times(sizes.size());
+  // Gloo's all-reduce on the same values: ring, then halving-doubling.
+  auto measure_gloo = [&](int64_t bytes, bool halving_doubling, bool time_copies) {
+    std::vector<float> in(static_cast<size_t>(bytes / 4), static_cast<float>(rank + 1)), data(in.size()),
+        out(in.size());
+    const double time = gloo->MedianAllReduce(in.data(), data.data(), out.data(), bytes / 4, CallsFor(bytes),
+                                              halving_doubling, time_copies);
+    const float expected = static_cast<float>(world * (world + 1) / 2);
+    for (float v : data)
+      if (v != expected) Die(std::string("gloo ") + (halving_doubling ? "halving-doubling" : "ring") + ": wrong sum");
+    return time;
+  };
+  std::vector<std::vector<double>> ring_times(sizes.size()), funnel_times(sizes.size()), gloo_ring(sizes.size()),
+      gloo_halving_doubling(sizes.size()), gloo_halving_doubling_copies(sizes.size());
   std::vector<double> ring_traffic(sizes.size()), funnel_traffic(sizes.size());
   for (int round = 0; round < rounds; ++round)
     for (size_t s = 0; s < sizes.size(); ++s) {
@@ -236,6 +276,11 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
       ring_traffic[s] = traffic;
       funnel_times[s].push_back(measure(sizes[s], false));
       funnel_traffic[s] = traffic;
+      if (with_gloo) {
+        gloo_ring[s].push_back(measure_gloo(sizes[s], false, false));
+        gloo_halving_doubling[s].push_back(measure_gloo(sizes[s], true, false));
+        gloo_halving_doubling_copies[s].push_back(measure_gloo(sizes[s], true, true));
+      }
     }
   if (rank == 0) {
     auto median_of = [](std::vector<double> values) {
@@ -250,6 +295,17 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
                   "(rank 0 moves %.2fx)   time funnel/ring %.2f\n",
                   static_cast<long long>(sizes[s]), ring * 1e3, bytes / ring / 1e9, ring_traffic[s], funnel * 1e3,
                   bytes / funnel / 1e9, funnel_traffic[s], funnel / ring);
+      if (with_gloo) {
+        const double gring = median_of(gloo_ring[s]), ghd = median_of(gloo_halving_doubling[s]);
+        const double ghd_copies = median_of(gloo_halving_doubling_copies[s]);
+        const double best = std::min(gring, ghd);
+        std::printf("%10s        gloo ring %9.2f ms %6.2f GB/s   gloo halving-doubling %9.2f ms %6.2f GB/s   "
+                    "ring vs best gloo %.0f%%\n",
+                    "", gring * 1e3, bytes / gring / 1e9, ghd * 1e3, bytes / ghd / 1e9, 100.0 * best / ring);
+        std::printf("%10s        gloo halving-doubling with a copy in and out (as a call's feed and fetch) %9.2f ms   "
+                    "ring vs it %.0f%%\n",
+                    "", ghd_copies * 1e3, 100.0 * ghd_copies / ring);
+      }
     }
     std::fflush(stdout);
   }
@@ -259,6 +315,8 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     waitpid(child, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("a rank failed");
   }
+  gloo.reset();
+  if (rank == 0) RemoveGlooStore(gloo_store);
   return 0;
 }
 
@@ -269,6 +327,7 @@ int main(int argc, char** argv) {
   double seconds = 1;
   int rounds = 3;
   std::vector<int64_t> sizes = {4096, 1 << 20, 16 << 20};
+  std::string gloo_store = "-";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--rank") rank = std::atoi(argv[i + 1]);
@@ -277,21 +336,25 @@ int main(int argc, char** argv) {
     else if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (flag == "--rounds") rounds = std::atoi(argv[i + 1]);
     else if (flag == "--all-reduce") all_reduce_world = std::atoi(argv[i + 1]);
+    else if (flag == "--gloo-store") gloo_store = argv[i + 1];
     else if (flag == "--sizes") {
       sizes.clear();
       for (char* item = std::strtok(argv[i + 1], ","); item; item = std::strtok(nullptr, ",")) sizes.push_back(std::atoll(item));
     } else Die("unknown flag " + flag);
   }
-  if (all_reduce_world >= 2) return RunAllReduceBench(rank, all_reduce_world, port, sizes, rounds, argv[0]);
+  if (all_reduce_world >= 2)
+    return RunAllReduceBench(rank, all_reduce_world, port, sizes, rounds, argv[0], gloo_store);
   std::string size_text;
   for (int64_t s : sizes) size_text += (size_text.empty() ? "" : ",") + std::to_string(s);
   pid_t child = -1;
   if (rank == 0) {
     port = FreePort();
     tcp_port = FreePort();
+    gloo_store = MakeGlooStore();
     std::vector<std::string> arguments = {argv[0], "--rank", "1", "--port", std::to_string(port), "--tcp-port",
                                           std::to_string(tcp_port), "--sizes", size_text, "--seconds",
-                                          std::to_string(seconds), "--rounds", std::to_string(rounds)};
+                                          std::to_string(seconds), "--rounds", std::to_string(rounds),
+                                          "--gloo-store", gloo_store};
     std::vector<char*> child_argv;
     for (auto& a : arguments) child_argv.push_back(a.data());
     child_argv.push_back(nullptr);
@@ -361,6 +424,8 @@ int main(int argc, char** argv) {
   Check((*cluster)->Rendezvous(actorflow::PlanIdentity::FromOps({})), "rendezvous");
   auto plane = actorflow::DataPlane::Create(**cluster, *environment, std::chrono::milliseconds(20000));
   if (!plane.ok()) Die(plane.status().ToString());
+  const bool with_gloo = gloo_store != "-";
+  auto gloo = with_gloo ? actorflow_bench::GlooBaseline::Connect(rank, 2, gloo_store) : nullptr;
   // One size over raw TCP: rank 0 returns the median round trip.
   auto measure_tcp = [&](size_t s) {
     double median = 0;
@@ -434,7 +499,7 @@ int main(int argc, char** argv) {
     actorflow::TensorDesc desc{{bytes}, actorflow::DType::kUInt8};
     std::vector<double> times;
     // Both ranks run the same number of calls: a fixed count per size, sized for ~`seconds`.
-    const int calls = bytes <= 65536 ? 400 : bytes <= (4 << 20) ? 60 : 12;
+    const int calls = RoundTripsFor(bytes);
     for (int i = 0; i < calls; ++i) {
       auto start = Clock::now();
       Status done = rank == 0 ? (*runtime)->Run({{in.data(), desc}}, {{out.data(), desc}}) : (*runtime)->Run({}, {});
@@ -448,11 +513,15 @@ int main(int argc, char** argv) {
   };
   // Rounds alternate the two (the machine is shared: conditions drift); the medians of the
   // per-round medians are printed.
-  std::vector<std::vector<double>> tcp(sizes.size()), plane_times(sizes.size());
+  std::vector<std::vector<double>> tcp(sizes.size()), plane_times(sizes.size()), gloo_times(sizes.size());
   for (int round = 0; round < rounds; ++round)
     for (size_t s = 0; s < sizes.size(); ++s) {
       tcp[s].push_back(measure_tcp(s));
       plane_times[s].push_back(measure_data_plane(s));
+      if (with_gloo) {
+        std::vector<char> buffer(static_cast<size_t>(sizes[s]), 5);
+        gloo_times[s].push_back(gloo->MedianRoundTrip(buffer.data(), sizes[s], RoundTripsFor(sizes[s])));
+      }
     }
   if (rank == 0) {
     auto median_of = [](std::vector<double> values) {
@@ -465,6 +534,12 @@ int main(int argc, char** argv) {
       std::printf("%10lld bytes  send/recv round trip %9.1f us  %6.2f GB/s   raw TCP %9.1f us  %6.2f GB/s   (%.0f%%)\n",
                   static_cast<long long>(sizes[s]), ours * 1e6, 2.0 * bytes / ours / 1e9, raw * 1e6,
                   2.0 * bytes / raw / 1e9, 100.0 * raw / ours);
+      if (with_gloo) {
+        const double direct = median_of(gloo_times[s]);
+        std::printf("%10s        gloo point-to-point %9.1f us  %6.2f GB/s   send/recv vs gloo %.0f%%   gloo vs raw TCP "
+                    "%.0f%%\n",
+                    "", direct * 1e6, 2.0 * bytes / direct / 1e9, 100.0 * direct / ours, 100.0 * raw / direct);
+      }
     }
     std::fflush(stdout);
   }
@@ -475,5 +550,7 @@ int main(int argc, char** argv) {
     waitpid(child, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("rank 1 failed");
   }
+  gloo.reset();
+  if (rank == 0) RemoveGlooStore(gloo_store);
   return 0;
 }

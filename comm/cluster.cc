@@ -1,7 +1,9 @@
 #include "comm/cluster.h"
+#include "comm/cluster_tls_listener.h"
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/openssl/manager.hpp>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
@@ -480,6 +482,7 @@ std::function<void(caf::actor_system_config&)> NetworkLayerConfigurator(const Cl
     config.set("middleman.heartbeat-interval", caf::timespan{options.heartbeat_interval});
     config.set("middleman.connection-timeout", caf::timespan{options.connection_timeout});
     config.set("middleman.app-identifiers", std::vector<std::string>{"actorflow/" + options.job_id});
+    if (options.tls.enabled()) ConfigureClusterTls(config, options.tls);
   };
 }
 
@@ -503,6 +506,15 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   if (!environment || !environment->system().has_middleman())
     return FailedPrecondition(
         "Cluster::Create: the actor environment has no network layer; create it with AddNetworkLayer(options)");
+  if (options.tls.enabled()) {
+    AF_RETURN_IF_ERROR(CheckClusterTls(options.tls));
+    AF_RETURN_IF_ERROR(CheckSystemUsesClusterTls(environment->system(), options.tls));
+  } else if (!IsLoopbackHost(options.coordinator_host)) {
+    return FailedPrecondition("cluster: coordinator_host '" + options.coordinator_host +
+                              "' is not a loopback address; off loopback the control plane requires mutual TLS "
+                              "(ClusterOptions::tls: certificate, key and cluster CA files)");
+  }
+  const bool tls = options.tls.enabled();
   std::unique_ptr<Cluster> cluster(new Cluster());
   cluster->options_ = options;
   cluster->environment_ = environment;
@@ -513,14 +525,25 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   if (options.rank == 0) {
     caf::actor coordinator =
         system.spawn(Coordinator, options.world_size, options.rendezvous_timeout, options.secret, options.job_id);
-    auto port = system.middleman().publish(coordinator, options.coordinator_port, options.coordinator_host.c_str(),
-                                           /*reuse_addr=*/false);
-    if (!port) {
+    // With TLS, CAF's OpenSSL sessions: every connection needs a certificate from the CA (and
+    // a refused one is logged on stderr).
+    std::string listen_error;
+    if (tls) {
+      cluster->tls_listener_ = std::make_unique<TlsListener>(system, "actorflow: cluster rank 0");
+      auto port = cluster->tls_listener_->Publish(coordinator, options.coordinator_host, options.coordinator_port);
+      if (port.ok()) cluster->port_ = *port;
+      else listen_error = port.status().message();
+    } else {
+      auto port = system.middleman().publish(coordinator, options.coordinator_port, options.coordinator_host.c_str(),
+                                             /*reuse_addr=*/false);
+      if (port) cluster->port_ = *port;
+      else listen_error = system.render(port.error());
+    }
+    if (!listen_error.empty()) {
       caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
       return FailedPrecondition("cluster rank 0 cannot listen on " + where + " (port in use or address not local?): " +
-                                system.render(port.error()));
+                                listen_error);
     }
-    cluster->port_ = *port;
     cluster->actors_->coordinator = coordinator;
     cluster->actors_->member = system.spawn(Member, coordinator, 0, cluster->state_);
     return cluster;
@@ -530,7 +553,7 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Create(const ClusterOptions& options
   auto backoff = std::chrono::milliseconds(50);
   std::string last_error;
   caf::scoped_actor self{system};
-  auto middleman = system.middleman().actor_handle();
+  auto middleman = tls ? system.openssl_manager().actor_handle() : system.middleman().actor_handle();
   for (;;) {
     auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (remaining.count() <= 0) break;
@@ -562,7 +585,10 @@ Cluster::~Cluster() {
   if (!actors_) return;
   if (actors_->member) caf::anon_send_exit(actors_->member, caf::exit_reason::user_shutdown);
   if (actors_->coordinator) {
-    (void)environment_->system().middleman().unpublish(actors_->coordinator, port_);
+    if (tls_listener_)
+      tls_listener_->Unpublish(actors_->coordinator, port_);
+    else
+      (void)environment_->system().middleman().unpublish(actors_->coordinator, port_);
     caf::anon_send_exit(actors_->coordinator, caf::exit_reason::user_shutdown);
   }
 }

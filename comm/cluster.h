@@ -11,9 +11,9 @@
 // loaded: build it with AddNetworkLayer (or, for the process-wide session environment,
 // Environment::SetSystemConfigurator(NetworkLayerConfigurator(options))).
 //
-// Security: nothing is authenticated. The port binds to 127.0.0.1 by default; any local
-// process that knows the port and the job's app identifier can connect. Mutual TLS is the
-// next step and is required before binding anywhere but loopback.
+// Security: the port binds to 127.0.0.1 by default, and a joining rank proves it knows the
+// launcher's secret. Off loopback the control plane requires mutual TLS (ClusterOptions::tls,
+// CAF's OpenSSL module): Create refuses a non-loopback coordinator_host without it.
 //
 // Thread-safety: Rendezvous, Barrier and Shutdown are collective calls every rank makes in the
 // same order, from one thread at a time; health() may be called from any thread at any time.
@@ -33,6 +33,7 @@
 
 #include "actors/environment.h"
 #include "actors/status.h"
+#include "comm/cluster_tls.h"
 
 namespace actorflow {
 
@@ -62,6 +63,13 @@ struct ClusterOptions {
   // against strangers and other launches on the same host, not against an eavesdropper who
   // can replay a proof (mutual TLS is the answer to that).
   std::string secret;
+  // Mutual TLS for every control-plane connection (comm/cluster_tls.h): required when
+  // coordinator_host is not a loopback address, optional on loopback. The files are checked
+  // by Create (a mistake is an error naming the file, never unauthenticated encryption).
+  ClusterTls tls;
+  // This rank's data plane listens on this address and tells it to the peers (comm/data_plane.h);
+  // empty: coordinator_host (one machine). On several machines: this machine's own address.
+  std::string data_host;
 };
 
 // HMAC-SHA256(secret, "actorflow-join/<job_id>/<rank>") in hex: a joining rank's proof.
@@ -88,6 +96,7 @@ std::function<void(caf::actor_system_config&)> NetworkLayerConfigurator(const Cl
 // environment_options.configure_system = NetworkLayerConfigurator(options).
 void AddNetworkLayer(EnvironmentOptions& environment_options, const ClusterOptions& options);
 
+class TlsListener;   // rank 0's listener with mutual TLS (comm/cluster_tls_listener.h)
 class ClusterState;  // shared between the API and the rank's member actor (cluster.cc)
 
 class Cluster {
@@ -146,6 +155,7 @@ class Cluster {
   bool joined_ = false;
   struct Actors;
   std::unique_ptr<Actors> actors_;
+  std::unique_ptr<TlsListener> tls_listener_;  // rank 0 with TLS
 };
 
 }  // namespace actorflow

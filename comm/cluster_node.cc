@@ -5,6 +5,7 @@
 //   cluster_node --rank R --world N [--port P] [--version V] [--plan op=bytes,op=bytes]
 //                [--rendezvous-ms T] [--heartbeat-ms H] [--connection-timeout-ms C]
 //                [--job ID] [--secret S] [--then exit|barrier|sleep|shutdown|barrier-then-vanish]
+//                [--host H] [--cert FILE --key FILE --ca FILE]   (mutual TLS on the control plane)
 //
 // --then barrier: after rendezvous, wait in a barrier no other rank enters (it can only end by a
 // peer's loss or its 60 s timeout), then call health() and Barrier again: both must fail.
@@ -53,6 +54,10 @@ int main(int argc, char** argv) {
     else if (flag == "--job") options.job_id = value;
     else if (flag == "--secret") options.secret = value;
     else if (flag == "--plan") plan_text = value;
+    else if (flag == "--host") options.coordinator_host = value;
+    else if (flag == "--cert") options.tls.certificate_file = value;
+    else if (flag == "--key") options.tls.key_file = value;
+    else if (flag == "--ca") options.tls.ca_file = value;
     else if (flag == "--rendezvous-ms") options.rendezvous_timeout = std::chrono::milliseconds(std::atoi(value));
     else if (flag == "--heartbeat-ms") options.heartbeat_interval = std::chrono::milliseconds(std::atoi(value));
     else if (flag == "--connection-timeout-ms") options.connection_timeout = std::chrono::milliseconds(std::atoi(value));

@@ -24,6 +24,7 @@
 
 #include "actors/proto/plan.pb.h"
 #include "comm/data_plane_core.h"
+#include "comm/data_plane_handshake.h"
 #include "comm/ring.h"
 
 
@@ -36,8 +37,10 @@ namespace {
 // The endpoint actor only tells its data port (the control plane exchanges the endpoints).
 using port_atom = caf::atom_constant<caf::atom("afport")>;
 
-caf::behavior Endpoint(caf::event_based_actor*, uint16_t port) {
-  return {[port](port_atom) { return port; }};
+// Where this rank's data plane listens: its address (the peers on other machines connect there)
+// and port.
+caf::behavior Endpoint(caf::event_based_actor*, std::string host, uint16_t port) {
+  return {[host, port](port_atom) { return caf::make_message(host, port); }};
 }
 
 int64_t IntAttr(const plan::Task& task, const char* name) {
@@ -47,12 +50,6 @@ int64_t IntAttr(const plan::Task& task, const char* name) {
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-// Rank, then the job's digest: a connection from another job (or a stranger who guessed the
-// port) is refused. Not authentication; see docs/cluster.md.
-struct Hello {
-  uint64_t rank = 0;  // 64 bits: no padding goes on the wire
-  uint64_t job = 0;
-};
 
 }  // namespace
 
@@ -61,14 +58,16 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
   if (!environment) return InvalidArgument("DataPlane::Create: no actor environment");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const int rank = cluster.rank(), world = cluster.world_size();
-  const std::string& host = cluster.options().coordinator_host;
-  const uint64_t job = Fnv1a64(cluster.options().job_id);
+  const std::string& host =
+      cluster.options().data_host.empty() ? cluster.options().coordinator_host : cluster.options().data_host;
+  const DataHandshake handshake{cluster.options().secret, cluster.options().job_id, rank};
   // Listen first (loopback unless the cluster is configured otherwise), then tell the others.
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   if (inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1)
-    return InvalidArgument("data plane: coordinator_host '" + host + "' is not an IPv4 address");
+    return InvalidArgument("data plane: its address (ClusterOptions::data_host, else coordinator_host) '" + host +
+                           "' is not an IPv4 address");
   if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
       listen(listener, world) != 0) {
     Status error = FailedPrecondition(Errno("data plane of rank " + std::to_string(rank) + " cannot listen on " + host));
@@ -78,7 +77,7 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
   socklen_t length = sizeof address;
   getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
   const uint16_t port = ntohs(address.sin_port);
-  caf::actor endpoint = environment->system().spawn(Endpoint, port);
+  caf::actor endpoint = environment->system().spawn(Endpoint, host, port);
   auto endpoints = cluster.AllGather(endpoint, timeout);
   std::shared_ptr<DataPlane> plane(new DataPlane());
   plane->core_ = std::make_shared<DataPlaneCore>();
@@ -94,20 +93,34 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
   caf::scoped_actor self{environment->system()};
   for (int peer = rank + 1; peer < world; ++peer) {
     uint16_t peer_port = 0;
-    std::string error;
+    std::string peer_host, error;
     self->request((*endpoints)[peer], timeout, port_atom::value)
-        .receive([&](uint16_t p) { peer_port = p; }, [&](caf::error& e) { error = environment->system().render(e); });
+        .receive(
+            [&](std::string& h, uint16_t p) {
+              peer_host = std::move(h);
+              peer_port = p;
+            },
+            [&](caf::error& e) { error = environment->system().render(e); });
     if (peer_port == 0) return fail(FailedPrecondition("rank " + std::to_string(peer) + " did not tell its data port: " + error));
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in to = address;
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
     to.sin_port = htons(peer_port);
+    if (inet_pton(AF_INET, peer_host.c_str(), &to.sin_addr) != 1) {
+      close(fd);
+      return fail(FailedPrecondition("rank " + std::to_string(peer) + " told a data address that is not IPv4: '" +
+                                     peer_host + "'"));
+    }
     if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
       Status status = FailedPrecondition(Errno("cannot connect to rank " + std::to_string(peer) + "'s data port"));
       close(fd);
       return fail(status);
     }
-    Hello hello{static_cast<uint64_t>(rank), job};
-    WriteAll(fd, &hello, sizeof hello);
+    Status proven = ConnectHandshake(fd, handshake, peer, deadline);
+    if (!proven.ok()) {
+      close(fd);
+      return fail(proven);
+    }
     auto connection = std::make_unique<Connection>();
     connection->peer = peer;
     connection->fd = fd;
@@ -120,17 +133,19 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
       return fail(FailedPrecondition("timed out waiting for the data connections of lower ranks"));
     int fd = accept(listener, nullptr, nullptr);
     if (fd < 0) continue;
-    Hello hello;
-    pollfd incoming{fd, POLLIN, 0};
-    if (poll(&incoming, 1, 2000) <= 0 || !ReadAll(fd, &hello, sizeof hello) || hello.job != job ||
-        hello.rank >= static_cast<uint64_t>(rank) || core.connections.count(static_cast<int>(hello.rank))) {
-      std::fprintf(stderr, "actorflow: data plane of rank %d refused a connection that is not a lower rank of this job\n",
-                   rank);
+    // Bounded per connection: a stranger that never answers cannot hold the accept loop long.
+    auto peer = AcceptHandshake(fd, handshake, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2)));
+    if (peer.ok() && core.connections.count(*peer))
+      peer = FailedPrecondition("data plane of rank " + std::to_string(rank) + " refused a second connection from rank " +
+                                std::to_string(*peer));
+    if (!peer.ok()) {
+      std::fprintf(stderr, "actorflow: %s\n", peer.status().message().c_str());
+      std::fflush(stderr);
       close(fd);
       continue;
     }
     auto connection = std::make_unique<Connection>();
-    connection->peer = static_cast<int>(hello.rank);
+    connection->peer = *peer;
     connection->fd = fd;
     core.connections[connection->peer] = std::move(connection);
     ++accepted;
@@ -243,6 +258,11 @@ StatusOr<KernelFn> DataPlane::MakeKernel(const std::string& job, const plan::Tas
                 std::to_string(arrived.size()) + " (do all ranks run the same plan?)";
       else if (!arrived.empty())
         std::memcpy(destination, arrived.data(), arrived.size());
+      {
+        std::lock_guard<std::mutex> lock(core->mu);
+        RecvChannel& channel = core->recvs[key];
+        if (channel.spare.size() < kSpareBuffers) channel.spare.push_back(std::move(arrived));
+      }
       core->Ack(to, key.first, key.second, ctx.iteration, error);
       return error.empty() ? Status::Ok() : Internal(error);
     });

@@ -52,7 +52,12 @@ struct RecvChannel {
   int64_t bytes = -1;  // -1 until the local RECV task registered (data may come first)
   std::map<int64_t, Posted> posted;              // iteration -> the register waiting for it
   std::map<int64_t, std::vector<char>> arrived;  // iteration -> bytes waiting for a register
+  // Buffers of earlier early arrivals, reused so that a transfer that comes before its RECV act
+  // allocates (and faults in) nothing after the first iterations; at most kSpareBuffers kept.
+  std::vector<std::vector<char>> spare;
 };
+
+constexpr size_t kSpareBuffers = 4;
 
 struct SendChannel {
   std::string task;
@@ -309,6 +314,7 @@ class DataPlaneCore {
       bool have_register = false;
       std::string task;
       int64_t expected = 0;
+      std::vector<char> early;  // a spare buffer, when the bytes must wait for their RECV act
       {
         std::lock_guard<std::mutex> lock(mu);
         RecvChannel& channel = recvs[{header.job, header.channel}];
@@ -320,6 +326,10 @@ class DataPlaneCore {
         }
         task = channel.task;
         expected = channel.bytes;
+        if (!have_register && !channel.spare.empty()) {
+          early = std::move(channel.spare.back());
+          channel.spare.pop_back();
+        }
       }
       if (have_register) {
         if (header.bytes > 0 && !ReadAll(connection->fd, posted.destination, header.bytes)) {
@@ -330,7 +340,8 @@ class DataPlaneCore {
         Ack(connection->peer, header.job, header.channel, header.iteration, "");
         continue;
       }
-      std::vector<char> bytes(header.bytes);
+      std::vector<char> bytes = std::move(early);
+      bytes.resize(header.bytes);  // a spare of the same size: nothing to fill
       if (header.bytes > 0 && !ReadAll(connection->fd, bytes.data(), header.bytes))
         return Lost(connection->peer, "its data connection closed");
       std::string error;

@@ -627,7 +627,8 @@ PYBIND11_MODULE(_C, m) {
       "cluster_start",
       [](int rank, int world_size, const std::string& host, int port, const std::string& job_id,
          const std::string& version, int rendezvous_ms, int heartbeat_ms, int connection_timeout_ms,
-         const std::string& secret) {
+         const std::string& secret, const std::string& tls_certificate, const std::string& tls_key,
+         const std::string& tls_ca, const std::string& data_host) {
         if (port < 0 || port > 65535) throw py::value_error("cluster_start: port must be in [0, 65535], got " + std::to_string(port));
         ClusterOptions options;
         options.rank = rank;
@@ -637,6 +638,8 @@ PYBIND11_MODULE(_C, m) {
         options.job_id = job_id;
         options.version = version;
         options.secret = secret;
+        options.tls = ClusterTls{tls_certificate, tls_key, tls_ca};
+        options.data_host = data_host;
         options.rendezvous_timeout = std::chrono::milliseconds(rendezvous_ms);
         options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
         options.connection_timeout = std::chrono::milliseconds(connection_timeout_ms);
@@ -649,7 +652,8 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("rank"), py::arg("world_size"), py::arg("host"), py::arg("port"), py::arg("job_id"),
       py::arg("version") = "", py::arg("rendezvous_ms") = 60000, py::arg("heartbeat_ms") = 1000,
-      py::arg("connection_timeout_ms") = 5000, py::arg("secret") = "");
+      py::arg("connection_timeout_ms") = 5000, py::arg("secret") = "", py::arg("tls_certificate") = "",
+      py::arg("tls_key") = "", py::arg("tls_ca") = "", py::arg("data_host") = "");
   m.def(
       "cluster_stop",
       [](int timeout_ms) {

@@ -10,7 +10,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev opencl-c-headers libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   python3-numpy python3-pytest python3-tqdm python3-matplotlib
-  libssl-dev
+  libssl-dev libcaf-openssl0.17 openssl python3-cryptography libgloo-dev
   graphviz dataset-fashion-mnist
 )
 # Tests render the trace viewer in Chromium and check some layers against PyTorch;

@@ -21,6 +21,12 @@ MASTER_ADDR = "ACTORFLOW_MASTER_ADDR"
 MASTER_PORT = "ACTORFLOW_MASTER_PORT"
 SECRET = "ACTORFLOW_CLUSTER_SECRET"
 JOB_ID = "ACTORFLOW_JOB_ID"
+# Mutual TLS on the control plane (PEM files the launcher made for this node) and the address
+# this node's data plane listens on (several machines).
+TLS_CERT = "ACTORFLOW_TLS_CERT"
+TLS_KEY = "ACTORFLOW_TLS_KEY"
+TLS_CA = "ACTORFLOW_TLS_CA"
+NODE_ADDR = "ACTORFLOW_NODE_ADDR"
 
 _MACHINE_KEYS = ("addr", "ctrl_port_agent", "data_port")
 _settings = {"machines": None, "ctrl_port": None}
@@ -133,7 +139,9 @@ def ensure_started():
     version = getattr(sys.modules.get(__package__), "__version__", "")
     _C.cluster_start(settings["rank"], settings["world_size"], settings["master_addr"], settings["master_port"],
                      os.environ.get(JOB_ID, "actorflow"), version, _ms(RENDEZVOUS_MS, 60000),
-                     _ms(HEARTBEAT_MS, 1000), _ms(CONNECTION_TIMEOUT_MS, 5000), os.environ.get(SECRET, ""))
+                     _ms(HEARTBEAT_MS, 1000), _ms(CONNECTION_TIMEOUT_MS, 5000), os.environ.get(SECRET, ""),
+                     tls_certificate=os.environ.get(TLS_CERT, ""), tls_key=os.environ.get(TLS_KEY, ""),
+                     tls_ca=os.environ.get(TLS_CA, ""), data_host=os.environ.get(NODE_ADDR, ""))
     _started["rank"] = settings["rank"]
     atexit.register(_leave)
     return settings["rank"]

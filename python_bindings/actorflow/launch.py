@@ -5,12 +5,19 @@ Several nodes: run `python -m actorflow.launch --nnodes M --node-rank K --nproc 
 script.py` once per node (K = 0..M-1; ranks K*N..K*N+N-1 run on node K; world size M*N), with the
 same ACTORFLOW_CLUSTER_SECRET in every node's environment (the launcher cannot make one up for
 the others). The flags may also come from ACTORFLOW_NNODES, ACTORFLOW_NODE_RANK,
-ACTORFLOW_MASTER_ADDR and ACTORFLOW_MASTER_PORT. The master address must be a loopback address
-for now: the control plane has no TLS yet, so it refuses to listen where strangers can reach it.
+ACTORFLOW_MASTER_ADDR, ACTORFLOW_MASTER_PORT, ACTORFLOW_NODE_ADDR and ACTORFLOW_TLS_CA_DIR.
+
+Mutual TLS on the control plane (docs/cluster.md "What is authenticated"): `--tls` makes a cluster
+CA for this launch and a certificate for this node in a fresh private directory (removed at the
+end); `--tls-ca DIR` signs this node's certificate with the CA in DIR instead, made once with
+`python -m actorflow.launch --make-ca DIR` and copied to every node. A master address that is not
+loopback is accepted only with --tls-ca (every node's ranks must trust the same CA), and then each
+node names its own address with --node-addr (the data plane listens there).
 
 Every process gets ACTORFLOW_RANK, ACTORFLOW_WORLD_SIZE, ACTORFLOW_MASTER_ADDR (127.0.0.1),
 ACTORFLOW_MASTER_PORT (a free port), ACTORFLOW_JOB_ID and ACTORFLOW_CLUSTER_SECRET (fresh per
-launch). Rank 0's lines pass through unprefixed; each line of rank r > 0 is prefixed with
+launch), and with TLS ACTORFLOW_TLS_CERT, ACTORFLOW_TLS_KEY, ACTORFLOW_TLS_CA (and
+ACTORFLOW_NODE_ADDR when given). Rank 0's lines pass through unprefixed; each line of rank r > 0 is prefixed with
 "[rank r] ". Where the launcher's stdout/stderr is not a terminal, rank 0's output is copied line
 by line like the others', so no rank's line is ever cut by another's (an unbuffered print writes
 its pieces separately); on a terminal rank 0 writes to it directly (progress bars keep working). When a rank fails (non-zero exit or a signal), the others get SIGTERM, then SIGKILL
@@ -30,9 +37,11 @@ import threading
 import time
 
 from . import env as _env
+from . import launch_tls as _tls
 
 NNODES = "ACTORFLOW_NNODES"
 NODE_RANK = "ACTORFLOW_NODE_RANK"
+TLS_CA_DIR = "ACTORFLOW_TLS_CA_DIR"
 GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL; the whole teardown stays well under 20 s
 POLL_SECONDS = 0.05
 
@@ -63,9 +72,15 @@ def _parse(argv):
     parser.add_argument("--node-rank", type=int, default=_int_env(NODE_RANK, 0),
                         help="this node's index in [0, nnodes): it runs ranks node_rank*nproc ...")
     parser.add_argument("--master-addr", default=os.environ.get(_env.MASTER_ADDR, "127.0.0.1"),
-                        help="rank 0's address (node 0); loopback only for now")
+                        help="rank 0's address (node 0); not loopback: needs --tls-ca and --node-addr")
     parser.add_argument("--master-port", type=int, default=_int_env(_env.MASTER_PORT, 0),
                         help="rank 0's control port (default: a free one; required with --nnodes > 1)")
+    parser.add_argument("--node-addr", default=os.environ.get(_env.NODE_ADDR, ""),
+                        help="this node's address, where its ranks' data planes listen (default: --master-addr)")
+    parser.add_argument("--tls", action="store_true",
+                        help="mutual TLS on the control plane, with a CA made for this launch (one node)")
+    parser.add_argument("--tls-ca", default=os.environ.get(TLS_CA_DIR, ""),
+                        help="mutual TLS with the cluster CA in this directory (--make-ca; the same on every node)")
     parser.add_argument("script", help="the Python program every rank runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program")
     options = parser.parse_args(argv)
@@ -79,12 +94,37 @@ def _parse(argv):
     if not 0 <= options.master_port <= 65535:
         parser.error("--master-port must be in [0, 65535], got %d" % options.master_port)
     try:
-        loopback = ipaddress.ip_address(socket.gethostbyname(options.master_addr)).is_loopback
+        master = ipaddress.ip_address(socket.gethostbyname(options.master_addr))
     except (OSError, ValueError) as error:
         parser.error("--master-addr %r: %s" % (options.master_addr, error))
+    if master.is_unspecified:
+        parser.error("--master-addr %r names no machine: give rank 0's own address (the other nodes connect to it)"
+                     % options.master_addr)
+    loopback = master.is_loopback
+    if options.tls_ca:
+        options.tls = True
     if not loopback:
-        parser.error("--master-addr %r is not a loopback address: the control plane has no TLS yet, so it only "
-                     "listens on loopback (docs/cluster.md)" % options.master_addr)
+        if not options.tls_ca:
+            parser.error("--master-addr %r is not a loopback address: off loopback the control plane requires "
+                         "mutual TLS with one cluster CA on every node: make it once with `python -m "
+                         "actorflow.launch --make-ca DIR`, copy DIR to every node and pass --tls-ca DIR "
+                         "(docs/cluster.md)" % options.master_addr)
+        if options.node_rank > 0 and not options.node_addr:
+            parser.error("--node-rank %d with a non-loopback --master-addr needs --node-addr: this node's own address "
+                         "(its ranks' data planes listen there)" % options.node_rank)
+    if options.node_addr:
+        try:
+            ipaddress.IPv4Address(options.node_addr)
+        except ValueError:
+            parser.error("--node-addr must be an IPv4 address, got %r" % options.node_addr)
+    if options.nnodes > 1 and options.tls and not options.tls_ca:
+        parser.error("--nnodes %d with --tls needs --tls-ca DIR (the same cluster CA on every node; make it with "
+                     "`python -m actorflow.launch --make-ca DIR`)" % options.nnodes)
+    if options.tls_ca:
+        try:
+            _tls.load_ca(options.tls_ca)
+        except (OSError, ValueError, RuntimeError) as error:
+            parser.error("--tls-ca %r: %s" % (options.tls_ca, error))
     if options.nnodes > 1:
         if options.master_port == 0:
             parser.error("--nnodes %d needs --master-port (every node must name the same port)" % options.nnodes)
@@ -140,9 +180,39 @@ def _interrupted(signal_number, frame):
     raise KeyboardInterrupt  # the launcher's own SIGTERM stops every rank, as Ctrl-C does
 
 
+def _make_ca(argv):
+    parser = argparse.ArgumentParser(prog="python -m actorflow.launch --make-ca",
+                                     description="Make a cluster CA (ca.pem, ca.key) for --tls-ca.")
+    parser.add_argument("--make-ca", required=True, metavar="DIR", help="a new or empty directory")
+    parser.add_argument("--days", type=int, default=30, help="validity (default 30)")
+    options = parser.parse_args(argv)
+    try:
+        _tls.make_ca(options.make_ca, days=options.days)
+    except (OSError, RuntimeError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    print("actorflow.launch: wrote the cluster CA into %s (ca.key admits to the cluster: copy it only to the "
+          "cluster's nodes)" % options.make_ca)
+    return 0
+
+
 def main(argv=None):
-    options = _parse(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _interrupted)
+    argv = sys.argv[1:] if argv is None else argv
+    if any(argument == "--make-ca" or argument.startswith("--make-ca=") for argument in argv):
+        return _make_ca(argv)
+    options = _parse(argv)
+    signal.signal(signal.SIGTERM, _interrupted)  # before the TLS files exist: they are removed on SIGTERM too
+    tls_directory = None
+    try:
+        if options.tls:
+            tls_directory, tls_files = _tls.launch_files(options.tls_ca or None, "node %d" % options.node_rank)
+        return _run(options, tls_files if options.tls else None)
+    finally:
+        if tls_directory is not None:
+            _tls.remove_launch_files(tls_directory)
+
+
+def _run(options, tls_files):
     address = options.master_addr
     port = options.master_port or _free_port(address)
     if options.nnodes > 1:  # every node's launcher must hand out the same secret and job id
@@ -152,6 +222,11 @@ def main(argv=None):
         secret, job_id = secrets.token_hex(32), secrets.token_hex(8)
     shared = {_env.WORLD_SIZE: str(options.nproc * options.nnodes), _env.MASTER_ADDR: address,
               _env.MASTER_PORT: str(port), _env.SECRET: secret, _env.JOB_ID: job_id, "PYTHONUNBUFFERED": "1"}
+    # Without TLS the variables are cleared: a launch inside another's environment must not
+    # inherit its files.
+    shared.update(zip((_env.TLS_CERT, _env.TLS_KEY, _env.TLS_CA), tls_files or ("", "", "")))
+    if options.node_addr:
+        shared[_env.NODE_ADDR] = options.node_addr
     first_rank = options.node_rank * options.nproc
     lock = threading.Lock()
     processes, pumps = [], []

@@ -39,8 +39,10 @@ def _finish(process, timeout):
         pytest.fail("timed out after %d s:\n%s" % (timeout, out))
 
 
-def _launch(args, timeout=180, env=None, processes=2):
-    process = subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nproc", str(processes), PROGRAM, *args],
+def _launch(args, timeout=180, env=None, processes=2, program=True):
+    """The launcher with `args` after the program (program=False: `args` name it themselves)."""
+    process = subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nproc", str(processes),
+                                *([PROGRAM] if program else []), *args],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=env or _clean_env())
     return _finish(process, timeout)
@@ -216,11 +218,69 @@ def test_two_nodes_each_with_its_own_launcher(tmp_path):
     np.testing.assert_array_equal(rank0["losses"], rank1["losses"])
 
 
+def test_ranks_with_mutual_tls_train_as_without(tmp_path):
+    """--tls forces mutual TLS on loopback: a CA made for this launch, the node's certificate
+    signed by it; the job runs as without TLS."""
+    code, out = _launch(["--tls", PROGRAM, "3", "1", str(tmp_path / "tls")], processes=2, program=False)
+    assert code == 0 and "rank 0 done" in out and "[rank 1] rank 1 done" in out, out
+    plain, out = _launch(["3", "1", str(tmp_path / "plain")], processes=2)
+    assert plain == 0, out
+    tls, reference = np.load(tmp_path / "tls.rank0.npz"), np.load(tmp_path / "plain.rank0.npz")
+    assert tls["distributed"]
+    np.testing.assert_array_equal(tls["losses"], reference["losses"])
+    np.testing.assert_array_equal(np.load(tmp_path / "tls.rank1.npz")["losses"], reference["losses"])
+
+
+def test_two_nodes_with_a_cluster_ca_and_a_stranger_node_of_another_ca(tmp_path):
+    """--make-ca once, --tls-ca on every node: the nodes join. A node whose CA differs cannot join
+    (its handshakes fail) and the launch fails naming the rendezvous."""
+    for name in ("ca", "other-ca"):
+        made = subprocess.run([PYTHON, "-m", "actorflow.launch", "--make-ca", str(tmp_path / name)],
+                              capture_output=True, text=True, timeout=60, env=_clean_env())
+        assert made.returncode == 0, made.stderr
+        assert sorted(os.listdir(tmp_path / name)) == ["ca.key", "ca.pem"]
+        assert all(os.stat(tmp_path / name / f).st_mode & 0o777 == 0o600 for f in ("ca.key", "ca.pem"))
+    again = subprocess.run([PYTHON, "-m", "actorflow.launch", "--make-ca", str(tmp_path / "ca")],
+                           capture_output=True, text=True, timeout=60, env=_clean_env())
+    assert again.returncode == 2 and "exists and is not an empty directory" in again.stderr, again.stderr
+
+    def nodes(cas, rendezvous_ms):
+        port = str(_free_port())
+        env = _clean_env(ACTORFLOW_CLUSTER_SECRET="c" * 64, ACTORFLOW_RENDEZVOUS_MS=rendezvous_ms)
+        launchers = [subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nnodes", "2", "--node-rank", str(node),
+                                       "--nproc", "1", "--master-port", port, "--tls-ca", str(tmp_path / cas[node]),
+                                       PROGRAM, "3", "1", str(tmp_path / ("nodes-" + cas[1]))],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                      for node in range(2)]
+        try:
+            return [_finish(p, 120) for p in launchers]
+        finally:
+            for p in launchers:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                    p.wait(timeout=20)
+
+    (code0, out0), (code1, out1) = nodes(("ca", "ca"), "60000")
+    assert code0 == 0 and "rank 0 done" in out0, out0
+    assert code1 == 0 and "[rank 1] rank 1 done" in out1, out1
+    (code0, out0), (code1, out1) = nodes(("ca", "other-ca"), "4000")
+    assert code1 != 0 and "could not reach rank 0" in out1, out1
+    assert code0 != 0 and "rank(s) [1] never joined" in out0, out0
+
+
 @pytest.mark.parametrize("flags, env, message", [
     (["--nnodes", "2", "--node-rank", "0", "--master-port", "29999"], {}, "needs the same ACTORFLOW_CLUSTER_SECRET"),
     (["--nnodes", "2", "--node-rank", "1"], {"ACTORFLOW_CLUSTER_SECRET": "x"}, "--nnodes 2 needs --master-port"),
     (["--nnodes", "2", "--node-rank", "2"], {}, "--node-rank must be in [0, 2) (--nnodes 2), got 2"),
-    (["--master-addr", "8.8.8.8"], {}, "--master-addr '8.8.8.8' is not a loopback address"),
+    (["--master-addr", "8.8.8.8"], {}, "--master-addr '8.8.8.8' is not a loopback address: off loopback the control "
+                                       "plane requires mutual TLS"),
+    (["--master-addr", "8.8.8.8", "--tls"], {}, "--master-addr '8.8.8.8' is not a loopback address"),
+    (["--master-addr", "8.8.8.8", "--tls-ca", "/nonexistent-ca"], {}, "--tls-ca '/nonexistent-ca': actorflow.launch: "
+                                                                       "the cluster CA directory '/nonexistent-ca' has no ca.pem"),
+    (["--nnodes", "2", "--node-rank", "0", "--master-port", "29999", "--tls"], {"ACTORFLOW_CLUSTER_SECRET": "x"},
+     "--nnodes 2 with --tls needs --tls-ca DIR"),
+    (["--node-addr", "somewhere"], {}, "--node-addr must be an IPv4 address, got 'somewhere'"),
+    (["--master-addr", "0.0.0.0", "--tls"], {}, "--master-addr '0.0.0.0' names no machine"),
     (["--nnodes", "0"], {}, "--nnodes must be >= 1, got 0"),
 ])
 def test_node_flags_are_checked(tmp_path, flags, env, message):

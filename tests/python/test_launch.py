@@ -96,6 +96,23 @@ def test_a_rank_that_ignores_sigterm_is_killed(tmp_path):
         os.kill(hung, 0)
 
 
+def test_tls_files_are_private_and_removed_after_the_launch(tmp_path):
+    done, _ = _launch(tmp_path, """
+        import os, stat
+        e = os.environ
+        paths = [e["ACTORFLOW_TLS_CERT"], e["ACTORFLOW_TLS_KEY"], e["ACTORFLOW_TLS_CA"]]
+        print(" ".join(paths), oct(os.stat(os.path.dirname(paths[0])).st_mode & 0o777),
+              " ".join(oct(os.stat(p).st_mode & 0o777) for p in paths))
+    """, nproc=2, extra=("--tls",))
+    assert done.returncode == 0, done.stderr
+    lines = [line.replace("[rank 1] ", "") for line in done.stdout.splitlines()]
+    assert len(lines) == 2 and lines[0] == lines[1], lines  # one node: one certificate for its ranks
+    words = lines[0].split()
+    assert words[3:] == ["0o700", "0o600", "0o600", "0o600"], words
+    directory = os.path.dirname(words[0])
+    assert not os.path.exists(directory), directory  # removed when the launch ended
+
+
 def test_bad_arguments_name_the_argument(tmp_path):
     script = tmp_path / "ok.py"
     script.write_text("")
