@@ -25,7 +25,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -217,8 +219,64 @@ using bench::kClasses;
 using bench::kHidden;
 using bench::kIn;
 
-// A compiled seed MLP train job on `devices` devices and a budget of `threads`, with its feeds.
-struct MlpJob {
+// The seeds' LeNet (bench/bench_lenet.py's, without dropout: conv 5x5x32 SAME + bias + relu,
+// max pool 2x2, conv 5x5x64 + bias + relu, max pool, flatten, dense 3136-512 + relu, dense
+// 512-10, sparse softmax cross entropy, SGD) on batch kBatch of 1x28x28 images, built as the
+// Python front end builds it (the fusion passes fuse what they fuse there too).
+struct VariableSpec {
+  std::string name;
+  Shape shape;
+};
+const std::vector<VariableSpec>& LenetVariables() {
+  static const std::vector<VariableSpec> variables = {
+      {"conv1-weight", {32, 1, 5, 5}}, {"conv1-bias", {32}},     {"conv2-weight", {64, 32, 5, 5}},
+      {"conv2-bias", {64}},            {"dense1-weight", {3136, 512}}, {"dense1-bias", {512}},
+      {"dense2-weight", {512, 10}},    {"dense2-bias", {10}}};
+  return variables;
+}
+StatusOr<graph::JobBuilder> SeedLenetJob(const std::string& name, int devices) {
+  AF_ASSIGN_OR_RETURN(graph::JobBuilder b, graph::JobBuilder::Create(name, "train"));
+  AF_RETURN_IF_ERROR(b.SetDeviceNum(devices));
+  AF_ASSIGN_OR_RETURN(std::string x, b.AddInput("x", {kBatch, 1, 28, 28}, DType::kFloat32, "bench"));
+  AF_ASSIGN_OR_RETURN(std::string labels, b.AddInput("labels", {kBatch}, DType::kInt32, "bench"));
+  std::map<std::string, std::string> v;
+  for (const VariableSpec& spec : LenetVariables()) {
+    AF_ASSIGN_OR_RETURN(v[spec.name], b.AddVariable(spec.name, spec.shape, DType::kFloat32, "bench"));
+  }
+  std::string t = x;
+  auto op = [&](const std::string& type, const std::string& op_name, std::vector<std::string> inputs,
+                Attrs attrs) -> Status {
+    AF_ASSIGN_OR_RETURN(const graph::Node* n, b.AddOp(type, op_name, inputs, attrs, "bench"));
+    t = n->output_ref(0);
+    return Status::Ok();
+  };
+  for (const std::string layer : {"conv1", "conv2"}) {
+    AF_RETURN_IF_ERROR(op("conv2d", layer, {t, v[layer + "-weight"]}, Attrs{{"padding", std::string("SAME")}}));
+    AF_RETURN_IF_ERROR(op("bias_add", layer + "-bias_add", {t, v[layer + "-bias"]}, Attrs{{"axis", int64_t{1}}}));
+    AF_RETURN_IF_ERROR(op("relu", layer + "-relu", {t}, {}));
+    AF_RETURN_IF_ERROR(op("max_pool2d", layer + "-pool", {t},
+                          Attrs{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}}));
+  }
+  AF_RETURN_IF_ERROR(op("reshape", "reshape", {t}, Attrs{{"shape", Shape{kBatch, -1}}}));
+  for (const std::string layer : {"dense1", "dense2"}) {
+    AF_RETURN_IF_ERROR(op("matmul", layer, {t, v[layer + "-weight"]}, {}));
+    AF_RETURN_IF_ERROR(op("bias_add", layer + "-bias_add", {t, v[layer + "-bias"]}, {}));
+    if (layer == "dense1") AF_RETURN_IF_ERROR(op("relu", layer + "-relu", {t}, {}));
+  }
+  AF_RETURN_IF_ERROR(op("sparse_softmax_cross_entropy", "loss", {labels, t}, {}));
+  AF_RETURN_IF_ERROR(b.AddLoss(t));
+  graph::OptimizerSpec spec;
+  spec.type = "sgd";
+  AF_RETURN_IF_ERROR(b.SetOptimizer(spec));
+  AF_RETURN_IF_ERROR(b.SetOutputs({t}));
+  return b;
+}
+
+enum class Model { kMlp, kLenet };
+
+// A compiled train job (the seed MLP or LeNet) on `devices` devices and a budget of
+// `threads`, with its feeds.
+struct TrainJob {
   std::unique_ptr<Session> session;
   std::shared_ptr<CompiledJob> job;
   std::vector<float> x, loss;
@@ -229,27 +287,37 @@ struct MlpJob {
 };
 
 // kernel_threads > 0 fixes each kernel's share (and turns off lending idle shares).
-StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threads, int kernel_threads = 0) {
-  auto made = std::make_unique<MlpJob>();
+StatusOr<std::unique_ptr<TrainJob>> MakeTrainJob(Model model, int devices, int workers, int threads,
+                                                 int kernel_threads = 0, const std::string& trace_path = "") {
+  auto made = std::make_unique<TrainJob>();
   made->session = std::make_unique<Session>();
-  for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
-           {"w1", {kIn, kHidden}}, {"b1", {kHidden}}, {"w2", {kHidden, kClasses}}, {"b2", {kClasses}}}) {
-    std::vector<float> init(NumElements(shape));
-    for (size_t i = 0; i < init.size(); ++i) init[i] = 0.01f * std::sin(static_cast<float>(i));
-    AF_RETURN_IF_ERROR(made->session->CreateVariable(name, {shape, DType::kFloat32}, init.data()));
+  std::vector<VariableSpec> variables = {
+      {"w1", {kIn, kHidden}}, {"b1", {kHidden}}, {"w2", {kHidden, kClasses}}, {"b2", {kClasses}}};
+  if (model == Model::kLenet) variables = LenetVariables();
+  for (const VariableSpec& spec : variables) {
+    std::vector<float> init(NumElements(spec.shape));
+    // Small weights (LeNet's fan-ins reach 3136): the step's arithmetic, not its values, is timed.
+    const float scale = model == Model::kLenet ? 0.05f / std::sqrt(static_cast<float>(init.size() / spec.shape[0]))
+                                               : 0.01f;
+    for (size_t i = 0; i < init.size(); ++i) init[i] = scale * std::sin(static_cast<float>(i));
+    AF_RETURN_IF_ERROR(made->session->CreateVariable(spec.name, {spec.shape, DType::kFloat32}, init.data()));
   }
-  AF_ASSIGN_OR_RETURN(graph::JobBuilder builder, bench::SeedMlpJob("mlp" + std::to_string(devices), devices, 0));
+  const std::string name = (model == Model::kLenet ? "lenet" : "mlp") + std::to_string(devices);
+  AF_ASSIGN_OR_RETURN(graph::JobBuilder builder, model == Model::kLenet ? SeedLenetJob(name, devices)
+                                                                        : bench::SeedMlpJob(name, devices, 0));
   JobOptions options;
   options.num_threads = threads;
   options.num_workers = workers;
   options.kernel_threads = kernel_threads;
+  options.trace_path = trace_path;
   AF_ASSIGN_OR_RETURN(made->job, made->session->Compile(builder, options));
-  made->x.resize(kBatch * kIn);
+  const Shape x_shape = model == Model::kLenet ? Shape{kBatch, 1, 28, 28} : Shape{kBatch, kIn};
+  made->x.resize(NumElements(x_shape));
   for (size_t i = 0; i < made->x.size(); ++i) made->x[i] = std::sin(0.37f * static_cast<float>(i));
   made->labels.resize(kBatch);
   for (int64_t i = 0; i < kBatch; ++i) made->labels[i] = static_cast<int32_t>(i % kClasses);
   made->loss.resize(kBatch);
-  made->inputs = {{made->x.data(), {{kBatch, kIn}, DType::kFloat32}},
+  made->inputs = {{made->x.data(), {x_shape, DType::kFloat32}},
                   {made->labels.data(), {{kBatch}, DType::kInt32}},
                   {&made->learning_rate, {{1}, DType::kFloat32}}};
   made->outputs = {{made->loss.data(), {{kBatch}, DType::kFloat32}}};
@@ -257,8 +325,8 @@ StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threa
 }
 
 void MlpTrainStep(benchmark::State& state) {
-  auto job = MakeMlpJob(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
-                        static_cast<int>(state.range(2)));
+  auto job = MakeTrainJob(Model::kMlp, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                          static_cast<int>(state.range(2)));
   if (!job.ok()) return state.SkipWithError(job.status().ToString().c_str());
   for (auto _ : state) {
     Status ran = job.value()->Step();
@@ -267,23 +335,32 @@ void MlpTrainStep(benchmark::State& state) {
 }
 
 // The 2-device over 1-device step time at one budget, drift cancelled: both jobs in one
-// process, blocks of 20 steps alternating ABBA; counters: median and quartiles of the blocks'
-// ratios, and each side's median step (us). Second argument 0: the 2-device job's kernels keep
-// their share (threads / 2), no lending of idle shares (how it ran before lending).
-void MlpTwoOverOneDevice(benchmark::State& state) {
+// process, blocks of `steps` steps alternating ABBA; counters: median and quartiles of the
+// blocks' ratios, and each side's median step (us). Second argument 0: the 2-device job's
+// kernels keep their share (threads / 2), no lending of idle shares (how it ran before lending).
+// ACTORFLOW_BENCH_TRACE=prefix writes each job's trace to prefix.<job>.json.
+void TwoOverOneDevice(benchmark::State& state, Model model, int steps, int rounds) {
   const int threads = static_cast<int>(state.range(0));
   const bool lend = state.range(1) != 0;
-  auto one = MakeMlpJob(1, 0, threads), two = MakeMlpJob(2, 0, threads, lend ? 0 : std::max(1, threads / 2));
-  if (!one.ok() || !two.ok()) return state.SkipWithError("compile failed");
-  auto block = [](MlpJob& job) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < 20; ++i)
-      if (!job.Step().ok()) return -1.0;
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / 20;
+  const char* trace = std::getenv("ACTORFLOW_BENCH_TRACE");
+  auto trace_path = [&](int devices) {
+    return trace == nullptr ? std::string() : std::string(trace) + "." + std::to_string(devices) + "dev.json";
   };
+  auto one = MakeTrainJob(model, 1, 0, threads, 0, trace_path(1));
+  auto two = MakeTrainJob(model, 2, 0, threads, lend ? 0 : std::max(1, threads / 2), trace_path(2));
+  if (!one.ok() || !two.ok())
+    return state.SkipWithError((one.ok() ? two.status() : one.status()).ToString().c_str());
+  auto block = [steps](TrainJob& job) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i)
+      if (!job.Step().ok()) return -1.0;
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / steps;
+  };
+  // Warm-up (first-call primitive creation, page faults) outside the blocks.
+  if (block(*one.value()) <= 0 || block(*two.value()) <= 0) return state.SkipWithError("step failed");
   std::vector<double> ratios, ones, twos;
   for (auto _ : state) {
-    for (int round = 0; round < 15; ++round) {
+    for (int round = 0; round < rounds; ++round) {
       const bool one_first = round % 2 == 0;
       double a = one_first ? block(*one.value()) : block(*two.value());
       double b = one_first ? block(*two.value()) : block(*one.value());
@@ -304,7 +381,10 @@ void MlpTwoOverOneDevice(benchmark::State& state) {
   state.counters["one_device_us"] = quantile(ones, 0.5);
   state.counters["two_devices_us"] = quantile(twos, 0.5);
 }
+void MlpTwoOverOneDevice(benchmark::State& state) { TwoOverOneDevice(state, Model::kMlp, 20, 15); }
+void LenetTwoOverOneDevice(benchmark::State& state) { TwoOverOneDevice(state, Model::kLenet, 2, 10); }
 BENCHMARK(MlpTwoOverOneDevice)->Args({1, 1})->Args({2, 1})->Args({2, 0})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(LenetTwoOverOneDevice)->Args({1, 1})->Args({2, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK(MlpTrainStep)
     ->Args({1, 0, 1})
