@@ -628,6 +628,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   passes.push_back(MakeOrderingPass());
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());
+  if (enabled("gradient_update")) passes.push_back(MakeGradientUpdateFusionPass(/*placed=*/true));
   passes.push_back(MakeBoxingPass());
   auto started = std::chrono::steady_clock::now();
   auto lap = [&](const std::string& step) {

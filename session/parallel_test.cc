@@ -387,9 +387,13 @@ TEST_F(ParallelTest, DataParallelOneStepMatchesOneDevice) {
     Trained got = Train(options, 1);
     EXPECT_TRUE(Chose(got.summary, "hidden-matmul", "S(0),B,B->S(0)")) << got.summary;  // fused bias
     // The copy cost decides the weight gradients: dW1 (784x512) from gathered activations
-    // (100x784 + 100x512 floats) on one device rather than reduced from partial sums; dW2
-    // (512x10) from partial sums rather than from gathered activations.
-    EXPECT_NE(got.summary.find("hidden-matmul-grad (matmul) on cpu 0:0: B,B->B"), std::string::npos) << got.summary;
+    // (100x784 + 100x512 floats) on one device rather than reduced from partial sums, and
+    // there, beside its update, its GEMM accumulates straight into the weight (the placed
+    // gradient update fusion); dW2 (512x10) from partial sums rather than from gathered
+    // activations.
+    EXPECT_EQ(got.summary.find("hidden-matmul-grad (matmul)"), std::string::npos) << got.summary;
+    EXPECT_NE(got.summary.find("hidden-weight-update (matmul_sgd_update) on cpu 0:0: B,B,B,B->"), std::string::npos)
+        << got.summary;
     EXPECT_TRUE(Chose(got.summary, "output-matmul-grad_1", "S(0),S(0)->P")) << got.summary;
     ExpectSameTraining(got, OneDevice(1), 1e-5);
   }
