@@ -151,6 +151,81 @@ TEST(ParallelPassesTest, AllReduceWritesEachDevicesSumIntoOneBlock) {
   EXPECT_EQ(small->device_id(), 0);
 }
 
+// x(10, 8, 16) -> reshape (10, 128) -> matmul w1 (128, 64) -> relu -> reshape (10, 8, 8) ->
+// reshape (10, 64) -> matmul w2 (64, 10) -> loss, trained with SGD. The weights outweigh the
+// activations, so the SBP pass computes both weight gradients whole on device 0 from the
+// gathered activations.
+Graph ReshapedMlp(int devices) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("reshaped", "train"));
+  if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("SetDeviceNum");
+  std::string x = ValueOrDie(b.AddInput("x", {10, 8, 16}, DType::kFloat32, "r.py:1"));
+  std::string labels = ValueOrDie(b.AddInput("labels", {10}, DType::kInt32, "r.py:2"));
+  std::string w1 = ValueOrDie(b.AddVariable("w1", {128, 64}, DType::kFloat32, "r.py:3"));
+  std::string w2 = ValueOrDie(b.AddVariable("w2", {64, 10}, DType::kFloat32, "r.py:4"));
+  auto op = [&](const std::string& type, const std::string& name, std::vector<std::string> in, Attrs attrs = {}) {
+    return ValueOrDie(b.AddOp(type, name, in, attrs, "r.py:5"))->output_ref(0);
+  };
+  std::string t = op("reshape", "flat_x", {x}, Attrs{{"shape", std::vector<int64_t>{10, 128}}});
+  t = op("matmul", "first", {t, w1});
+  t = op("relu", "relu", {t});
+  t = op("reshape", "square", {t}, Attrs{{"shape", std::vector<int64_t>{10, 8, 8}}});
+  t = op("reshape", "flat_h", {t}, Attrs{{"shape", std::vector<int64_t>{10, 64}}});
+  t = op("matmul", "second", {t, w2});
+  std::string loss = op("sparse_softmax_cross_entropy", "loss", {labels, t});
+  if (!b.AddLoss(loss).ok()) throw std::runtime_error("AddLoss");
+  OptimizerSpec spec;
+  spec.type = "sgd";
+  if (!b.SetOptimizer(spec).ok() || !b.SetOutputs({loss}).ok()) throw std::runtime_error("SetOptimizer");
+  return b.graph();
+}
+
+// A reshape that keeps the split batch axis is a view on several devices too: each device's
+// reader reads its rows of the feed (a part of its register) or its producer's register with
+// its physical shape; a reader of the whole (a weight gradient on one device) reads the feed
+// whole, or the producer's slices of one block, with the logical shape. No task copies.
+TEST(ParallelPassesTest, ReshapesKeepingTheSplitAxisAreViewsOnEveryDevice) {
+  Graph g = ReshapedMlp(3);
+  plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  const std::string dot = PlanToDot(plan);
+  for (const plan::Task& t : plan.tasks()) {
+    EXPECT_NE(t.op_type(), "reshape") << t.name() << "\n" << dot;  // the gradients' reshapes too
+    EXPECT_EQ(t.op_type() == "boxing" && t.name().find("flat_x") != std::string::npos, false) << t.name();
+  }
+  const int64_t first_row[] = {0, 4, 7}, rows[] = {4, 3, 3};
+  for (int d = 0; d < 3; ++d) {
+    SCOPED_TRACE(d);
+    const plan::Task* first = FindTask(plan, "first@" + std::to_string(d));
+    ASSERT_NE(first, nullptr) << dot;
+    const plan::InputDesc& x = first->inputs(0);
+    EXPECT_EQ(plan.tasks(static_cast<int>(x.producer_task_id())).name(), "x");
+    EXPECT_TRUE(x.part());
+    EXPECT_EQ(x.byte_offset(), first_row[d] * 128 * 4);
+    EXPECT_EQ(std::vector<int64_t>(x.view_shape().begin(), x.view_shape().end()), (std::vector<int64_t>{rows[d], 128}));
+    const plan::Task* second = FindTask(plan, "second@" + std::to_string(d));
+    ASSERT_NE(second, nullptr) << dot;
+    const plan::InputDesc& h = second->inputs(0);
+    EXPECT_EQ(plan.tasks(static_cast<int>(h.producer_task_id())).name(), "relu@" + std::to_string(d));
+    EXPECT_FALSE(h.part());
+    EXPECT_EQ(std::vector<int64_t>(h.view_shape().begin(), h.view_shape().end()), (std::vector<int64_t>{rows[d], 64}));
+  }
+  // dW1 = flat_x^T dy on device 0 (whole, fused into the update): the feed read whole as (10, 128).
+  const plan::Task* update = FindTask(plan, "w1-update");
+  ASSERT_NE(update, nullptr) << dot;
+  bool read_x_whole = false;
+  for (const plan::InputDesc& in : update->inputs())
+    read_x_whole |= plan.tasks(static_cast<int>(in.producer_task_id())).name() == "x" && !in.part() &&
+                    std::vector<int64_t>(in.view_shape().begin(), in.view_shape().end()) == std::vector<int64_t>{10, 128};
+  EXPECT_TRUE(read_x_whole) << dot;
+  // dW2 = flat_h^T dy on device 0 reads relu's three registers as one block of (10, 64).
+  const plan::Task* update2 = FindTask(plan, "w2-update");
+  ASSERT_NE(update2, nullptr) << dot;
+  bool read_h_whole = false;
+  for (const plan::InputDesc& in : update2->inputs())
+    read_h_whole |= in.whole() && plan.tasks(static_cast<int>(in.producer_task_id())).name() == "relu@0" &&
+                    std::vector<int64_t>(in.view_shape().begin(), in.view_shape().end()) == std::vector<int64_t>{10, 64};
+  EXPECT_TRUE(read_h_whole) << dot;
+}
+
 // The in-place order compares byte ranges: a writer of one part of a register need not follow
 // a reader of another part (the shards of a variable stored split), but must follow one whose
 // part overlaps its own, and the check says which.

@@ -197,6 +197,39 @@ Model SmallLenet(int devices, bool hybrid) {
                build};
 }
 
+// Reshapes that keep the split batch axis, of a feed and of a layer's output (each lowered to a
+// view on every device, graph/parallel_test.cc): x(10, 8, 16) -> reshape (10, 128) -> dense
+// 128-64 + relu -> reshape (10, 8, 8) -> reshape (10, 64) -> dense 64-10. 10 rows over 3
+// devices are 4/3/3: each device's views start at its own row.
+Model ReshapedMlp(int devices) {
+  auto build = [devices] {
+    JobBuilder b = ValueOrDie(JobBuilder::Create("reshaped", "train"));
+    if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("devices");
+    std::string x = ValueOrDie(b.AddInput("x", {10, 8, 16}, DType::kFloat32, "r.py:1"));
+    std::string labels = ValueOrDie(b.AddInput("labels", {10}, DType::kInt32, "r.py:2"));
+    std::string w1 = ValueOrDie(b.AddVariable("r1-weight", {128, 64}, DType::kFloat32, "r.py:3"));
+    std::string b1 = ValueOrDie(b.AddVariable("r1-bias", {64}, DType::kFloat32, "r.py:3"));
+    std::string w2 = ValueOrDie(b.AddVariable("r2-weight", {64, 10}, DType::kFloat32, "r.py:4"));
+    auto op = [&](const std::string& type, const std::string& name, std::vector<std::string> in, Attrs attrs = {}) {
+      return ValueOrDie(b.AddOp(type, name, in, attrs, "r.py:5"))->output_ref(0);
+    };
+    std::string t = op("reshape", "flat_x", {x}, Attrs{{"shape", std::vector<int64_t>{10, 128}}});
+    t = op("matmul", "r1", {t, w1});
+    t = op("bias_add", "r1-bias_add", {t, b1});
+    t = op("relu", "r1-relu", {t});
+    t = op("reshape", "square", {t}, Attrs{{"shape", std::vector<int64_t>{10, 8, 8}}});
+    t = op("reshape", "flat_h", {t}, Attrs{{"shape", std::vector<int64_t>{10, 64}}});
+    t = op("matmul", "r2", {t, w2});
+    std::string loss = op("sparse_softmax_cross_entropy", "loss", {labels, t});
+    if (!b.AddLoss(loss).ok()) throw std::runtime_error("AddLoss");
+    OptimizerSpec spec;
+    spec.type = "sgd";
+    if (!b.SetOptimizer(spec).ok() || !b.SetOutputs({loss}).ok()) throw std::runtime_error("optimizer");
+    return b;
+  };
+  return Model{{{"r1-weight", {128, 64}}, {"r1-bias", {64}}, {"r2-weight", {64, 10}}}, {10, 8, 16}, build};
+}
+
 // Two dense layers stored as OneFlow stores them, weights (units, in) read with transpose_b,
 // trained with momentum: x(60, 50) -> dense 100 + relu -> dense 10 -> loss. With `split`, both
 // weights and biases are hinted S(0) (model_distribute=split(0): output features), so every
@@ -441,6 +474,15 @@ TEST_F(ParallelTest, HybridLenetMatchesOneDevice) {
     EXPECT_TRUE(Chose(got.summary, "dense1", "B,S(1)")) << got.summary;
     ExpectSameTraining(got, one_step, 1e-5);
     ExpectSameTraining(Train(SmallLenet(devices, true), 100), hundred, 1e-3);
+  }
+}
+
+TEST_F(ParallelTest, ReshapeViewsOnSeveralDevicesMatchOneDevice) {
+  const Trained one_step = Train(ReshapedMlp(1), 1), hundred = Train(ReshapedMlp(1), 100);
+  for (int devices : {2, 3}) {
+    SCOPED_TRACE(std::to_string(devices) + " devices");
+    ExpectSameTraining(Train(ReshapedMlp(devices), 1), one_step, 1e-5);
+    ExpectSameTraining(Train(ReshapedMlp(devices), 100), hundred, 1e-3);
   }
 }
 
