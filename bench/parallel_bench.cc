@@ -23,6 +23,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -81,8 +82,10 @@ void AddInput(plan::Task* t, int64_t producer, bool control = false) {
   in->set_control(control);
 }
 
-// trigger -> n reduce-scatter tasks (reading the n shards) -> [one gather task] -> sink.
-plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task) {
+// trigger -> `tasks` reduce-scatter tasks (each reading the n shards and summing its 1/tasks;
+// 0: one per device) -> [one gather task] -> sink.
+plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task, int tasks = 0) {
+  if (tasks <= 0) tasks = devices;
   plan::Plan plan;
   plan.set_job_name("all_reduce");
   plan::Task* trigger = AddTask(plan, "trigger", plan::SOURCE, 0);
@@ -94,27 +97,30 @@ plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task) {
     AddRegister(shard, {elements});
   }
   const Shape logical = {elements};
-  // As the compiler lowers P->B: a reduce-scatter task per device writing its slice of one
-  // block (or, with gather_task, into its own register, then one gather task copying).
+  // As the compiler lowers P->B: a reduce-scatter task per device (or per chunk) writing its
+  // slice of one block (or, with gather_task, into its own register, then one gather task
+  // copying).
   for (int stage = 0; stage < (gather_task ? 2 : 1); ++stage)
-    for (int d = 0; d < (stage == 0 ? devices : 1); ++d) {
+    for (int d = 0; d < (stage == 0 ? tasks : 1); ++d) {
       BoxingSpec spec{logical, DType::kFloat32, stage == 0 ? Sbp::PartialSum() : Sbp::Split(0),
-                      stage == 0 ? Sbp::Split(0) : Sbp::Broadcast(), devices, stage == 0 ? devices : 1, d};
+                      stage == 0 && tasks > 1 ? Sbp::Split(0) : Sbp::Broadcast(), devices, stage == 0 ? tasks : 1, d};
+      if (stage == 1) spec.in_parts = tasks;
+      if (stage == 1 && tasks == 1) spec.in = Sbp::Broadcast();
       plan::Task* t = AddTask(plan, (stage == 0 ? "reduce_scatter@" : "all_gather@") + std::to_string(d), plan::COMPUTE, d);
       t->set_op_type("boxing");
       graph::AttrsToProto(BoxingTaskAttrs(spec), t->mutable_attrs());
       const int64_t first_source = stage == 0 ? 1 : 1 + devices;
-      for (int s = 0; s < devices; ++s) AddInput(t, first_source + s);
+      for (int s = 0; s < (stage == 0 ? devices : tasks); ++s) AddInput(t, first_source + s);
       if (stage == 0) AddInput(t, 0, /*control=*/true);
-      AddRegister(t, PhysicalShape(logical, spec.out, devices, d).value());
-      if (stage == 0 && !gather_task) {
+      AddRegister(t, PhysicalShape(logical, spec.out, spec.out_parts, d).value());
+      if (stage == 0 && !gather_task && tasks > 1) {
         plan::RegisterDesc* r = t->mutable_registers(0);
         if (d == 0) {
           r->set_reserved_byte_size(elements * 4);
         } else {
           int64_t offset = 0;
           for (int before = 0; before < d; ++before)
-            offset += NumElements(PhysicalShape(logical, spec.out, devices, before).value()) * 4;
+            offset += NumElements(PhysicalShape(logical, spec.out, tasks, before).value()) * 4;
           r->mutable_slice_of()->set_task_id(1 + devices);
           r->mutable_slice_of()->set_byte_offset(offset);
         }
@@ -122,9 +128,9 @@ plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task) {
     }
   plan::Task* sink = AddTask(plan, "output", plan::SINK, 0);
   if (gather_task) {
-    AddInput(sink, 1 + 2 * devices, /*control=*/true);
+    AddInput(sink, 1 + devices + tasks, /*control=*/true);
   } else {
-    for (int d = 0; d < devices; ++d) AddInput(sink, 1 + devices + d, /*control=*/true);
+    for (int d = 0; d < tasks; ++d) AddInput(sink, 1 + devices + d, /*control=*/true);
   }
   for (const plan::Task& t : plan.tasks()) {
     std::set<int64_t> seen;
@@ -135,17 +141,43 @@ plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task) {
   return plan;
 }
 
-void RunAllReduce(benchmark::State& state, bool gather_task) {
-  const int64_t bytes = state.range(0), elements = bytes / 4;
-  const int devices = static_cast<int>(state.range(1));
-  const plan::Plan plan = AllReducePlan(elements, devices, gather_task);
-  std::vector<std::vector<float>> shards(devices, std::vector<float>(elements, 0.5f));
+// A runtime running AllReducePlan over `devices` read-only shards of 0.5f, on the process's
+// thread budget (2 threads, min(devices, 2) workers).
+struct AllReduceRun {
+  plan::Plan plan;
+  std::vector<std::vector<float>> shards;
+  std::unique_ptr<Runtime> runtime;
+  float trigger = 0;
+  std::vector<TensorView> inputs;
+  Status Once() { return runtime->Run(inputs, {}); }
+  // `calls` all-reduces pushed back to back (backpressure bounds the calls in flight by the
+  // trigger's two registers), then waits for the last: the all-reduce inside a pipeline, its
+  // caller's hand-offs overlapped.
+  Status Pipelined(int calls) {
+    std::atomic<bool> failed{false};
+    for (int i = 0; i < calls; ++i) {
+      auto pushed = runtime->Push(inputs, {}, [&failed](int64_t, const Status& status) {
+        if (!status.ok()) failed = true;
+      });
+      if (!pushed.ok()) return pushed.status();
+    }
+    runtime->Drain();
+    return failed ? Internal("an all-reduce failed") : Status::Ok();
+  }
+};
+
+StatusOr<std::unique_ptr<AllReduceRun>> MakeAllReduceRun(int64_t bytes, int devices, bool gather_task, int tasks) {
+  auto run = std::make_unique<AllReduceRun>();
+  const int64_t elements = bytes / 4;
+  run->plan = AllReducePlan(elements, devices, gather_task, tasks);
+  run->shards.assign(devices, std::vector<float>(elements, 0.5f));
+  const plan::Plan* plan = &run->plan;
   RuntimeHooks hooks;
-  hooks.make_kernel = [&plan](const plan::Task& task) -> StatusOr<KernelFn> {
+  hooks.make_kernel = [plan](const plan::Task& task) -> StatusOr<KernelFn> {
     KernelInit init;
     for (const plan::InputDesc& in : task.inputs()) {
       if (in.control()) continue;
-      const plan::BlobDesc& blob = plan.tasks(static_cast<int>(in.producer_task_id())).registers(in.producer_register()).blobs(0);
+      const plan::BlobDesc& blob = plan->tasks(static_cast<int>(in.producer_task_id())).registers(in.producer_register()).blobs(0);
       init.inputs.push_back(TensorDesc{Shape(blob.shape().begin(), blob.shape().end()), DType::kFloat32});
     }
     const plan::BlobDesc& out = task.registers(0).blobs(0);
@@ -153,26 +185,97 @@ void RunAllReduce(benchmark::State& state, bool gather_task) {
     init.attrs = graph::AttrsFromProto(task.attrs());
     return MakeCpuKernel("boxing", init);
   };
-  hooks.variable_buffer = [&shards](const plan::Task& task) -> StatusOr<void*> {
-    return static_cast<void*>(shards[std::stoi(task.variable_name().substr(5))].data());
+  AllReduceRun* raw = run.get();
+  hooks.variable_buffer = [raw](const plan::Task& task) -> StatusOr<void*> {
+    return static_cast<void*>(raw->shards[std::stoi(task.variable_name().substr(5))].data());
   };
   RuntimeOptions options;
   options.num_threads = kThreads;
   options.num_workers = std::min(devices, kThreads);
   options.kernel_threads = 1;
   RegisterAllOps();
-  auto runtime = Runtime::Create(plan, hooks, options);
-  if (!runtime.ok()) return state.SkipWithError(runtime.status().ToString().c_str());
-  float trigger = 0;
-  std::vector<TensorView> inputs{{&trigger, {{1}, DType::kFloat32}}};
+  AF_ASSIGN_OR_RETURN(run->runtime, Runtime::Create(run->plan, hooks, options));
+  run->inputs = {{&run->trigger, {{1}, DType::kFloat32}}};
+  return run;
+}
+
+void RunAllReduce(benchmark::State& state, bool gather_task, int tasks = 0) {
+  const int64_t bytes = state.range(0);
+  auto run = MakeAllReduceRun(bytes, static_cast<int>(state.range(1)), gather_task, tasks);
+  if (!run.ok()) return state.SkipWithError(run.status().ToString().c_str());
   for (auto _ : state) {
-    Status ran = runtime.value()->Run(inputs, {});
+    Status ran = run.value()->Once();
     if (!ran.ok()) return state.SkipWithError(ran.ToString().c_str());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes);
 }
 void AllReduce(benchmark::State& state) { RunAllReduce(state, false); }
 void AllReduceGatherTask(benchmark::State& state) { RunAllReduce(state, true); }
+
+// The all-reduce against memcpy of the same bytes, drift cancelled: memcpy, then the all-reduce
+// with one reduce-scatter task per device and with one task summing everything, each called
+// one at a time (Run: the caller's push and wake-up included) and pipelined (calls pushed back
+// to back), in blocks rotated every round within one process. Counters: each one's median GB/s
+// over the rounds and the median of the rounds' ratios to that round's memcpy (percent).
+void AllReduceVsMemcpy(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  const int devices = static_cast<int>(state.range(1));
+  auto per_device = MakeAllReduceRun(bytes, devices, false, 0), one_task = MakeAllReduceRun(bytes, devices, false, 1);
+  if (!per_device.ok() || !one_task.ok())
+    return state.SkipWithError((per_device.ok() ? one_task.status() : per_device.status()).ToString().c_str());
+  std::vector<char> from(static_cast<size_t>(bytes), 1), to(static_cast<size_t>(bytes), 0);
+  const int calls = static_cast<int>(std::max<int64_t>(4, (64 << 20) / bytes));  // ~64 MB a block
+  constexpr int kModes = 5;
+  static const char* kNames[kModes] = {"memcpy", "per_device", "one_task", "per_device_pipelined",
+                                       "one_task_pipelined"};
+  auto block = [&](int mode) {  // GB/s of one block
+    const auto start = std::chrono::steady_clock::now();
+    AllReduceRun& run = *(mode == 1 || mode == 3 ? per_device : one_task).value();
+    if (mode == 0) {
+      for (int i = 0; i < calls; ++i) {
+        std::memcpy(to.data(), from.data(), static_cast<size_t>(bytes));
+        benchmark::DoNotOptimize(to.data());
+        benchmark::ClobberMemory();
+      }
+    } else if (mode <= 2) {
+      for (int i = 0; i < calls; ++i)
+        if (!run.Once().ok()) return -1.0;
+    } else if (!run.Pipelined(calls).ok()) {
+      return -1.0;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return static_cast<double>(bytes) * calls / seconds / 1e9;
+  };
+  for (int mode = 0; mode < kModes; ++mode) block(mode);  // warm-up
+  std::vector<double> gbs[kModes], percent[kModes];
+  for (auto _ : state) {
+    for (int round = 0; round < 10; ++round) {
+      double got[kModes];
+      for (int k = 0; k < kModes; ++k) {
+        const int mode = (round + k) % kModes;
+        got[mode] = block(mode);
+        if (got[mode] <= 0) return state.SkipWithError("all-reduce failed");
+      }
+      for (int mode = 0; mode < kModes; ++mode) {
+        gbs[mode].push_back(got[mode]);
+        percent[mode].push_back(100 * got[mode] / got[0]);
+      }
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (int mode = 0; mode < kModes; ++mode) {
+    state.counters[std::string(kNames[mode]) + "_GBps"] = median(gbs[mode]);
+    if (mode > 0) state.counters[std::string(kNames[mode]) + "_pct"] = median(percent[mode]);
+  }
+}
+BENCHMARK(AllReduceVsMemcpy)
+    ->ArgsProduct({{1 << 20, 4 << 20, 16 << 20}, {2, 4}})
+    ->Iterations(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(AllReduce)
     ->ArgsProduct({{1 << 20, 16 << 20, 128 << 20}, {2, 4}})
     ->UseRealTime()

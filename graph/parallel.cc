@@ -406,12 +406,14 @@ class BoxingPass : public Pass {
 
  private:
   // `ref` as a reader on `devices` laid out `want` reads it: itself, or a boxing node's output
-  // (made once per ref and destination). P->B over the same devices goes through S(k), so
-  // each device sums 1/n of the blob (reduce-scatter) and then gathers (all-gather). P->B onto
-  // other devices (a gradient read by its update on the variable's device) does too where the
-  // shards of S(k) are byte ranges of the whole, which lowering gathers in place (no copy), and
-  // the blob is large enough that summing it on one worker would take longer than the
-  // devices' extra hops (kParallelSumBytes).
+  // (made once per ref and destination). P->B is summed by reduce-scatter tasks writing their
+  // slices of one block that lowering gathers in place (no copy), where the shards of S(k) are
+  // byte ranges of the whole (or, over the same devices, on the first axis long enough), each
+  // task summing at least kParallelSumBytes of the blob: a task and its message hop cost more
+  // than summing less. So a blob under that is summed by one task (on the first device of the
+  // destination), and a blob of a few chunks by as many tasks, on the first devices of the
+  // source (several machines: every device of the source, or one task under the threshold,
+  // the pairs the cross-machine pass turns into one all-reduce per machine).
   StatusOr<std::string> Boxed(Graph& graph, const std::string& ref, const std::vector<int>& devices, const Sbp& want,
                               const std::string& location) {
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
@@ -427,14 +429,18 @@ class BoxingPass : public Pass {
     if (auto it = made_.find(key); it != made_.end()) return it->second;
     const TensorDesc& desc = producer.output_descs[resolved.second];
     const bool elsewhere = from_devices != devices;
-    if (from.kind == SbpKind::kPartialSum && to.kind == SbpKind::kBroadcast &&
-        (!elsewhere || (from_devices.size() > 1 && desc.byte_size() >= kParallelSumBytes))) {
+    const size_t chunks =
+        graph.machine_num() > 1
+            ? (desc.byte_size() >= kParallelSumBytes || !elsewhere ? from_devices.size() : 1)
+            : std::min(from_devices.size(), std::max<size_t>(1, desc.byte_size() / kParallelSumBytes));
+    if (from.kind == SbpKind::kPartialSum && to.kind == SbpKind::kBroadcast && chunks > 1) {
+      const std::vector<int> summing(from_devices.begin(), from_devices.begin() + static_cast<std::ptrdiff_t>(chunks));
       for (size_t axis = 0; axis < desc.shape.size(); ++axis) {
-        if (desc.shape[axis] < static_cast<int64_t>(from_devices.size())) {
-          if (elsewhere && desc.shape[axis] != 1) break;  // later axes' shards would be strided
+        if (desc.shape[axis] < static_cast<int64_t>(chunks)) {
+          if ((elsewhere || summing != from_devices) && desc.shape[axis] != 1) break;  // later axes' shards would be strided
           continue;
         }
-        AF_ASSIGN_OR_RETURN(std::string scattered, Insert(graph, ref, from, from_devices, Sbp::Split(axis), location));
+        AF_ASSIGN_OR_RETURN(std::string scattered, Insert(graph, ref, from, summing, Sbp::Split(axis), location));
         AF_ASSIGN_OR_RETURN(std::string gathered, Insert(graph, scattered, Sbp::Split(axis), devices, to, location));
         made_[key] = gathered;
         return gathered;

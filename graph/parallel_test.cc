@@ -42,6 +42,12 @@ bool RunsAfter(const plan::Plan& plan, const plan::Task& task, const std::string
   return false;
 }
 
+int DataInputCount(const plan::Task& task) {
+  int count = 0;
+  for (const plan::InputDesc& in : task.inputs()) count += in.control() ? 0 : 1;
+  return count;
+}
+
 bool HasControlFrom(const plan::Plan& plan, const plan::Task& task, const std::string& producer) {
   const plan::Task* p = FindTask(plan, producer);
   if (p == nullptr) return false;
@@ -104,28 +110,29 @@ TEST(ParallelPassesTest, DataParallelMlpOnThreeDevices) {
 // P->B (a weight gradient's all-reduce) is a reduce-scatter whose per-device sums are slices of
 // one block: no gather task; the update reads the block whole and waits for every slice.
 TEST(ParallelPassesTest, AllReduceWritesEachDevicesSumIntoOneBlock) {
-  testing::Mlp m = testing::BuildMlp("train", 300, 128, 160, 2);
+  testing::Mlp m = testing::BuildMlp("train", 300, 128, 512, 2);
   Graph g = m.builder.graph();
   g.set_device_num(3);
   plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
   const plan::Task* update = FindTask(plan, "hidden-weight-update");
   ASSERT_NE(update, nullptr) << PlanToDot(plan);
-  // The weight's gradient (128 x 160 floats, 80 KiB) is summed where it is made, each device
-  // its rows, and read whole by the update on device 0: a view of the logical shape.
+  // The weight's gradient (128 x 512 floats, 256 KiB: three chunks of at least 64 KiB) is
+  // summed where it is made, each device its rows, and read whole by the update on device 0:
+  // a view of the logical shape.
   const plan::InputDesc* whole = nullptr;
   for (const plan::InputDesc& in : update->inputs())
     if (in.whole()) whole = &in;
   ASSERT_NE(whole, nullptr) << PlanToDot(plan);
-  EXPECT_EQ(std::vector<int64_t>(whole->view_shape().begin(), whole->view_shape().end()), (std::vector<int64_t>{128, 160}));
+  EXPECT_EQ(std::vector<int64_t>(whole->view_shape().begin(), whole->view_shape().end()), (std::vector<int64_t>{128, 512}));
   const plan::Task& owner = plan.tasks(static_cast<int>(whole->producer_task_id()));
   EXPECT_EQ(owner.op_type(), "boxing");
   EXPECT_EQ(owner.device_id(), 0);
   const plan::RegisterDesc& block = owner.registers(whole->producer_register());
-  EXPECT_EQ(block.reserved_byte_size(), 128 * 160 * 4);
+  EXPECT_EQ(block.reserved_byte_size(), 128 * 512 * 4);
   EXPECT_EQ(block.blobs(0).shape(0), 43);  // rows 0..42 of 128 (43/43/42)
   // Devices 1 and 2 sum rows 43..85 and 86..127 into the block at their offsets; the update
   // waits for them (control inputs on their registers).
-  int64_t offset = 43 * 160 * 4;
+  int64_t offset = 43 * 512 * 4;
   for (int d = 1; d < 3; ++d) {
     const std::string name = owner.name().substr(0, owner.name().size() - 1) + std::to_string(d);
     const plan::Task* slice = FindTask(plan, name);
@@ -138,17 +145,68 @@ TEST(ParallelPassesTest, AllReduceWritesEachDevicesSumIntoOneBlock) {
     offset += r.blobs(0).byte_size();
     EXPECT_TRUE(HasControlFrom(plan, *update, name)) << name;
   }
-  EXPECT_EQ(offset, 128 * 160 * 4);
+  EXPECT_EQ(offset, 128 * 512 * 4);
   // The plan's DOT shows the block, the slices and the whole read.
   const std::string dot = PlanToDot(plan);
-  EXPECT_NE(dot.find("in a block of 81920 B"), std::string::npos) << dot;
-  EXPECT_NE(dot.find("at +27520 B of #" + std::to_string(owner.id())), std::string::npos) << dot;
+  EXPECT_NE(dot.find("in a block of 262144 B"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("at +88064 B of #" + std::to_string(owner.id())), std::string::npos) << dot;
   EXPECT_NE(dot.find("label=whole"), std::string::npos) << dot;
   // No task gathers it; the small gradients (under 64 KiB) are summed by one task on device 0.
   EXPECT_EQ(FindTask(plan, "hidden-matmul-grad-boxing-boxing"), nullptr) << PlanToDot(plan);
   const plan::Task* small = FindTask(plan, "output-matmul-grad_1-boxing");
   ASSERT_NE(small, nullptr) << PlanToDot(plan);
   EXPECT_EQ(small->device_id(), 0);
+}
+
+// Each task of an all-reduce sums at least 64 KiB: a task and its message hop cost more than
+// summing less. A sum read on its own devices (P->B there) under 64 KiB is one task; one of a
+// few chunks is reduced by as many tasks, on the first devices, and read whole by all.
+TEST(ParallelPassesTest, AllReduceTasksSumAtLeastAChunkEach) {
+  // A matmul over a contraction axis split on both operands computes partial sums, read whole
+  // on the same devices (an identity hinted B, parallel_cast's op): rows x 16 floats.
+  auto compile = [](int64_t rows, int devices) {
+    JobBuilder b = ValueOrDie(JobBuilder::Create("partial", "predict"));
+    if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("SetDeviceNum");
+    std::string x = ValueOrDie(b.AddInput("x", {rows, 8}, DType::kFloat32, "p.py:1"));
+    std::string w = ValueOrDie(b.AddVariable("weight", {8, 16}, DType::kFloat32, "p.py:2"));
+    if (!b.SetOutputSbpHint(x, Sbp::Split(1)).ok() || !b.SetOutputSbpHint(w, Sbp::Split(0)).ok())
+      throw std::runtime_error("hints");
+    std::string t = ValueOrDie(b.AddOp("matmul", "partial", {x, w}, {}, "p.py:3"))->output_ref(0);
+    std::string whole = ValueOrDie(b.AddOp("identity", "whole", {t}, {}, "p.py:4"))->output_ref(0);
+    if (!b.SetOutputSbpHint(whole, Sbp::Broadcast()).ok()) throw std::runtime_error("hint");
+    std::string y = ValueOrDie(b.AddOp("sigmoid", "after", {whole}, {}, "p.py:5"))->output_ref(0);
+    if (!b.SetOutputs({y}).ok()) throw std::runtime_error("SetOutputs");
+    Graph g = b.graph();
+    plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+    return std::make_pair(SbpSummary(g), plan);
+  };
+  auto boxing_tasks = [](const plan::Plan& plan) {
+    std::vector<const plan::Task*> tasks;
+    for (const plan::Task& t : plan.tasks())  // the sums (not x's slicing)
+      if (t.op_type() == "boxing" && t.attrs().at("in_sbp").s() == "P") tasks.push_back(&t);
+    return tasks;
+  };
+  {  // 100 x 16 floats (6.4 KB) over 4 devices: one task on device 0 sums the four partials.
+    auto [summary, plan] = compile(100, 4);
+    EXPECT_NE(summary.find("partial (matmul) on cpu 0:0,0:1,0:2,0:3: S(1),S(0)->P"), std::string::npos) << summary;
+    const auto tasks = boxing_tasks(plan);
+    ASSERT_EQ(tasks.size(), 1u) << PlanToDot(plan);
+    EXPECT_EQ(tasks[0]->device_id(), 0);
+    EXPECT_EQ(DataInputCount(*tasks[0]), 4);
+  }
+  {  // 2048 x 16 floats (128 KiB) over 4 devices: two tasks, on devices 0 and 1, 64 KiB each,
+     // their registers slices of one block read whole.
+    auto [summary, plan] = compile(2048, 4);
+    EXPECT_NE(summary.find("partial-boxing (boxing) on cpu 0:0,0:1: P->S(0)"), std::string::npos) << summary;
+    const auto tasks = boxing_tasks(plan);
+    ASSERT_EQ(tasks.size(), 2u) << PlanToDot(plan);
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(tasks[d]->device_id(), d);
+      EXPECT_EQ(DataInputCount(*tasks[d]), 4);
+      EXPECT_EQ(tasks[d]->registers(0).blobs(0).byte_size(), 64 << 10);
+    }
+    EXPECT_TRUE(tasks[1]->registers(0).has_slice_of());
+  }
 }
 
 // x(10, 8, 16) -> reshape (10, 128) -> matmul w1 (128, 64) -> relu -> reshape (10, 8, 8) ->
@@ -535,12 +593,12 @@ TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithVariablesOnEachAndAllRe
   EXPECT_FALSE(ExtractMachinePlan(two_machines, 2).ok());
 }
 
-// A gradient of 64 KB and more is summed in one process by a reduce-scatter on every device and a
-// gather (graph/parallel.cc, kParallelSumBytes); across machines the pair becomes one all-reduce
+// A gradient of 64 KB a device and more is summed in one process by a reduce-scatter on every
+// device and a gather (graph/parallel.cc, kParallelSumBytes); across machines the pair becomes one all-reduce
 // per machine and the reduce-scatters, which would pull every machine's whole partial gradient
 // through the network, are left out.
 TEST(CrossMachineTest, ALargeGradientsReduceScatterAndGatherBecomeOneAllReducePerMachine) {
-  testing::Mlp one = testing::BuildMlp("train", 64, 3, 5000, 4);  // output-weight: 5000 x 4 floats, 80 KB
+  testing::Mlp one = testing::BuildMlp("train", 64, 3, 10000, 4);  // output-weight: 10000 x 4 floats, 160 KB
   Graph g1 = one.builder.graph();
   g1.set_device_num(2);
   const plan::Plan two_devices = ValueOrDie(CompileGraph(g1, CompileOptions{}));
@@ -549,7 +607,7 @@ TEST(CrossMachineTest, ALargeGradientsReduceScatterAndGatherBecomeOneAllReducePe
     if (t.op_type() == "boxing" && t.attrs().at("in_sbp").s() == "P" && t.attrs().at("out_sbp").s() == "S(0)")
       scatters.push_back(t.name());
   ASSERT_FALSE(scatters.empty()) << "the one-process plan sums the large gradient by reduce-scatter";
-  testing::Mlp two = testing::BuildMlp("train", 64, 3, 5000, 4);
+  testing::Mlp two = testing::BuildMlp("train", 64, 3, 10000, 4);
   Graph g2 = two.builder.graph();
   g2.set_machine_num(2);
   const plan::Plan two_machines = ValueOrDie(CompileGraph(g2, CompileOptions{}));
