@@ -78,10 +78,17 @@ TEST(ParallelPassesTest, DataParallelMlpOnThreeDevices) {
   const std::string summary = SbpSummary(g);
   // Feeds split on the batch axis (10 rows: 4/3/3) and read in place, each device its rows of
   // the feed's register (no slicing task), the forward matmul data-parallel, the weight
-  // gradients partial sums reduced for the update on device 0.
+  // gradients (small: 3x5 and 5x2 floats from 10 rows) computed whole on device 0 from the
+  // gathered activations, inside their updates, rather than from partial sums that a task
+  // would have to sum.
   EXPECT_NE(summary.find("x (input) on cpu 0:0,0:1,0:2: ->S(0)"), std::string::npos) << summary;
   EXPECT_EQ(summary.find("x-boxing"), std::string::npos) << summary;
-  EXPECT_NE(summary.find("hidden-weight-update (sgd_update) on cpu 0:0: B,B,B->"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("hidden-weight-update (matmul_sgd_update) on cpu 0:0: B,B,B,B->"), std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("output-weight-update (matmul_sgd_update) on cpu 0:0: B,B,B,B->"), std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("hidden-bias_add-grad (bias_add_grad) on cpu 0:0: B->B"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("P->B"), std::string::npos) << summary;
   // The loss's gradient seed is made split where its reader reads it split: no boxing.
   EXPECT_NE(summary.find("loss-grad-seed (constant) on cpu 0:0,0:1,0:2: ->S(0)"), std::string::npos) << summary;
   EXPECT_EQ(summary.find("loss-grad-seed-boxing"), std::string::npos) << summary;
@@ -457,11 +464,13 @@ TEST(CrossMachineTest, MachineRangesResolveToGlobalDevices) {
 // variable and updates it itself (ReplicateVariablesAcrossMachines), plus one send/recv pair per
 // edge that still crosses machines; each machine's part reads only its own tasks.
 TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithVariablesOnEachAndAllReduces) {
-  testing::Mlp one = testing::BuildMlp("train", 4, 3, 5, 2);
+  // 40000 rows: the activations outweigh the gradients, so one process sums partial gradients
+  // too (a small reduction of few rows is computed whole on one device there instead).
+  testing::Mlp one = testing::BuildMlp("train", 40000, 3, 5, 2);
   Graph g1 = one.builder.graph();
   g1.set_device_num(2);
   const plan::Plan two_devices = ValueOrDie(CompileGraph(g1, CompileOptions{}));
-  testing::Mlp two = testing::BuildMlp("train", 4, 3, 5, 2);
+  testing::Mlp two = testing::BuildMlp("train", 40000, 3, 5, 2);
   Graph g2 = two.builder.graph();
   g2.set_machine_num(2);
   const plan::Plan two_machines = ValueOrDie(CompileGraph(g2, CompileOptions{}));
