@@ -23,9 +23,13 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <ctime>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -79,8 +83,10 @@ void AddInput(plan::Task* t, int64_t producer, bool control = false) {
   in->set_control(control);
 }
 
-// trigger -> n reduce-scatter tasks (reading the n shards) -> [one gather task] -> sink.
-plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task) {
+// trigger -> `tasks` reduce-scatter tasks (each reading the n shards and summing its 1/tasks;
+// 0: one per device) -> [one gather task] -> sink.
+plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task, int tasks = 0) {
+  if (tasks <= 0) tasks = devices;
   plan::Plan plan;
   plan.set_job_name("all_reduce");
   plan::Task* trigger = AddTask(plan, "trigger", plan::SOURCE, 0);
@@ -92,27 +98,30 @@ plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task) {
     AddRegister(shard, {elements});
   }
   const Shape logical = {elements};
-  // As the compiler lowers P->B: a reduce-scatter task per device writing its slice of one
-  // block (or, with gather_task, into its own register, then one gather task copying).
+  // As the compiler lowers P->B: a reduce-scatter task per device (or per chunk) writing its
+  // slice of one block (or, with gather_task, into its own register, then one gather task
+  // copying).
   for (int stage = 0; stage < (gather_task ? 2 : 1); ++stage)
-    for (int d = 0; d < (stage == 0 ? devices : 1); ++d) {
+    for (int d = 0; d < (stage == 0 ? tasks : 1); ++d) {
       BoxingSpec spec{logical, DType::kFloat32, stage == 0 ? Sbp::PartialSum() : Sbp::Split(0),
-                      stage == 0 ? Sbp::Split(0) : Sbp::Broadcast(), devices, stage == 0 ? devices : 1, d};
+                      stage == 0 && tasks > 1 ? Sbp::Split(0) : Sbp::Broadcast(), devices, stage == 0 ? tasks : 1, d};
+      if (stage == 1) spec.in_parts = tasks;
+      if (stage == 1 && tasks == 1) spec.in = Sbp::Broadcast();
       plan::Task* t = AddTask(plan, (stage == 0 ? "reduce_scatter@" : "all_gather@") + std::to_string(d), plan::COMPUTE, d);
       t->set_op_type("boxing");
       graph::AttrsToProto(BoxingTaskAttrs(spec), t->mutable_attrs());
       const int64_t first_source = stage == 0 ? 1 : 1 + devices;
-      for (int s = 0; s < devices; ++s) AddInput(t, first_source + s);
+      for (int s = 0; s < (stage == 0 ? devices : tasks); ++s) AddInput(t, first_source + s);
       if (stage == 0) AddInput(t, 0, /*control=*/true);
-      AddRegister(t, PhysicalShape(logical, spec.out, devices, d).value());
-      if (stage == 0 && !gather_task) {
+      AddRegister(t, PhysicalShape(logical, spec.out, spec.out_parts, d).value());
+      if (stage == 0 && !gather_task && tasks > 1) {
         plan::RegisterDesc* r = t->mutable_registers(0);
         if (d == 0) {
           r->set_reserved_byte_size(elements * 4);
         } else {
           int64_t offset = 0;
           for (int before = 0; before < d; ++before)
-            offset += NumElements(PhysicalShape(logical, spec.out, devices, before).value()) * 4;
+            offset += NumElements(PhysicalShape(logical, spec.out, tasks, before).value()) * 4;
           r->mutable_slice_of()->set_task_id(1 + devices);
           r->mutable_slice_of()->set_byte_offset(offset);
         }
@@ -120,9 +129,9 @@ plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task) {
     }
   plan::Task* sink = AddTask(plan, "output", plan::SINK, 0);
   if (gather_task) {
-    AddInput(sink, 1 + 2 * devices, /*control=*/true);
+    AddInput(sink, 1 + devices + tasks, /*control=*/true);
   } else {
-    for (int d = 0; d < devices; ++d) AddInput(sink, 1 + devices + d, /*control=*/true);
+    for (int d = 0; d < tasks; ++d) AddInput(sink, 1 + devices + d, /*control=*/true);
   }
   for (const plan::Task& t : plan.tasks()) {
     std::set<int64_t> seen;
@@ -133,17 +142,43 @@ plan::Plan AllReducePlan(int64_t elements, int devices, bool gather_task) {
   return plan;
 }
 
-void RunAllReduce(benchmark::State& state, bool gather_task) {
-  const int64_t bytes = state.range(0), elements = bytes / 4;
-  const int devices = static_cast<int>(state.range(1));
-  const plan::Plan plan = AllReducePlan(elements, devices, gather_task);
-  std::vector<std::vector<float>> shards(devices, std::vector<float>(elements, 0.5f));
+// A runtime running AllReducePlan over `devices` read-only shards of 0.5f, on the process's
+// thread budget (2 threads, min(devices, 2) workers).
+struct AllReduceRun {
+  plan::Plan plan;
+  std::vector<std::vector<float>> shards;
+  std::unique_ptr<Runtime> runtime;
+  float trigger = 0;
+  std::vector<TensorView> inputs;
+  Status Once() { return runtime->Run(inputs, {}); }
+  // `calls` all-reduces pushed back to back (backpressure bounds the calls in flight by the
+  // trigger's two registers), then waits for the last: the all-reduce inside a pipeline, its
+  // caller's hand-offs overlapped.
+  Status Pipelined(int calls) {
+    std::atomic<bool> failed{false};
+    for (int i = 0; i < calls; ++i) {
+      auto pushed = runtime->Push(inputs, {}, [&failed](int64_t, const Status& status) {
+        if (!status.ok()) failed = true;
+      });
+      if (!pushed.ok()) return pushed.status();
+    }
+    runtime->Drain();
+    return failed ? Internal("an all-reduce failed") : Status::Ok();
+  }
+};
+
+StatusOr<std::unique_ptr<AllReduceRun>> MakeAllReduceRun(int64_t bytes, int devices, bool gather_task, int tasks) {
+  auto run = std::make_unique<AllReduceRun>();
+  const int64_t elements = bytes / 4;
+  run->plan = AllReducePlan(elements, devices, gather_task, tasks);
+  run->shards.assign(devices, std::vector<float>(elements, 0.5f));
+  const plan::Plan* plan = &run->plan;
   RuntimeHooks hooks;
-  hooks.make_kernel = [&plan](const plan::Task& task) -> StatusOr<KernelFn> {
+  hooks.make_kernel = [plan](const plan::Task& task) -> StatusOr<KernelFn> {
     KernelInit init;
     for (const plan::InputDesc& in : task.inputs()) {
       if (in.control()) continue;
-      const plan::BlobDesc& blob = plan.tasks(static_cast<int>(in.producer_task_id())).registers(in.producer_register()).blobs(0);
+      const plan::BlobDesc& blob = plan->tasks(static_cast<int>(in.producer_task_id())).registers(in.producer_register()).blobs(0);
       init.inputs.push_back(TensorDesc{Shape(blob.shape().begin(), blob.shape().end()), DType::kFloat32});
     }
     const plan::BlobDesc& out = task.registers(0).blobs(0);
@@ -151,26 +186,97 @@ void RunAllReduce(benchmark::State& state, bool gather_task) {
     init.attrs = graph::AttrsFromProto(task.attrs());
     return MakeCpuKernel("boxing", init);
   };
-  hooks.variable_buffer = [&shards](const plan::Task& task) -> StatusOr<void*> {
-    return static_cast<void*>(shards[std::stoi(task.variable_name().substr(5))].data());
+  AllReduceRun* raw = run.get();
+  hooks.variable_buffer = [raw](const plan::Task& task) -> StatusOr<void*> {
+    return static_cast<void*>(raw->shards[std::stoi(task.variable_name().substr(5))].data());
   };
   RuntimeOptions options;
   options.num_threads = kThreads;
   options.num_workers = std::min(devices, kThreads);
   options.kernel_threads = 1;
   RegisterAllOps();
-  auto runtime = Runtime::Create(plan, hooks, options);
-  if (!runtime.ok()) return state.SkipWithError(runtime.status().ToString().c_str());
-  float trigger = 0;
-  std::vector<TensorView> inputs{{&trigger, {{1}, DType::kFloat32}}};
+  AF_ASSIGN_OR_RETURN(run->runtime, Runtime::Create(run->plan, hooks, options));
+  run->inputs = {{&run->trigger, {{1}, DType::kFloat32}}};
+  return run;
+}
+
+void RunAllReduce(benchmark::State& state, bool gather_task, int tasks = 0) {
+  const int64_t bytes = state.range(0);
+  auto run = MakeAllReduceRun(bytes, static_cast<int>(state.range(1)), gather_task, tasks);
+  if (!run.ok()) return state.SkipWithError(run.status().ToString().c_str());
   for (auto _ : state) {
-    Status ran = runtime.value()->Run(inputs, {});
+    Status ran = run.value()->Once();
     if (!ran.ok()) return state.SkipWithError(ran.ToString().c_str());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes);
 }
 void AllReduce(benchmark::State& state) { RunAllReduce(state, false); }
 void AllReduceGatherTask(benchmark::State& state) { RunAllReduce(state, true); }
+
+// The all-reduce against memcpy of the same bytes, drift cancelled: memcpy, then the all-reduce
+// with one reduce-scatter task per device and with one task summing everything, each called
+// one at a time (Run: the caller's push and wake-up included) and pipelined (calls pushed back
+// to back), in blocks rotated every round within one process. Counters: each one's median GB/s
+// over the rounds and the median of the rounds' ratios to that round's memcpy (percent).
+void AllReduceVsMemcpy(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  const int devices = static_cast<int>(state.range(1));
+  auto per_device = MakeAllReduceRun(bytes, devices, false, 0), one_task = MakeAllReduceRun(bytes, devices, false, 1);
+  if (!per_device.ok() || !one_task.ok())
+    return state.SkipWithError((per_device.ok() ? one_task.status() : per_device.status()).ToString().c_str());
+  std::vector<char> from(static_cast<size_t>(bytes), 1), to(static_cast<size_t>(bytes), 0);
+  const int calls = static_cast<int>(std::max<int64_t>(4, (64 << 20) / bytes));  // ~64 MB a block
+  constexpr int kModes = 5;
+  static const char* kNames[kModes] = {"memcpy", "per_device", "one_task", "per_device_pipelined",
+                                       "one_task_pipelined"};
+  auto block = [&](int mode) {  // GB/s of one block
+    const auto start = std::chrono::steady_clock::now();
+    AllReduceRun& run = *(mode == 1 || mode == 3 ? per_device : one_task).value();
+    if (mode == 0) {
+      for (int i = 0; i < calls; ++i) {
+        std::memcpy(to.data(), from.data(), static_cast<size_t>(bytes));
+        benchmark::DoNotOptimize(to.data());
+        benchmark::ClobberMemory();
+      }
+    } else if (mode <= 2) {
+      for (int i = 0; i < calls; ++i)
+        if (!run.Once().ok()) return -1.0;
+    } else if (!run.Pipelined(calls).ok()) {
+      return -1.0;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return static_cast<double>(bytes) * calls / seconds / 1e9;
+  };
+  for (int mode = 0; mode < kModes; ++mode) block(mode);  // warm-up
+  std::vector<double> gbs[kModes], percent[kModes];
+  for (auto _ : state) {
+    for (int round = 0; round < 10; ++round) {
+      double got[kModes];
+      for (int k = 0; k < kModes; ++k) {
+        const int mode = (round + k) % kModes;
+        got[mode] = block(mode);
+        if (got[mode] <= 0) return state.SkipWithError("all-reduce failed");
+      }
+      for (int mode = 0; mode < kModes; ++mode) {
+        gbs[mode].push_back(got[mode]);
+        percent[mode].push_back(100 * got[mode] / got[0]);
+      }
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (int mode = 0; mode < kModes; ++mode) {
+    state.counters[std::string(kNames[mode]) + "_GBps"] = median(gbs[mode]);
+    if (mode > 0) state.counters[std::string(kNames[mode]) + "_pct"] = median(percent[mode]);
+  }
+}
+BENCHMARK(AllReduceVsMemcpy)
+    ->ArgsProduct({{1 << 20, 4 << 20, 16 << 20}, {2, 4}})
+    ->Iterations(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(AllReduce)
     ->ArgsProduct({{1 << 20, 16 << 20, 128 << 20}, {2, 4}})
     ->UseRealTime()
@@ -217,8 +323,64 @@ using bench::kClasses;
 using bench::kHidden;
 using bench::kIn;
 
-// A compiled seed MLP train job on `devices` devices and a budget of `threads`, with its feeds.
-struct MlpJob {
+// The seeds' LeNet (bench/bench_lenet.py's, without dropout: conv 5x5x32 SAME + bias + relu,
+// max pool 2x2, conv 5x5x64 + bias + relu, max pool, flatten, dense 3136-512 + relu, dense
+// 512-10, sparse softmax cross entropy, SGD) on batch kBatch of 1x28x28 images, built as the
+// Python front end builds it (the fusion passes fuse what they fuse there too).
+struct VariableSpec {
+  std::string name;
+  Shape shape;
+};
+const std::vector<VariableSpec>& LenetVariables() {
+  static const std::vector<VariableSpec> variables = {
+      {"conv1-weight", {32, 1, 5, 5}}, {"conv1-bias", {32}},     {"conv2-weight", {64, 32, 5, 5}},
+      {"conv2-bias", {64}},            {"dense1-weight", {3136, 512}}, {"dense1-bias", {512}},
+      {"dense2-weight", {512, 10}},    {"dense2-bias", {10}}};
+  return variables;
+}
+StatusOr<graph::JobBuilder> SeedLenetJob(const std::string& name, int devices) {
+  AF_ASSIGN_OR_RETURN(graph::JobBuilder b, graph::JobBuilder::Create(name, "train"));
+  AF_RETURN_IF_ERROR(b.SetDeviceNum(devices));
+  AF_ASSIGN_OR_RETURN(std::string x, b.AddInput("x", {kBatch, 1, 28, 28}, DType::kFloat32, "bench"));
+  AF_ASSIGN_OR_RETURN(std::string labels, b.AddInput("labels", {kBatch}, DType::kInt32, "bench"));
+  std::map<std::string, std::string> v;
+  for (const VariableSpec& spec : LenetVariables()) {
+    AF_ASSIGN_OR_RETURN(v[spec.name], b.AddVariable(spec.name, spec.shape, DType::kFloat32, "bench"));
+  }
+  std::string t = x;
+  auto op = [&](const std::string& type, const std::string& op_name, std::vector<std::string> inputs,
+                Attrs attrs) -> Status {
+    AF_ASSIGN_OR_RETURN(const graph::Node* n, b.AddOp(type, op_name, inputs, attrs, "bench"));
+    t = n->output_ref(0);
+    return Status::Ok();
+  };
+  for (const std::string layer : {"conv1", "conv2"}) {
+    AF_RETURN_IF_ERROR(op("conv2d", layer, {t, v[layer + "-weight"]}, Attrs{{"padding", std::string("SAME")}}));
+    AF_RETURN_IF_ERROR(op("bias_add", layer + "-bias_add", {t, v[layer + "-bias"]}, Attrs{{"axis", int64_t{1}}}));
+    AF_RETURN_IF_ERROR(op("relu", layer + "-relu", {t}, {}));
+    AF_RETURN_IF_ERROR(op("max_pool2d", layer + "-pool", {t},
+                          Attrs{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}}));
+  }
+  AF_RETURN_IF_ERROR(op("reshape", "reshape", {t}, Attrs{{"shape", Shape{kBatch, -1}}}));
+  for (const std::string layer : {"dense1", "dense2"}) {
+    AF_RETURN_IF_ERROR(op("matmul", layer, {t, v[layer + "-weight"]}, {}));
+    AF_RETURN_IF_ERROR(op("bias_add", layer + "-bias_add", {t, v[layer + "-bias"]}, {}));
+    if (layer == "dense1") AF_RETURN_IF_ERROR(op("relu", layer + "-relu", {t}, {}));
+  }
+  AF_RETURN_IF_ERROR(op("sparse_softmax_cross_entropy", "loss", {labels, t}, {}));
+  AF_RETURN_IF_ERROR(b.AddLoss(t));
+  graph::OptimizerSpec spec;
+  spec.type = "sgd";
+  AF_RETURN_IF_ERROR(b.SetOptimizer(spec));
+  AF_RETURN_IF_ERROR(b.SetOutputs({t}));
+  return b;
+}
+
+enum class Model { kMlp, kLenet };
+
+// A compiled train job (the seed MLP or LeNet) on `devices` devices and a budget of
+// `threads`, with its feeds.
+struct TrainJob {
   std::unique_ptr<Session> session;
   std::shared_ptr<CompiledJob> job;
   std::vector<float> x, loss;
@@ -229,27 +391,37 @@ struct MlpJob {
 };
 
 // kernel_threads > 0 fixes each kernel's share (and turns off lending idle shares).
-StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threads, int kernel_threads = 0) {
-  auto made = std::make_unique<MlpJob>();
+StatusOr<std::unique_ptr<TrainJob>> MakeTrainJob(Model model, int devices, int workers, int threads,
+                                                 int kernel_threads = 0, const std::string& trace_path = "") {
+  auto made = std::make_unique<TrainJob>();
   made->session = std::make_unique<Session>();
-  for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
-           {"w1", {kIn, kHidden}}, {"b1", {kHidden}}, {"w2", {kHidden, kClasses}}, {"b2", {kClasses}}}) {
-    std::vector<float> init(NumElements(shape));
-    for (size_t i = 0; i < init.size(); ++i) init[i] = 0.01f * std::sin(static_cast<float>(i));
-    AF_RETURN_IF_ERROR(made->session->CreateVariable(name, {shape, DType::kFloat32}, init.data()));
+  std::vector<VariableSpec> variables = {
+      {"w1", {kIn, kHidden}}, {"b1", {kHidden}}, {"w2", {kHidden, kClasses}}, {"b2", {kClasses}}};
+  if (model == Model::kLenet) variables = LenetVariables();
+  for (const VariableSpec& spec : variables) {
+    std::vector<float> init(NumElements(spec.shape));
+    // Small weights (LeNet's fan-ins reach 3136): the step's arithmetic, not its values, is timed.
+    const float scale = model == Model::kLenet ? 0.05f / std::sqrt(static_cast<float>(init.size() / spec.shape[0]))
+                                               : 0.01f;
+    for (size_t i = 0; i < init.size(); ++i) init[i] = scale * std::sin(static_cast<float>(i));
+    AF_RETURN_IF_ERROR(made->session->CreateVariable(spec.name, {spec.shape, DType::kFloat32}, init.data()));
   }
-  AF_ASSIGN_OR_RETURN(graph::JobBuilder builder, bench::SeedMlpJob("mlp" + std::to_string(devices), devices, 0));
+  const std::string name = (model == Model::kLenet ? "lenet" : "mlp") + std::to_string(devices);
+  AF_ASSIGN_OR_RETURN(graph::JobBuilder builder, model == Model::kLenet ? SeedLenetJob(name, devices)
+                                                                        : bench::SeedMlpJob(name, devices, 0));
   JobOptions options;
   options.num_threads = threads;
   options.num_workers = workers;
   options.kernel_threads = kernel_threads;
+  options.trace_path = trace_path;
   AF_ASSIGN_OR_RETURN(made->job, made->session->Compile(builder, options));
-  made->x.resize(kBatch * kIn);
+  const Shape x_shape = model == Model::kLenet ? Shape{kBatch, 1, 28, 28} : Shape{kBatch, kIn};
+  made->x.resize(NumElements(x_shape));
   for (size_t i = 0; i < made->x.size(); ++i) made->x[i] = std::sin(0.37f * static_cast<float>(i));
   made->labels.resize(kBatch);
   for (int64_t i = 0; i < kBatch; ++i) made->labels[i] = static_cast<int32_t>(i % kClasses);
   made->loss.resize(kBatch);
-  made->inputs = {{made->x.data(), {{kBatch, kIn}, DType::kFloat32}},
+  made->inputs = {{made->x.data(), {x_shape, DType::kFloat32}},
                   {made->labels.data(), {{kBatch}, DType::kInt32}},
                   {&made->learning_rate, {{1}, DType::kFloat32}}};
   made->outputs = {{made->loss.data(), {{kBatch}, DType::kFloat32}}};
@@ -257,8 +429,8 @@ StatusOr<std::unique_ptr<MlpJob>> MakeMlpJob(int devices, int workers, int threa
 }
 
 void MlpTrainStep(benchmark::State& state) {
-  auto job = MakeMlpJob(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
-                        static_cast<int>(state.range(2)));
+  auto job = MakeTrainJob(Model::kMlp, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                          static_cast<int>(state.range(2)));
   if (!job.ok()) return state.SkipWithError(job.status().ToString().c_str());
   for (auto _ : state) {
     Status ran = job.value()->Step();
@@ -267,29 +439,53 @@ void MlpTrainStep(benchmark::State& state) {
 }
 
 // The 2-device over 1-device step time at one budget, drift cancelled: both jobs in one
-// process, blocks of 20 steps alternating ABBA; counters: median and quartiles of the blocks'
-// ratios, and each side's median step (us). Second argument 0: the 2-device job's kernels keep
-// their share (threads / 2), no lending of idle shares (how it ran before lending).
-void MlpTwoOverOneDevice(benchmark::State& state) {
+// process, blocks of `steps` steps alternating ABBA; counters: median and quartiles of the
+// blocks' ratios, and each side's median step (us), and the median ratio of the blocks' CPU
+// time per step. Second argument 0: the 2-device job's
+// kernels keep their share (threads / 2), no lending of idle shares (how it ran before lending).
+// ACTORFLOW_BENCH_TRACE=prefix writes each job's trace to prefix.<job>.json.
+void TwoOverOneDevice(benchmark::State& state, Model model, int steps, int rounds) {
   const int threads = static_cast<int>(state.range(0));
   const bool lend = state.range(1) != 0;
-  auto one = MakeMlpJob(1, 0, threads), two = MakeMlpJob(2, 0, threads, lend ? 0 : std::max(1, threads / 2));
-  if (!one.ok() || !two.ok()) return state.SkipWithError("compile failed");
-  auto block = [](MlpJob& job) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < 20; ++i)
-      if (!job.Step().ok()) return -1.0;
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / 20;
+  const char* trace = std::getenv("ACTORFLOW_BENCH_TRACE");
+  auto trace_path = [&](int devices) {
+    return trace == nullptr ? std::string() : std::string(trace) + "." + std::to_string(devices) + "dev.json";
   };
-  std::vector<double> ratios, ones, twos;
+  auto one = MakeTrainJob(model, 1, 0, threads, 0, trace_path(1));
+  auto two = MakeTrainJob(model, 2, 0, threads, lend ? 0 : std::max(1, threads / 2), trace_path(2));
+  if (!one.ok() || !two.ok())
+    return state.SkipWithError((one.ok() ? two.status() : one.status()).ToString().c_str());
+  // One block: its steps' mean real time and the process's CPU time per step (us). On a loaded
+  // host the CPU time is the steadier measure of the machinery's work (it misses waits for a
+  // core, but counts the workers' polling).
+  auto cpu_us = [] {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+  };
+  auto block = [steps, &cpu_us](TrainJob& job, double* cpu) {
+    const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = cpu_us();
+    for (int i = 0; i < steps; ++i)
+      if (!job.Step().ok()) return -1.0;
+    *cpu = (cpu_us() - cpu_start) / steps;
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / steps;
+  };
+  // Warm-up (first-call primitive creation, page faults) outside the blocks.
+  double unused;
+  if (block(*one.value(), &unused) <= 0 || block(*two.value(), &unused) <= 0) return state.SkipWithError("step failed");
+  std::vector<double> ratios, ones, twos, cpu_ratios;
   for (auto _ : state) {
-    for (int round = 0; round < 15; ++round) {
+    for (int round = 0; round < rounds; ++round) {
       const bool one_first = round % 2 == 0;
-      double a = one_first ? block(*one.value()) : block(*two.value());
-      double b = one_first ? block(*two.value()) : block(*one.value());
+      double cpu_a = 0, cpu_b = 0;
+      double a = one_first ? block(*one.value(), &cpu_a) : block(*two.value(), &cpu_a);
+      double b = one_first ? block(*two.value(), &cpu_b) : block(*one.value(), &cpu_b);
       const double t1 = one_first ? a : b, t2 = one_first ? b : a;
+      const double c1 = one_first ? cpu_a : cpu_b, c2 = one_first ? cpu_b : cpu_a;
       if (t1 <= 0 || t2 <= 0) return state.SkipWithError("step failed");
       ratios.push_back(t2 / t1);
+      cpu_ratios.push_back(c2 / c1);
       ones.push_back(t1);
       twos.push_back(t2);
     }
@@ -303,8 +499,12 @@ void MlpTwoOverOneDevice(benchmark::State& state) {
   state.counters["ratio_q3"] = quantile(ratios, 0.75);
   state.counters["one_device_us"] = quantile(ones, 0.5);
   state.counters["two_devices_us"] = quantile(twos, 0.5);
+  state.counters["cpu_ratio_median"] = quantile(cpu_ratios, 0.5);
 }
+void MlpTwoOverOneDevice(benchmark::State& state) { TwoOverOneDevice(state, Model::kMlp, 20, 30); }
+void LenetTwoOverOneDevice(benchmark::State& state) { TwoOverOneDevice(state, Model::kLenet, 2, 10); }
 BENCHMARK(MlpTwoOverOneDevice)->Args({1, 1})->Args({2, 1})->Args({2, 0})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(LenetTwoOverOneDevice)->Args({1, 1})->Args({2, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK(MlpTrainStep)
     ->Args({1, 0, 1})

@@ -6,6 +6,7 @@
 #include <limits>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -192,28 +193,65 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   // Reshape and flatten become views: their readers read the input's register with the new
   // shape, so no task copies the bytes and no message hop is spent. Not for variables (their
   // readers are ordered against updates by control edges) nor where a control edge, an
-  // in-place write or a chain through a variable would need the op as a task, nor for ops
-  // spread over several devices (each device's share has its own shape).
+  // in-place write or a chain through a variable would need the op as a task.
+  // On several devices (one machine), a reshape that keeps axis 0 and reads and writes it
+  // S(0) is a split view: each device's rows of the output are the same bytes as its rows of
+  // the input, so each device's reader reads its producer's register (or its rows of a feed
+  // stored split) with its physical shape. Only where every reader reads it so, or gathers it
+  // whole (a boxing to B, made a gather in place of the bytes below).
   struct View {
     std::string base;  // the ref whose register holds the bytes
-    TensorDesc desc;
+    TensorDesc desc;   // logical
+    bool split = false;
   };
   std::map<std::string, View> views;  // view op output ref -> what it reads
   const std::set<std::string> written = InPlaceWrittenRefs(graph);
   {
     std::set<std::string> control_targets;
-    for (const Node& n : graph.nodes()) control_targets.insert(n.control_inputs.begin(), n.control_inputs.end());
+    std::map<std::string, std::vector<std::pair<const Node*, size_t>>> readers;  // ref -> (reader, input)
+    for (const Node& n : graph.nodes()) {
+      control_targets.insert(n.control_inputs.begin(), n.control_inputs.end());
+      for (size_t i = 0; i < n.inputs.size(); ++i) readers[n.inputs[i]].push_back({&n, i});
+    }
+    auto read_split_or_gathered = [&](const Node& n) {
+      for (const auto& [reader, i] : readers[n.output_ref(0)]) {
+        const bool gathers = reader->type == "boxing" && !reader->output_sbp.empty() &&
+                             reader->output_sbp[0].kind == SbpKind::kBroadcast;
+        const bool same = devices_of(*reader) == devices_of(n) && i < reader->input_sbp.size() &&
+                          reader->input_sbp[i] == Sbp::Split(0) &&
+                          std::find(reader->mutable_inputs.begin(), reader->mutable_inputs.end(), static_cast<int>(i)) ==
+                              reader->mutable_inputs.end();
+        if (!gathers && (reader->type == "boxing" || !same)) return false;
+      }
+      return true;
+    };
     for (const Node& n : graph.nodes()) {
       if (n.kind != NodeKind::kOp || (n.type != "reshape" && n.type != "flatten") || n.inputs.size() != 1 ||
-          n.output_names.size() != 1 || devices_of(n).size() != 1 ||
-          !n.control_inputs.empty() || control_targets.count(n.name) || written.count(n.output_ref(0)))
+          n.output_names.size() != 1 || !n.control_inputs.empty() || control_targets.count(n.name) ||
+          written.count(n.output_ref(0)))
         continue;
+      const bool split = devices_of(n).size() > 1;
+      if (split) {
+        AF_ASSIGN_OR_RETURN(TensorDesc in, graph.Desc(n.inputs[0]));
+        if (graph.machine_num() > 1 || n.input_sbp.size() != 1 || n.output_sbp.size() != 1 ||
+            !(n.input_sbp[0] == Sbp::Split(0)) || !(n.output_sbp[0] == Sbp::Split(0)) || in.shape.empty() ||
+            n.output_descs[0].shape.empty() || in.shape[0] != n.output_descs[0].shape[0] || !read_split_or_gathered(n))
+          continue;
+      }
       std::string base = n.inputs[0];
-      if (auto it = views.find(base); it != views.end()) base = it->second.base;
+      if (auto it = views.find(base); it != views.end()) {
+        if (it->second.split != split) continue;
+        base = it->second.base;
+      }
       AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(base));
-      if (producer.first->kind == NodeKind::kVariable || written.count(base) || devices_of(*producer.first) != devices_of(n))
+      const Node& from = *producer.first;
+      if (from.kind == NodeKind::kVariable || written.count(base) || devices_of(from) != devices_of(n)) continue;
+      // A split view's bytes: the producer's tasks' registers, S(0), or a feed stored S(0).
+      if (split && !(from.kind == NodeKind::kOp ? static_cast<size_t>(producer.second) < from.output_sbp.size() &&
+                                                      from.output_sbp[producer.second] == Sbp::Split(0)
+                                                : StoredLayout(graph, from) == Sbp::Split(0)))
         continue;
-      views[n.output_ref(0)] = View{base, n.output_descs[0]};
+      views[n.output_ref(0)] = View{base, n.output_descs[0], split};
     }
   }
   auto output_sbp = [](const Node& n, size_t k) {
@@ -238,18 +276,41 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   struct Source {
     int task;
     int register_index;
-    const View* view;
+    std::optional<Shape> view_shape;  // read with this shape (a view, a gather in place)
     const Gathered* gathered = nullptr;
+    std::optional<int64_t> part_offset;  // a part of the register, this many bytes in
+  };
+  // The bytes before shard `index` of `parts` of `logical` split S(0).
+  auto rows_before = [](const TensorDesc& logical, size_t index, size_t parts) -> StatusOr<int64_t> {
+    int64_t offset = 0;
+    for (size_t k = 0; k < index; ++k) {
+      AF_ASSIGN_OR_RETURN(Shape shard, PhysicalShape(logical.shape, Sbp::Split(0), static_cast<int64_t>(parts),
+                                                     static_cast<int64_t>(k)));
+      offset += static_cast<int64_t>(TensorDesc{shard, logical.dtype}.byte_size());
+    }
+    return offset;
   };
   auto source_of = [&](const std::string& ref, int device, size_t index,
                        const std::vector<int>& reader_devices) -> StatusOr<Source> {
     auto view = views.find(ref);
-    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(view == views.end() ? ref : view->second.base));
+    const View* v = view == views.end() ? nullptr : &view->second;
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(v == nullptr ? ref : v->base));
+    std::optional<Shape> view_shape;
+    if (v != nullptr) view_shape = v->desc.shape;
     if (auto g = gathered.find(resolved.first->name); g != gathered.end())
-      return Source{g->second.tasks[0], g->second.register_index, view == views.end() ? nullptr : &view->second,
-                    &g->second};
+      return Source{g->second.tasks[0], g->second.register_index, view_shape, &g->second, std::nullopt};
     const Physical& p = physical.at(resolved.first->name);
-    Source source{p.tasks[0], resolved.second, view == views.end() ? nullptr : &view->second};
+    if (v != nullptr && v->split) {  // this device's rows (read_split_or_gathered: on the view's devices)
+      const size_t parts = reader_devices.size();
+      if (p.devices != reader_devices || index >= parts)
+        return Internal("split view '" + ref + "' read on " + PlacementOf(reader_devices).ToString());
+      AF_ASSIGN_OR_RETURN(view_shape, PhysicalShape(v->desc.shape, Sbp::Split(0), static_cast<int64_t>(parts),
+                                                    static_cast<int64_t>(index)));
+      if (p.tasks.size() == parts) return Source{p.tasks[index], resolved.second, view_shape, nullptr, std::nullopt};
+      AF_ASSIGN_OR_RETURN(int64_t offset, rows_before(v->desc, index, parts));  // a feed stored split
+      return Source{p.tasks[0], resolved.second, view_shape, nullptr, offset};
+    }
+    Source source{p.tasks[0], resolved.second, view_shape, nullptr, std::nullopt};
     if (p.tasks.size() == 1) return source;
     if (output_sbp(*resolved.first, resolved.second).kind == SbpKind::kBroadcast) {
       auto it = std::find(p.devices.begin(), p.devices.end(), device);
@@ -268,11 +329,15 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     in->set_producer_task_id(source.task);
     in->set_producer_register(source.register_index);
     in->set_blob_index(0);
-    if (source.view != nullptr || source.gathered != nullptr) {
+    if (source.view_shape || source.gathered != nullptr) {
       in->set_has_view(true);
       in->set_whole(source.gathered != nullptr);
-      const Shape& shape = source.view != nullptr ? source.view->desc.shape : source.gathered->logical.shape;
+      const Shape& shape = source.view_shape ? *source.view_shape : source.gathered->logical.shape;
       for (int64_t d : shape) in->add_view_shape(d);
+    }
+    if (source.part_offset) {
+      in->set_part(true);
+      in->set_byte_offset(*source.part_offset);
     }
     if (source.gathered == nullptr) return;
     for (size_t k = 1; k < source.gathered->tasks.size(); ++k) {  // wait for every slice, hold it until acked
@@ -288,21 +353,28 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     // A block is shared memory: on several machines (processes) the boxing stays a task, and
     // the cross-machine pass, which renumbers and splits the tasks by machine, sees no slices.
     if (graph.machine_num() > 1) return false;
-    if (n.type != "boxing" || n.output_sbp.empty() || n.output_sbp[0].kind != SbpKind::kBroadcast ||
-        views.count(n.inputs.at(0)))
-      return false;
-    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(n.inputs[0]));
+    if (n.type != "boxing" || n.output_sbp.empty() || n.output_sbp[0].kind != SbpKind::kBroadcast) return false;
+    // Gathering a split view gathers its bytes: a feed stored split is whole already (the
+    // boxing is a view of its register); an op's shards are gathered below, shaped as the view.
+    auto view = views.find(n.inputs.at(0));
+    if (view != views.end() && !view->second.split) return false;
+    const std::string source_ref = view == views.end() ? n.inputs[0] : view->second.base;
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(source_ref));
     const Node& producer = *resolved.first;
+    if (view != views.end() && producer.kind != NodeKind::kOp) {
+      views[n.output_ref(0)] = View{source_ref, n.output_descs[0], false};
+      return true;
+    }
     const Sbp from = output_sbp(producer, resolved.second);
     const Physical& shards = physical.at(producer.name);
     if (producer.kind != NodeKind::kOp || from.kind != SbpKind::kSplit || shards.tasks.size() < 2) return false;
-    const TensorDesc& logical = producer.output_descs.at(resolved.second);
+    const TensorDesc& logical = view == views.end() ? producer.output_descs.at(resolved.second) : n.output_descs[0];
     for (int64_t a = 0; a < from.axis; ++a)
-      if (logical.shape[a] != 1) return false;  // shards are strided, not byte ranges
+      if (producer.output_descs.at(resolved.second).shape[a] != 1) return false;  // shards are strided, not byte ranges
     if (gathered.count(n.name)) return true;
     for (const auto& [name, other] : gathered)  // a second gather of the same shards shares the block
       if (other.tasks == shards.tasks && other.register_index == resolved.second) {
-        gathered.emplace(n.name, other);
+        gathered.emplace(n.name, Gathered{other.tasks, other.register_index, logical});
         return true;
       }
     const int owner = shards.tasks[0];
@@ -463,7 +535,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
           if (spec.in.kind == SbpKind::kBroadcast) {
             AF_RETURN_IF_ERROR(add_data_input(t, n.inputs[0], device, index, task_devices));
           } else {
-            for (int task : from.tasks) add_input(t, Source{task, resolved.second, nullptr});
+            for (int task : from.tasks) add_input(t, Source{task, resolved.second, std::nullopt, nullptr, std::nullopt});
           }
         } else {
           for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -628,6 +700,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   passes.push_back(MakeOrderingPass());
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());
+  if (enabled("gradient_update")) passes.push_back(MakeGradientUpdateFusionPass(/*placed=*/true));
   passes.push_back(MakeBoxingPass());
   auto started = std::chrono::steady_clock::now();
   auto lap = [&](const std::string& step) {

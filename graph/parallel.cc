@@ -16,6 +16,13 @@ namespace {
 // costs a task and a message hop per device (~10 us each), more than summing 64 KiB takes.
 constexpr size_t kParallelSumBytes = 64 << 10;
 
+// In one process, a reduction whose partial sums one task would sum for readers fixed whole on
+// one device (a bias's or a small weight's gradient, read by its update) is computed there
+// whole instead, from inputs that cost no copy to gather, when they total at most this: the
+// per-device partial tasks and the summing task (three hops on two devices) cost more than the
+// serial work (~20 us of a 2-core host's memory bandwidth).
+constexpr size_t kSmallReductionInputBytes = 512 << 10;
+
 // Added to the cost of a candidate that boxes a user-hinted blob into another layout.
 constexpr double kHintedLayoutPenalty = 1e18;
 
@@ -229,8 +236,8 @@ class SbpPass : public Pass {
     if (!candidates.ok()) return candidates.status().WithContext(Where(n));
     std::string split_problem, hint_problem;
     double best_cost = std::numeric_limits<double>::infinity();
-    const SbpSignature* best = nullptr;
-    std::vector<Sbp> best_inputs;
+    const SbpSignature* best = nullptr, *gathered_whole = nullptr;
+    std::vector<Sbp> best_inputs, gathered_whole_inputs;
     for (const SbpSignature& candidate : candidates.value()) {
       std::vector<Sbp> inputs = candidate.inputs;
       if (candidate.repeat_last_input && !inputs.empty()) inputs.resize(n.inputs.size(), inputs.back());
@@ -282,11 +289,23 @@ class SbpPass : public Pass {
         for (const auto& [devices, sbp] : fixed_readers_[n.output_ref(k)])
           cost += CopyCost(n.devices, candidate.outputs[k], devices, sbp,
                            static_cast<double>(n.output_descs[k].byte_size()));
+      // Of candidates moving as many bytes, one splitting the work beats one computing it whole
+      // on one device (half a byte: less than any difference in bytes).
+      if (IsAllBroadcast(candidate)) cost += 0.5;
+      if (gathered_whole == nullptr && hinted && IsAllBroadcast(candidate)) {
+        gathered_whole = &candidate;
+        gathered_whole_inputs = inputs;
+      }
       if (cost < best_cost) {  // ties keep the op's order (its best first)
         best_cost = cost;
         best = &candidate;
         best_inputs = std::move(inputs);
       }
+    }
+    if (best != nullptr && gathered_whole != nullptr && required.empty() &&
+        SmallReductionGathered(graph, n, *best, producers, producer_outputs, context.inputs)) {
+      best = gathered_whole;
+      best_inputs = std::move(gathered_whole_inputs);
     }
     if (best == nullptr && !required.empty()) return false;
     if (best == nullptr) {
@@ -314,6 +333,45 @@ class SbpPass : public Pass {
     for (const Sbp& sbp : n.output_sbp) all_broadcast &= sbp.kind == SbpKind::kBroadcast;
     if (all_broadcast) n.devices = {n.devices.front()};
     return true;
+  }
+
+  static bool IsAllBroadcast(const SbpSignature& signature) {
+    for (const Sbp& sbp : signature.inputs)
+      if (sbp.kind != SbpKind::kBroadcast) return false;
+    for (const Sbp& sbp : signature.outputs)
+      if (sbp.kind != SbpKind::kBroadcast) return false;
+    return true;
+  }
+
+  // Whether `chosen` makes a small reduction better computed whole on one device (see
+  // kSmallReductionInputBytes): one machine; each output of `chosen` a partial sum under
+  // kParallelSumBytes (summed by one task) that only readers fixed whole on one device read;
+  // every input whole already or split into byte ranges of the whole by an op on the same
+  // devices or stored so (gathered in place by lowering: no copy), at most
+  // kSmallReductionInputBytes in all.
+  bool SmallReductionGathered(const Graph& graph, const Node& n, const SbpSignature& chosen,
+                              const std::vector<const Node*>& producers, const std::vector<int>& producer_outputs,
+                              const std::vector<TensorDesc>& inputs) const {
+    if (graph.machine_num() > 1 || chosen.outputs.empty()) return false;
+    for (size_t k = 0; k < chosen.outputs.size(); ++k) {
+      if (chosen.outputs[k].kind != SbpKind::kPartialSum || n.output_descs[k].byte_size() >= kParallelSumBytes)
+        return false;
+      auto readers = fixed_readers_.find(n.output_ref(k));
+      if (readers == fixed_readers_.end() || readers->second.empty()) return false;
+      for (const auto& [devices, sbp] : readers->second)
+        if (devices.size() != 1 || sbp.kind != SbpKind::kBroadcast) return false;
+    }
+    size_t bytes = 0;
+    for (size_t i = 0; i < producers.size(); ++i) {
+      const Node& p = *producers[i];
+      bytes += inputs[i].byte_size();
+      const Sbp from = PhysicalOutputSbp(p, static_cast<size_t>(producer_outputs[i]));
+      if (from.kind == SbpKind::kBroadcast) continue;
+      if (from.kind != SbpKind::kSplit || p.devices != n.devices) return false;
+      for (int64_t axis = 0; axis < from.axis; ++axis)
+        if (inputs[i].shape[axis] != 1) return false;  // strided shards: a gather would copy
+    }
+    return bytes <= kSmallReductionInputBytes;
   }
 
   // Readers whose layout is known before the SBP pass reaches them: in-place writers (whole,
@@ -406,12 +464,14 @@ class BoxingPass : public Pass {
 
  private:
   // `ref` as a reader on `devices` laid out `want` reads it: itself, or a boxing node's output
-  // (made once per ref and destination). P->B over the same devices goes through S(k), so
-  // each device sums 1/n of the blob (reduce-scatter) and then gathers (all-gather). P->B onto
-  // other devices (a gradient read by its update on the variable's device) does too where the
-  // shards of S(k) are byte ranges of the whole, which lowering gathers in place (no copy), and
-  // the blob is large enough that summing it on one worker would take longer than the
-  // devices' extra hops (kParallelSumBytes).
+  // (made once per ref and destination). P->B is summed by reduce-scatter tasks writing their
+  // slices of one block that lowering gathers in place (no copy), where the shards of S(k) are
+  // byte ranges of the whole (or, over the same devices, on the first axis long enough), each
+  // task summing at least kParallelSumBytes of the blob: a task and its message hop cost more
+  // than summing less. So a blob under that is summed by one task (on the first device of the
+  // destination), and a blob of a few chunks by as many tasks, on the first devices of the
+  // source (several machines: every device of the source, or one task under the threshold,
+  // the pairs the cross-machine pass turns into one all-reduce per machine).
   StatusOr<std::string> Boxed(Graph& graph, const std::string& ref, const std::vector<int>& devices, const Sbp& want,
                               const std::string& location) {
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
@@ -427,14 +487,18 @@ class BoxingPass : public Pass {
     if (auto it = made_.find(key); it != made_.end()) return it->second;
     const TensorDesc& desc = producer.output_descs[resolved.second];
     const bool elsewhere = from_devices != devices;
-    if (from.kind == SbpKind::kPartialSum && to.kind == SbpKind::kBroadcast &&
-        (!elsewhere || (from_devices.size() > 1 && desc.byte_size() >= kParallelSumBytes))) {
+    const size_t chunks =
+        graph.machine_num() > 1
+            ? (desc.byte_size() >= kParallelSumBytes || !elsewhere ? from_devices.size() : 1)
+            : std::min(from_devices.size(), std::max<size_t>(1, desc.byte_size() / kParallelSumBytes));
+    if (from.kind == SbpKind::kPartialSum && to.kind == SbpKind::kBroadcast && chunks > 1) {
+      const std::vector<int> summing(from_devices.begin(), from_devices.begin() + static_cast<std::ptrdiff_t>(chunks));
       for (size_t axis = 0; axis < desc.shape.size(); ++axis) {
-        if (desc.shape[axis] < static_cast<int64_t>(from_devices.size())) {
-          if (elsewhere && desc.shape[axis] != 1) break;  // later axes' shards would be strided
+        if (desc.shape[axis] < static_cast<int64_t>(chunks)) {
+          if ((elsewhere || summing != from_devices) && desc.shape[axis] != 1) break;  // later axes' shards would be strided
           continue;
         }
-        AF_ASSIGN_OR_RETURN(std::string scattered, Insert(graph, ref, from, from_devices, Sbp::Split(axis), location));
+        AF_ASSIGN_OR_RETURN(std::string scattered, Insert(graph, ref, from, summing, Sbp::Split(axis), location));
         AF_ASSIGN_OR_RETURN(std::string gathered, Insert(graph, scattered, Sbp::Split(axis), devices, to, location));
         made_[key] = gathered;
         return gathered;

@@ -42,6 +42,12 @@ bool RunsAfter(const plan::Plan& plan, const plan::Task& task, const std::string
   return false;
 }
 
+int DataInputCount(const plan::Task& task) {
+  int count = 0;
+  for (const plan::InputDesc& in : task.inputs()) count += in.control() ? 0 : 1;
+  return count;
+}
+
 bool HasControlFrom(const plan::Plan& plan, const plan::Task& task, const std::string& producer) {
   const plan::Task* p = FindTask(plan, producer);
   if (p == nullptr) return false;
@@ -72,10 +78,17 @@ TEST(ParallelPassesTest, DataParallelMlpOnThreeDevices) {
   const std::string summary = SbpSummary(g);
   // Feeds split on the batch axis (10 rows: 4/3/3) and read in place, each device its rows of
   // the feed's register (no slicing task), the forward matmul data-parallel, the weight
-  // gradients partial sums reduced for the update on device 0.
+  // gradients (small: 3x5 and 5x2 floats from 10 rows) computed whole on device 0 from the
+  // gathered activations, inside their updates, rather than from partial sums that a task
+  // would have to sum.
   EXPECT_NE(summary.find("x (input) on cpu 0:0,0:1,0:2: ->S(0)"), std::string::npos) << summary;
   EXPECT_EQ(summary.find("x-boxing"), std::string::npos) << summary;
-  EXPECT_NE(summary.find("hidden-weight-update (sgd_update) on cpu 0:0: B,B,B->"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("hidden-weight-update (matmul_sgd_update) on cpu 0:0: B,B,B,B->"), std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("output-weight-update (matmul_sgd_update) on cpu 0:0: B,B,B,B->"), std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("hidden-bias_add-grad (bias_add_grad) on cpu 0:0: B->B"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("P->B"), std::string::npos) << summary;
   // The loss's gradient seed is made split where its reader reads it split: no boxing.
   EXPECT_NE(summary.find("loss-grad-seed (constant) on cpu 0:0,0:1,0:2: ->S(0)"), std::string::npos) << summary;
   EXPECT_EQ(summary.find("loss-grad-seed-boxing"), std::string::npos) << summary;
@@ -104,28 +117,29 @@ TEST(ParallelPassesTest, DataParallelMlpOnThreeDevices) {
 // P->B (a weight gradient's all-reduce) is a reduce-scatter whose per-device sums are slices of
 // one block: no gather task; the update reads the block whole and waits for every slice.
 TEST(ParallelPassesTest, AllReduceWritesEachDevicesSumIntoOneBlock) {
-  testing::Mlp m = testing::BuildMlp("train", 300, 128, 160, 2);
+  testing::Mlp m = testing::BuildMlp("train", 300, 128, 512, 2);
   Graph g = m.builder.graph();
   g.set_device_num(3);
   plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
   const plan::Task* update = FindTask(plan, "hidden-weight-update");
   ASSERT_NE(update, nullptr) << PlanToDot(plan);
-  // The weight's gradient (128 x 160 floats, 80 KiB) is summed where it is made, each device
-  // its rows, and read whole by the update on device 0: a view of the logical shape.
+  // The weight's gradient (128 x 512 floats, 256 KiB: three chunks of at least 64 KiB) is
+  // summed where it is made, each device its rows, and read whole by the update on device 0:
+  // a view of the logical shape.
   const plan::InputDesc* whole = nullptr;
   for (const plan::InputDesc& in : update->inputs())
     if (in.whole()) whole = &in;
   ASSERT_NE(whole, nullptr) << PlanToDot(plan);
-  EXPECT_EQ(std::vector<int64_t>(whole->view_shape().begin(), whole->view_shape().end()), (std::vector<int64_t>{128, 160}));
+  EXPECT_EQ(std::vector<int64_t>(whole->view_shape().begin(), whole->view_shape().end()), (std::vector<int64_t>{128, 512}));
   const plan::Task& owner = plan.tasks(static_cast<int>(whole->producer_task_id()));
   EXPECT_EQ(owner.op_type(), "boxing");
   EXPECT_EQ(owner.device_id(), 0);
   const plan::RegisterDesc& block = owner.registers(whole->producer_register());
-  EXPECT_EQ(block.reserved_byte_size(), 128 * 160 * 4);
+  EXPECT_EQ(block.reserved_byte_size(), 128 * 512 * 4);
   EXPECT_EQ(block.blobs(0).shape(0), 43);  // rows 0..42 of 128 (43/43/42)
   // Devices 1 and 2 sum rows 43..85 and 86..127 into the block at their offsets; the update
   // waits for them (control inputs on their registers).
-  int64_t offset = 43 * 160 * 4;
+  int64_t offset = 43 * 512 * 4;
   for (int d = 1; d < 3; ++d) {
     const std::string name = owner.name().substr(0, owner.name().size() - 1) + std::to_string(d);
     const plan::Task* slice = FindTask(plan, name);
@@ -138,17 +152,143 @@ TEST(ParallelPassesTest, AllReduceWritesEachDevicesSumIntoOneBlock) {
     offset += r.blobs(0).byte_size();
     EXPECT_TRUE(HasControlFrom(plan, *update, name)) << name;
   }
-  EXPECT_EQ(offset, 128 * 160 * 4);
+  EXPECT_EQ(offset, 128 * 512 * 4);
   // The plan's DOT shows the block, the slices and the whole read.
   const std::string dot = PlanToDot(plan);
-  EXPECT_NE(dot.find("in a block of 81920 B"), std::string::npos) << dot;
-  EXPECT_NE(dot.find("at +27520 B of #" + std::to_string(owner.id())), std::string::npos) << dot;
+  EXPECT_NE(dot.find("in a block of 262144 B"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("at +88064 B of #" + std::to_string(owner.id())), std::string::npos) << dot;
   EXPECT_NE(dot.find("label=whole"), std::string::npos) << dot;
   // No task gathers it; the small gradients (under 64 KiB) are summed by one task on device 0.
   EXPECT_EQ(FindTask(plan, "hidden-matmul-grad-boxing-boxing"), nullptr) << PlanToDot(plan);
   const plan::Task* small = FindTask(plan, "output-matmul-grad_1-boxing");
   ASSERT_NE(small, nullptr) << PlanToDot(plan);
   EXPECT_EQ(small->device_id(), 0);
+}
+
+// Each task of an all-reduce sums at least 64 KiB: a task and its message hop cost more than
+// summing less. A sum read on its own devices (P->B there) under 64 KiB is one task; one of a
+// few chunks is reduced by as many tasks, on the first devices, and read whole by all.
+TEST(ParallelPassesTest, AllReduceTasksSumAtLeastAChunkEach) {
+  // A matmul over a contraction axis split on both operands computes partial sums, read whole
+  // on the same devices (an identity hinted B, parallel_cast's op): rows x 16 floats.
+  auto compile = [](int64_t rows, int devices) {
+    JobBuilder b = ValueOrDie(JobBuilder::Create("partial", "predict"));
+    if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("SetDeviceNum");
+    std::string x = ValueOrDie(b.AddInput("x", {rows, 8}, DType::kFloat32, "p.py:1"));
+    std::string w = ValueOrDie(b.AddVariable("weight", {8, 16}, DType::kFloat32, "p.py:2"));
+    if (!b.SetOutputSbpHint(x, Sbp::Split(1)).ok() || !b.SetOutputSbpHint(w, Sbp::Split(0)).ok())
+      throw std::runtime_error("hints");
+    std::string t = ValueOrDie(b.AddOp("matmul", "partial", {x, w}, {}, "p.py:3"))->output_ref(0);
+    std::string whole = ValueOrDie(b.AddOp("identity", "whole", {t}, {}, "p.py:4"))->output_ref(0);
+    if (!b.SetOutputSbpHint(whole, Sbp::Broadcast()).ok()) throw std::runtime_error("hint");
+    std::string y = ValueOrDie(b.AddOp("sigmoid", "after", {whole}, {}, "p.py:5"))->output_ref(0);
+    if (!b.SetOutputs({y}).ok()) throw std::runtime_error("SetOutputs");
+    Graph g = b.graph();
+    plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+    return std::make_pair(SbpSummary(g), plan);
+  };
+  auto boxing_tasks = [](const plan::Plan& plan) {
+    std::vector<const plan::Task*> tasks;
+    for (const plan::Task& t : plan.tasks())  // the sums (not x's slicing)
+      if (t.op_type() == "boxing" && t.attrs().at("in_sbp").s() == "P") tasks.push_back(&t);
+    return tasks;
+  };
+  {  // 100 x 16 floats (6.4 KB) over 4 devices: one task on device 0 sums the four partials.
+    auto [summary, plan] = compile(100, 4);
+    EXPECT_NE(summary.find("partial (matmul) on cpu 0:0,0:1,0:2,0:3: S(1),S(0)->P"), std::string::npos) << summary;
+    const auto tasks = boxing_tasks(plan);
+    ASSERT_EQ(tasks.size(), 1u) << PlanToDot(plan);
+    EXPECT_EQ(tasks[0]->device_id(), 0);
+    EXPECT_EQ(DataInputCount(*tasks[0]), 4);
+  }
+  {  // 2048 x 16 floats (128 KiB) over 4 devices: two tasks, on devices 0 and 1, 64 KiB each,
+     // their registers slices of one block read whole.
+    auto [summary, plan] = compile(2048, 4);
+    EXPECT_NE(summary.find("partial-boxing (boxing) on cpu 0:0,0:1: P->S(0)"), std::string::npos) << summary;
+    const auto tasks = boxing_tasks(plan);
+    ASSERT_EQ(tasks.size(), 2u) << PlanToDot(plan);
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(tasks[d]->device_id(), d);
+      EXPECT_EQ(DataInputCount(*tasks[d]), 4);
+      EXPECT_EQ(tasks[d]->registers(0).blobs(0).byte_size(), 64 << 10);
+    }
+    EXPECT_TRUE(tasks[1]->registers(0).has_slice_of());
+  }
+}
+
+// x(10, 8, 16) -> reshape (10, 128) -> matmul w1 (128, 64) -> relu -> reshape (10, 8, 8) ->
+// reshape (10, 64) -> matmul w2 (64, 10) -> loss, trained with SGD. The weights outweigh the
+// activations, so the SBP pass computes both weight gradients whole on device 0 from the
+// gathered activations.
+Graph ReshapedMlp(int devices) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("reshaped", "train"));
+  if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("SetDeviceNum");
+  std::string x = ValueOrDie(b.AddInput("x", {10, 8, 16}, DType::kFloat32, "r.py:1"));
+  std::string labels = ValueOrDie(b.AddInput("labels", {10}, DType::kInt32, "r.py:2"));
+  std::string w1 = ValueOrDie(b.AddVariable("w1", {128, 64}, DType::kFloat32, "r.py:3"));
+  std::string w2 = ValueOrDie(b.AddVariable("w2", {64, 10}, DType::kFloat32, "r.py:4"));
+  auto op = [&](const std::string& type, const std::string& name, std::vector<std::string> in, Attrs attrs = {}) {
+    return ValueOrDie(b.AddOp(type, name, in, attrs, "r.py:5"))->output_ref(0);
+  };
+  std::string t = op("reshape", "flat_x", {x}, Attrs{{"shape", std::vector<int64_t>{10, 128}}});
+  t = op("matmul", "first", {t, w1});
+  t = op("relu", "relu", {t});
+  t = op("reshape", "square", {t}, Attrs{{"shape", std::vector<int64_t>{10, 8, 8}}});
+  t = op("reshape", "flat_h", {t}, Attrs{{"shape", std::vector<int64_t>{10, 64}}});
+  t = op("matmul", "second", {t, w2});
+  std::string loss = op("sparse_softmax_cross_entropy", "loss", {labels, t});
+  if (!b.AddLoss(loss).ok()) throw std::runtime_error("AddLoss");
+  OptimizerSpec spec;
+  spec.type = "sgd";
+  if (!b.SetOptimizer(spec).ok() || !b.SetOutputs({loss}).ok()) throw std::runtime_error("SetOptimizer");
+  return b.graph();
+}
+
+// A reshape that keeps the split batch axis is a view on several devices too: each device's
+// reader reads its rows of the feed (a part of its register) or its producer's register with
+// its physical shape; a reader of the whole (a weight gradient on one device) reads the feed
+// whole, or the producer's slices of one block, with the logical shape. No task copies.
+TEST(ParallelPassesTest, ReshapesKeepingTheSplitAxisAreViewsOnEveryDevice) {
+  Graph g = ReshapedMlp(3);
+  plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  const std::string dot = PlanToDot(plan);
+  for (const plan::Task& t : plan.tasks()) {
+    EXPECT_NE(t.op_type(), "reshape") << t.name() << "\n" << dot;  // the gradients' reshapes too
+    EXPECT_EQ(t.op_type() == "boxing" && t.name().find("flat_x") != std::string::npos, false) << t.name();
+  }
+  const int64_t first_row[] = {0, 4, 7}, rows[] = {4, 3, 3};
+  for (int d = 0; d < 3; ++d) {
+    SCOPED_TRACE(d);
+    const plan::Task* first = FindTask(plan, "first@" + std::to_string(d));
+    ASSERT_NE(first, nullptr) << dot;
+    const plan::InputDesc& x = first->inputs(0);
+    EXPECT_EQ(plan.tasks(static_cast<int>(x.producer_task_id())).name(), "x");
+    EXPECT_TRUE(x.part());
+    EXPECT_EQ(x.byte_offset(), first_row[d] * 128 * 4);
+    EXPECT_EQ(std::vector<int64_t>(x.view_shape().begin(), x.view_shape().end()), (std::vector<int64_t>{rows[d], 128}));
+    const plan::Task* second = FindTask(plan, "second@" + std::to_string(d));
+    ASSERT_NE(second, nullptr) << dot;
+    const plan::InputDesc& h = second->inputs(0);
+    EXPECT_EQ(plan.tasks(static_cast<int>(h.producer_task_id())).name(), "relu@" + std::to_string(d));
+    EXPECT_FALSE(h.part());
+    EXPECT_EQ(std::vector<int64_t>(h.view_shape().begin(), h.view_shape().end()), (std::vector<int64_t>{rows[d], 64}));
+  }
+  // dW1 = flat_x^T dy on device 0 (whole, fused into the update): the feed read whole as (10, 128).
+  const plan::Task* update = FindTask(plan, "w1-update");
+  ASSERT_NE(update, nullptr) << dot;
+  bool read_x_whole = false;
+  for (const plan::InputDesc& in : update->inputs())
+    read_x_whole |= plan.tasks(static_cast<int>(in.producer_task_id())).name() == "x" && !in.part() &&
+                    std::vector<int64_t>(in.view_shape().begin(), in.view_shape().end()) == std::vector<int64_t>{10, 128};
+  EXPECT_TRUE(read_x_whole) << dot;
+  // dW2 = flat_h^T dy on device 0 reads relu's three registers as one block of (10, 64).
+  const plan::Task* update2 = FindTask(plan, "w2-update");
+  ASSERT_NE(update2, nullptr) << dot;
+  bool read_h_whole = false;
+  for (const plan::InputDesc& in : update2->inputs())
+    read_h_whole |= in.whole() && plan.tasks(static_cast<int>(in.producer_task_id())).name() == "relu@0" &&
+                    std::vector<int64_t>(in.view_shape().begin(), in.view_shape().end()) == std::vector<int64_t>{10, 64};
+  EXPECT_TRUE(read_h_whole) << dot;
 }
 
 // The in-place order compares byte ranges: a writer of one part of a register need not follow
@@ -324,11 +464,13 @@ TEST(CrossMachineTest, MachineRangesResolveToGlobalDevices) {
 // variable and updates it itself (ReplicateVariablesAcrossMachines), plus one send/recv pair per
 // edge that still crosses machines; each machine's part reads only its own tasks.
 TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithVariablesOnEachAndAllReduces) {
-  testing::Mlp one = testing::BuildMlp("train", 4, 3, 5, 2);
+  // 40000 rows: the activations outweigh the gradients, so one process sums partial gradients
+  // too (a small reduction of few rows is computed whole on one device there instead).
+  testing::Mlp one = testing::BuildMlp("train", 40000, 3, 5, 2);
   Graph g1 = one.builder.graph();
   g1.set_device_num(2);
   const plan::Plan two_devices = ValueOrDie(CompileGraph(g1, CompileOptions{}));
-  testing::Mlp two = testing::BuildMlp("train", 4, 3, 5, 2);
+  testing::Mlp two = testing::BuildMlp("train", 40000, 3, 5, 2);
   Graph g2 = two.builder.graph();
   g2.set_machine_num(2);
   const plan::Plan two_machines = ValueOrDie(CompileGraph(g2, CompileOptions{}));
@@ -460,12 +602,12 @@ TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithVariablesOnEachAndAllRe
   EXPECT_FALSE(ExtractMachinePlan(two_machines, 2).ok());
 }
 
-// A gradient of 64 KB and more is summed in one process by a reduce-scatter on every device and a
-// gather (graph/parallel.cc, kParallelSumBytes); across machines the pair becomes one all-reduce
+// A gradient of 64 KB a device and more is summed in one process by a reduce-scatter on every
+// device and a gather (graph/parallel.cc, kParallelSumBytes); across machines the pair becomes one all-reduce
 // per machine and the reduce-scatters, which would pull every machine's whole partial gradient
 // through the network, are left out.
 TEST(CrossMachineTest, ALargeGradientsReduceScatterAndGatherBecomeOneAllReducePerMachine) {
-  testing::Mlp one = testing::BuildMlp("train", 64, 3, 5000, 4);  // output-weight: 5000 x 4 floats, 80 KB
+  testing::Mlp one = testing::BuildMlp("train", 64, 3, 10000, 4);  // output-weight: 10000 x 4 floats, 160 KB
   Graph g1 = one.builder.graph();
   g1.set_device_num(2);
   const plan::Plan two_devices = ValueOrDie(CompileGraph(g1, CompileOptions{}));
@@ -474,7 +616,7 @@ TEST(CrossMachineTest, ALargeGradientsReduceScatterAndGatherBecomeOneAllReducePe
     if (t.op_type() == "boxing" && t.attrs().at("in_sbp").s() == "P" && t.attrs().at("out_sbp").s() == "S(0)")
       scatters.push_back(t.name());
   ASSERT_FALSE(scatters.empty()) << "the one-process plan sums the large gradient by reduce-scatter";
-  testing::Mlp two = testing::BuildMlp("train", 64, 3, 5000, 4);
+  testing::Mlp two = testing::BuildMlp("train", 64, 3, 10000, 4);
   Graph g2 = two.builder.graph();
   g2.set_machine_num(2);
   const plan::Plan two_machines = ValueOrDie(CompileGraph(g2, CompileOptions{}));

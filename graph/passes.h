@@ -46,7 +46,9 @@ std::unique_ptr<Pass> MakePrunePass();
 std::unique_ptr<Pass> MakeFusionPass();
 // Train jobs on one device: sgd_update(var, matmul(a, b), lr) with the matmul read by nothing
 // else becomes matmul_sgd_update(var, a, b, lr), the GEMM accumulating into the variable.
-std::unique_ptr<Pass> MakeGradientUpdateFusionPass();
+// `placed` (after the SBP pass, jobs on several devices of one machine): only where the matmul
+// and the update run whole on the same one device.
+std::unique_ptr<Pass> MakeGradientUpdateFusionPass(bool placed = false);
 
 // Single-device CPU jobs (graph/conv_fusion.cc): a conv2d's only reader fuses into it as an
 // epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp

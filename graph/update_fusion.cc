@@ -5,9 +5,13 @@
 // ordering pass, which then orders the fused writer after every reader of the variable as it
 // did the update.
 //
-// Only on single-device jobs: on several devices the gradient is a partial sum that the boxing
-// pass reduces before the update, which the fused GEMM would skip. A gradient that is watched
-// (watch_diff), clipped (the norm reads it too), an output or a loss keeps the unfused form.
+// Before placement, on single-device jobs. On several devices a gradient is mostly a partial
+// sum that the boxing pass reduces before the update, which the fused GEMM would skip; so there
+// the pass runs again after the SBP pass (`placed`, one machine) and fuses only where the SBP
+// pass put the gradient matmul whole (every layout B) on its update's one device, reading the
+// gathered operands: the sum over the devices' rows is then the GEMM's own. A gradient that is
+// watched (watch_diff), clipped (the norm reads it too), an output or a loss keeps the unfused
+// form.
 #include <map>
 #include <set>
 
@@ -17,12 +21,21 @@ namespace actorflow {
 namespace graph {
 namespace {
 
+bool AllBroadcast(const std::vector<Sbp>& layouts) {
+  for (const Sbp& sbp : layouts)
+    if (sbp.kind != SbpKind::kBroadcast) return false;
+  return true;
+}
+
 class GradientUpdateFusionPass : public Pass {
  public:
-  std::string name() const override { return "gradient update fusion"; }
+  explicit GradientUpdateFusionPass(bool placed) : placed_(placed) {}
+  std::string name() const override { return placed_ ? "placed gradient update fusion" : "gradient update fusion"; }
 
   Status Run(Graph& graph) override {
-    if (!graph.is_train() || graph.total_device_num() > 1) return Status::Ok();  // every machine's devices
+    if (!graph.is_train()) return Status::Ok();
+    if (placed_ ? graph.total_device_num() <= 1 || graph.machine_num() > 1 : graph.total_device_num() > 1)
+      return Status::Ok();  // every machine's devices
     std::map<std::string, int> readers;
     for (const Node& n : graph.nodes())
       for (const std::string& ref : n.inputs) ++readers[ref];
@@ -58,6 +71,10 @@ class GradientUpdateFusionPass : public Pass {
       if (mm->inputs[0] == var_ref || mm->inputs[1] == var_ref) continue;
       const size_t mm_index = static_cast<size_t>(mm - graph.nodes().data());
       if (!keep[mm_index]) continue;
+      if (placed_ && (update.devices.size() != 1 || mm->devices != update.devices ||
+                      update.input_sbp.size() != 3 || mm->input_sbp.size() != 2 || mm->output_sbp.size() != 1 ||
+                      !AllBroadcast(update.input_sbp) || !AllBroadcast(mm->input_sbp) || !AllBroadcast(mm->output_sbp)))
+        continue;
 
       Node fused = update;  // the update's name, place (after both operands) and placement
       fused.type = "matmul_sgd_update";
@@ -66,6 +83,7 @@ class GradientUpdateFusionPass : public Pass {
       fused.attrs.Set("transpose_a", mm->attrs.GetBoolOr("transpose_a", false));
       fused.attrs.Set("transpose_b", mm->attrs.GetBoolOr("transpose_b", false));
       fused.control_inputs.insert(fused.control_inputs.end(), mm->control_inputs.begin(), mm->control_inputs.end());
+      if (placed_) fused.input_sbp = {update.input_sbp[0], mm->input_sbp[0], mm->input_sbp[1], update.input_sbp[2]};
       absorbed[mm->name] = fused.name;
       removed_refs.insert(grad_ref);
       keep[mm_index] = false;
@@ -82,11 +100,16 @@ class GradientUpdateFusionPass : public Pass {
     graph.Retain(keep);
     return Status::Ok();
   }
+
+ private:
+  bool placed_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> MakeGradientUpdateFusionPass() { return std::make_unique<GradientUpdateFusionPass>(); }
+std::unique_ptr<Pass> MakeGradientUpdateFusionPass(bool placed) {
+  return std::make_unique<GradientUpdateFusionPass>(placed);
+}
 
 const std::vector<std::string>& FusionNames() {
   static const std::vector<std::string> names = {"dense", "gradient_update", "conv_batch_norm", "conv_activation",

@@ -96,10 +96,10 @@ def test_processes_train_the_seed_mlp_as_one_process_with_as_many_devices(tmp_pa
         # agree bit for bit (each rank runs the same kernels on the same sums).
         for rank, values in enumerate(ranks[1:], 1):
             np.testing.assert_array_equal(values[name], rank0[name], err_msg="%s on rank %d" % (name, rank))
-    if processes == 2:  # x0 + x1 in either order: exactly the one-process sums
-        for name in variables:
-            np.testing.assert_array_equal(rank0[name], one[name], err_msg=name)
-        np.testing.assert_array_equal(rank0["losses"], one["losses"])
+    # Not bit for bit against one process: there the small gradients (biases, the output layer's
+    # weight) are computed whole on one device from activations gathered at no copy, and dW1's
+    # GEMM accumulates into the weight (graph/parallel.cc, graph/update_fusion.cc), where the
+    # machines sum partial gradients; the tolerance above holds.
 
 
 def test_a_killed_rank_fails_the_survivors_pending_call_naming_it():
