@@ -15,6 +15,7 @@
 #include "graph/in_place_order.h"
 #include "graph/memory_plan.h"
 #include "graph/passes.h"
+#include "graph/step_clock.h"
 #include "kernels/boxing.h"
 
 namespace actorflow {
@@ -629,13 +630,8 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());
   passes.push_back(MakeBoxingPass());
-  auto started = std::chrono::steady_clock::now();
-  auto lap = [&](const std::string& step) {
-    if (options.timings == nullptr) return;
-    const auto now = std::chrono::steady_clock::now();
-    options.timings->emplace_back(step, std::chrono::duration<double>(now - started).count());
-    started = now;
-  };
+  StepClock clock(options.timings, options.cpu_timings);
+  auto lap = [&](const std::string& step) { clock.Lap(step); };
   for (size_t i = 0; i < passes.size(); ++i) {
     AF_RETURN_IF_ERROR(passes[i]->Run(graph).WithContext("job '" + graph.job_name() + "'"));
     lap(passes[i]->name());
@@ -643,14 +639,14 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
       char number[24];
       std::snprintf(number, sizeof(number), "%02zu", i + 1);
       AF_RETURN_IF_ERROR(WriteFile(prefix + number + "-" + passes[i]->name() + ".dot", graph.ToDot()));
-      started = std::chrono::steady_clock::now();  // dumps are not compiling
+      clock.Restart();  // dumps are not compiling
     }
   }
   const char* summary_env = std::getenv("ACTORFLOW_SBP_SUMMARY");
   if (options.print_sbp_summary || (summary_env != nullptr && std::string(summary_env) != "0" && *summary_env))
     std::fprintf(stderr, "SBP of job '%s':\n%s", graph.job_name().c_str(), SbpSummary(graph).c_str());
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "sbp.txt", SbpSummary(graph)));
-  started = std::chrono::steady_clock::now();  // the optional summary and dumps are not compiling
+  clock.Restart();  // the optional summary and dumps are not compiling
   AF_ASSIGN_OR_RETURN(plan::Plan plan, LowerToPlan(graph, options));
   AF_RETURN_IF_ERROR(PlaceOnDevices(plan).WithContext("job '" + graph.job_name() + "'"));
   lap("lower");

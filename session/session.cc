@@ -12,6 +12,7 @@
 #include "actors/trace_recorder.h"
 #include "graph/attr_convert.h"
 #include "graph/device_placement.h"
+#include "graph/step_clock.h"
 #include "actors/proto/plan.pb.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -405,13 +406,9 @@ std::vector<std::string> Session::VariableNames() const {
 
 StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder& builder, const JobOptions& options,
                                                         SinkCallback on_watch) {
-  auto started = std::chrono::steady_clock::now();
   std::shared_ptr<CompiledJob> job(new CompiledJob());
-  auto lap = [&](const std::string& step) {
-    const auto now = std::chrono::steady_clock::now();
-    job->compile_timings_.emplace_back(step, std::chrono::duration<double>(now - started).count());
-    started = now;
-  };
+  graph::StepClock clock(&job->compile_timings_, &job->compile_cpu_timings_);
+  auto lap = [&](const std::string& step) { clock.Lap(step); };
   job->session_ = state_;
   job->graph_ = builder.graph();
   lap("copy graph");
@@ -421,6 +418,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   compile_options.dump_dot_dir = options.dump_dot_dir;
   compile_options.print_sbp_summary = options.print_sbp_summary;
   compile_options.timings = &job->compile_timings_;
+  compile_options.cpu_timings = &job->compile_cpu_timings_;
   compile_options.disabled_fusions = options.disabled_fusions;
   if (const char* env = std::getenv("ACTORFLOW_DISABLE_FUSION")) {
     std::string list = env;
@@ -459,18 +457,17 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   if (!from_cache) {
     auto entry = cacheable ? std::make_shared<CachedCompile>() : nullptr;
     if (entry) entry->traced = job->graph_;
-    started = std::chrono::steady_clock::now();
+    clock.Restart();
     AF_ASSIGN_OR_RETURN(job->plan_, CompileGraph(job->graph_, compile_options));
     if (entry) {
-      const auto copying = std::chrono::steady_clock::now();
+      clock.Restart();
       entry->compiled = job->graph_;
       entry->plan = job->plan_;
       state_->job_cache.Insert(key, std::move(entry));
-      started = copying;
       lap("job cache store");
     }
   }
-  started = std::chrono::steady_clock::now();
+  clock.Restart();
   const Graph& graph = job->graph_;
 
   std::map<std::string, void*> buffers;
@@ -654,6 +651,17 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     AF_RETURN_IF_ERROR(job->InstantiateLocked());
   }
   lap("runtime start");
+  if (environment_set("ACTORFLOW_COMPILE_TIMINGS")) {
+    std::string report = "compile of job '" + graph.job_name() + "' (" + std::to_string(job->plan_.tasks_size()) +
+                         " tasks), ms wall / cpu:";
+    for (size_t i = 0; i < job->compile_timings_.size(); ++i) {
+      char step[160];
+      std::snprintf(step, sizeof(step), "\n  %-24s %9.2f %9.2f", job->compile_timings_[i].first.c_str(),
+                    1e3 * job->compile_timings_[i].second, 1e3 * job->compile_cpu_timings_[i].second);
+      report += step;
+    }
+    std::fprintf(stderr, "%s\n", report.c_str());
+  }
   {
     std::lock_guard<std::mutex> lock(state_->order_mu);
     state_->ordered_jobs.insert(job.get());

@@ -85,6 +85,9 @@ class CompiledJob {
   // compiler pass, lowering, the in-place order check, binding variables and starting the
   // runtime, in that order.
   const std::vector<std::pair<std::string, double>>& compile_timings() const { return compile_timings_; }
+  // The same steps' CPU time on the compiling thread (graph/step_clock.h): what each step
+  // costs, without the waits for a core that a loaded host adds to the wall time.
+  const std::vector<std::pair<std::string, double>>& compile_cpu_timings() const { return compile_cpu_timings_; }
 
   // One iteration (see Runtime::Push); first waits for the jobs it conflicts with. `inputs`
   // must match input_descs exactly (InvalidArgument naming the input otherwise); `outputs`
@@ -128,7 +131,7 @@ class CompiledJob {
   std::vector<std::shared_ptr<void>> variables_;  // keeps the store's buffers alive
   std::unique_ptr<RuntimeObserver> recorder_;
   std::set<std::string> reads_, writes_;
-  std::vector<std::pair<std::string, double>> compile_timings_;
+  std::vector<std::pair<std::string, double>> compile_timings_, compile_cpu_timings_;
   RuntimeHooks hooks_;            // kept to rebuild the runtime after fork
   RuntimeOptions runtime_options_;
   std::unique_ptr<Runtime> runtime_;
