@@ -81,16 +81,20 @@ class OrderingPass : public Pass {
         it->second.push_back(static_cast<int>(r));
         candidates.push_back(static_cast<int>(r));
       }
-    CandidateAncestors ancestors(nodes.size(), candidates);
+    if (candidates.empty()) return Status::Ok();
     auto producer_index = [&](const std::string& name) {
       auto it = index.find(name);
       return it == index.end() ? -1 : it->second;
     };
+    std::vector<std::vector<int>> parents(nodes.size());
     for (size_t m = 0; m < nodes.size(); ++m) {
       for (const auto& in : nodes[m].inputs)
-        if (int p = producer_index(ProducerOf(in)); p >= 0) ancestors.Merge(m, static_cast<size_t>(p));
+        if (int p = producer_index(ProducerOf(in)); p >= 0) parents[m].push_back(p);
       for (const auto& c : nodes[m].control_inputs)
-        if (int p = producer_index(c); p >= 0) ancestors.Merge(m, static_cast<size_t>(p));
+        if (int p = producer_index(c); p >= 0) parents[m].push_back(p);
+    }
+    AncestorIndex ancestors(std::move(parents));
+    for (size_t m = 0; m < nodes.size(); ++m) {
       if (nodes[m].mutable_inputs.empty()) continue;
       // Every other reader placed before the writer (readers after it in topological order
       // consume what it wrote) and not already ordered before it by data or control edges.
@@ -98,12 +102,13 @@ class OrderingPass : public Pass {
       for (int k : nodes[m].mutable_inputs)
         for (int r : readers.at(nodes[m].inputs.at(k))) {
           if (r >= static_cast<int>(m)) break;
-          if (ancestors.Has(m, r) || std::find(control.begin(), control.end(), r) != control.end()) continue;
+          if (ancestors.IsAncestor(r, static_cast<int>(m)) || std::find(control.begin(), control.end(), r) != control.end())
+            continue;
           control.push_back(r);
         }
       for (int r : control) {
         graph.mutable_nodes()[m].control_inputs.push_back(nodes[r].name);
-        ancestors.Merge(m, static_cast<size_t>(r));
+        ancestors.AddEdge(static_cast<int>(m), r);
       }
     }
     return Status::Ok();

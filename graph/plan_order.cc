@@ -9,7 +9,6 @@ namespace actorflow {
 namespace graph {
 namespace {
 
-constexpr int kNone = std::numeric_limits<int>::max();
 // Chains taken (fewer when a further one would add fewer than kLeastNewTasks tasks). Each costs
 // three ints per task and a sweep over the edges.
 constexpr int kMostChains = 4;
@@ -106,64 +105,16 @@ StatusOr<PlanOrder> PlanOrder::Of(const plan::Plan& plan) {
     order.reader_begin_ = std::move(begin);
   }
 
-  // Children, for the sweep from the sinks up.
-  std::vector<int> child_begin(n + 1, 0), children(order.parents_.size());
-  for (int p : order.parents_) ++child_begin[p + 1];
-  for (int t = 0; t < n; ++t) child_begin[t + 1] += child_begin[t];
-  {
-    std::vector<int> fill(child_begin.begin(), child_begin.end() - 1);
-    for (int t = 0; t < n; ++t)
-      for (int p : order.Parents(t)) children[fill[p]++] = t;
-  }
-
-  // Chains: each the path with the most tasks no earlier chain holds.
-  std::vector<char> covered(n, 0);
-  std::vector<int> best(n), from(n);
-  std::vector<std::vector<int>> chains;
-  while (static_cast<int>(chains.size()) < kMostChains && n > 0) {
-    for (int t = 0; t < n; ++t) {
-      int most = 0, via = -1;
-      for (int p : order.Parents(t))
-        if (via < 0 || best[p] > most) {
-          most = best[p];
-          via = p;
-        }
-      best[t] = (covered[t] ? 0 : 1) + most;
-      from[t] = via;
-    }
-    const int end = static_cast<int>(std::max_element(best.begin(), best.end()) - best.begin());
-    if (best[end] < kLeastNewTasks) break;
-    std::vector<int> chain;
-    for (int t = end; t >= 0; t = from[t]) chain.push_back(t);
-    std::reverse(chain.begin(), chain.end());
-    for (int t : chain) covered[t] = 1;
-    chains.push_back(std::move(chain));
-  }
-  order.chains_ = static_cast<int>(chains.size());
-  const size_t cells = static_cast<size_t>(order.chains_) * n;
-  order.above_.assign(cells, -1);
-  order.below_.assign(cells, kNone);
-  order.reach_.assign(cells, -1);
+  order.labels_ = ChainLabels::Of(n, [&order](int t) { return order.Parents(t); }, kMostChains, kLeastNewTasks);
+  order.reach_.assign(static_cast<size_t>(order.labels_.chains) * n, -1);
   order.has_back_edge_above_.assign(n, 0);
-  for (int k = 0; k < order.chains_; ++k) {
-    int* above = &order.above_[static_cast<size_t>(k) * n];
-    int* below = &order.below_[static_cast<size_t>(k) * n];
-    for (size_t position = 0; position < chains[k].size(); ++position) {
-      above[chains[k][position]] = static_cast<int>(position);
-      below[chains[k][position]] = static_cast<int>(position);
-    }
-    for (int t = 0; t < n; ++t)
-      for (int p : order.Parents(t)) above[t] = std::max(above[t], above[p]);
-    for (int t = n - 1; t >= 0; --t)
-      for (int k2 = child_begin[t]; k2 < child_begin[t + 1]; ++k2) below[t] = std::min(below[t], below[children[k2]]);
-  }
   // Back edges: a reader r of a single register of p; r(i) before p(i + 1), so every c at or
   // above r comes before p's next act and its descendants' (reach: the chain position of r).
   for (int t = 0; t < n; ++t) {
     for (int p : order.Parents(t)) order.has_back_edge_above_[t] |= order.has_back_edge_above_[p];
-    for (int k = 0; k < order.chains_; ++k) {
+    for (int k = 0; k < order.labels_.chains; ++k) {
       int* reach = &order.reach_[static_cast<size_t>(k) * n];
-      const int* above = &order.above_[static_cast<size_t>(k) * n];
+      const int* above = &order.labels_.above[static_cast<size_t>(k) * n];
       for (int p : order.Parents(t)) reach[t] = std::max(reach[t], reach[p]);
       for (int r = order.register_base_[t]; r < order.register_base_[t + 1]; ++r) {
         if (!order.single_[r]) continue;
@@ -180,11 +131,7 @@ StatusOr<PlanOrder> PlanOrder::Of(const plan::Plan& plan) {
 bool PlanOrder::Before(int u, int t) const {
   if (u == t) return false;
   if (u > t) return false;  // tasks are in topological order: an ancestor comes first
-  for (int k = 0; k < chains_; ++k) {
-    const size_t base = static_cast<size_t>(k) * n_;
-    if (below_[base + u] <= above_[base + t]) return true;
-  }
-  return Contains(Parents(t), u);
+  return labels_.Reaches(u, t) || Contains(Parents(t), u);
 }
 
 bool PlanOrder::ReadsSingleRegisterOf(int c, int p) const {
@@ -196,10 +143,8 @@ bool PlanOrder::ReadsSingleRegisterOf(int c, int p) const {
 
 bool PlanOrder::BeforeNext(int c, int t) const {
   if (serial_) return true;
-  for (int k = 0; k < chains_; ++k) {
-    const size_t base = static_cast<size_t>(k) * n_;
-    if (below_[base + c] <= reach_[base + t]) return true;
-  }
+  for (int k = 0; k < labels_.chains; ++k)
+    if (labels_.below[static_cast<size_t>(k) * n_ + c] <= reach_[static_cast<size_t>(k) * n_ + t]) return true;
   // c itself the reader of a back edge from t or a parent of t.
   if (ReadsSingleRegisterOf(c, t)) return true;
   for (int p : Parents(t))

@@ -25,6 +25,7 @@
 
 #include "actors/status.h"
 #include "actors/proto/plan.pb.h"
+#include "graph/chain_labels.h"
 
 namespace actorflow {
 namespace graph {
@@ -61,16 +62,15 @@ class PlanOrder {
   bool ReadsSingleRegisterOf(int c, int p) const;
 
   int n_ = 0;
-  int chains_ = 0;
   bool serial_ = false;
   std::vector<int> register_base_;                  // task -> index of its first register
   std::vector<char> single_;                        // register index -> a back edge source
   std::vector<int> reader_begin_, readers_;         // register index -> readers (CSR, ascending)
   std::vector<int> parent_begin_, parents_;         // task -> parents (CSR, ascending)
-  // [chain * n + task]: the last position of the chain at or above the task (-1: none), the
-  // first at or below it (kNone: none), and the largest `above` of a reader of a back edge
-  // from the task or an ancestor (-1: none).
-  std::vector<int> above_, below_, reach_;
+  ChainLabels labels_;
+  // [chain * n + task]: the largest `above` of a reader of a back edge from the task or an
+  // ancestor (-1: none).
+  std::vector<int> reach_;
   std::vector<char> has_back_edge_above_;
 };
 
