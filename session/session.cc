@@ -445,6 +445,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     for (const std::string& fusion : compile_options.disabled_fusions) key += "\nfusion off: " + fusion;
     if (!compile_options.memory_sharing) key += "\nmemory sharing off";
     if (!compile_options.pipelining) key += "\npipelining off";
+    lap("job cache key");
     if (std::shared_ptr<const CachedCompile> hit = state_->job_cache.Find(key)) {
       if (auto rebound = RebindCompiled(*hit, job->graph_)) {
         job->graph_ = std::move(rebound->first);
