@@ -77,11 +77,9 @@ def measure(prefix):
     steps["trace"] = trace_seconds[0]
     steps["total"] = total
     # The calling thread's CPU time (builds that report it): what a loaded host does not inflate.
-    cpu_steps = dict(getattr(fn, "compile_cpu_timings", []) or [])
-    if cpu_steps:
-        for step, seconds in cpu_steps.items():
-            steps["cpu " + step] = seconds
-        steps["cpu total"] = total_cpu
+    steps["cpu total"] = total_cpu
+    for step, seconds in (getattr(fn, "compile_cpu_timings", []) or []):
+        steps["cpu " + step] = seconds
     ops_traced = None
     builder = getattr(fn, "_builder", None)
     if builder is not None:
@@ -164,9 +162,9 @@ def main():
                         for which in ("first", "cached"):
                             entry[which + "_compile"] = summary(
                                 [sum(r[which].get(s, 0.0) for s in compiling) for r in rows])
-                    if all("cpu total" in r["first"] and "cpu total" in r["cached"] for r in rows):
-                        for which in ("first", "cached"):
-                            entry[which + "_cpu"] = summary([r[which]["cpu total"] for r in rows])
+                    for which in ("first", "cached"):
+                        entry[which + "_cpu"] = summary([r[which]["cpu total"] for r in rows])
+                        if all("cpu copy graph" in r[which] for r in rows):
                             entry[which + "_compile_cpu"] = summary(
                                 [sum(r[which].get("cpu " + s, 0.0) for s in compiling) for r in rows])
                             entry[which + "_cpu_steps"] = {
@@ -186,14 +184,15 @@ def main():
                             fmt(entry["first_compile"]), fmt(entry["cached_compile"]),
                             100 * entry["cached_compile"]["median_ms"] / entry["first_compile"]["median_ms"]),
                             flush=True)
-                    if "first_cpu" in entry:
-                        print("    CPU time of the calling thread: first call %s ms (%.2f ms / 10 ops), second job %s ms; "
-                              "compile (trace to plan) %s / %s ms (%.1f%%)" % (
-                                  fmt(entry["first_cpu"]), entry["first_cpu"]["median_ms"] / max(1, traced_ops or ops) * 10,
-                                  fmt(entry["cached_cpu"]), fmt(entry["first_compile_cpu"]),
-                                  fmt(entry["cached_compile_cpu"]),
-                                  100 * entry["cached_compile_cpu"]["median_ms"] / entry["first_compile_cpu"]["median_ms"]),
-                              flush=True)
+                    print("    CPU time of the calling thread: first call %s ms (%.2f ms / 10 ops), second job %s ms (%.1f%%)" % (
+                        fmt(entry["first_cpu"]), entry["first_cpu"]["median_ms"] / max(1, traced_ops or ops) * 10,
+                        fmt(entry["cached_cpu"]), 100 * entry["cached_cpu"]["median_ms"] / entry["first_cpu"]["median_ms"]),
+                        flush=True)
+                    if "first_compile_cpu" in entry and "cached_compile_cpu" in entry:
+                        print("    CPU time of compile (trace to plan): first job %s ms, second job %s ms (%.1f%%)" % (
+                            fmt(entry["first_compile_cpu"]), fmt(entry["cached_compile_cpu"]),
+                            100 * entry["cached_compile_cpu"]["median_ms"] / entry["first_compile_cpu"]["median_ms"]),
+                            flush=True)
                         steps = ", ".join("%s %.1f" % (k, v["median_ms"]) for k, v in entry["first_cpu_steps"].items())
                         print("    CPU steps (median ms): " + steps, flush=True)
                         steps = ", ".join("%s %.1f" % (k, v["median_ms"]) for k, v in entry["cached_cpu_steps"].items())

@@ -158,7 +158,7 @@ std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& 
   };
 
   // Compiled nodes by position: the new name and line of each, and old name -> position.
-  const Graph& compiled = cached.compiled;
+  const Graph& compiled = *cached.compiled;
   const size_t count = compiled.nodes().size();
   std::unordered_map<std::string, size_t> compiled_index;
   std::vector<std::string> new_name(count), new_location(count);
@@ -232,7 +232,7 @@ std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& 
   for (const auto& [forward, gradient] : compiled.gradients())
     graph.gradients()[rename_ref(forward)] = gradient.empty() ? gradient : rename_ref(gradient);
 
-  plan::Plan plan = cached.plan;
+  plan::Plan plan = *cached.plan;
   plan.set_job_name(traced.job_name());
   for (plan::Task& task : *plan.mutable_tasks()) {
     std::string node_name = task.name();

@@ -73,11 +73,11 @@ struct NamedDesc {
 class CompiledJob {
  public:
   ~CompiledJob();
-  const std::string& name() const { return plan_.job_name(); }
+  const std::string& name() const { return plan_->job_name(); }
   const std::vector<NamedDesc>& input_descs() const { return input_descs_; }
   const std::vector<NamedDesc>& output_descs() const { return output_descs_; }
-  const plan::Plan& plan() const { return plan_; }
-  const graph::Graph& graph() const { return graph_; }
+  const plan::Plan& plan() const { return *plan_; }
+  const graph::Graph& graph() const { return *graph_; }
   // Variables the plan reads without writing them, and variables it writes (in place).
   const std::set<std::string>& reads() const { return reads_; }
   const std::set<std::string>& writes() const { return writes_; }
@@ -118,8 +118,9 @@ class CompiledJob {
   void Finished();  // an iteration's completion ran
 
   std::shared_ptr<SessionState> session_;
-  graph::Graph graph_;
-  plan::Plan plan_;
+  // Immutable once compiled; shared with the job cache's entry (session/job_cache.h).
+  std::shared_ptr<const graph::Graph> graph_;
+  std::shared_ptr<const plan::Plan> plan_;
   // A job over several machines (graph machine_num > 1): this rank's tasks, and for each of
   // its feeds the index of the job's input it reads (the other inputs are read elsewhere).
   bool distributed_ = false;
