@@ -309,8 +309,8 @@ std::string MemoryPlanText(const plan::Plan& plan) {
 Status PlanRegisterMemory(plan::Plan& plan) {
   if (plan.memory_blocks_size() > 0) return Status::Ok();
   // Without a back edge (a single register some task reads, or serial iterations) no task waits
-  // for an earlier iteration: nothing is lowered and nothing may share. Checked first: the
-  // facts below take time and memory quadratic in the tasks.
+  // for an earlier iteration: nothing is lowered and nothing may share. Checked first, so that
+  // predict jobs skip building the ordering facts.
   bool back_edges = plan.serial_iterations();
   std::unordered_map<int64_t, const plan::Task*> task_of;
   for (const plan::Task& task : plan.tasks()) {
