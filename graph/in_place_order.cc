@@ -55,27 +55,60 @@ WrittenRegisterReaders ReadersOfWrittenRegisters(const plan::Plan& plan) {
   return result;
 }
 
+// Parents by data and control edges, from the plan's inputs.
+std::vector<std::vector<int>> PlanParents(const plan::Plan& plan) {
+  std::vector<std::vector<int>> parents(plan.tasks_size());
+  for (int t = 0; t < plan.tasks_size(); ++t)
+    for (const plan::InputDesc& in : plan.tasks(t).inputs()) parents[t].push_back(static_cast<int>(in.producer_task_id()));
+  return parents;
+}
+
 }  // namespace
+
+AncestorIndex::AncestorIndex(std::vector<std::vector<int>> parents)
+    : parents_(std::move(parents)), visited_(parents_.size(), 0) {
+  labels_ = ChainLabels::Of(static_cast<int>(parents_.size()), [this](int t) -> const std::vector<int>& {
+    return parents_[t];
+  });
+}
+
+void AncestorIndex::AddEdge(int child, int parent) { parents_[child].push_back(parent); }
+
+bool AncestorIndex::IsAncestor(int ancestor, int node) {
+  if (ancestor >= node) return false;
+  if (labels_.Reaches(ancestor, node)) return true;
+  ++generation_;
+  stack_.assign(1, node);
+  visited_[node] = generation_;
+  while (!stack_.empty()) {
+    const int t = stack_.back();
+    stack_.pop_back();
+    for (int p : parents_[t]) {
+      if (p == ancestor) return true;
+      if (p < ancestor || visited_[p] == generation_) continue;
+      if (labels_.Reaches(ancestor, p)) return true;
+      visited_[p] = generation_;
+      stack_.push_back(p);
+    }
+  }
+  return false;
+}
 
 void OrderInPlaceWriters(plan::Plan& plan, const std::function<void(plan::Task*, int)>& add_control) {
   const int n = plan.tasks_size();
   const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
   if (written.readers.empty()) return;
-  CandidateAncestors ancestors(static_cast<size_t>(n), written.tasks);
+  AncestorIndex ancestors(PlanParents(plan));
   for (int t = 0; t < n; ++t) {
-    for (const plan::InputDesc& in : plan.tasks(t).inputs())
-      ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(in.producer_task_id()));
     std::vector<int> writes;
     for (int m : plan.tasks(t).mutable_inputs()) writes.push_back(m);
     for (int m : writes) {
       const plan::InputDesc written_input = plan.tasks(t).inputs(m);
       for (const auto& [r, input] : written.readers.at({written_input.producer_task_id(), written_input.producer_register()})) {
         if (r >= t) break;
-        if (ancestors.Has(static_cast<size_t>(t), static_cast<size_t>(r)) ||
-            !Overlap(plan, plan.tasks(r).inputs(input), written_input))
-          continue;
+        if (ancestors.IsAncestor(r, t) || !Overlap(plan, plan.tasks(r).inputs(input), written_input)) continue;
         add_control(plan.mutable_tasks(t), r);
-        ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(r));
+        ancestors.AddEdge(t, r);
       }
     }
   }
@@ -100,10 +133,7 @@ Status VerifyInPlaceOrder(const plan::Plan& plan) {
   const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
   if (written.readers.empty()) return Status::Ok();
   // What each task waits for this iteration (data and control edges), among the readers.
-  CandidateAncestors ancestors(static_cast<size_t>(n), written.tasks);
-  for (int t = 0; t < n; ++t)
-    for (const plan::InputDesc& in : plan.tasks(t).inputs())
-      ancestors.Merge(static_cast<size_t>(t), static_cast<size_t>(in.producer_task_id()));
+  AncestorIndex ancestors(PlanParents(plan));
   for (int w = 0; w < n; ++w) {
     const plan::Task& writer = plan.tasks(w);
     for (int m : writer.mutable_inputs()) {
@@ -113,8 +143,7 @@ Status VerifyInPlaceOrder(const plan::Plan& plan) {
         const plan::Task& reader = plan.tasks(r);
         bool also_writes = false;  // two writers of one register: ordered either way
         for (int k : reader.mutable_inputs()) also_writes |= k == i;
-        if (!ancestors.Has(static_cast<size_t>(w), static_cast<size_t>(r)) &&
-            !(also_writes && ancestors.Has(static_cast<size_t>(r), static_cast<size_t>(w))))
+        if (!ancestors.IsAncestor(r, w) && !(also_writes && ancestors.IsAncestor(w, r)))
           return Internal("plan '" + plan.job_name() + "': task '" + reader.name() + "' reads register " +
                           std::to_string(target.producer_register()) + " of task '" +
                           plan.tasks(target.producer_task_id()).name() + "' unordered with its in-place writer '" +

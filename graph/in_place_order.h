@@ -8,41 +8,34 @@
 #include <vector>
 
 #include "actors/proto/plan.pb.h"
+#include "graph/chain_labels.h"
 
 namespace actorflow {
 namespace graph {
 
-// Which of a chosen set of nodes (the candidates: readers of in-place-written blobs) each node
-// depends on, transitively through data and control edges: one bit per candidate per node,
-// filled in one sweep in topological order. Time O(edges x candidates / 64), memory O(nodes x
-// candidates / 8): a word operation per edge and 64 candidates instead of a search per writer.
-class CandidateAncestors {
+// Exact ancestry in a DAG whose nodes are numbered in topological order, for the few pairs the
+// in-place ordering asks about (a writer and the readers of what it writes): chain labels
+// (graph/chain_labels.h) answer most questions in O(chains); the rest search up from the node
+// through parents numbered above the candidate ancestor (nothing numbered below it can lie on a
+// path from it). Linear memory; time linear in the graph plus what the searches visit, which
+// on the compiler's graphs is a few nodes per question (an earlier version kept a bit per
+// (node, reader) pair: quadratic in the job's size).
+class AncestorIndex {
  public:
-  CandidateAncestors(size_t nodes, const std::vector<int>& candidates)
-      : words_((candidates.size() + 63) / 64), bits_(nodes * words_, 0), bit_of_(nodes, -1) {
-    for (int c : candidates)
-      if (bit_of_[c] < 0) bit_of_[c] = next_bit_++;
-  }
-  // node's ancestors += from and from's ancestors.
-  void Merge(size_t node, size_t from) {
-    if (words_ == 0) return;  // no candidates: nothing to track (and no storage to index)
-    uint64_t* to = &bits_[node * words_];
-    const uint64_t* source = &bits_[from * words_];
-    for (size_t w = 0; w < words_; ++w) to[w] |= source[w];
-    const int bit = bit_of_[from];
-    if (bit >= 0) to[bit / 64] |= uint64_t{1} << (bit % 64);
-  }
-  // Whether `candidate` (one of the constructor's) is an ancestor of `node`.
-  bool Has(size_t node, size_t candidate) const {
-    const int bit = bit_of_[candidate];
-    return bit >= 0 && (bits_[node * words_ + bit / 64] >> (bit % 64) & 1) != 0;
-  }
+  // parents[t]: t's parents, each numbered below t.
+  explicit AncestorIndex(std::vector<std::vector<int>> parents);
+  // A control edge from `parent` to `child` added after construction (parent < child). The
+  // labels were computed without it: still sound (they only miss paths), the search sees it.
+  void AddEdge(int child, int parent);
+  // Whether `ancestor` is a strict ancestor of `node`.
+  bool IsAncestor(int ancestor, int node);
 
  private:
-  size_t words_;
-  std::vector<uint64_t> bits_;
-  std::vector<int> bit_of_;
-  int next_bit_ = 0;
+  std::vector<std::vector<int>> parents_;
+  ChainLabels labels_;
+  std::vector<int> visited_;  // search generation per node
+  std::vector<int> stack_;
+  int generation_ = 0;
 };
 
 // Each in-place writer runs after every task reading the bytes of the register it writes, in

@@ -16,6 +16,7 @@
 #include "graph/in_place_order.h"
 #include "graph/memory_plan.h"
 #include "graph/passes.h"
+#include "graph/step_clock.h"
 #include "kernels/boxing.h"
 
 namespace actorflow {
@@ -81,16 +82,20 @@ class OrderingPass : public Pass {
         it->second.push_back(static_cast<int>(r));
         candidates.push_back(static_cast<int>(r));
       }
-    CandidateAncestors ancestors(nodes.size(), candidates);
+    if (candidates.empty()) return Status::Ok();
     auto producer_index = [&](const std::string& name) {
       auto it = index.find(name);
       return it == index.end() ? -1 : it->second;
     };
+    std::vector<std::vector<int>> parents(nodes.size());
     for (size_t m = 0; m < nodes.size(); ++m) {
       for (const auto& in : nodes[m].inputs)
-        if (int p = producer_index(ProducerOf(in)); p >= 0) ancestors.Merge(m, static_cast<size_t>(p));
+        if (int p = producer_index(ProducerOf(in)); p >= 0) parents[m].push_back(p);
       for (const auto& c : nodes[m].control_inputs)
-        if (int p = producer_index(c); p >= 0) ancestors.Merge(m, static_cast<size_t>(p));
+        if (int p = producer_index(c); p >= 0) parents[m].push_back(p);
+    }
+    AncestorIndex ancestors(std::move(parents));
+    for (size_t m = 0; m < nodes.size(); ++m) {
       if (nodes[m].mutable_inputs.empty()) continue;
       // Every other reader placed before the writer (readers after it in topological order
       // consume what it wrote) and not already ordered before it by data or control edges.
@@ -98,12 +103,13 @@ class OrderingPass : public Pass {
       for (int k : nodes[m].mutable_inputs)
         for (int r : readers.at(nodes[m].inputs.at(k))) {
           if (r >= static_cast<int>(m)) break;
-          if (ancestors.Has(m, r) || std::find(control.begin(), control.end(), r) != control.end()) continue;
+          if (ancestors.IsAncestor(r, static_cast<int>(m)) || std::find(control.begin(), control.end(), r) != control.end())
+            continue;
           control.push_back(r);
         }
       for (int r : control) {
         graph.mutable_nodes()[m].control_inputs.push_back(nodes[r].name);
-        ancestors.Merge(m, static_cast<size_t>(r));
+        ancestors.AddEdge(static_cast<int>(m), r);
       }
     }
     return Status::Ok();
@@ -702,13 +708,8 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   passes.push_back(MakeSbpPass());
   if (enabled("gradient_update")) passes.push_back(MakeGradientUpdateFusionPass(/*placed=*/true));
   passes.push_back(MakeBoxingPass());
-  auto started = std::chrono::steady_clock::now();
-  auto lap = [&](const std::string& step) {
-    if (options.timings == nullptr) return;
-    const auto now = std::chrono::steady_clock::now();
-    options.timings->emplace_back(step, std::chrono::duration<double>(now - started).count());
-    started = now;
-  };
+  StepClock clock(options.timings, options.cpu_timings);
+  auto lap = [&](const std::string& step) { clock.Lap(step); };
   for (size_t i = 0; i < passes.size(); ++i) {
     AF_RETURN_IF_ERROR(passes[i]->Run(graph).WithContext("job '" + graph.job_name() + "'"));
     lap(passes[i]->name());
@@ -716,14 +717,14 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
       char number[24];
       std::snprintf(number, sizeof(number), "%02zu", i + 1);
       AF_RETURN_IF_ERROR(WriteFile(prefix + number + "-" + passes[i]->name() + ".dot", graph.ToDot()));
-      started = std::chrono::steady_clock::now();  // dumps are not compiling
+      clock.Restart();  // dumps are not compiling
     }
   }
   const char* summary_env = std::getenv("ACTORFLOW_SBP_SUMMARY");
   if (options.print_sbp_summary || (summary_env != nullptr && std::string(summary_env) != "0" && *summary_env))
     std::fprintf(stderr, "SBP of job '%s':\n%s", graph.job_name().c_str(), SbpSummary(graph).c_str());
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "sbp.txt", SbpSummary(graph)));
-  started = std::chrono::steady_clock::now();  // the optional summary and dumps are not compiling
+  clock.Restart();  // the optional summary and dumps are not compiling
   AF_ASSIGN_OR_RETURN(plan::Plan plan, LowerToPlan(graph, options));
   AF_RETURN_IF_ERROR(PlaceOnDevices(plan).WithContext("job '" + graph.job_name() + "'"));
   lap("lower");

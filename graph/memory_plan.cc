@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <queue>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "actors/plan_dtype.h"
+#include "graph/plan_order.h"
 
 namespace actorflow {
 namespace graph {
@@ -47,111 +50,11 @@ std::string Name(const plan::Plan& plan, int task, int reg) {
   return "register '" + plan.tasks(task).registers(reg).name() + "' of task '" + plan.tasks(task).name() + "'";
 }
 
-// The happens-before facts of a plan (memory_plan.h): for each task t, the tasks u with
-// u(i) before t(i) (`ancestors`, strict) and the tasks c with c(i) before t(i + 1) (`before_next`).
-// One bit per task per task: O(tasks^2 / 8) bytes, filled in one sweep in topological order
-// (a word operation per edge and 64 tasks).
-class Order {
- public:
-  static StatusOr<Order> Of(const plan::Plan& plan) {
-    Order order;
-    const int n = plan.tasks_size();
-    order.n_ = n;
-    order.words_ = (static_cast<size_t>(n) + 63) / 64;
-    std::unordered_map<int64_t, int> index_of;
-    for (int t = 0; t < n; ++t) index_of.emplace(plan.tasks(t).id(), t);
-    order.readers_.resize(n);
-    order.parents_.resize(n);
-    for (int t = 0; t < n; ++t) {
-      order.readers_[t].resize(plan.tasks(t).registers_size());
-      for (const plan::InputDesc& in : plan.tasks(t).inputs()) {
-        auto found = index_of.find(in.producer_task_id());
-        if (found == index_of.end() || found->second >= t)
-          return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
-                          std::to_string(in.producer_task_id()) + ", which is not before it");
-        const int p = found->second;
-        // A read-only variable's readers read its buffer directly: no message, no order.
-        if (ReadOnlyVariable(plan.tasks(p))) continue;
-        if (in.producer_register() < 0 || in.producer_register() >= plan.tasks(p).registers_size())
-          return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads register " +
-                          std::to_string(in.producer_register()) + " of task '" + plan.tasks(p).name() + "'");
-        if (std::find(order.parents_[t].begin(), order.parents_[t].end(), p) == order.parents_[t].end())
-          order.parents_[t].push_back(p);
-        std::vector<int>& readers = order.readers_[p][in.producer_register()];
-        if (readers.empty() || readers.back() != t) readers.push_back(t);
-      }
-    }
-    order.Compute(plan);
-    return order;
-  }
-
-  int size() const { return n_; }
-  // u(i) happens before t(i).
-  bool Before(int u, int t) const { return Bit(ancestors_, t, u); }
-  // c(i) happens before t(i + 1).
-  bool BeforeNext(int c, int t) const { return Bit(before_next_, t, c); }
-  bool AnyBeforeNext(int t) const {
-    for (size_t w = 0; w < words_; ++w)
-      if (before_next_[t * words_ + w] != 0) return true;
-    return false;
-  }
-  // The tasks reading register `reg` of task `t` through edges (data or control), ascending.
-  const std::vector<int>& Readers(int t, int reg) const { return readers_[t][reg]; }
-
- private:
-  bool Bit(const std::vector<uint64_t>& bits, int row, int column) const {
-    return (bits[row * words_ + column / 64] >> (column % 64) & 1) != 0;
-  }
-  void Compute(const plan::Plan& plan) {
-    ancestors_.assign(n_ * words_, 0);
-    for (int t = 0; t < n_; ++t)
-      for (int p : parents_[t]) {
-        uint64_t* to = &ancestors_[t * words_];
-        const uint64_t* from = &ancestors_[p * words_];
-        for (size_t w = 0; w < words_; ++w) to[w] |= from[w];
-        to[p / 64] |= uint64_t{1} << (p % 64);
-      }
-    // Back edges: each reader c of a single register of task p: c and its ancestors at
-    // iteration i before p at i + 1. Then everything before an ancestor's next act is before t's.
-    before_next_.assign(n_ * words_, 0);
-    if (plan.serial_iterations()) {  // every act of iteration i before any of i + 1
-      for (int t = 0; t < n_; ++t)
-        for (int c = 0; c < n_; ++c) before_next_[t * words_ + c / 64] |= uint64_t{1} << (c % 64);
-      return;
-    }
-    for (int p = 0; p < n_; ++p) {
-      const plan::Task& task = plan.tasks(p);
-      if (ReadOnlyVariable(task)) continue;
-      uint64_t* to = &before_next_[p * words_];
-      for (int r = 0; r < task.registers_size(); ++r) {
-        if (!SingleRegister(task, task.registers(r))) continue;
-        for (int c : readers_[p][r]) {
-          const uint64_t* from = &ancestors_[c * words_];
-          for (size_t w = 0; w < words_; ++w) to[w] |= from[w];
-          to[c / 64] |= uint64_t{1} << (c % 64);
-        }
-      }
-    }
-    for (int t = 0; t < n_; ++t)
-      for (int p : parents_[t]) {
-        uint64_t* to = &before_next_[t * words_];
-        const uint64_t* from = &before_next_[p * words_];
-        for (size_t w = 0; w < words_; ++w) to[w] |= from[w];
-      }
-  }
-
-  int n_ = 0;
-  size_t words_ = 0;
-  std::vector<std::vector<int>> parents_;
-  std::vector<std::vector<std::vector<int>>> readers_;
-  std::vector<uint64_t> ancestors_, before_next_;
-};
-
 // Register `first` of task `a` may share bytes with register `second` of task `b`, first's
 // lifetime before second's (memory_plan.h): a's readers before b, b's readers before a's next act.
-bool InOrder(const Order& order, int a, int first, int b, int second) {
-  const std::vector<int>& first_readers = order.Readers(a, first);
-  const std::vector<int>& second_readers = order.Readers(b, second);
+bool InOrder(const PlanOrder& order, int a, int first, int b, int second) {
+  const PlanOrder::Range first_readers = order.Readers(a, first);
+  const PlanOrder::Range second_readers = order.Readers(b, second);
   if (first_readers.empty() || second_readers.empty()) return false;
   for (int c : first_readers)
     if (!order.Before(c, b)) return false;
@@ -185,7 +88,7 @@ std::vector<std::vector<bool>> PinnedRegisters(const plan::Plan& plan) {
 }
 
 // Registers that may share memory or lose registers (memory_plan.h "Shared").
-bool Eligible(const plan::Plan& plan, const Order& order, const std::vector<std::vector<bool>>& pinned, int t, int r) {
+bool Eligible(const plan::Plan& plan, const PlanOrder& order, const std::vector<std::vector<bool>>& pinned, int t, int r) {
   const plan::Task& task = plan.tasks(t);
   const plan::RegisterDesc& reg = task.registers(r);
   // A source's register is written by the host's Push once the register is free, like an act.
@@ -200,13 +103,10 @@ struct Candidate {
   int64_t bytes, offset = -1;
 };
 
-// The ordering facts take tasks^2 / 4 bytes: larger plans (150 MB of facts) are not planned.
-constexpr int kMostTasksPlanned = 24576;
-
 // Up to this many candidates, each pair is asked about (placement by size packs tighter); more
 // are placed in slots in plan order, asking a bounded number of questions per register.
 constexpr size_t kPairwiseCandidates = 512;
-// Free slots a register tries (the most recently freed first) before it takes a new one.
+// Free slots a register tries each way (at least its size, then smaller) before it takes a new one.
 constexpr size_t kSlotsTried = 32;
 
 // Largest first (ties: plan order), each at the lowest offset clear of the placed registers it
@@ -214,7 +114,7 @@ constexpr size_t kSlotsTried = 32;
 // conflicting one in its way and asks about order only for those overlapping the window (every
 // one it passes either is ordered with the candidate or ends at or below the window, which only
 // moves up). Returns the block's size.
-int64_t PlaceLargestFirst(const Order& order, std::vector<Candidate>& candidates) {
+int64_t PlaceLargestFirst(const PlanOrder& order, std::vector<Candidate>& candidates) {
   std::vector<size_t> by_size(candidates.size());
   for (size_t k = 0; k < by_size.size(); ++k) by_size[k] = k;
   std::stable_sort(by_size.begin(), by_size.end(),
@@ -247,10 +147,13 @@ int64_t PlaceLargestFirst(const Order& order, std::vector<Candidate>& candidates
 // (then every earlier one's do too: each Oj's readers run before O(j+1)'s producer, and so on)
 // and Y's readers run before the first one's producer's next act (which runs before every later
 // one's next act): Y is then in order after every register of the slot. Registers come in plan
-// order; a slot is tried only once its last register's readers are all before the new one in
-// plan order (a reader after it cannot run before it). A slot grows to its largest register;
-// offsets are the slots' sizes summed. Returns the block's size.
-int64_t PlaceInSlots(const Order& order, std::vector<Candidate>& candidates) {
+// order; a slot is free once its last register's readers are all before the new one in plan
+// order (a reader after it cannot run before it). Free slots are kept by size: Y takes the
+// smallest one at least its size that fits (best fit), else the largest smaller one (least
+// growth), trying a bounded number each way; else a new slot. A slot grows to its largest
+// register; offsets are the slots' sizes summed. O(registers log registers). Returns the
+// block's size.
+int64_t PlaceInSlots(const PlanOrder& order, std::vector<Candidate>& candidates) {
   struct Slot {
     int64_t bytes = 0;
     size_t first = 0, last = 0;
@@ -259,37 +162,44 @@ int64_t PlaceInSlots(const Order& order, std::vector<Candidate>& candidates) {
   std::vector<int> slot_of(candidates.size());
   // Busy slots by the plan position of their last register's last reader (smallest on top).
   std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>, std::greater<>> busy;
-  std::vector<int> free;  // most recently freed last
+  // Free slots as (bytes, -slot): by size, then the newest slot first. A newer slot's first
+  // register comes later in the plan, so more back edges lie above its producer and more
+  // registers may follow it (the second condition above).
+  std::set<std::pair<int64_t, int>> free;
   auto last_reader = [&](const Candidate& c) { return order.Readers(c.task, c.reg).back(); };
   for (size_t k = 0; k < candidates.size(); ++k) {
     const Candidate& y = candidates[k];
     while (!busy.empty() && busy.top().first < y.task) {
-      free.push_back(busy.top().second);
+      const int s = busy.top().second;
+      free.emplace(slots[s].bytes, -s);
       busy.pop();
     }
-    int best = -1;  // in `free`
-    for (size_t tried = 0; tried < kSlotsTried && tried < free.size(); ++tried) {
-      const int index = static_cast<int>(free.size() - 1 - tried);
-      const Slot& slot = slots[free[index]];
+    auto fits = [&](const Slot& slot) {
       const Candidate& last = candidates[slot.last];
       const Candidate& first = candidates[slot.first];
-      bool fits = true;
-      for (int c : order.Readers(last.task, last.reg)) fits = fits && order.Before(c, y.task);
-      for (int c : order.Readers(y.task, y.reg)) fits = fits && order.BeforeNext(c, first.task);
-      if (!fits) continue;
-      // Prefer a slot as large as y with the least to spare, else the largest (least growth).
-      if (best < 0) {
-        best = index;
-        continue;
+      for (int c : order.Readers(last.task, last.reg))
+        if (!order.Before(c, y.task)) return false;
+      for (int c : order.Readers(y.task, y.reg))
+        if (!order.BeforeNext(c, first.task)) return false;
+      return true;
+    };
+    auto chosen = free.end();
+    const auto at_least = free.lower_bound({y.bytes, std::numeric_limits<int>::min()});
+    size_t tried = 0;
+    for (auto it = at_least; it != free.end() && tried < kSlotsTried; ++it, ++tried)
+      if (fits(slots[-it->second])) {
+        chosen = it;
+        break;
       }
-      const int64_t have = slots[free[best]].bytes, offer = slot.bytes;
-      const bool better = have >= y.bytes ? (offer >= y.bytes && offer < have) : offer > have;
-      if (better) best = index;
+    tried = 0;
+    for (auto it = at_least; chosen == free.end() && it != free.begin() && tried < kSlotsTried; ++tried) {
+      --it;
+      if (fits(slots[-it->second])) chosen = it;
     }
     int slot_index;
-    if (best >= 0) {
-      slot_index = free[best];
-      free.erase(free.begin() + best);
+    if (chosen != free.end()) {
+      slot_index = -chosen->second;
+      free.erase(chosen);
       slots[slot_index].bytes = std::max(slots[slot_index].bytes, y.bytes);
       slots[slot_index].last = k;
     } else {
@@ -317,7 +227,7 @@ std::string Bytes(int64_t bytes) {
   return text;
 }
 
-Status VerifyPlaced(const plan::Plan& plan, const Order& order);
+Status VerifyPlaced(const plan::Plan& plan, const PlanOrder& order);
 
 }  // namespace
 
@@ -399,8 +309,8 @@ std::string MemoryPlanText(const plan::Plan& plan) {
 Status PlanRegisterMemory(plan::Plan& plan) {
   if (plan.memory_blocks_size() > 0) return Status::Ok();
   // Without a back edge (a single register some task reads, or serial iterations) no task waits
-  // for an earlier iteration: nothing is lowered and nothing may share. Checked first: the
-  // facts below take time and memory quadratic in the tasks.
+  // for an earlier iteration: nothing is lowered and nothing may share. Checked first, so that
+  // predict jobs skip building the ordering facts.
   bool back_edges = plan.serial_iterations();
   std::unordered_map<int64_t, const plan::Task*> task_of;
   for (const plan::Task& task : plan.tasks()) {
@@ -415,8 +325,8 @@ Status PlanRegisterMemory(plan::Plan& plan) {
       back_edges = back_edges || (in.producer_register() >= 0 && in.producer_register() < producer.registers_size() &&
                                   SingleRegister(producer, producer.registers(in.producer_register())));
     }
-  if (!back_edges || plan.tasks_size() > kMostTasksPlanned) return Status::Ok();
-  AF_ASSIGN_OR_RETURN(Order order, Order::Of(plan));
+  if (!back_edges) return Status::Ok();
+  AF_ASSIGN_OR_RETURN(PlanOrder order, PlanOrder::Of(plan));
   const std::vector<std::vector<bool>> pinned = PinnedRegisters(plan);
   const int n = plan.tasks_size();
   // One register where the producer's next act already waits for this iteration's work.
@@ -457,7 +367,7 @@ Status PlanRegisterMemory(plan::Plan& plan) {
 
 namespace {
 
-Status VerifyPlaced(const plan::Plan& plan, const Order& order) {
+Status VerifyPlaced(const plan::Plan& plan, const PlanOrder& order) {
   struct Placed {
     int64_t begin, end;
     int task, reg;
@@ -478,18 +388,46 @@ Status VerifyPlaced(const plan::Plan& plan, const Order& order) {
       const int64_t begin = reg.shared_memory().byte_offset();
       blocks[b].push_back(Placed{begin, begin + RegisterBytes(reg), t, r});
     }
+  auto unordered = [&](const Placed& a, const Placed& b) {
+    return Internal("plan '" + plan.job_name() + "': " + Name(plan, a.task, a.reg) + " and " +
+                    Name(plan, b.task, b.reg) +
+                    " share bytes of a memory block, but the plan does not order their lifetimes");
+  };
   for (std::vector<Placed>& placed : blocks) {
     std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
       return std::make_tuple(a.begin, a.task, a.reg) < std::make_tuple(b.begin, b.task, b.reg);
     });
+    // Registers at one offset (a slot's sequence) in plan order X1, X2, ...: when each one's
+    // readers run before the next one's producer and each one's readers before X1's producer's
+    // next act, every two of them are in order (memory_plan.h; the argument of PlaceInSlots),
+    // checked in a step per register instead of one per pair.
+    std::vector<size_t> group_end(placed.size());
+    std::vector<char> group_ordered(placed.size(), 0);
+    for (size_t start = 0; start < placed.size();) {
+      size_t end = start + 1;
+      while (end < placed.size() && placed[end].begin == placed[start].begin) ++end;
+      bool ordered = true;
+      for (size_t k = start + 1; k < end && ordered; ++k) {
+        const Placed& previous = placed[k - 1];
+        const Placed& next = placed[k];
+        for (int c : order.Readers(previous.task, previous.reg)) ordered = ordered && order.Before(c, next.task);
+        for (int c : order.Readers(next.task, next.reg)) ordered = ordered && order.BeforeNext(c, placed[start].task);
+      }
+      for (size_t k = start; k < end; ++k) {
+        group_end[k] = end;
+        group_ordered[k] = ordered ? 1 : 0;
+      }
+      start = end;
+    }
+    // Every other overlapping pair on its own: registers of shifted offsets (largest-first
+    // placement) and, where the sequence's check failed, the pairs of its group.
     for (size_t i = 0; i < placed.size(); ++i)
-      for (size_t j = i + 1; j < placed.size() && placed[j].begin < placed[i].end; ++j) {
+      for (size_t j = group_ordered[i] ? group_end[i] : i + 1; j < placed.size() && placed[j].begin < placed[i].end;
+           ++j) {
         const Placed& a = placed[i];
         const Placed& b = placed[j];
         if (!InOrder(order, a.task, a.reg, b.task, b.reg) && !InOrder(order, b.task, b.reg, a.task, a.reg))
-          return Internal("plan '" + plan.job_name() + "': " + Name(plan, a.task, a.reg) + " and " +
-                          Name(plan, b.task, b.reg) +
-                          " share bytes of a memory block, but the plan does not order their lifetimes");
+          return unordered(a, b);
       }
   }
   return Status::Ok();
@@ -499,13 +437,13 @@ Status VerifyPlaced(const plan::Plan& plan, const Order& order) {
 
 Status VerifySharedMemory(const plan::Plan& plan) {
   if (plan.memory_blocks_size() == 0) return Status::Ok();
-  AF_ASSIGN_OR_RETURN(Order order, Order::Of(plan));
+  AF_ASSIGN_OR_RETURN(PlanOrder order, PlanOrder::Of(plan));
   return VerifyPlaced(plan, order);
 }
 
 StatusOr<bool> RegistersMayShareInOrder(const plan::Plan& plan, int64_t first_task, int first, int64_t second_task,
                                         int second) {
-  AF_ASSIGN_OR_RETURN(Order order, Order::Of(plan));
+  AF_ASSIGN_OR_RETURN(PlanOrder order, PlanOrder::Of(plan));
   int a = -1, b = -1;
   for (int t = 0; t < plan.tasks_size(); ++t) {
     if (plan.tasks(t).id() == first_task) a = t;

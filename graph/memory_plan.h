@@ -76,15 +76,19 @@ std::string MemoryPlanText(const plan::Plan& plan);
 // ahead, then places the eligible registers of one register into one host memory block (the
 // plan's Plan.memory_blocks(0)) at offsets that overlap only for registers ordered as above:
 // largest first, each at the lowest offset clear of every placed register it is not ordered
-// with (more than a few hundred registers: in plan order, each joining a slot of registers
-// freed before it, trying a bounded number). A plan with memory blocks already, on several
-// machines, or of more than 24576 tasks (its ordering facts, tasks^2 / 4 bytes, would pass
-// 150 MB) is left as it is. Internal error if the tasks are not in topological order or if
-// the placement fails VerifySharedMemory's check (run on every plan it changes).
+// with (more than a few hundred registers: in plan order, each joining the best-fitting slot of
+// registers freed before it, trying a bounded number). The ordering facts are PlanOrder's
+// (graph/plan_order.h): linear in the plan, and sufficient conditions, so a register may miss a
+// sharing the exact order would allow but never gets one it does not. Time O(n log n) in tasks,
+// edges and registers. A plan with memory blocks already or on several machines is left as it
+// is. Internal error if the tasks are not in topological order or if the placement fails
+// VerifySharedMemory's check (run on every plan it changes).
 Status PlanRegisterMemory(plan::Plan& plan);
 
 // Internal error naming both registers unless every two registers whose byte ranges in a
-// shared block overlap are ordered as above in `plan` (CompileGraph checks every plan).
+// shared block overlap are ordered as above in `plan` (CompileGraph checks every plan), as far
+// as PlanOrder sees. Registers at one offset are checked as a sequence (a step per register),
+// others pair by pair.
 Status VerifySharedMemory(const plan::Plan& plan);
 
 // Whether the plan's order lets register `first` of task `first_task` and register `second`

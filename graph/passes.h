@@ -104,8 +104,10 @@ struct CompileOptions {
   // Prints SbpSummary to stderr after compiling (also when ACTORFLOW_SBP_SUMMARY is set to a
   // value other than "0"); with DOT dumps it is written beside them as <job>.sbp.txt too.
   bool print_sbp_summary = false;
-  // When set, receives (step, seconds) for each pass, then "lower" and "verify", in order.
+  // When set, receive (step, seconds) for each pass, then "lower", "verify" and "memory", in
+  // order: wall time, and the compiling thread's CPU time (graph/step_clock.h).
   std::vector<std::pair<std::string, double>>* timings = nullptr;
+  std::vector<std::pair<std::string, double>>* cpu_timings = nullptr;
   // Fusions to skip, by FusionNames(); an unknown name is InvalidArgument listing them.
   std::vector<std::string> disabled_fusions;
   // Registers whose lifetimes never overlap share memory, and tasks that cannot run ahead get

@@ -318,6 +318,7 @@ class PyJob {
     return out;
   }
   std::vector<std::pair<std::string, double>> CompileTimings() const { return job().compile_timings(); }
+  std::vector<std::pair<std::string, double>> CompileCpuTimings() const { return job().compile_cpu_timings(); }
   const CompiledJob& job() const {
     if (!job_) throw std::runtime_error("job is not compiled");
     return *job_;
@@ -604,6 +605,7 @@ PYBIND11_MODULE(_C, m) {
       .def("memory_report", &PyJob::MemoryReport)
       .def("inline_refusal", &PyJob::InlineRefusal)
       .def_property_readonly("compile_timings", &PyJob::CompileTimings)
+      .def_property_readonly("compile_cpu_timings", &PyJob::CompileCpuTimings)
       .def("sbp_summary", &PyJob::SbpSummary);
 
   py::class_<PySession>(m, "Session")

@@ -5,6 +5,8 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 namespace actorflow {
 
@@ -124,7 +126,7 @@ std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& 
   std::unordered_map<std::string, size_t> traced_index;
   std::unordered_map<std::string, std::string> variable_map;
   std::unordered_map<std::string, std::string> location_map;  // old line -> new line, if one
-  std::set<std::string> ambiguous_locations;
+  std::unordered_set<std::string> ambiguous_locations;
   for (size_t i = 0; i < before.nodes().size(); ++i) {
     const Node& old_node = before.nodes()[i];
     const Node& new_node = traced.nodes()[i];
@@ -155,12 +157,16 @@ std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& 
     return name;
   };
 
-  const Graph& compiled = cached.compiled;
-  std::unordered_map<std::string, std::string> node_map;      // old compiled name -> new
-  std::unordered_map<std::string, std::string> new_location;  // old compiled name -> new line
-  std::set<std::string> new_names, new_variables;
-  std::set<std::string> old_variables;
-  for (const Node& n : compiled.nodes()) {
+  // Compiled nodes by position: the new name and line of each, and old name -> position.
+  const Graph& compiled = *cached.compiled;
+  const size_t count = compiled.nodes().size();
+  std::unordered_map<std::string, size_t> compiled_index;
+  std::vector<std::string> new_name(count), new_location(count);
+  std::unordered_set<std::string> new_names, new_variables, old_variables;
+  compiled_index.reserve(count);
+  new_names.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const Node& n = compiled.nodes()[i];
     size_t cut = 0;
     const long from = origin(n.name, &cut);
     std::string name = n.name;
@@ -174,29 +180,33 @@ std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& 
     if (location == n.location && !ambiguous_locations.count(n.location))
       if (auto it = location_map.find(n.location); it != location_map.end()) location = it->second;
     if (!new_names.insert(name).second) return std::nullopt;
-    node_map.emplace(n.name, name);
-    new_location.emplace(n.name, location);
+    compiled_index.emplace(n.name, i);
+    new_name[i] = std::move(name);
+    new_location[i] = std::move(location);
     if (n.kind == graph::NodeKind::kVariable && old_variables.insert(n.variable_name).second &&
         !new_variables.insert(rename_variable(n.variable_name)).second)
       return std::nullopt;
   }
   auto rename = [&](const std::string& name) {
-    auto it = node_map.find(name);
-    return it == node_map.end() ? name : it->second;
+    auto it = compiled_index.find(name);
+    return it == compiled_index.end() ? name : new_name[it->second];
   };
   auto rename_ref = [&](const std::string& ref) {
     const size_t slash = ref.rfind('/');
-    return slash == std::string::npos ? rename(ref) : rename(ref.substr(0, slash)) + ref.substr(slash);
+    if (slash == std::string::npos) return rename(ref);
+    auto it = compiled_index.find(ref.substr(0, slash));
+    return (it == compiled_index.end() ? ref.substr(0, slash) : new_name[it->second]) + ref.substr(slash);
   };
 
   Graph graph(traced.job_name(), compiled.job_type());
   graph.set_device_num(compiled.device_num());
   graph.set_machine_num(compiled.machine_num());
   graph.set_gpu_device_num(compiled.gpu_device_num());
-  for (const Node& n : compiled.nodes()) {
+  for (size_t i = 0; i < count; ++i) {
+    const Node& n = compiled.nodes()[i];
     Node copy = n;
-    copy.name = node_map.at(n.name);
-    copy.location = new_location.at(n.name);
+    copy.name = new_name[i];
+    copy.location = new_location[i];
     for (auto& in : copy.inputs) in = rename_ref(in);
     for (auto& c : copy.control_inputs) c = rename(c);
     if (copy.kind == graph::NodeKind::kVariable) copy.variable_name = rename_variable(n.variable_name);
@@ -222,16 +232,17 @@ std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& 
   for (const auto& [forward, gradient] : compiled.gradients())
     graph.gradients()[rename_ref(forward)] = gradient.empty() ? gradient : rename_ref(gradient);
 
-  plan::Plan plan = cached.plan;
+  plan::Plan plan = *cached.plan;
   plan.set_job_name(traced.job_name());
   for (plan::Task& task : *plan.mutable_tasks()) {
     std::string node_name = task.name();
     std::string device_suffix;
-    if (!node_map.count(node_name)) {
+    auto node = compiled_index.find(node_name);
+    if (node == compiled_index.end()) {
       const size_t at = node_name.rfind('@');
-      if (at != std::string::npos && node_map.count(node_name.substr(0, at))) {
-        device_suffix = node_name.substr(at);
-        node_name = node_name.substr(0, at);
+      if (at != std::string::npos) {
+        node = compiled_index.find(node_name.substr(0, at));
+        if (node != compiled_index.end()) device_suffix = node_name.substr(at);
       }
     }
     if (task.kind() == plan::SINK && !task.sink_name().empty()) {
@@ -241,9 +252,9 @@ std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& 
       task.set_sink_name(it->second);
       for (const graph::Watch& w : graph.watches())
         if (w.handler_name == it->second) task.set_source_location(w.location);
-    } else if (auto it = node_map.find(node_name); it != node_map.end() && task.kind() != plan::SINK) {
-      task.set_name(it->second + device_suffix);
-      task.set_source_location(new_location.at(node_name));
+    } else if (node != compiled_index.end() && task.kind() != plan::SINK) {
+      task.set_name(new_name[node->second] + device_suffix);
+      task.set_source_location(new_location[node->second]);
     }
     if (task.kind() == plan::VARIABLE) task.set_variable_name(rename_variable(task.variable_name()));
     for (plan::RegisterDesc& r : *task.mutable_registers())

@@ -26,9 +26,10 @@
 namespace actorflow {
 
 struct CachedCompile {
-  graph::Graph traced;    // the trace it was compiled from (names and lines of the first job)
-  graph::Graph compiled;  // after the passes
-  plan::Plan plan;
+  graph::Graph traced;  // the trace it was compiled from (names and lines of the first job)
+  // After the passes, and the plan: shared with the first job (CompiledJob), never changed.
+  std::shared_ptr<const graph::Graph> compiled;
+  std::shared_ptr<const plan::Plan> plan;
 };
 
 // The canonical text of `traced` compiled with `register_num` registers (see above).

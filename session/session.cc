@@ -12,6 +12,7 @@
 #include "actors/trace_recorder.h"
 #include "graph/attr_convert.h"
 #include "graph/device_placement.h"
+#include "graph/step_clock.h"
 #include "actors/proto/plan.pb.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -200,7 +201,7 @@ void CompiledJob::Finished() {
 Status CompiledJob::InstantiateLocked() {
   AF_ASSIGN_OR_RETURN(std::shared_ptr<ActorEnvironment> actors, session_->environment->ActorsFor(runtime_options_.num_workers));
   generation_ = Environment::generation();
-  AF_ASSIGN_OR_RETURN(runtime_, Runtime::Create(distributed_ ? local_plan_ : plan_, hooks_, runtime_options_, std::move(actors)));
+  AF_ASSIGN_OR_RETURN(runtime_, Runtime::Create(distributed_ ? local_plan_ : *plan_, hooks_, runtime_options_, std::move(actors)));
   return Status::Ok();
 }
 
@@ -410,15 +411,11 @@ std::vector<std::string> Session::VariableNames() const {
 
 StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder& builder, const JobOptions& options,
                                                         SinkCallback on_watch) {
-  auto started = std::chrono::steady_clock::now();
   std::shared_ptr<CompiledJob> job(new CompiledJob());
-  auto lap = [&](const std::string& step) {
-    const auto now = std::chrono::steady_clock::now();
-    job->compile_timings_.emplace_back(step, std::chrono::duration<double>(now - started).count());
-    started = now;
-  };
+  graph::StepClock clock(&job->compile_timings_, &job->compile_cpu_timings_);
+  auto lap = [&](const std::string& step) { clock.Lap(step); };
   job->session_ = state_;
-  job->graph_ = builder.graph();
+  graph::Graph working = builder.graph();  // the trace, which the passes turn into the compiled graph
   lap("copy graph");
   job->options_ = options;
   graph::CompileOptions compile_options;
@@ -426,6 +423,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   compile_options.dump_dot_dir = options.dump_dot_dir;
   compile_options.print_sbp_summary = options.print_sbp_summary;
   compile_options.timings = &job->compile_timings_;
+  compile_options.cpu_timings = &job->compile_cpu_timings_;
   compile_options.disabled_fusions = options.disabled_fusions;
   if (const char* env = std::getenv("ACTORFLOW_DISABLE_FUSION")) {
     std::string list = env;
@@ -448,14 +446,15 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   std::string key;
   bool from_cache = false;
   if (cacheable) {
-    key = CanonicalJobKey(job->graph_, options.register_num);
+    key = CanonicalJobKey(working, options.register_num);
     for (const std::string& fusion : compile_options.disabled_fusions) key += "\nfusion off: " + fusion;
     if (!compile_options.memory_sharing) key += "\nmemory sharing off";
     if (!compile_options.pipelining) key += "\npipelining off";
+    lap("job cache key");
     if (std::shared_ptr<const CachedCompile> hit = state_->job_cache.Find(key)) {
-      if (auto rebound = RebindCompiled(*hit, job->graph_)) {
-        job->graph_ = std::move(rebound->first);
-        job->plan_ = std::move(rebound->second);
+      if (auto rebound = RebindCompiled(*hit, working)) {
+        job->graph_ = std::make_shared<const Graph>(std::move(rebound->first));
+        job->plan_ = std::make_shared<const plan::Plan>(std::move(rebound->second));
         from_cache = true;
       }
     }
@@ -463,20 +462,23 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   }
   if (!from_cache) {
     auto entry = cacheable ? std::make_shared<CachedCompile>() : nullptr;
-    if (entry) entry->traced = job->graph_;
-    started = std::chrono::steady_clock::now();
-    AF_ASSIGN_OR_RETURN(job->plan_, CompileGraph(job->graph_, compile_options));
     if (entry) {
-      const auto copying = std::chrono::steady_clock::now();
+      entry->traced = working;  // the passes change `working`
+      lap("job cache store");
+    }
+    clock.Restart();
+    AF_ASSIGN_OR_RETURN(plan::Plan compiled_plan, CompileGraph(working, compile_options));
+    // The job and the cache entry share the compiled graph and plan (immutable from here on).
+    job->graph_ = std::make_shared<const Graph>(std::move(working));
+    job->plan_ = std::make_shared<const plan::Plan>(std::move(compiled_plan));
+    if (entry) {
       entry->compiled = job->graph_;
       entry->plan = job->plan_;
       state_->job_cache.Insert(key, std::move(entry));
-      started = copying;
-      lap("job cache store");
     }
   }
-  started = std::chrono::steady_clock::now();
-  const Graph& graph = job->graph_;
+  clock.Restart();
+  const Graph& graph = *job->graph_;
 
   std::map<std::string, void*> buffers;
   {
@@ -500,7 +502,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     }
     // Variables the compiler placed on a GPU read and write a device buffer instead. A variable
     // lives on one side for all jobs: moving it between host and GPU per call is not supported.
-    for (const plan::Task& task : job->plan_.tasks()) {
+    for (const plan::Task& task : job->plan_->tasks()) {
       if (task.kind() != plan::VARIABLE || task.registers_size() == 0) continue;
       StoredVariable& stored = state_->variables.at(task.variable_name());
       const plan::MemoryCase& where = task.registers(0).memory_case();
@@ -537,7 +539,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   for (const std::string& feed : graph.feeds()) job->input_descs_.push_back({feed, graph.Desc(feed + "/out").value()});
   for (const std::string& ref : graph.outputs()) job->output_descs_.push_back({ref, graph.Desc(ref).value()});
 
-  const plan::Plan* plan = &job->plan_;
+  const plan::Plan* plan = job->plan_.get();
   // One thread budget (ARCHITECTURE.md): workers x kernel threads stays within num_threads,
   // resolved as the runtime resolves it, so each kernel gets the share the runtime assumes.
   const int budget = options.num_threads > 0 ? options.num_threads : std::max(1u, std::thread::hardware_concurrency());
@@ -549,12 +551,12 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   // devices' tasks side by side and each kernel gets budget / workers intra-op threads, so the
   // process still uses num_threads in all.
   std::set<int> devices;
-  for (const plan::Task& task : job->plan_.tasks()) devices.insert(task.device_id());
+  for (const plan::Task& task : job->plan_->tasks()) devices.insert(task.device_id());
   const int device_count = static_cast<int>(devices.size());
   const int workers =
       options.num_workers > 0 ? options.num_workers : (device_count > 1 ? std::min(device_count, budget) : 1);
   const int kernel_threads = options.kernel_threads > 0 ? options.kernel_threads : std::max(1, budget / workers);
-  for (const plan::Task& task : job->plan_.tasks()) {
+  for (const plan::Task& task : job->plan_->tasks()) {
     if (task.kind() != plan::VARIABLE) continue;
     (task.read_only() ? job->reads_ : job->writes_).insert(task.variable_name());
   }
@@ -573,9 +575,9 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     // Machine 0's variables have a copy on every machine (graph::ReplicateVariablesAcrossMachines);
     // one placed only elsewhere would be trained where rank 0 (checkpoints) cannot see it.
     std::set<std::string> on_machine_zero;
-    for (const plan::Task& task : job->plan_.tasks())
+    for (const plan::Task& task : job->plan_->tasks())
       if (task.kind() == plan::VARIABLE && task.machine_id() == 0) on_machine_zero.insert(task.variable_name());
-    for (const plan::Task& task : job->plan_.tasks())
+    for (const plan::Task& task : job->plan_->tasks())
       if (task.kind() == plan::VARIABLE && !on_machine_zero.count(task.variable_name()))
         return FailedPrecondition("job '" + graph.job_name() + "': variable '" + task.variable_name() +
                                   "' is placed on machine " + std::to_string(task.machine_id()) +
@@ -583,7 +585,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
                                   ": the variables of a multi-machine job start on machine 0 for now (every "
                                   "machine holds a copy; rank 0 writes the checkpoints); place them there");
     std::vector<std::pair<std::string, std::string>> ops;
-    for (const plan::Task& task : job->plan_.tasks()) {
+    for (const plan::Task& task : job->plan_->tasks()) {
       // Deterministic: map fields (attrs) are otherwise serialized in an order that differs
       // between processes.
       std::string bytes;
@@ -598,7 +600,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     AF_RETURN_IF_ERROR(membership->cluster()
                            .CheckPlan(PlanIdentity::FromOps(ops), membership->options().rendezvous_timeout)
                            .WithContext("job '" + graph.job_name() + "'"));
-    AF_ASSIGN_OR_RETURN(graph::MachinePlan local, graph::ExtractMachinePlan(job->plan_, membership->rank()));
+    AF_ASSIGN_OR_RETURN(graph::MachinePlan local, graph::ExtractMachinePlan(*job->plan_, membership->rank()));
     job->distributed_ = true;
     job->local_plan_ = std::move(local.plan);
     job->local_feeds_ = std::move(local.feeds);
@@ -668,6 +670,17 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     AF_RETURN_IF_ERROR(job->InstantiateLocked());
   }
   lap("runtime start");
+  if (environment_set("ACTORFLOW_COMPILE_TIMINGS")) {
+    std::string report = "compile of job '" + graph.job_name() + "' (" + std::to_string(job->plan_->tasks_size()) +
+                         " tasks), ms wall / cpu:";
+    for (size_t i = 0; i < job->compile_timings_.size(); ++i) {
+      char step[160];
+      std::snprintf(step, sizeof(step), "\n  %-24s %9.2f %9.2f", job->compile_timings_[i].first.c_str(),
+                    1e3 * job->compile_timings_[i].second, 1e3 * job->compile_cpu_timings_[i].second);
+      report += step;
+    }
+    std::fprintf(stderr, "%s\n", report.c_str());
+  }
   {
     std::lock_guard<std::mutex> lock(state_->order_mu);
     state_->ordered_jobs.insert(job.get());

@@ -77,11 +77,11 @@ struct NamedDesc {
 class CompiledJob {
  public:
   ~CompiledJob();
-  const std::string& name() const { return plan_.job_name(); }
+  const std::string& name() const { return plan_->job_name(); }
   const std::vector<NamedDesc>& input_descs() const { return input_descs_; }
   const std::vector<NamedDesc>& output_descs() const { return output_descs_; }
-  const plan::Plan& plan() const { return plan_; }
-  const graph::Graph& graph() const { return graph_; }
+  const plan::Plan& plan() const { return *plan_; }
+  const graph::Graph& graph() const { return *graph_; }
   // Variables the plan reads without writing them, and variables it writes (in place).
   const std::set<std::string>& reads() const { return reads_; }
   const std::set<std::string>& writes() const { return writes_; }
@@ -89,6 +89,9 @@ class CompiledJob {
   // compiler pass, lowering, the in-place order check, binding variables and starting the
   // runtime, in that order.
   const std::vector<std::pair<std::string, double>>& compile_timings() const { return compile_timings_; }
+  // The same steps' CPU time on the compiling thread (graph/step_clock.h): what each step
+  // costs, without the waits for a core that a loaded host adds to the wall time.
+  const std::vector<std::pair<std::string, double>>& compile_cpu_timings() const { return compile_cpu_timings_; }
 
   // One iteration (see Runtime::Push); first waits for the jobs it conflicts with. `inputs`
   // must match input_descs exactly (InvalidArgument naming the input otherwise); `outputs`
@@ -123,8 +126,9 @@ class CompiledJob {
   void Finished();  // an iteration's completion ran
 
   std::shared_ptr<SessionState> session_;
-  graph::Graph graph_;
-  plan::Plan plan_;
+  // Immutable once compiled; shared with the job cache's entry (session/job_cache.h).
+  std::shared_ptr<const graph::Graph> graph_;
+  std::shared_ptr<const plan::Plan> plan_;
   // A job over several machines (graph machine_num > 1): this rank's tasks, and for each of
   // its feeds the index of the job's input it reads (the other inputs are read elsewhere).
   bool distributed_ = false;
@@ -136,7 +140,7 @@ class CompiledJob {
   std::vector<std::shared_ptr<void>> variables_;  // keeps the store's buffers alive
   std::unique_ptr<RuntimeObserver> recorder_;
   std::set<std::string> reads_, writes_;
-  std::vector<std::pair<std::string, double>> compile_timings_;
+  std::vector<std::pair<std::string, double>> compile_timings_, compile_cpu_timings_;
   RuntimeHooks hooks_;            // kept to rebuild the runtime after fork
   RuntimeOptions runtime_options_;
   std::unique_ptr<Runtime> runtime_;

@@ -282,6 +282,7 @@ class JobFunction:
             self._specs.append((pname, spec))
         self._compiled = None
         self.compile_timings = []  # (step, seconds) of the first call's trace and compile
+        self.compile_cpu_timings = []  # the same steps' CPU time on the calling thread
         self._builder = None
         self._devices = 1
         self._result = None
@@ -302,6 +303,7 @@ class JobFunction:
         name = self._fn.__name__
         _config.check_devices(name)
         started = time.perf_counter()
+        started_cpu = time.thread_time()
         builder = _C.JobBuilder(name, self._type)
         ctx = _trace_ctx.TraceContext(builder, self._type, name, self._location)
         ctx.default_dtype = self._config.data_type  # function_config().default_data_type(...)
@@ -355,6 +357,7 @@ class JobFunction:
             raise _with_location(error, _trace_ctx.traceback_location(error.__traceback__) or self._location)
         self._builder = builder  # job_text() shows the last trace, also when it does not compile
         traced = time.perf_counter()
+        traced_cpu = time.thread_time()
         session = _C.default_session()
         existing = set(session.variable_names())
         try:
@@ -378,11 +381,15 @@ class JobFunction:
                     checkpoint._pending.setdefault(var_name, var_value)
             raise
         compiled_at = time.perf_counter()
+        compiled_at_cpu = time.thread_time()
         # Where the first call's compile went (bench/bench_compile.py): the Python trace, the
         # session's steps (compiler passes, lowering, runtime start) and the Python rest.
         session_seconds = sum(seconds for _step, seconds in compiled.compile_timings)
         self.compile_timings = ([("trace", traced - started)] + list(compiled.compile_timings)
                                 + [("python", max(0.0, compiled_at - traced - session_seconds))])
+        session_cpu_seconds = sum(seconds for _step, seconds in compiled.compile_cpu_timings)
+        self.compile_cpu_timings = ([("trace", traced_cpu - started_cpu)] + list(compiled.compile_cpu_timings)
+                                    + [("python", max(0.0, compiled_at_cpu - traced_cpu - session_cpu_seconds))])
         checkpoint.apply_pending()  # values loaded before this first call for compiler-made variables
         for handler_name, fn in ctx.watch_handlers.items():
             compiled.set_watch_handler(handler_name, _snapshot.as_callback(fn))
