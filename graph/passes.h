@@ -47,6 +47,9 @@ std::unique_ptr<Pass> MakeFusionPass();
 // Train jobs on one device: sgd_update(var, matmul(a, b), lr) with the matmul read by nothing
 // else becomes matmul_sgd_update(var, a, b, lr), the GEMM accumulating into the variable.
 std::unique_ptr<Pass> MakeGradientUpdateFusionPass();
+// Added when the "gemm_chunks" fusion is off: CPU matmul / matmul_sgd_update get attr omp_team
+// (one OpenMP team per GEMM instead of blocks on the kernel helper threads, kernels/gemm.h).
+std::unique_ptr<Pass> MakeOpenMpGemmPass();
 
 // Single-device CPU jobs (graph/conv_fusion.cc): a conv2d's only reader fuses into it as an
 // epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp
@@ -58,7 +61,9 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 
 // The fusions a user can turn off to bisect a numerical difference (CompileOptions::
 // disabled_fusions): "dense" (MakeFusionPass), "gradient_update", "conv_batch_norm" and
-// "conv_activation" (MakeConvFusionPass) and "channels_last" (MakeChannelsLastPass).
+// "conv_activation" (MakeConvFusionPass), "channels_last" (MakeChannelsLastPass) and
+// "gemm_chunks" (CPU GEMMs split into blocks over the kernel helper threads; off:
+// MakeOpenMpGemmPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every
