@@ -91,3 +91,49 @@ def test_environment_variable_disables_fusions():
     env["ACTORFLOW_DISABLE_FUSION"] = "nonsense"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "unknown fusion 'nonsense'" in out.stderr
+
+
+def _train_seed_mlp(disabled, steps=6):
+    """The seed MLP's shapes (784-512-10, batch 100), large enough that its GEMMs use 2 threads."""
+    flow.clear_default_session()
+    flow.config.num_threads(2)
+    try:
+        return _train_seed_mlp_steps(disabled, steps)
+    finally:
+        flow.config.num_threads(0)
+        flow.clear_default_session()
+
+
+def _train_seed_mlp_steps(disabled, steps):
+    config = flow.function_config()
+    if disabled:
+        config.disable_fusion(*disabled)
+
+    @flow.global_function(type="train", function_config=config)
+    def train(images: tp.Numpy.Placeholder((100, 784)), labels: tp.Numpy.Placeholder((100,), dtype=flow.int32)
+              ) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.05, seed=5)
+        hidden = flow.layers.dense(images, 512, activation=flow.nn.relu, kernel_initializer=init, name="hidden")
+        logits = flow.layers.dense(hidden, 10, kernel_initializer=init, name="output")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.05]), momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(1)
+    centers = rng.normal(size=(10, 784)).astype(np.float32)
+    losses = []
+    for _ in range(steps):
+        labels = rng.integers(0, 10, 100).astype(np.int32)
+        images = (centers[labels] + 0.5 * rng.normal(size=(100, 784))).astype(np.float32)
+        losses.append(float(np.mean(train(images, labels))))
+    return np.array(losses), train._compiled.plan_text()
+
+
+def test_gemm_chunks_off_trains_alike_with_openmp_teams():
+    chunked_losses, chunked_plan = _train_seed_mlp([])
+    team_losses, team_plan = _train_seed_mlp(["gemm_chunks"])
+    assert "omp_team" not in chunked_plan
+    # the two forward matmuls, the output layer's input gradient, the two fused weight updates
+    assert team_plan.count('key: "omp_team"') == 5
+    assert chunked_losses[-1] < chunked_losses[0]
+    np.testing.assert_allclose(chunked_losses, team_losses, rtol=1e-4, atol=1e-5)
