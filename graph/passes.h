@@ -47,6 +47,9 @@ std::unique_ptr<Pass> MakeFusionPass();
 // Train jobs on one device: sgd_update(var, matmul(a, b), lr) with the matmul read by nothing
 // else becomes matmul_sgd_update(var, a, b, lr), the GEMM accumulating into the variable.
 std::unique_ptr<Pass> MakeGradientUpdateFusionPass();
+// Train jobs: relu_grad(y, max_pool2d_grad(y, ...)) becomes max_pool2d_grad with attr
+// relu_mask (the routed gradient kept where y > 0), the pooling gradient read by nothing else.
+std::unique_ptr<Pass> MakePoolReluGradFusionPass();
 // Added when the "gemm_chunks" fusion is off: CPU matmul / matmul_sgd_update get attr omp_team
 // (one OpenMP team per GEMM instead of blocks on the kernel helper threads, kernels/gemm.h).
 std::unique_ptr<Pass> MakeOpenMpGemmPass();
@@ -63,7 +66,7 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 // disabled_fusions): "dense" (MakeFusionPass), "gradient_update", "conv_batch_norm" and
 // "conv_activation" (MakeConvFusionPass), "channels_last" (MakeChannelsLastPass) and
 // "gemm_chunks" (CPU GEMMs split into blocks over the kernel helper threads; off:
-// MakeOpenMpGemmPass).
+// MakeOpenMpGemmPass) and "pool_relu_grad" (MakePoolReluGradFusionPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every

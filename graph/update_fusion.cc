@@ -90,7 +90,7 @@ std::unique_ptr<Pass> MakeGradientUpdateFusionPass() { return std::make_unique<G
 
 const std::vector<std::string>& FusionNames() {
   static const std::vector<std::string> names = {"dense", "gradient_update", "conv_batch_norm", "conv_activation",
-                                                 "channels_last", "gemm_chunks"};
+                                                 "channels_last", "gemm_chunks", "pool_relu_grad"};
   return names;
 }
 
