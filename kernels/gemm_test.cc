@@ -223,5 +223,39 @@ TEST(Sgemm, MatmulSgdUpdateChunkedEqualsTeam) {
   });
 }
 
+// Convolutions split over the batch (forward with the bias + relu epilogue, NCHW and NHWC, and
+// the data gradient; 2 threads, uneven chunks of 11 samples) equal one oneDNN call with an
+// OpenMP team (attr omp_team).
+TEST(BatchChunkedConv, EqualsOneCall) {
+  WithTimeout([] {
+    for (bool nhwc : {false, true}) {
+      const int64_t n = 11, c = 3, h = 9, o = 8;
+      HostTensor x = F32(nhwc ? Shape{n, h, h, c} : Shape{n, c, h, h}, Ramp(n * c * h * h, 0.2));
+      HostTensor w = F32({o, c, 3, 3}, Ramp(o * c * 9, 0.9)), bias = F32({o}, Ramp(o, 0.1));
+      Attrs attrs{{"padding", std::string("SAME")}, {"fuse_bias", true}, {"activation", std::string("relu")}};
+      if (nhwc) attrs.Set("data_format", std::string("NHWC"));
+      Attrs team = attrs;
+      team.Set("omp_team", true);
+      HostTensor chunked = RunKernel("conv2d", {x, w, bias}, attrs, 2).back();
+      HostTensor whole = RunKernel("conv2d", {x, w, bias}, team, 2).back();
+      bool clamped = false;
+      for (int64_t i = 0; i < whole.desc.num_elements(); ++i) {
+        ASSERT_NEAR(chunked.at(i), whole.at(i), 1e-4 * (1 + std::abs(whole.at(i)))) << "nhwc " << nhwc << " element " << i;
+        clamped |= whole.at(i) == 0;
+      }
+      EXPECT_TRUE(clamped) << "the data must exercise the relu";
+      if (nhwc) continue;
+      HostTensor dy = F32(whole.desc.shape, Ramp(whole.desc.num_elements(), 0.6));
+      Attrs data_attrs{{"padding", std::string("SAME")}};
+      Attrs data_team = data_attrs;
+      data_team.Set("omp_team", true);
+      HostTensor dx_chunked = RunKernel("conv2d_grad_data", {dy, w, x}, data_attrs, 2).back();
+      HostTensor dx_whole = RunKernel("conv2d_grad_data", {dy, w, x}, data_team, 2).back();
+      for (int64_t i = 0; i < dx_whole.desc.num_elements(); ++i)
+        ASSERT_NEAR(dx_chunked.at(i), dx_whole.at(i), 1e-4 * (1 + std::abs(dx_whole.at(i)))) << "dx element " << i;
+    }
+  });
+}
+
 }  // namespace
 }  // namespace actorflow::testing
