@@ -152,7 +152,7 @@ namespace {
 
 // disable_fusion("gemm_chunks"): CPU matmuls and their fused SGD updates run each GEMM as one
 // oneDNN call with an OpenMP team instead of blocks claimed by the kernel helper threads
-// (kernels/gemm.h), and convolutions (forward, data gradient) as one call instead of sample
+// (kernels/gemm.h), and convolutions (forward, both gradients) as one call instead of sample
 // chunks (kernels/conv.cc), to bisect a difference or compare the two on a host.
 class OpenMpGemmPass : public Pass {
  public:
@@ -160,7 +160,8 @@ class OpenMpGemmPass : public Pass {
   Status Run(Graph& graph) override {
     for (Node& node : graph.mutable_nodes()) {
       if (node.kind != NodeKind::kOp || (node.type != "matmul" && node.type != "matmul_sgd_update" &&
-                                         node.type != "conv2d" && node.type != "conv2d_grad_data"))
+                                         node.type != "conv2d" && node.type != "conv2d_grad_data" &&
+                                         node.type != "conv2d_grad_filter"))
         continue;
       if (node.placement.device_type == "gpu" || node.placement.device_type == "cuda") continue;
       node.attrs.Set("omp_team", true);

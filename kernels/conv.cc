@@ -462,13 +462,17 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
 }
 
 
-// Forward and data-gradient passes split over the batch: samples are independent there, so
-// each chunk of samples runs as its own single-threaded oneDNN convolution, claimed by the
+// The three passes split over the batch: samples are independent in the forward and data
+// gradient passes, and the filter gradient is a sum over samples (each chunk after the first
+// writes its partial sum to its own scratch, added into the output after all ran). Each chunk
+// of samples runs as its own single-threaded oneDNN convolution, claimed by the
 // kernel helper threads (parallel_chunks.h) instead of one OpenMP team per call, which a busy
 // host stalls whenever a member is descheduled. x and y (input or output, by index as in
 // MakeConvKernel) are cut along axis 0 (N, in NCHW and NHWC alike); the filter, bias and batch
 // norm inputs are read whole by every chunk. Used for float32 with more than one thread and
 // at least two samples per thread; omp_team (disable_fusion("gemm_chunks")) keeps one call.
+// The filter gradient's partial sums are added in chunk order, so its rounding differs from
+// one call's only by that order.
 bool UseBatchChunks(const KernelInit& init, const ConvGeometry& g) {
   return init.inputs[0].dtype == DType::kFloat32 && init.num_threads > 1 && g.win.n >= 2 * init.num_threads &&
          !init.attrs.GetBoolOr("omp_team", false);
@@ -485,6 +489,7 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
     std::vector<KernelFn> kernels;  // one per chunk (oneDNN state is per kernel: chunks run at once)
     std::vector<std::vector<TensorView>> inputs, outputs;
     int64_t x_stride = 0, y_stride = 0;  // bytes per sample
+    std::vector<std::vector<float>> partial_filters;  // filter gradient: chunks 1.. write here
     bool prepared = false;
   };
   auto state = std::make_shared<Chunked>();
@@ -492,13 +497,16 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
   const TensorDesc& y_desc = y_at >= 100 ? init.outputs[y_at - 100] : init.inputs[y_at];
   state->x_stride = static_cast<int64_t>(x_desc.byte_size()) / n;
   state->y_stride = static_cast<int64_t>(y_desc.byte_size()) / n;
+  const bool filter_gradient = pass == ConvPass::kBackwardFilter;
+  if (filter_gradient)
+    state->partial_filters.assign(count - 1, std::vector<float>(init.outputs[0].num_elements()));
   for (int64_t i = 0; i < count; ++i) {
     ConvGeometry part = g;
     part.win.n = i + 1 < count ? step : last;
     AF_ASSIGN_OR_RETURN(KernelFn kernel, MakeConvKernel(pass, part, epilogue, DType::kFloat32, 1, x_at, w_at, y_at));
     state->kernels.push_back(std::move(kernel));
   }
-  return KernelFn([state, count, step, x_at, y_at, threads](KernelContext& c) {
+  return KernelFn([state, count, step, x_at, y_at, threads, filter_gradient](KernelContext& c) {
     Chunked& s = *state;
     if (!s.prepared) {  // first call: the views' descriptions, with the chunks' sample counts
       s.inputs.assign(count, *c.inputs);
@@ -517,6 +525,7 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
         TensorView& v = at >= 100 ? s.outputs[i][at - 100] : s.inputs[i][at];
         v.data = static_cast<char*>(v.data) + i * step * (at == x_at ? s.x_stride : s.y_stride);
       }
+      if (filter_gradient && i > 0) s.outputs[i][0].data = s.partial_filters[i - 1].data();
     }
     std::atomic<bool> failed{false};
     Status first_error = Status::Ok();
@@ -531,7 +540,16 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
       }
     };
     ParallelChunks(static_cast<int>(count), c.threads > threads ? c.threads : threads, run);
-    return failed.load() ? first_error : Status::Ok();
+    if (failed.load()) return first_error;
+    if (filter_gradient) {
+      float* __restrict out = c.output(0).as<float>();
+      const int64_t elements = c.output(0).num_elements();
+      for (const std::vector<float>& partial : s.partial_filters) {
+        const float* __restrict p = partial.data();
+        for (int64_t e = 0; e < elements; ++e) out[e] += p[e];
+      }
+    }
+    return Status::Ok();
   });
 }
 
@@ -651,6 +669,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   filter.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[1], init.inputs[2], init.attrs));
+    if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kBackwardFilter, g, ConvEpilogue{}, 1, 100, 0);
     return MakeConvKernel(ConvPass::kBackwardFilter, g, ConvEpilogue{}, init.inputs[0].dtype, init.num_threads, 1, 100, 0);
   };
   filter.doc = "dfilter(O,C/groups,KH,KW) = correlation of x with dy (same attrs as conv2d); like gives filter's shape";

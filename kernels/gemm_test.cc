@@ -224,7 +224,7 @@ TEST(Sgemm, MatmulSgdUpdateChunkedEqualsTeam) {
 }
 
 // Convolutions split over the batch (forward with the bias + relu epilogue, NCHW and NHWC, and
-// the data gradient; 2 threads, uneven chunks of 11 samples) equal one oneDNN call with an
+// both gradients; 2 threads, uneven chunks of 11 samples) equal one oneDNN call with an
 // OpenMP team (attr omp_team).
 TEST(BatchChunkedConv, EqualsOneCall) {
   WithTimeout([] {
@@ -253,6 +253,11 @@ TEST(BatchChunkedConv, EqualsOneCall) {
       HostTensor dx_whole = RunKernel("conv2d_grad_data", {dy, w, x}, data_team, 2).back();
       for (int64_t i = 0; i < dx_whole.desc.num_elements(); ++i)
         ASSERT_NEAR(dx_chunked.at(i), dx_whole.at(i), 1e-4 * (1 + std::abs(dx_whole.at(i)))) << "dx element " << i;
+      // The filter gradient sums the chunks' partial sums.
+      HostTensor dw_chunked = RunKernel("conv2d_grad_filter", {dy, x, w}, data_attrs, 2).back();
+      HostTensor dw_whole = RunKernel("conv2d_grad_filter", {dy, x, w}, data_team, 2).back();
+      for (int64_t i = 0; i < dw_whole.desc.num_elements(); ++i)
+        ASSERT_NEAR(dw_chunked.at(i), dw_whole.at(i), 1e-4 * (1 + std::abs(dw_whole.at(i)))) << "dw element " << i;
     }
   });
 }
