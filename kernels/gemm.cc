@@ -12,7 +12,7 @@
 namespace actorflow {
 namespace {
 
-constexpr int64_t kChunksPerThread = 4;  // enough for a late helper to still take a share
+constexpr int64_t kChunksPerThread = 2;  // a late helper still finds a share; more blocks repack more
 constexpr int64_t kMinColumns = 32;      // narrower blocks re-pack op(A) too often
 constexpr int64_t kMinRows = 16;
 
@@ -20,16 +20,19 @@ int64_t RoundUp(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 }  // namespace
 
-GemmBlocks SgemmBlocks(int64_t m, int64_t n, int threads) {
+GemmBlocks SgemmBlocks(int64_t m, int64_t n, int64_t k, int threads) {
   GemmBlocks blocks;
   blocks.row_step = m;
   blocks.col_step = n;
   const int64_t target = kChunksPerThread * std::max(1, threads);
   if (threads <= 1) return blocks;
-  if (n >= 2 * kMinColumns) {  // column blocks: each packs op(A) again, op(B) once in all
+  // Each block packs its share of one operand and all of the other again: column blocks repack
+  // op(A) (m x k) each, row blocks op(B) (k x n). Split the way that repacks the smaller one.
+  const bool columns = n >= 2 * kMinColumns && (m * k <= k * n || m < 2 * kMinRows);
+  if (columns) {
     blocks.col_step = std::max(kMinColumns, RoundUp((n + target - 1) / target, 16));
     blocks.col_blocks = (n + blocks.col_step - 1) / blocks.col_step;
-  } else if (m >= 2 * kMinRows) {  // narrow C (a classifier's logits): row blocks
+  } else if (m >= 2 * kMinRows) {
     blocks.row_step = std::max(kMinRows, RoundUp((m + target - 1) / target, 8));
     blocks.row_blocks = (m + blocks.row_step - 1) / blocks.row_step;
   }
@@ -39,7 +42,7 @@ GemmBlocks SgemmBlocks(int64_t m, int64_t n, int threads) {
 Status Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
              float beta, float* c, int threads, bool omp_team, const GemmEpilogue* epilogue) {
   const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-  const GemmBlocks blocks = SgemmBlocks(m, n, omp_team ? 1 : threads);
+  const GemmBlocks blocks = SgemmBlocks(m, n, k, omp_team ? 1 : threads);
   if (blocks.row_blocks * blocks.col_blocks == 1) {
     omp_set_num_threads(std::max(1, threads));
     dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, n);

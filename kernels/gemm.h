@@ -3,7 +3,9 @@
 // of C (column blocks, or row blocks when N is narrow) claimed dynamically through
 // ParallelChunks (parallel_chunks.h: a busy host slows it, never stalls it); each block is one
 // single-threaded oneDNN sgemm. `omp_team` instead runs one oneDNN sgemm with an OpenMP team
-// of `threads` (the fallback, disable_fusion("gemm_chunks")). The epilogue, when given, runs
+// of `threads` (the fallback, disable_fusion("gemm_chunks")). Column blocks repack op(A) each,
+// row blocks op(B): the split repacks the smaller operand (the seed MLP's forward GEMM splits
+// columns, its weight gradient rows). The epilogue, when given, runs
 // on each block right after its product, while the block is in cache: epilogue(row_begin,
 // row_end, col_begin, col_end).
 #pragma once
@@ -28,6 +30,6 @@ Status Sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k
 struct GemmBlocks {
   int64_t row_blocks = 1, col_blocks = 1, row_step = 0, col_step = 0;
 };
-GemmBlocks SgemmBlocks(int64_t m, int64_t n, int threads);
+GemmBlocks SgemmBlocks(int64_t m, int64_t n, int64_t k, int threads);
 
 }  // namespace actorflow

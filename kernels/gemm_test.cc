@@ -91,17 +91,21 @@ TEST(ParallelChunks, HelpersReallyRunChunks) {
   });
 }
 
-TEST(Sgemm, BlocksCoverTheOutput) {
-  GemmBlocks wide = SgemmBlocks(100, 512, 2);  // column blocks, 16-aligned
-  EXPECT_GT(wide.col_blocks, 1);
-  EXPECT_EQ(wide.row_blocks, 1);
-  EXPECT_EQ(wide.col_step % 16, 0);
-  EXPECT_GE(wide.col_blocks * wide.col_step, 512);
-  GemmBlocks narrow = SgemmBlocks(100, 10, 2);  // logits: row blocks
+TEST(Sgemm, BlocksCoverTheOutputAndRepackTheSmallerOperand) {
+  GemmBlocks forward = SgemmBlocks(100, 512, 784, 2);  // op(A) 100x784 < op(B) 784x512: column blocks
+  EXPECT_GT(forward.col_blocks, 1);
+  EXPECT_EQ(forward.row_blocks, 1);
+  EXPECT_EQ(forward.col_step % 16, 0);
+  EXPECT_GE(forward.col_blocks * forward.col_step, 512);
+  GemmBlocks weight_gradient = SgemmBlocks(784, 512, 100, 2);  // op(B) 100x512 < op(A) 784x100: row blocks
+  EXPECT_EQ(weight_gradient.col_blocks, 1);
+  EXPECT_GT(weight_gradient.row_blocks, 1);
+  EXPECT_GE(weight_gradient.row_blocks * weight_gradient.row_step, 784);
+  GemmBlocks narrow = SgemmBlocks(100, 10, 512, 2);  // logits: too narrow for columns
   EXPECT_EQ(narrow.col_blocks, 1);
   EXPECT_GT(narrow.row_blocks, 1);
   EXPECT_GE(narrow.row_blocks * narrow.row_step, 100);
-  GemmBlocks one = SgemmBlocks(100, 512, 1);
+  GemmBlocks one = SgemmBlocks(100, 512, 784, 1);
   EXPECT_EQ(one.row_blocks * one.col_blocks, 1);
 }
 
