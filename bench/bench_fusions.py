@@ -1,5 +1,6 @@
 """What each compiler fusion buys: the seed MLP train step (784-512-10, batch 100, SGD) compiled
-with every fusion, without "gradient_update", and without any, interleaved ABBA in one process
+with every fusion, without "gradient_update", without "gemm_chunks" (each GEMM one OpenMP team
+instead of blocks on the kernel helper threads), and without any, interleaved ABBA in one process
 (blocks of --block-seconds each), median [min-max] ms per step over rounds and the ratio to the
 all-fusions job. Also checks the three give the same losses over the measured steps' first call.
 
@@ -16,7 +17,7 @@ import actorflow.typing as tp
 
 BATCH, IN, HIDDEN, OUT = 100, 784, 512, 10
 VARIANTS = [("all fusions", []), ("no gradient_update", ["gradient_update"]),
-            ("no fusion", ["dense", "gradient_update"])]
+            ("no gemm_chunks", ["gemm_chunks"]), ("no fusion", ["dense", "gradient_update", "gemm_chunks"])]
 
 
 def make_job(name, disabled, threads):

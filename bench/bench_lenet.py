@@ -5,7 +5,12 @@ PyTorch at its best, same thread budget: one SGD train step and inference, batch
 
 As in bench_mlp.py: OpenBLAS's core pinned when misdetected, every PyTorch variant (eager,
 torch.jit, dense layers as matmul + add) under every split of its threads between OpenMP and
-OpenBLAS, the fastest compared, all interleaved ABBA in one process."""
+OpenBLAS, the fastest compared, all interleaved ABBA in one process. The train step is also
+stated as a multiple of its conv + GEMM lower bound: build/bench/conv_bound (oneDNN's own
+convolution primitives at their best algorithm, the dense layers' FLOPs at the fastest sgemm
+call; same threads), run before and after the rounds, the faster pass of the two counted."""
+import json
+import subprocess
 import os
 import sys
 
@@ -72,6 +77,46 @@ class TorchLeNet(torch.nn.Module):
         return self.dense2(torch.relu(self.dense1(x)))
 
 
+CONV_BOUND = os.environ.get("BENCH_CONV_BOUND", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build",
+                                                             "bench", "conv_bound"))
+
+
+def conv_bound():
+    """One run of conv_bound (a JSON object), or None when it is not built or fails."""
+    if not os.path.exists(CONV_BOUND):
+        return None
+    done = subprocess.run([CONV_BOUND, str(ARGS.threads), "0.5"], capture_output=True, text=True, timeout=300)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def bound_notes(row, runs):
+    runs = [r for r in runs if r]
+    if not runs:
+        return ["conv + GEMM bound: %s not built (cmake --build build --target conv_bound)" % CONV_BOUND]
+    passes = {}
+    for run in runs:
+        for p in run["convolutions"]:
+            if p["pass"] not in passes or p["seconds"] < passes[p["pass"]]["seconds"]:
+                passes[p["pass"]] = p
+    dense = min(r["dense_seconds"] for r in runs)
+    bound = sum(p["seconds"] for p in passes.values()) + dense
+    pair = row.head_to_head or {}
+    ours = [t / bound for t in (pair.get("actorflow") or row.actorflow.samples)]
+    peer = [t / bound for t in (pair.get(row.best.name) or row.best.samples)]
+    row.extra = {"conv_bound_passes": list(passes.values()), "dense_bound_seconds": dense, "bound_seconds": bound,
+                 "sgemm_gflops": max(r["sgemm_gflops"] for r in runs),
+                 "actorflow_over_bound": _common.summary(ours), "best_peer_over_bound": _common.summary(peer)}
+    multiple = lambda r: "%.2fx" % r  # noqa: E731
+    return ["conv + GEMM bound (oneDNN primitives at their best algorithm, %d threads, faster of %d runs): %s = %s "
+            "+ dense layers %s (%.0f GFLOP/s sgemm)"
+            % (ARGS.threads, len(runs), _common.fmt_time(bound),
+               " + ".join("%s %s (%s)" % (p["pass"], _common.fmt_time(p["seconds"]), p["algorithm"])
+                          for p in passes.values()), _common.fmt_time(dense),
+               max(r["sgemm_gflops"] for r in runs)),
+            "LeNet train step = %s the bound (actorflow), best PyTorch (%s) = %s"
+            % (_common.fmt_range(ours, multiple), row.best.name, _common.fmt_range(peer, multiple))]
+
+
 def main():
     rng = np.random.default_rng(0)
     x = rng.random((BATCH, 1, 28, 28), dtype=np.float32)
@@ -86,6 +131,7 @@ def main():
     jit = _common.torch_predict(torch, _common.torch_jit_for_inference(torch, TorchLeNet(), x))
     matmul = _common.torch_predict(torch, TorchLeNet(dense_as_matmul=True).eval())
     predict = [("eager", lambda: eager(x)), ("jit", lambda: jit(x)), ("matmul+add", lambda: matmul(x))]
+    bound_runs = [conv_bound()]
     rows = [
         _common.Row("LeNet train step (SGD), batch 100",
                     [_common.Candidate("actorflow", lambda: train_job(x, y), "actorflow")]
@@ -94,7 +140,8 @@ def main():
                     [_common.Candidate("actorflow", lambda: predict_job(x), "actorflow")]
                     + _common.torch_variants(torch, ARGS.blas, ARGS.threads, predict)).measure(ARGS),
     ]
-    _common.report("bench_lenet", rows, ARGS, [
+    bound_runs.append(conv_bound())
+    _common.report("bench_lenet", rows, ARGS, bound_notes(rows[0], bound_runs) + [
         "jit: inference traced, frozen and optimize_for_inference'd; train traced",
         "ratios: PyTorch time / actorflow time per round (> 1 means actorflow is faster)",
         "torch %s (%d cores, statistics over %d rounds)" % (torch.__version__, os.cpu_count(), ARGS.rounds)])

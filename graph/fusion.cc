@@ -148,5 +148,97 @@ class FusionPass : public Pass {
 
 std::unique_ptr<Pass> MakeFusionPass() { return std::make_unique<FusionPass>(); }
 
+namespace {
+
+// disable_fusion("gemm_chunks"): CPU matmuls and their fused SGD updates run each GEMM as one
+// oneDNN call with an OpenMP team instead of blocks claimed by the kernel helper threads
+// (kernels/gemm.h), and convolutions (forward, both gradients) as one call instead of sample
+// chunks (kernels/conv.cc), to bisect a difference or compare the two on a host.
+class OpenMpGemmPass : public Pass {
+ public:
+  std::string name() const override { return "openmp gemm"; }
+  Status Run(Graph& graph) override {
+    for (Node& node : graph.mutable_nodes()) {
+      if (node.kind != NodeKind::kOp || (node.type != "matmul" && node.type != "matmul_sgd_update" &&
+                                         node.type != "conv2d" && node.type != "conv2d_grad_data" &&
+                                         node.type != "conv2d_grad_filter"))
+        continue;
+      if (node.placement.device_type == "gpu" || node.placement.device_type == "cuda") continue;
+      node.attrs.Set("omp_team", true);
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> MakeOpenMpGemmPass() { return std::make_unique<OpenMpGemmPass>(); }
+
+namespace {
+
+// relu_grad(y, max_pool2d_grad(x = y, ...)): the pooling's input is the relu's output (relu then
+// max pooling, or a convolution with a fused relu then pooling), so the relu's backward masks
+// the pooling's routed gradient. The pooling gradient does it as it routes (attr relu_mask):
+// one pass over the largest tensor of the layer and one actor less. The fused node keeps the
+// pooling gradient's name and output and takes the relu_grad's place; the relu_grad's readers
+// read it instead. Skipped where the pooling gradient has another reader or is pinned.
+class PoolReluGradFusionPass : public Pass {
+ public:
+  std::string name() const override { return "pool relu_grad fusion"; }
+
+  Status Run(Graph& graph) override {
+    std::map<std::string, int> readers;
+    for (const Node& n : graph.nodes())
+      for (const std::string& ref : n.inputs) ++readers[ref];
+    std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
+    for (const Watch& w : graph.watches()) pinned.insert(w.ref);
+    pinned.insert(graph.losses().begin(), graph.losses().end());
+    for (const auto& [variable, ref] : graph.gradients()) pinned.insert(ref);
+
+    std::map<std::string, std::string> renamed, absorbed;
+    std::vector<bool> keep(graph.nodes().size(), true);
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      const Node& relu_grad = graph.nodes()[i];
+      if (relu_grad.kind != NodeKind::kOp || relu_grad.type != "relu_grad" || relu_grad.inputs.size() != 2) continue;
+      if (pinned.count(relu_grad.output_ref(0))) continue;
+      AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(relu_grad.inputs[1]));
+      const Node* pool = producer.first;
+      if (pool->kind != NodeKind::kOp || pool->type != "max_pool2d_grad" || pool->inputs.size() != 3 ||
+          pool->inputs[0] != relu_grad.inputs[0] || pool->attrs.GetBoolOr("relu_mask", false) ||
+          readers[relu_grad.inputs[1]] != 1 || pinned.count(relu_grad.inputs[1]) ||
+          pool->placement.ToString() != relu_grad.placement.ToString())
+        continue;
+      const size_t pool_index = static_cast<size_t>(pool - graph.nodes().data());
+      if (!keep[pool_index]) continue;
+      Node fused = *pool;
+      fused.attrs.Set("relu_mask", true);
+      fused.control_inputs.insert(fused.control_inputs.end(), relu_grad.control_inputs.begin(),
+                                  relu_grad.control_inputs.end());
+      renamed[relu_grad.output_ref(0)] = fused.output_ref(0);
+      absorbed[relu_grad.name] = fused.name;
+      keep[pool_index] = false;
+      graph.mutable_nodes()[i] = std::move(fused);
+    }
+    if (renamed.empty()) return Status::Ok();
+    auto rename = [&](std::string& ref) {
+      auto it = renamed.find(ref);
+      if (it != renamed.end()) ref = it->second;
+    };
+    for (Node& n : graph.mutable_nodes()) {
+      for (std::string& ref : n.inputs) rename(ref);
+      for (std::string& c : n.control_inputs) {
+        auto it = absorbed.find(c);
+        if (it != absorbed.end()) c = it->second;
+      }
+    }
+    graph.Retain(keep);
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> MakePoolReluGradFusionPass() { return std::make_unique<PoolReluGradFusionPass>(); }
+
 }  // namespace graph
 }  // namespace actorflow

@@ -700,9 +700,11 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   passes.push_back(MakePrunePass());
   if (enabled("dense")) passes.push_back(MakeFusionPass());
   if (enabled("gradient_update")) passes.push_back(MakeGradientUpdateFusionPass());
+  if (enabled("pool_relu_grad")) passes.push_back(MakePoolReluGradFusionPass());
   if (enabled("conv_batch_norm") || enabled("conv_activation"))
     passes.push_back(MakeConvFusionPass(enabled("conv_batch_norm"), enabled("conv_activation")));
   if (enabled("channels_last")) passes.push_back(MakeChannelsLastPass());
+  if (!enabled("gemm_chunks")) passes.push_back(MakeOpenMpGemmPass());
   passes.push_back(MakeOrderingPass());
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());

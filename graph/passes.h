@@ -49,6 +49,12 @@ std::unique_ptr<Pass> MakeFusionPass();
 // `placed` (after the SBP pass, jobs on several devices of one machine): only where the matmul
 // and the update run whole on the same one device.
 std::unique_ptr<Pass> MakeGradientUpdateFusionPass(bool placed = false);
+// Train jobs: relu_grad(y, max_pool2d_grad(y, ...)) becomes max_pool2d_grad with attr
+// relu_mask (the routed gradient kept where y > 0), the pooling gradient read by nothing else.
+std::unique_ptr<Pass> MakePoolReluGradFusionPass();
+// Added when the "gemm_chunks" fusion is off: CPU matmul / matmul_sgd_update get attr omp_team
+// (one OpenMP team per GEMM instead of blocks on the kernel helper threads, kernels/gemm.h).
+std::unique_ptr<Pass> MakeOpenMpGemmPass();
 
 // Single-device CPU jobs (graph/conv_fusion.cc): a conv2d's only reader fuses into it as an
 // epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp
@@ -60,7 +66,9 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 
 // The fusions a user can turn off to bisect a numerical difference (CompileOptions::
 // disabled_fusions): "dense" (MakeFusionPass), "gradient_update", "conv_batch_norm" and
-// "conv_activation" (MakeConvFusionPass) and "channels_last" (MakeChannelsLastPass).
+// "conv_activation" (MakeConvFusionPass), "channels_last" (MakeChannelsLastPass) and
+// "gemm_chunks" (CPU GEMMs split into blocks over the kernel helper threads; off:
+// MakeOpenMpGemmPass) and "pool_relu_grad" (MakePoolReluGradFusionPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every

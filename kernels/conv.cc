@@ -19,7 +19,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <mutex>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -27,6 +29,7 @@
 #include <unordered_map>
 
 #include "kernels/kernel_util.h"
+#include "kernels/parallel_chunks.h"
 #include "kernels/sbp_util.h"
 #include "kernels/window.h"
 
@@ -531,6 +534,97 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
 }
 
 
+// The three passes split over the batch: samples are independent in the forward and data
+// gradient passes, and the filter gradient is a sum over samples (each chunk after the first
+// writes its partial sum to its own scratch, added into the output after all ran). Each chunk
+// of samples runs as its own single-threaded oneDNN convolution, claimed by the
+// kernel helper threads (parallel_chunks.h) instead of one OpenMP team per call, which a busy
+// host stalls whenever a member is descheduled. x and y (input or output, by index as in
+// MakeConvKernel) are cut along axis 0 (N, in NCHW and NHWC alike); the filter, bias and batch
+// norm inputs are read whole by every chunk. Used for float32 with more than one thread and
+// at least two samples per thread; omp_team (disable_fusion("gemm_chunks")) keeps one call.
+// The filter gradient's partial sums are added in chunk order, so its rounding differs from
+// one call's only by that order.
+bool UseBatchChunks(const KernelInit& init, const ConvGeometry& g) {
+  return init.inputs[0].dtype == DType::kFloat32 && init.num_threads > 1 && g.win.n >= 2 * init.num_threads &&
+         !init.attrs.GetBoolOr("omp_team", false);
+}
+
+StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, const ConvGeometry& g,
+                                        const ConvEpilogue& epilogue, int x_at, int w_at, int y_at) {
+  const int threads = std::max(1, init.num_threads);
+  const int64_t n = g.win.n;
+  const int64_t chunks = std::min<int64_t>(n, 4 * threads);
+  const int64_t step = (n + chunks - 1) / chunks;
+  const int64_t count = (n + step - 1) / step, last = n - (count - 1) * step;
+  struct Chunked {
+    std::vector<KernelFn> kernels;  // one per chunk (oneDNN state is per kernel: chunks run at once)
+    std::vector<std::vector<TensorView>> inputs, outputs;
+    int64_t x_stride = 0, y_stride = 0;  // bytes per sample
+    std::vector<std::vector<float>> partial_filters;  // filter gradient: chunks 1.. write here
+    bool prepared = false;
+  };
+  auto state = std::make_shared<Chunked>();
+  const TensorDesc& x_desc = x_at >= 100 ? init.outputs[x_at - 100] : init.inputs[x_at];
+  const TensorDesc& y_desc = y_at >= 100 ? init.outputs[y_at - 100] : init.inputs[y_at];
+  state->x_stride = static_cast<int64_t>(x_desc.byte_size()) / n;
+  state->y_stride = static_cast<int64_t>(y_desc.byte_size()) / n;
+  const bool filter_gradient = pass == ConvPass::kBackwardFilter;
+  if (filter_gradient)
+    state->partial_filters.assign(count - 1, std::vector<float>(init.outputs[0].num_elements()));
+  for (int64_t i = 0; i < count; ++i) {
+    ConvGeometry part = g;
+    part.win.n = i + 1 < count ? step : last;
+    AF_ASSIGN_OR_RETURN(KernelFn kernel, MakeConvKernel(pass, part, epilogue, DType::kFloat32, 1, x_at, w_at, y_at));
+    state->kernels.push_back(std::move(kernel));
+  }
+  return KernelFn([state, count, step, x_at, y_at, threads, filter_gradient](KernelContext& c) {
+    Chunked& s = *state;
+    if (!s.prepared) {  // first call: the views' descriptions, with the chunks' sample counts
+      s.inputs.assign(count, *c.inputs);
+      s.outputs.assign(count, *c.outputs);
+      for (int64_t i = 0; i < count; ++i)
+        for (int at : {x_at, y_at}) {
+          TensorView& v = at >= 100 ? s.outputs[i][at - 100] : s.inputs[i][at];
+          v.desc.shape[0] = std::min(step, v.desc.shape[0] - i * step);
+        }
+      s.prepared = true;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      for (size_t k = 0; k < c.inputs->size(); ++k) s.inputs[i][k].data = (*c.inputs)[k].data;
+      for (size_t k = 0; k < c.outputs->size(); ++k) s.outputs[i][k].data = (*c.outputs)[k].data;
+      for (int at : {x_at, y_at}) {
+        TensorView& v = at >= 100 ? s.outputs[i][at - 100] : s.inputs[i][at];
+        v.data = static_cast<char*>(v.data) + i * step * (at == x_at ? s.x_stride : s.y_stride);
+      }
+      if (filter_gradient && i > 0) s.outputs[i][0].data = s.partial_filters[i - 1].data();
+    }
+    std::atomic<bool> failed{false};
+    Status first_error = Status::Ok();
+    std::mutex error_mutex;
+    auto run = [&](int i) {
+      KernelContext part{&s.inputs[i], &s.outputs[i], c.iteration};
+      part.threads = 1;
+      Status status = s.kernels[i](part);
+      if (!status.ok() && !failed.exchange(true)) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        first_error = status;
+      }
+    };
+    ParallelChunks(static_cast<int>(count), c.threads > threads ? c.threads : threads, run);
+    if (failed.load()) return first_error;
+    if (filter_gradient) {
+      float* __restrict out = c.output(0).as<float>();
+      const int64_t elements = c.output(0).num_elements();
+      for (const std::vector<float>& partial : s.partial_filters) {
+        const float* __restrict p = partial.data();
+        for (int64_t e = 0; e < elements; ++e) out[e] += p[e];
+      }
+    }
+    return Status::Ok();
+  });
+}
+
 // The three convolution passes share one structure over x (N,C,H,W), filter (O,C/g,KH,KW) and
 // y (N,O,OH,OW): a sample split of x and y (the filter whole; its gradient then partial), an
 // out-channel split of the filter and y (x whole; x's gradient then partial), an in-channel
@@ -590,6 +684,8 @@ void RegisterConvOps(OpRegistry& registry) {
   def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[0], init.inputs[1], init.attrs));
     AF_ASSIGN_OR_RETURN(ConvEpilogue epilogue, ReadEpilogue(init.inputs, init.attrs, g.out_channels));
+    if (UseBatchChunks(init, g) && !IsPointwiseChannelsLast(g))
+      return MakeBatchChunkedConv(init, ConvPass::kForward, g, epilogue, 0, 1, 100);
     return MakeConvKernel(ConvPass::kForward, g, epilogue, init.inputs[0].dtype, init.num_threads, 0, 1, 100);
   };
   def.grad = [](GradBuilder& g) -> Status {
@@ -623,6 +719,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   data.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[2], init.inputs[1], init.attrs));
+    if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kBackwardData, g, ConvEpilogue{}, 100, 1, 0);
     return MakeConvKernel(ConvPass::kBackwardData, g, ConvEpilogue{}, init.inputs[0].dtype, init.num_threads, 100, 1, 0);
   };
   data.doc = "dx(N,C,H,W) = transposed conv of dy with filter (same attrs as conv2d); like gives x's shape";
@@ -644,6 +741,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   filter.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[1], init.inputs[2], init.attrs));
+    if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kBackwardFilter, g, ConvEpilogue{}, 1, 100, 0);
     return MakeConvKernel(ConvPass::kBackwardFilter, g, ConvEpilogue{}, init.inputs[0].dtype, init.num_threads, 1, 100, 0);
   };
   filter.doc = "dfilter(O,C/groups,KH,KW) = correlation of x with dy (same attrs as conv2d); like gives filter's shape";

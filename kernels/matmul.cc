@@ -1,12 +1,15 @@
 // matmul: C = op(A) · op(B), op = optional transpose of the last two dims; 2-D or batched 3-D.
 // bias_add (the dense layer's other half; attr fuse_relu gives the fused epilogue). float32 goes to oneDNN's sgemm
-// (near this machine's GEMM ceiling); float64 uses a blocked loop (gradient checks only).
+// (near this machine's GEMM ceiling; split into blocks over the threads by kernels/gemm.h, the
+// bias and relu applied per block; a small one-thread GEMM runs a oneDNN matmul primitive made
+// once per kernel); float64 uses a blocked loop (gradient checks only).
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "kernels/gemm.h"
 #include "kernels/kernel_util.h"
 #include "kernels/sbp_util.h"
 
@@ -180,17 +183,36 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
       epilogue.template operator()<float>(c);
       return Status::Ok();
     });
+  // omp_team: one OpenMP team per GEMM instead of blocks (disable_fusion("gemm_chunks")).
+  const bool omp_team = init.attrs.GetBoolOr("omp_team", false);
   return KernelFn([=](KernelContext& c) {
-    // The per-thread ICV oneDNN reads: this kernel's share of the budget, or more while other
-    // devices' workers idle (KernelContext::threads); a small GEMM stays on one thread.
-    omp_set_num_threads(!small && c.threads > threads ? c.threads : threads);
+    // This kernel's share of the budget, or more while other devices' workers idle
+    // (KernelContext::threads); a small GEMM stays on one thread.
+    const int t = !small && c.threads > threads ? c.threads : threads;
+    const float* bias = fuse_bias ? c.input(2).as<float>() : nullptr;
     for (int64_t i = 0; i < batch; ++i) {
-      dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, c.input(0).as<float>() + i * a_step,
-                                   ta ? m : k, c.input(1).as<float>() + i * b_step, tb ? k : n, 0.0f,
-                                   c.output(0).as<float>() + i * c_step, n);
-      if (s != dnnl_success) return Internal("dnnl_sgemm failed with status " + std::to_string(s));
+      float* out = c.output(0).as<float>() + i * c_step;
+      struct Bias {
+        float* out;
+        const float* bias;
+        int64_t n;
+        bool relu;
+      } state{out, bias, n, fuse_relu};
+      const GemmEpilogue block_epilogue{[](const void* context, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+        const Bias& e = *static_cast<const Bias*>(context);
+        const float* __restrict bias = e.bias;
+        for (int64_t r = r0; r < r1; ++r) {
+          float* __restrict row = e.out + r * e.n;
+          if (e.relu)
+            for (int64_t j = c0; j < c1; ++j) { float v = row[j] + bias[j]; row[j] = NanRelu(v); }
+          else
+            for (int64_t j = c0; j < c1; ++j) row[j] += bias[j];
+        }
+      }, &state};
+      AF_RETURN_IF_ERROR(Sgemm(ta, tb, m, n, k, 1.0f, c.input(0).as<float>() + i * a_step,
+                               c.input(1).as<float>() + i * b_step, 0.0f, out, t, omp_team,
+                               fuse_bias ? &block_epilogue : nullptr));
     }
-    epilogue.template operator()<float>(c);
     return Status::Ok();
   });
 }

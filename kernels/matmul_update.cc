@@ -7,9 +7,7 @@
 // 2-D float32 only (what dense weights are); no gradient (an update). The compiler fuses only
 // on one device; the SBP function still says which shards are exact (rows of var with the rows
 // of op(a), columns with the columns of op(b)) for plans built by hand.
-#include <oneapi/dnnl/dnnl.h>
-#include <omp.h>
-
+#include "kernels/gemm.h"
 #include "kernels/kernel_util.h"
 #include "kernels/sbp_util.h"
 
@@ -69,14 +67,11 @@ void RegisterMatmulUpdateOps(OpRegistry& registry) {
     const float grad_scale = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
     const double flops = 2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
     const int threads = flops < kParallelGemmFlops ? 1 : std::max(1, init.num_threads);
+    const bool omp_team = init.attrs.GetBoolOr("omp_team", false);
     return KernelFn([=](KernelContext& c) {
       const float lr = *c.input(3).as<float>();
-      omp_set_num_threads(threads);
-      dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', d.m, d.n, d.k, -lr * grad_scale,
-                                   c.input(1).as<float>(), ta ? d.m : d.k, c.input(2).as<float>(), tb ? d.k : d.n,
-                                   1.0f - lr * weight_decay, c.input(0).as<float>(), d.n);
-      if (s != dnnl_success) return Internal("dnnl_sgemm failed with status " + std::to_string(s));
-      return Status::Ok();
+      return Sgemm(ta, tb, d.m, d.n, d.k, -lr * grad_scale, c.input(1).as<float>(), c.input(2).as<float>(),
+                   1.0f - lr * weight_decay, c.input(0).as<float>(), threads, omp_team);
     });
   };
   def.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {

@@ -91,13 +91,14 @@ KernelFn PoolForward(Window2d g, bool max) {
 }
 
 // Generic backward of one output position (any window, padding, overlap): accumulates into dx.
+// relu_mask (max only): the gradient reaching the maximum passes only where it is > 0.
 template <typename T, bool kMax>
-inline void PoolBackwardAt(const Window2d& g, const T* xp, T y, T dy, T* dxp, int64_t oh, int64_t ow) {
+inline void PoolBackwardAt(const Window2d& g, const T* xp, T y, T dy, T* dxp, int64_t oh, int64_t ow, bool relu_mask) {
   if constexpr (kMax) {
     bool routed = false;
     ForWindow(g, oh, ow, [&](int64_t ih, int64_t iw) {
       if (!routed && NanSame(xp[ih * g.w + iw], y)) {
-        dxp[ih * g.w + iw] += dy;
+        if (!relu_mask || xp[ih * g.w + iw] > T(0)) dxp[ih * g.w + iw] += dy;
         routed = true;
       }
     });
@@ -109,14 +110,20 @@ inline void PoolBackwardAt(const Window2d& g, const T* xp, T y, T dy, T* dxp, in
   }
 }
 
-// max: inputs (x, y, dy); avg: inputs (dy, x). Output dx.
+// max: inputs (x, y, dy); avg: inputs (dy, x). Output dx. relu_mask (max only, the compiler's
+// fusion of the relu_grad that follows when x is a relu's output): dx = relu_grad(x, dx), i.e.
+// the routed gradient is kept only where x > 0 (0 where x is 0 or NaN, as relu_grad does).
 template <typename T, bool kMax>
-Status PoolBackwardLoop(const Window2d& g, const T* x, const T* y, const T* dy, T* dx) {
-  for (int64_t i = 0; i < g.n * g.c * g.h * g.w; ++i) dx[i] = 0;
+Status PoolBackwardLoop(const Window2d& g, const T* x, const T* y, const T* dy, T* dx, bool relu_mask) {
   // 2x2 stride-2 windows tile the image without overlap: interior outputs write their four
   // positions directly (max: dy to the first maximum in row-major order, 0 elsewhere).
   bool fast = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2;
   int64_t lo = (g.left + 1) / 2, hi = std::min(g.ow, (g.w + g.left) / 2);
+  // When those windows cover every input position (even sizes, no padding: LeNet's pools), the
+  // fast path writes all of dx and zeroing it first would be a whole pass over dx for nothing.
+  const bool covers_all = fast && g.top == 0 && g.left == 0 && g.oh * 2 == g.h && g.ow * 2 == g.w;
+  if (!covers_all)
+    for (int64_t i = 0; i < g.n * g.c * g.h * g.w; ++i) dx[i] = 0;
   for (int64_t nc = 0; nc < g.n * g.c; ++nc) {
     const T* xp = x + nc * g.h * g.w;
     T* dxp = dx + nc * g.h * g.w;
@@ -139,7 +146,8 @@ Status PoolBackwardLoop(const Window2d& g, const T* x, const T* y, const T* dy, 
               T m = a;
               if (NanBeats(b, m)) m = b, best = 1;
               if (NanBeats(c, m)) m = c, best = 2;
-              if (NanBeats(e, m)) best = 3;
+              if (NanBeats(e, m)) m = e, best = 3;
+              if (relu_mask && !(m > T(0))) d = T(0);
               d0[2 * q] = best == 0 ? d : T(0);
               d0[2 * q + 1] = best == 1 ? d : T(0);
               d1[2 * q] = best == 2 ? d : T(0);
@@ -152,7 +160,7 @@ Status PoolBackwardLoop(const Window2d& g, const T* x, const T* y, const T* dy, 
           ow = hi - 1;
           continue;
         }
-        PoolBackwardAt<T, kMax>(g, xp, kMax ? yp[oh * g.ow + ow] : T(0), dyp[oh * g.ow + ow], dxp, oh, ow);
+        PoolBackwardAt<T, kMax>(g, xp, kMax ? yp[oh * g.ow + ow] : T(0), dyp[oh * g.ow + ow], dxp, oh, ow, relu_mask);
       }
     }
   }
@@ -160,13 +168,14 @@ Status PoolBackwardLoop(const Window2d& g, const T* x, const T* y, const T* dy, 
 }
 
 template <typename T>
-KernelFn PoolBackward(Window2d g, bool max) {
+KernelFn PoolBackward(Window2d g, bool max, bool relu_mask) {
   if (max)
-    return [g](KernelContext& c) {
-      return PoolBackwardLoop<T, true>(g, c.input(0).as<T>(), c.input(1).as<T>(), c.input(2).as<T>(), c.output(0).as<T>());
+    return [g, relu_mask](KernelContext& c) {
+      return PoolBackwardLoop<T, true>(g, c.input(0).as<T>(), c.input(1).as<T>(), c.input(2).as<T>(), c.output(0).as<T>(),
+                                       relu_mask);
     };
   return [g](KernelContext& c) {
-    return PoolBackwardLoop<T, false>(g, c.input(1).as<T>(), nullptr, c.input(0).as<T>(), c.output(0).as<T>());
+    return PoolBackwardLoop<T, false>(g, c.input(1).as<T>(), nullptr, c.input(0).as<T>(), c.output(0).as<T>(), false);
   };
 }
 
@@ -221,9 +230,15 @@ void RegisterPool(OpRegistry& registry, const std::string& type, bool max) {
   };
   grad.kernel_factories[kCpuDevice] = [type, max](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(Window2d g, ReadPool(init.inputs[max ? 0 : 1], init.attrs, type));
-    return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return PoolBackward<T>(g, max); });
+    const bool relu_mask = init.attrs.GetBoolOr("relu_mask", false);
+    if (relu_mask && !max) return InvalidArgument(type + "_grad: relu_mask applies to max pooling only");
+    return DispatchFloat(init.inputs[0].dtype,
+                         [&]<typename T>() -> StatusOr<KernelFn> { return PoolBackward<T>(g, max, relu_mask); });
   };
-  grad.doc = "gradient of " + type + " (same attrs)";
+  grad.doc = "gradient of " + type + " (same attrs)" +
+             (max ? std::string("; attr relu_mask (the compiler's fusion of a following relu_grad(x, dx)): dx kept "
+                                "only where x > 0")
+                  : std::string());
   // Inputs (x, y, dy) for max, (dy, x) for avg: linear in dy.
   grad.sbp = [max](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> { return PlaneSbp(ctx, max ? 2 : 0); };
   registry.Register(std::move(grad));

@@ -61,5 +61,74 @@ TEST(Pool, Gradients) {
   EXPECT_LT(Grad("avg_pool2d", {F64({1, 2, 4, 4})}, valid, {0}), kGradTol);
 }
 
+// Runs max/avg_pool2d_grad's kernel writing into `dx`, whatever it held before.
+void RunPoolGradInto(const std::string& type, std::vector<HostTensor> in, const Attrs& attrs, HostTensor& dx) {
+  RegisterAllOps();
+  const OpDef* def = OpRegistry::Global().Find(type).value();
+  InferContext ic;
+  for (auto& t : in) ic.inputs.push_back(t.desc);
+  ic.attrs = attrs;
+  ASSERT_TRUE(def->infer(ic).ok());
+  auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, 1});
+  ASSERT_TRUE(kernel.ok()) << kernel.status().message();
+  std::vector<TensorView> iv, ov = {dx.view()};
+  for (auto& t : in) iv.push_back(t.view());
+  KernelContext ctx{&iv, &ov, 0};
+  ASSERT_TRUE(kernel.value()(ctx).ok());
+}
+
+// The pooling gradients write every element of dx, also where they skip zeroing it first
+// (2x2 stride-2 windows tiling the plane): a dx buffer full of NaN gives the same result as a
+// fresh one, for tiling, padded and overlapping windows.
+TEST(Pool, GradientsOverwriteTheWholeOutput) {
+  Attrs tiled{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
+  Attrs padded{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", Ints{1, 0, 1, 0}}};
+  Attrs overlap{{"ksize", int64_t{3}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
+  for (const Attrs& attrs : {tiled, padded, overlap})
+    for (bool max : {true, false}) {
+      const std::string type = max ? "max_pool2d" : "avg_pool2d";
+      HostTensor x = F32({2, 3, 6, 6});
+      HostTensor y = Run1(type, {x}, attrs);
+      HostTensor dy = F32(y.desc.shape, Ramp(y.desc.num_elements(), 0.9));
+      std::vector<HostTensor> in = max ? std::vector<HostTensor>{x, y, dy} : std::vector<HostTensor>{dy, x};
+      HostTensor fresh = Run1(type + "_grad", in, attrs);
+      HostTensor dx = F32(x.desc.shape, std::vector<double>(x.desc.num_elements(), std::nan("")));
+      RunPoolGradInto(type + "_grad", in, attrs, dx);
+      for (int64_t i = 0; i < dx.desc.num_elements(); ++i) ASSERT_EQ(dx.at(i), fresh.at(i)) << type << " element " << i;
+    }
+}
+
+// relu_mask (the compiler's pool_relu_grad fusion) equals max_pool2d_grad then relu_grad(x, .)
+// where x is a relu's output: zeros (a clamped window's maximum may be 0), NaN kept out of the
+// gradient as relu_grad does; tiling windows (the fast path) and padded/overlapping ones.
+TEST(Pool, ReluMaskEqualsPoolGradThenReluGrad) {
+  Attrs tiled{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
+  Attrs padded{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", Ints{1, 0, 1, 0}}};
+  Attrs overlap{{"ksize", int64_t{3}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64})
+    for (const Attrs& attrs : {tiled, padded, overlap}) {
+      std::vector<double> values = Ramp(2 * 3 * 6 * 6, 0.2);
+      for (double& v : values) v = v < 0.3 ? 0.0 : v;  // a relu's output: many zeros, whole windows of them
+      values[7] = std::nan("");
+      HostTensor x = HostTensor::Of({2, 3, 6, 6}, dtype, values);
+      HostTensor y = Run1("max_pool2d", {x}, attrs);
+      HostTensor dy = HostTensor::Of(y.desc.shape, dtype, Ramp(y.desc.num_elements(), 1.3));
+      HostTensor routed = Run1("max_pool2d_grad", {x, y, dy}, attrs);
+      HostTensor want = Run1("relu_grad", {x, routed});
+      Attrs masked = attrs;
+      masked.Set("relu_mask", true);
+      HostTensor got = Run1("max_pool2d_grad", {x, y, dy}, masked);
+      int64_t zeroed = 0;
+      for (int64_t i = 0; i < want.desc.num_elements(); ++i) {
+        ASSERT_EQ(got.at(i), want.at(i)) << "element " << i;
+        zeroed += routed.at(i) != 0 && want.at(i) == 0;
+      }
+      EXPECT_GT(zeroed, 0) << "the data must route some gradient to a zero maximum";
+    }
+  Attrs masked{{"ksize", int64_t{2}}, {"relu_mask", true}};
+  EXPECT_NE(ErrorOf("avg_pool2d_grad", {F32({1, 1, 2, 2}), F32({1, 1, 4, 4})}, masked).find("max pooling only"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace actorflow::testing

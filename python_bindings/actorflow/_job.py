@@ -16,7 +16,8 @@ from . import typing as tp
 from ._trace_ctx import BlobDef
 
 # The compiler's fusions a job or graph can turn off (graph/passes.h FusionNames).
-FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation", "channels_last")
+FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation", "channels_last", "gemm_chunks",
+                "pool_relu_grad")
 
 
 # Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
@@ -109,7 +110,10 @@ class FunctionConfig:
         "gradient_update": a weight gradient's matmul accumulated straight into the variable by
         SGD; "conv_batch_norm": bias_add and inference batch norm after a conv2d as its epilogue;
         "conv_activation": relu/relu6/clamp after a conv2d as its epilogue; "channels_last":
-        predict jobs' convolution regions in NHWC), to bisect a numerical difference.
+        predict jobs' convolution regions in NHWC; "gemm_chunks": CPU GEMMs split into blocks
+        over the kernel helper threads instead of one OpenMP team each; "pool_relu_grad": a
+        relu's gradient after max pooling's applied by the pooling gradient), to bisect a
+        numerical difference.
         ACTORFLOW_DISABLE_FUSION=dense,gradient_update does the same for every job."""
         for name in names:
             if name not in FUSION_NAMES:

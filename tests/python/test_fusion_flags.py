@@ -91,3 +91,89 @@ def test_environment_variable_disables_fusions():
     env["ACTORFLOW_DISABLE_FUSION"] = "nonsense"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "unknown fusion 'nonsense'" in out.stderr
+
+
+def _train_seed_mlp(disabled, steps=6):
+    """The seed MLP's shapes (784-512-10, batch 100), large enough that its GEMMs use 2 threads."""
+    flow.clear_default_session()
+    flow.config.num_threads(2)
+    try:
+        return _train_seed_mlp_steps(disabled, steps)
+    finally:
+        flow.config.num_threads(0)
+        flow.clear_default_session()
+
+
+def _train_seed_mlp_steps(disabled, steps):
+    config = flow.function_config()
+    if disabled:
+        config.disable_fusion(*disabled)
+
+    @flow.global_function(type="train", function_config=config)
+    def train(images: tp.Numpy.Placeholder((100, 784)), labels: tp.Numpy.Placeholder((100,), dtype=flow.int32)
+              ) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.05, seed=5)
+        hidden = flow.layers.dense(images, 512, activation=flow.nn.relu, kernel_initializer=init, name="hidden")
+        logits = flow.layers.dense(hidden, 10, kernel_initializer=init, name="output")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.05]), momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(1)
+    centers = rng.normal(size=(10, 784)).astype(np.float32)
+    losses = []
+    for _ in range(steps):
+        labels = rng.integers(0, 10, 100).astype(np.int32)
+        images = (centers[labels] + 0.5 * rng.normal(size=(100, 784))).astype(np.float32)
+        losses.append(float(np.mean(train(images, labels))))
+    return np.array(losses), train._compiled.plan_text()
+
+
+def test_gemm_chunks_off_trains_alike_with_openmp_teams():
+    chunked_losses, chunked_plan = _train_seed_mlp([])
+    team_losses, team_plan = _train_seed_mlp(["gemm_chunks"])
+    assert "omp_team" not in chunked_plan
+    # the two forward matmuls, the output layer's input gradient, the two fused weight updates
+    assert team_plan.count('key: "omp_team"') == 5
+    assert chunked_losses[-1] < chunked_losses[0]
+    np.testing.assert_allclose(chunked_losses, team_losses, rtol=1e-4, atol=1e-5)
+
+
+def _train_small_cnn(disabled, steps=6):
+    """conv (bias + relu) -> 2x2 max pooling, twice, then a dense layer: the relu's gradient
+    follows each pooling's in the backward pass."""
+    flow.clear_default_session()
+    config = flow.function_config()
+    if disabled:
+        config.disable_fusion(*disabled)
+
+    @flow.global_function(type="train", function_config=config)
+    def train(images: tp.Numpy.Placeholder((8, 1, 12, 12)), labels: tp.Numpy.Placeholder((8,), dtype=flow.int32)
+              ) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.2, seed=7)
+        x = flow.layers.conv2d(images, 4, 3, padding="SAME", activation=flow.nn.relu, kernel_initializer=init, name="c1")
+        x = flow.nn.max_pool2d(x, ksize=2, strides=2, padding="SAME")
+        x = flow.layers.conv2d(x, 6, 3, padding="SAME", activation=flow.nn.relu, kernel_initializer=init, name="c2")
+        x = flow.nn.max_pool2d(x, ksize=2, strides=2, padding="VALID")
+        logits = flow.layers.dense(flow.reshape(x, [8, -1]), 3, kernel_initializer=init, name="d")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.05]), momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(2)
+    losses = []
+    for _ in range(steps):
+        labels = rng.integers(0, 3, 8).astype(np.int32)
+        images = (rng.normal(size=(8, 1, 12, 12)) + labels[:, None, None, None]).astype(np.float32)
+        losses.append(float(np.mean(train(images, labels))))
+    return np.array(losses), train._compiled.plan_text()
+
+
+def test_pool_relu_grad_fusion_trains_like_the_separate_relu_grad():
+    fused_losses, fused_plan = _train_small_cnn([])
+    plain_losses, plain_plan = _train_small_cnn(["pool_relu_grad"])
+    # both layers' relu gradients go into their pooling gradients; none is left
+    assert fused_plan.count('key: "relu_mask"') == 2 and 'op_type: "relu_grad"' not in fused_plan
+    assert "relu_mask" not in plain_plan and plain_plan.count('op_type: "relu_grad"') == 2
+    assert fused_losses[-1] < fused_losses[0]
+    np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-5, atol=1e-6)
