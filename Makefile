@@ -30,17 +30,18 @@ bench:
 	bash bench/run_all.sh $(BUILD_DIR)
 
 # Under ASan+UBSan: the runtime's, the kernels' and the compiler's tests (ctest labels runtime,
-# kernels, graph). Under TSan: the runtime's (the kernels and compiler are single-threaded).
+# kernels, graph). Under TSan: the runtime's and the kernels' thread pool (parallel_chunks_test); the
+# kernels and compiler are otherwise single-threaded.
 sanitize: sanitize-address sanitize-thread
 
 sanitize-address: setup
 	cmake -S . -B build-asan -DACTORFLOW_SANITIZE=address -DACTORFLOW_BUILD_PYTHON=OFF -DACTORFLOW_BUILD_BENCH=OFF
-	cmake --build build-asan -j $(JOBS) --target actorflow_runtime_tests kernels_test graph_test
+	cmake --build build-asan -j $(JOBS) --target actorflow_runtime_tests kernels_test parallel_chunks_test graph_test
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -L 'runtime|kernels|graph' --timeout 600
 
 sanitize-thread: setup
 	cmake -S . -B build-tsan -DACTORFLOW_SANITIZE=thread -DACTORFLOW_BUILD_PYTHON=OFF -DACTORFLOW_BUILD_BENCH=OFF
-	cmake --build build-tsan -j $(JOBS) --target actorflow_runtime_tests
+	cmake --build build-tsan -j $(JOBS) --target actorflow_runtime_tests parallel_chunks_test
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --output-on-failure -L runtime --timeout 600
 
 clean:
