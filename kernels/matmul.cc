@@ -6,10 +6,12 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
+#include <atomic>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "kernels/gemm.h"
+#include "kernels/parallel_chunks.h"
 #include "kernels/kernel_util.h"
 #include "kernels/sbp_util.h"
 
@@ -80,15 +82,24 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T
 // Below this many FLOPs a GEMM is not worth splitting across threads (a few microseconds of work).
 constexpr double kParallelGemmFlops = 2e6;
 
-// A small one-thread float GEMM as a oneDNN matmul primitive made once per kernel: its code is
-// generated for these shapes, where dnnl_sgemm chooses its path on every call. Measured on one
-// core: 64x64x64 4.9 us against 5.3, (100,512)x(512,10) 14 against 24; but with a large b it
-// repacks b on every call ((1,784)x(784,512): 96-131 us against 23-40) and with a few rows it
-// is no faster, hence UsePrimitive. Owned by one kernel, which one thread runs at a time.
+// A small float GEMM as a oneDNN matmul primitive made once per kernel: its code is generated
+// for these shapes, where dnnl_sgemm chooses its path on every call. Measured on one core:
+// 64x64x64 4.9 us against 5.3, (100,512)x(512,10) 14 against 24; but with a large b it repacks
+// b on every call ((1,784)x(784,512): 96-131 us against 23-40) and with a few rows it is no
+// faster, hence UsePrimitive. With two threads and enough work the rows of the output are split
+// in two halves that run on the caller and a kernels' pool helper (ParallelChunks: a helper
+// that is not there in time leaves its half to the caller). Owned by one kernel, which one
+// thread runs at a time; each half has its own memory objects, stream and scratchpad.
 struct SmallGemm {
+  struct Part {
+    dnnl::stream stream;
+    dnnl::memory a, b, c, scratchpad;
+    dnnl_exec_arg_t args[4];
+  };
   dnnl::matmul primitive;
-  dnnl::stream stream;
-  dnnl::memory a, b, c, scratchpad;
+  int parts = 1;
+  int64_t a_part_step = 0, c_part_step = 0;  // elements between the halves' first rows
+  Part part[2];
 };
 
 bool UsePrimitive(int64_t m, int64_t n, int64_t k) {
@@ -96,32 +107,57 @@ bool UsePrimitive(int64_t m, int64_t n, int64_t k) {
   return m >= kMinRows && n > 0 && k > 0 && k * n * static_cast<int64_t>(sizeof(float)) <= kMaxRightBytes;
 }
 
+// Two halves pay where each is still a few microseconds of work: a 64x64x64 GEMM (0.5 MFLOP,
+// 4.9 us on one core) is the smallest split.
+constexpr double kSplitSmallGemmFlops = 4e5;
+
 // Null when oneDNN has no primitive for it (the caller keeps dnnl_sgemm).
-std::shared_ptr<SmallGemm> MakeSmallGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+std::shared_ptr<SmallGemm> MakeSmallGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int parts) {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   using tag = dnnl::memory::format_tag;
   const auto f32 = dnnl::memory::data_type::f32;
-  // Made for the one thread it runs on (oneDNN sizes its blocking by the caller's team).
+  // Made for the one thread each half runs on (oneDNN sizes its blocking by the caller's team).
   const int previous_threads = omp_get_max_threads();
   omp_set_num_threads(1);
   auto gemm = std::make_shared<SmallGemm>();
+  const int64_t rows = m / parts;
   try {
-    dnnl::memory::desc a_md({m, k}, f32, ta ? tag::ba : tag::ab), b_md({k, n}, f32, tb ? tag::ba : tag::ab),
-        c_md({m, n}, f32, tag::ab);
+    // op(a)'s rows are a's rows (a: m x k) or a's columns (a stored k x m, transpose_a).
+    dnnl::memory::desc a_md({rows, k}, f32, ta ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
+    dnnl::memory::desc b_md({k, n}, f32, tb ? tag::ba : tag::ab), c_md({rows, n}, f32, tag::ab);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
     gemm->primitive = dnnl::matmul(pd);
-    gemm->stream = dnnl::stream(engine);
-    gemm->a = dnnl::memory(a_md, engine, nullptr);
-    gemm->b = dnnl::memory(b_md, engine, nullptr);
-    gemm->c = dnnl::memory(c_md, engine, nullptr);
-    gemm->scratchpad = dnnl::memory(pd.scratchpad_desc(), engine);
+    gemm->parts = parts;
+    gemm->a_part_step = ta ? rows : rows * k;
+    gemm->c_part_step = rows * n;
+    for (int i = 0; i < parts; ++i) {
+      SmallGemm::Part& part = gemm->part[i];
+      part.stream = dnnl::stream(engine);
+      part.a = dnnl::memory(a_md, engine, nullptr);
+      part.b = dnnl::memory(b_md, engine, nullptr);
+      part.c = dnnl::memory(c_md, engine, nullptr);
+      part.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine);
+      part.args[0] = {DNNL_ARG_SRC, part.a.get()};
+      part.args[1] = {DNNL_ARG_WEIGHTS, part.b.get()};
+      part.args[2] = {DNNL_ARG_DST, part.c.get()};
+      part.args[3] = {DNNL_ARG_SCRATCHPAD, part.scratchpad.get()};
+    }
   } catch (const dnnl::error&) {
     gemm = nullptr;
   }
   omp_set_num_threads(previous_threads);
   return gemm;
+}
+
+// Runs half `index` of a SmallGemm over a, b, c; false when oneDNN failed.
+bool RunSmallGemmPart(SmallGemm& g, int index, const float* a, const float* b, float* c) {
+  SmallGemm::Part& part = g.part[index];
+  dnnl_memory_set_data_handle(part.a.get(), const_cast<float*>(a) + index * g.a_part_step);
+  dnnl_memory_set_data_handle(part.b.get(), const_cast<float*>(b));
+  dnnl_memory_set_data_handle(part.c.get(), c + index * g.c_part_step);
+  return dnnl_primitive_execute(g.primitive.get(), part.stream.get(), 4, part.args) == dnnl_success;
 }
 
 StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
@@ -168,18 +204,26 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
       epilogue.template operator()<double>(c);
       return Status::Ok();
     });
-  std::shared_ptr<SmallGemm> small_gemm = small && batch == 1 && UsePrimitive(m, n, k) ? MakeSmallGemm(ta, tb, m, n, k) : nullptr;
+  const int small_parts =
+      init.num_threads >= 2 && flops >= kSplitSmallGemmFlops && m % 2 == 0 && UsePrimitive(m / 2, n, k) ? 2 : 1;
+  std::shared_ptr<SmallGemm> small_gemm =
+      small && batch == 1 && UsePrimitive(m, n, k) ? MakeSmallGemm(ta, tb, m, n, k, small_parts) : nullptr;
   if (small_gemm)
     return KernelFn([=](KernelContext& c) {
       SmallGemm& g = *small_gemm;
       omp_set_num_threads(1);
-      dnnl_memory_set_data_handle(g.a.get(), c.input(0).as<float>());
-      dnnl_memory_set_data_handle(g.b.get(), c.input(1).as<float>());
-      dnnl_memory_set_data_handle(g.c.get(), c.output(0).as<float>());
-      dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, g.a.get()}, {DNNL_ARG_WEIGHTS, g.b.get()}, {DNNL_ARG_DST, g.c.get()},
-                                {DNNL_ARG_SCRATCHPAD, g.scratchpad.get()}};
-      dnnl_status_t s = dnnl_primitive_execute(g.primitive.get(), g.stream.get(), 4, args);
-      if (s != dnnl_success) return Internal("oneDNN matmul failed with status " + std::to_string(s));
+      const float *a = c.input(0).as<float>(), *b = c.input(1).as<float>();
+      float* out = c.output(0).as<float>();
+      if (g.parts == 1) {
+        if (!RunSmallGemmPart(g, 0, a, b, out)) return Internal("oneDNN matmul failed");
+      } else {
+        std::atomic<bool> failed{false};
+        auto half = [&](int index) {
+          if (!RunSmallGemmPart(g, index, a, b, out)) failed.store(true);
+        };
+        ParallelChunks(2, 2, half);
+        if (failed.load()) return Internal("oneDNN matmul failed");
+      }
       epilogue.template operator()<float>(c);
       return Status::Ok();
     });

@@ -71,6 +71,51 @@ TEST(Matmul, TwoThreadsAndConvTwoThreads) {
   }
 }
 
+// With a budget of 2 threads a small GEMM of enough work (here 64x64x64) runs as two row halves
+// on the caller and a pool helper: every transpose, with the bias/relu epilogue, against the
+// double reference; repeated so halves run on both threads, and a 1-thread kernel gives the same.
+TEST(Matmul, SmallGemmHalvesOnTwoThreads) {
+  RegisterAllOps();
+  const int64_t m = 64, n = 64, k = 64;
+  const OpDef* def = OpRegistry::Global().Find("matmul").value();
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool fuse : {false, true}) {
+        HostTensor a = HostTensor::Of(ta ? Shape{k, m} : Shape{m, k}, DType::kFloat32, Ramp(m * k, 0.3));
+        HostTensor b = HostTensor::Of(tb ? Shape{n, k} : Shape{k, n}, DType::kFloat32, Ramp(n * k, 1.5));
+        HostTensor bias = HostTensor::Of({n}, DType::kFloat32, Ramp(n, 2.7));
+        Attrs attrs = T(ta, tb);
+        if (fuse) {
+          attrs.Set("fuse_bias", true);
+          attrs.Set("fuse_relu", true);
+        }
+        std::vector<HostTensor> in = {a, b};
+        if (fuse) in.push_back(bias);
+        InferContext ic{{a.desc, b.desc}, attrs, {}};
+        if (fuse) ic.inputs.push_back(bias.desc);
+        ASSERT_TRUE(def->infer(ic).ok());
+        std::vector<TensorView> iv;
+        for (HostTensor& t : in) iv.push_back(t.view());
+        for (int threads : {1, 2}) {
+          auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, threads});
+          ASSERT_TRUE(kernel.ok());
+          for (int repeat = 0; repeat < 20; ++repeat) {
+            HostTensor c = HostTensor::Of({m, n}, DType::kFloat32, std::vector<double>(m * n, 1e30));
+            std::vector<TensorView> ov = {c.view()};
+            KernelContext ctx{&iv, &ov, 0};
+            ASSERT_TRUE(kernel.value()(ctx).ok());
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) {
+                double want = Ref(a, b, ta, tb, 0, 0, m, n, k, i, j);
+                if (fuse) want = std::max(0.0, want + bias.at(j));
+                ASSERT_NEAR(c.at(i * n + j), want, 1e-5 * (1 + std::abs(want))) << "ta " << ta << " tb " << tb << " threads " << threads
+                                                         << " row " << i << " column " << j;
+              }
+          }
+        }
+      }
+}
+
 // The fusion pass's form: matmul with a bias epilogue (and relu) equals matmul then bias_add,
 // for 2-D and folded batched operands, float32 and float64, transposed or not.
 TEST(Matmul, FusedBiasAndReluEpilogue) {
