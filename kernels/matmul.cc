@@ -81,6 +81,8 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T
 
 // Below this many FLOPs a GEMM is not worth splitting across threads (a few microseconds of work).
 constexpr double kParallelGemmFlops = 2e6;
+// A right operand this large is streamed from memory whatever the FLOPs (see MakeMatmul).
+constexpr double kStreamedRightBytes = 512 * 1024;
 
 // A small float GEMM as a oneDNN matmul primitive made once per kernel: its code is generated
 // for these shapes, where dnnl_sgemm chooses its path on every call. Measured on one core:
@@ -175,7 +177,11 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
   // (batch-1 inference: 115 -> 65 us for the MLP on 2 cores).
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
                        static_cast<double>(batch);
-  const bool small = flops < kParallelGemmFlops;
+  // ... except a few rows against a large b (batch-1 inference's 784x512 weights): that GEMM
+  // streams b from memory, more than one core's L2 holds, so column blocks on two cores each
+  // read half of b (measured: 19 us on one core, 8-9.5 on two).
+  const bool streams_b = m * batch <= 8 && static_cast<double>(k) * static_cast<double>(n) * sizeof(float) >= kStreamedRightBytes;
+  const bool small = flops < kParallelGemmFlops && !streams_b;
   const int threads = small ? 1 : std::max(1, init.num_threads);
   // Epilogue (the compiler's fusion pass): out += bias per column, then relu.
   const bool fuse_bias = init.attrs.GetBoolOr("fuse_bias", false), fuse_relu = init.attrs.GetBoolOr("fuse_relu", false);

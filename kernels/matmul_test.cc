@@ -116,6 +116,44 @@ TEST(Matmul, SmallGemmHalvesOnTwoThreads) {
       }
 }
 
+// A few rows against a large b (batch-1 inference: 784x512 weights, 1.6 MB) run as column blocks
+// on two threads whatever the FLOPs: every column written (the output starts as 1e30), equal to
+// the double reference with the fused bias and relu (to float32 rounding of 784-term sums), on 1
+// and 2 threads.
+TEST(Matmul, FewRowsAgainstALargeRightOperandOnTwoThreads) {
+  RegisterAllOps();
+  const int64_t n = 512, k = 784;
+  const OpDef* def = OpRegistry::Global().Find("matmul").value();
+  for (int64_t m : {1, 3})
+    for (int threads : {1, 2}) {
+      HostTensor a = HostTensor::Of({m, k}, DType::kFloat32, Ramp(m * k, 0.3));
+      HostTensor b = HostTensor::Of({k, n}, DType::kFloat32, Ramp(k * n, 1.5));
+      HostTensor bias = HostTensor::Of({n}, DType::kFloat32, Ramp(n, 2.7));
+      Attrs attrs = T(false, false);
+      attrs.Set("fuse_bias", true);
+      attrs.Set("fuse_relu", true);
+      InferContext ic{{a.desc, b.desc, bias.desc}, attrs, {}};
+      ASSERT_TRUE(def->infer(ic).ok());
+      auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, threads});
+      ASSERT_TRUE(kernel.ok());
+      std::vector<TensorView> iv = {a.view(), b.view(), bias.view()};
+      for (int repeat = 0; repeat < 10; ++repeat) {
+        HostTensor c = HostTensor::Of({m, n}, DType::kFloat32, std::vector<double>(m * n, 1e30));
+        std::vector<TensorView> ov = {c.view()};
+        KernelContext ctx{&iv, &ov, 0};
+        ASSERT_TRUE(kernel.value()(ctx).ok());
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const double want = std::max(0.0, Ref(a, b, false, false, 0, 0, m, n, k, i, j) + bias.at(j));
+            double magnitude = std::abs(bias.at(j));  // float32 rounding scales with the terms' sizes
+            for (int64_t p = 0; p < k; ++p) magnitude += std::abs(a.at(i * k + p) * b.at(p * n + j));
+            ASSERT_NEAR(c.at(i * n + j), want, 1e-6 * (1 + magnitude))
+                << "m " << m << " threads " << threads << " column " << j;
+          }
+      }
+    }
+}
+
 // The fusion pass's form: matmul with a bias epilogue (and relu) equals matmul then bias_add,
 // for 2-D and folded batched operands, float32 and float64, transposed or not.
 TEST(Matmul, FusedBiasAndReluEpilogue) {
