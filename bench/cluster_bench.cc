@@ -55,6 +55,39 @@ void Check(const Status& status, const std::string& what) {
   if (!status.ok()) Die(what + ": " + status.ToString());
 }
 
+// One rank's actor environment, cluster (after the rendezvous) and data plane; any failure ends
+// the process. Members in this order so the plane goes first, then the cluster.
+struct BenchRank {
+  std::shared_ptr<actorflow::ActorEnvironment> environment;
+  std::unique_ptr<actorflow::Cluster> cluster;
+  std::shared_ptr<actorflow::DataPlane> plane;
+};
+
+BenchRank JoinCluster(int rank, int world, int port, const std::string& job_id) {
+  actorflow::ClusterOptions options;
+  options.rank = rank;
+  options.world_size = world;
+  options.coordinator_port = static_cast<uint16_t>(port);
+  options.rendezvous_timeout = std::chrono::milliseconds(20000);
+  options.connection_timeout = std::chrono::milliseconds(20000);
+  options.job_id = job_id;
+  actorflow::EnvironmentOptions environment_options;
+  environment_options.num_threads = 1;
+  actorflow::AddNetworkLayer(environment_options, options);
+  BenchRank joined;
+  auto environment = actorflow::ActorEnvironment::Create(environment_options);
+  if (!environment.ok()) Die(environment.status().ToString());
+  joined.environment = *environment;
+  auto cluster = actorflow::Cluster::Create(options, joined.environment);
+  if (!cluster.ok()) Die(cluster.status().ToString());
+  joined.cluster = std::move(*cluster);
+  Check(joined.cluster->Rendezvous(actorflow::PlanIdentity::FromOps({})), "rendezvous");
+  auto plane = actorflow::DataPlane::Create(*joined.cluster, joined.environment, std::chrono::milliseconds(20000));
+  if (!plane.ok()) Die(plane.status().ToString());
+  joined.plane = *plane;
+  return joined;
+}
+
 int FreePort() {
   int probe = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
@@ -196,23 +229,10 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
       children.push_back(child);
     }
   }
-  actorflow::ClusterOptions options;
-  options.rank = rank;
-  options.world_size = world;
-  options.coordinator_port = static_cast<uint16_t>(port);
-  options.rendezvous_timeout = std::chrono::milliseconds(20000);
-  options.connection_timeout = std::chrono::milliseconds(20000);
-  options.job_id = "cluster_bench_all_reduce";
-  actorflow::EnvironmentOptions environment_options;
-  environment_options.num_threads = 1;
-  actorflow::AddNetworkLayer(environment_options, options);
-  auto environment = actorflow::ActorEnvironment::Create(environment_options);
-  if (!environment.ok()) Die(environment.status().ToString());
-  auto cluster = actorflow::Cluster::Create(options, *environment);
-  if (!cluster.ok()) Die(cluster.status().ToString());
-  Check((*cluster)->Rendezvous(actorflow::PlanIdentity::FromOps({})), "rendezvous");
-  auto plane = actorflow::DataPlane::Create(**cluster, *environment, std::chrono::milliseconds(20000));
-  if (!plane.ok()) Die(plane.status().ToString());
+  BenchRank joined = JoinCluster(rank, world, port, "cluster_bench_all_reduce");
+  const std::shared_ptr<actorflow::ActorEnvironment>& environment = joined.environment;
+  actorflow::Cluster& cluster = *joined.cluster;
+  actorflow::DataPlane& plane = *joined.plane;
   const bool with_gloo = gloo_store != "-";
   auto gloo = with_gloo ? actorflow_bench::GlooBaseline::Connect(rank, world, gloo_store) : nullptr;
   double traffic = 0;  // of the last measure
@@ -224,7 +244,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     if (!local.ok()) Die(local.status().ToString());
     actorflow::RuntimeHooks hooks;
     hooks.make_kernel = [&](const actorflow::plan::Task& task) -> actorflow::StatusOr<actorflow::KernelFn> {
-      if (actorflow::DataPlane::Handles(task.op_type())) return (*plane)->MakeKernel(plan.job_name(), task);
+      if (actorflow::DataPlane::Handles(task.op_type())) return plane.MakeKernel(plan.job_name(), task);
       return actorflow::KernelFn([](actorflow::KernelContext& ctx) {  // the funnel's sum on machine 0
         const int64_t n = static_cast<int64_t>(ctx.output(0).byte_size());
         std::memcpy(ctx.output(0).data, ctx.input(0).data, static_cast<size_t>(n));
@@ -233,13 +253,13 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
         return Status::Ok();
       });
     };
-    auto runtime = actorflow::Runtime::Create(local->plan, hooks, {}, *environment);
+    auto runtime = actorflow::Runtime::Create(local->plan, hooks, {}, environment);
     if (!runtime.ok()) Die(runtime.status().ToString());
     std::vector<float> in(static_cast<size_t>(bytes / 4), static_cast<float>(rank + 1)), out(in.size(), 0.f);
     actorflow::TensorDesc desc{{bytes / 4}, actorflow::DType::kFloat32};
     std::vector<double> times;
     const int calls = CallsFor(bytes);
-    const auto traffic_before = (*plane)->PayloadBytes();
+    const auto traffic_before = plane.PayloadBytes();
     for (int i = 0; i < calls; ++i) {
       auto start = Clock::now();
       Check((*runtime)->Run({{in.data(), desc}}, {{out.data(), desc}}), ring ? "ring all-reduce" : "funnel");
@@ -249,7 +269,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     for (float v : out)
       if (v != expected) Die(std::string(ring ? "ring" : "funnel") + ": wrong sum");
     Check((*runtime)->Shutdown(), "shutdown");
-    const auto traffic_after = (*plane)->PayloadBytes();
+    const auto traffic_after = plane.PayloadBytes();
     // Rank 0's sent + received bytes per call, in units of the buffer.
     traffic = static_cast<double>(traffic_after.first - traffic_before.first + traffic_after.second -
                                   traffic_before.second) / calls / static_cast<double>(bytes);
@@ -309,7 +329,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     }
     std::fflush(stdout);
   }
-  Check((*cluster)->Shutdown(std::chrono::milliseconds(20000)), "cluster shutdown");
+  Check(cluster.Shutdown(std::chrono::milliseconds(20000)), "cluster shutdown");
   for (pid_t child : children) {
     int status = 0;
     waitpid(child, &status, 0);
@@ -408,22 +428,10 @@ int main(int argc, char** argv) {
     }
   };
   // ---- the data plane.
-  actorflow::ClusterOptions options;
-  options.rank = rank;
-  options.world_size = 2;
-  options.coordinator_port = static_cast<uint16_t>(port);
-  options.rendezvous_timeout = std::chrono::milliseconds(20000);
-  options.job_id = "cluster_bench";
-  actorflow::EnvironmentOptions environment_options;
-  environment_options.num_threads = 1;
-  actorflow::AddNetworkLayer(environment_options, options);
-  auto environment = actorflow::ActorEnvironment::Create(environment_options);
-  if (!environment.ok()) Die(environment.status().ToString());
-  auto cluster = actorflow::Cluster::Create(options, *environment);
-  if (!cluster.ok()) Die(cluster.status().ToString());
-  Check((*cluster)->Rendezvous(actorflow::PlanIdentity::FromOps({})), "rendezvous");
-  auto plane = actorflow::DataPlane::Create(**cluster, *environment, std::chrono::milliseconds(20000));
-  if (!plane.ok()) Die(plane.status().ToString());
+  BenchRank joined = JoinCluster(rank, 2, port, "cluster_bench");
+  const std::shared_ptr<actorflow::ActorEnvironment>& environment = joined.environment;
+  actorflow::Cluster& cluster = *joined.cluster;
+  actorflow::DataPlane& plane = *joined.plane;
   const bool with_gloo = gloo_store != "-";
   auto gloo = with_gloo ? actorflow_bench::GlooBaseline::Connect(rank, 2, gloo_store) : nullptr;
   // One size over raw TCP: rank 0 returns the median round trip.
@@ -485,7 +493,7 @@ int main(int argc, char** argv) {
     if (!local.ok()) Die(local.status().ToString());
     actorflow::RuntimeHooks hooks;
     hooks.make_kernel = [&](const actorflow::plan::Task& task) -> actorflow::StatusOr<actorflow::KernelFn> {
-      if (actorflow::DataPlane::Handles(task.op_type())) return (*plane)->MakeKernel(plan.job_name(), task);
+      if (actorflow::DataPlane::Handles(task.op_type())) return plane.MakeKernel(plan.job_name(), task);
       // The relay copies recv -> its register: one memcpy, what a compute task reading the
       // bytes would at least cost.
       return actorflow::KernelFn([](actorflow::KernelContext& ctx) {
@@ -493,7 +501,7 @@ int main(int argc, char** argv) {
         return Status::Ok();
       });
     };
-    auto runtime = actorflow::Runtime::Create(local->plan, hooks, {}, *environment);
+    auto runtime = actorflow::Runtime::Create(local->plan, hooks, {}, environment);
     if (!runtime.ok()) Die(runtime.status().ToString());
     std::vector<char> in(static_cast<size_t>(bytes), 7), out(static_cast<size_t>(bytes), 0);
     actorflow::TensorDesc desc{{bytes}, actorflow::DType::kUInt8};
@@ -544,7 +552,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   close(connection);
-  Check((*cluster)->Shutdown(std::chrono::milliseconds(20000)), "cluster shutdown");
+  Check(cluster.Shutdown(std::chrono::milliseconds(20000)), "cluster shutdown");
   if (rank == 0) {
     int status = 0;
     waitpid(child, &status, 0);
