@@ -121,17 +121,11 @@ class ConvFusionPass : public Pass {
       graph.mutable_nodes()[i] = std::move(fused);
     }
     if (renamed.empty()) return false;
+    RedirectFusedReaders(graph, renamed, absorbed);
     auto rename = [&](std::string& ref) {
       auto it = renamed.find(ref);
       if (it != renamed.end()) ref = it->second;
     };
-    for (Node& n : graph.mutable_nodes()) {
-      for (std::string& ref : n.inputs) rename(ref);
-      for (std::string& c : n.control_inputs) {
-        auto it = absorbed.find(c);
-        if (it != absorbed.end() && it->second != n.name) c = it->second;
-      }
-    }
     for (std::string& ref : graph.outputs()) rename(ref);
     for (Watch& w : graph.watches()) rename(w.ref);
     for (std::string& ref : graph.losses()) rename(ref);

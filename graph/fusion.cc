@@ -123,17 +123,11 @@ class FusionPass : public Pass {
       if (!relu_after.empty()) graph.Retain(keep);
       return Status::Ok();
     }
+    RedirectFusedReaders(graph, renamed, absorbed);
     auto rename = [&](std::string& ref) {
       auto it = renamed.find(ref);
       if (it != renamed.end()) ref = it->second;
     };
-    for (Node& n : graph.mutable_nodes()) {
-      for (std::string& ref : n.inputs) rename(ref);
-      for (std::string& c : n.control_inputs) {
-        auto it = absorbed.find(c);
-        if (it != absorbed.end()) c = it->second;
-      }
-    }
     for (std::string& ref : graph.outputs()) rename(ref);
     for (Watch& w : graph.watches())
       if (!w.diff) rename(w.ref);  // a diff watch names a forward ref only to find its gradient
@@ -147,6 +141,21 @@ class FusionPass : public Pass {
 }  // namespace
 
 std::unique_ptr<Pass> MakeFusionPass() { return std::make_unique<FusionPass>(); }
+
+void RedirectFusedReaders(Graph& graph, const std::map<std::string, std::string>& renamed,
+                          const std::map<std::string, std::string>& absorbed) {
+  for (Node& n : graph.mutable_nodes()) {
+    for (std::string& ref : n.inputs) {
+      auto it = renamed.find(ref);
+      if (it != renamed.end()) ref = it->second;
+    }
+    for (std::string& c : n.control_inputs) {
+      auto it = absorbed.find(c);
+      if (it != absorbed.end() && it->second != n.name) c = it->second;
+    }
+  }
+}
+
 
 namespace {
 
@@ -220,17 +229,7 @@ class PoolReluGradFusionPass : public Pass {
       graph.mutable_nodes()[i] = std::move(fused);
     }
     if (renamed.empty()) return Status::Ok();
-    auto rename = [&](std::string& ref) {
-      auto it = renamed.find(ref);
-      if (it != renamed.end()) ref = it->second;
-    };
-    for (Node& n : graph.mutable_nodes()) {
-      for (std::string& ref : n.inputs) rename(ref);
-      for (std::string& c : n.control_inputs) {
-        auto it = absorbed.find(c);
-        if (it != absorbed.end()) c = it->second;
-      }
-    }
+    RedirectFusedReaders(graph, renamed, absorbed);
     graph.Retain(keep);
     return Status::Ok();
   }

@@ -8,6 +8,7 @@
 // ACTORFLOW_DUMP_DOT environment variable), named <job>.<NN>-<pass>.dot.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -44,6 +45,13 @@ std::unique_ptr<Pass> MakePrunePass();
 // the bias_add becomes one matmul with attrs fuse_bias (its third input) and fuse_relu (the
 // relu stays a separate op where a user hint splits a matmul operand's contraction axis).
 std::unique_ptr<Pass> MakeFusionPass();
+// For the fusion passes, after they fused nodes away: every reader of a ref in `renamed` reads
+// its replacement, and every control edge on a node in `absorbed` points at the node that
+// absorbed it (an edge that would point at its own node keeps the old name, which
+// Graph::Retain drops). The job's outputs, watches, losses and gradients stay the pass's to
+// rename: what they may name differs per pass.
+void RedirectFusedReaders(Graph& graph, const std::map<std::string, std::string>& renamed,
+                          const std::map<std::string, std::string>& absorbed);
 // Train jobs on one device: sgd_update(var, matmul(a, b), lr) with the matmul read by nothing
 // else becomes matmul_sgd_update(var, a, b, lr), the GEMM accumulating into the variable.
 // `placed` (after the SBP pass, jobs on several devices of one machine): only where the matmul

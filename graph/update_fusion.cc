@@ -90,11 +90,7 @@ class GradientUpdateFusionPass : public Pass {
       graph.mutable_nodes()[i] = std::move(fused);
     }
     if (absorbed.empty()) return Status::Ok();
-    for (Node& n : graph.mutable_nodes())
-      for (std::string& c : n.control_inputs) {
-        auto it = absorbed.find(c);
-        if (it != absorbed.end() && it->second != n.name) c = it->second;
-      }
+    RedirectFusedReaders(graph, {}, absorbed);
     for (auto it = graph.gradients().begin(); it != graph.gradients().end();)
       it = removed_refs.count(it->second) ? graph.gradients().erase(it) : std::next(it);
     graph.Retain(keep);

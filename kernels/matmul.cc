@@ -457,6 +457,7 @@ void RegisterBiasAdd(OpRegistry& registry) {
 void RegisterMatmulOps(OpRegistry& registry) {
   OpDef def;
   def.type = "matmul";
+  def.sizes_own_threads = true;  // MakeMatmul: one thread, two halves, or blocks
   def.input_names = {"a", "b"};
   def.output_names = {"out"};
   def.infer = InferMatmul;

@@ -131,6 +131,10 @@ struct OpDef {
   // The kernel keeps state between calls (dropout's random stream): eager execution builds a
   // fresh kernel per call instead of reusing a cached one (session/eager.h).
   bool stateful_kernel = false;
+  // The CPU kernel chooses how many of its num_threads a call uses (matmul: by FLOPs and operand
+  // sizes, on the kernels' pool), so eager execution hands it the whole budget whatever the
+  // inputs' size instead of its one-thread rule for small inputs (session/eager.cc).
+  bool sizes_own_threads = false;
   std::function<Status(InferContext&)> infer;
   // Kernel factories by device type (kCpuDevice, kCudaDevice); every op has a CPU one.
   std::map<std::string, KernelFactory> kernel_factories;

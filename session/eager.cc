@@ -239,16 +239,16 @@ StatusOr<std::shared_ptr<EagerOp>> EagerOp::Create(const std::string& type, Attr
 }
 
 // Ops reading fewer input elements than this run on one thread: waking an OpenMP team costs
-// more than a 64x64 matmul (measured on 2 cores: 9.4 us on 1 thread, 13.2 us on 2). matmul
-// gets the budget whatever its size: its kernel picks the threads by FLOPs itself, and splits
-// a small GEMM over the kernels' pool, not an OpenMP team (64x64: 6.2 -> 4.1 us on 2 cores).
+// more than a 64x64 matmul (measured on 2 cores: 9.4 us on 1 thread, 13.2 us on 2). Ops whose
+// kernels size their own threads (OpDef::sizes_own_threads: matmul splits a small GEMM over the
+// kernels' pool, not an OpenMP team; 64x64: 6.2 -> 4.1 us on 2 cores) get the budget anyway.
 constexpr int64_t kParallelElements = 32768;
 
 StatusOr<std::shared_ptr<EagerOp::Prepared>> EagerOp::Prepare(const std::vector<EagerTensorPtr>& inputs) const {
   int64_t elements = 0;
   for (const EagerTensorPtr& t : inputs)
     if (t) elements += t->desc().num_elements();
-  const int threads = elements >= kParallelElements || def_->type == "matmul" ? EagerThreads() : 1;
+  const int threads = elements >= kParallelElements || def_->sizes_own_threads ? EagerThreads() : 1;
   {
     std::lock_guard<std::mutex> lock(memo_mu_);
     if (memo_ && memo_->threads == threads && memo_->inputs.size() == inputs.size()) {
