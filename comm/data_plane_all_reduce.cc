@@ -41,7 +41,9 @@ std::string DataPlaneCore::Mismatch(const CollectiveChannel& channel, uint64_t s
          " does not fit this rank's ring (do all ranks run the same plan?)";
 }
 
-bool DataPlaneCore::ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step, const char* source, int fd, std::vector<char>& scratch) {
+bool DataPlaneCore::ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act,
+                              int step, const char* source, Connection* connection, const Header* header,
+                              std::vector<char>& scratch) {
   const RingSchedule& ring = *channel.schedule;
   const int chunk = ring.ReceiveChunk(step);
   char* destination = act.sum + ring.ChunkOffset(chunk);
@@ -49,21 +51,24 @@ bool DataPlaneCore::ApplyStep(const ChannelKey& key, CollectiveChannel& channel,
   bool read = true;
   if (!ring.Reduces(step)) {
     if (source != nullptr && bytes > 0) std::memcpy(destination, source, static_cast<size_t>(bytes));
-    else read = ReadAll(fd, destination, static_cast<size_t>(bytes));
+    else if (source == nullptr) read = ReadPayload(connection, destination, static_cast<size_t>(bytes));
   } else if (source != nullptr) {
     AccumulateInto(destination, source, bytes, channel.dtype);
   } else {
-    for (int64_t done = 0; read && done < bytes; done += kReducePiece) {  // the sum streams as bytes come
+    // The sum streams as bytes come. With frame authentication the chunk's tag is checked only
+    // after it was added in: a forged chunk fails the act (its sum is then never used).
+    for (int64_t done = 0; read && done < bytes; done += kReducePiece) {
       const int64_t piece = std::min<int64_t>(bytes - done, kReducePiece);
-      read = ReadAll(fd, scratch.data(), static_cast<size_t>(piece));
+      read = ReadPayload(connection, scratch.data(), static_cast<size_t>(piece));
       if (read) AccumulateInto(destination + done, scratch.data(), piece, channel.dtype);
     }
   }
+  if (read && source == nullptr) read = EndPayload(connection, *header);
   std::optional<Ended> ended;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (!read) {
-      if (act.error.empty()) act.error = "lost rank " + std::to_string(channel.previous) + " (its data connection closed)";
+      if (act.error.empty()) act.error = connection->read_error;
     } else {
       ++act.received;
       if (act.error.empty() && step + 1 < ring.steps()) QueueStep(key, channel, iteration, act, step + 1);
@@ -89,9 +94,9 @@ bool DataPlaneCore::ReceiveCollective(Connection* connection, const Header& head
       ++act->busy;
     }
   }
-  if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, nullptr, connection->fd, scratch);
+  if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, nullptr, connection, &header, scratch);
   std::vector<char> bytes(header.bytes);
-  if (header.bytes > 0 && !ReadAll(connection->fd, bytes.data(), header.bytes)) return false;
+  if (!ReadPayload(connection, bytes.data(), header.bytes) || !EndPayload(connection, header)) return false;
   std::optional<Ended> ended;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -112,7 +117,7 @@ bool DataPlaneCore::ReceiveCollective(Connection* connection, const Header& head
     }
   }
   if (ended) (void)ended->done.Complete(ended->status);
-  if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, bytes.data(), -1, scratch);
+  if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, bytes.data(), nullptr, nullptr, scratch);
   return true;
 }
 
@@ -122,8 +127,7 @@ bool DataPlaneCore::WriteCollective(Connection* connection, const Connection::Fr
     std::lock_guard<std::mutex> lock(mu);
     failed = !failure.empty();
   }
-  const bool written = failed || (WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
-                                  (frame.header.bytes == 0 || WriteAll(connection->fd, frame.payload, frame.header.bytes)));
+  const bool written = failed || WriteFrame(connection, frame.header, frame.payload);
   std::optional<Ended> ended;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -234,7 +238,7 @@ StatusOr<KernelFn> DataPlane::MakeAllReduceKernel(const std::string& job, const 
         act = &launched;
         ++act->busy;
       }
-      core->ApplyStep(key, *channel, iteration, *act, step, early.data(), -1, unused);
+      core->ApplyStep(key, *channel, iteration, *act, step, early.data(), nullptr, nullptr, unused);
     }
     std::optional<DataPlaneCore::Ended> ended;
     {

@@ -22,6 +22,7 @@
 
 #include "actors/kernel.h"
 #include "actors/status.h"
+#include "comm/data_plane_frames.h"
 #include "comm/ring.h"
 
 namespace actorflow {
@@ -134,6 +135,10 @@ struct Connection {
   bool writing = false;
   std::pair<uint64_t, int64_t> writing_key;
   int64_t writing_iteration = 0;
+  // Frame authentication (comm/data_plane_frames.h), null when off: the writer's tags and the
+  // reader's checks. read_error: why the reader stopped (a closed connection, a forged frame).
+  std::unique_ptr<FrameAuthenticator> send_auth, receive_auth;
+  std::string read_error;
 };
 
 class DataPlaneCore {
@@ -206,8 +211,7 @@ class DataPlaneCore {
         connection->writing_iteration = frame.header.iteration;
       }
     }
-    bool written = connection->writing && WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
-                   (frame.header.bytes == 0 || WriteAll(connection->fd, frame.payload, frame.header.bytes));
+    bool written = connection->writing && WriteFrame(connection, frame.header, frame.payload);
     KernelCompletion done;
     std::string task, why;
     {
@@ -267,8 +271,7 @@ class DataPlaneCore {
       } else if (frame.header.kind == kCollective) {
         written = WriteCollective(connection, frame);
       } else {
-        written = WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
-                  (frame.header.bytes == 0 || WriteAll(connection->fd, frame.error.data(), frame.header.bytes));
+        written = WriteFrame(connection, frame.header, frame.error.data());
       }
       if (!written) {
         Lost(connection->peer, "writing to its data connection: " + std::string(std::strerror(errno)));
@@ -282,16 +285,16 @@ class DataPlaneCore {
     std::vector<char> scratch(kReducePiece);  // the all-reduce adds what it reads piece by piece
     for (;;) {
       Header header;
-      if (!ReadAll(connection->fd, &header, sizeof header)) return Lost(connection->peer, "its data connection closed");
+      if (!ReadHeader(connection, &header)) return ReadFailed(connection);
       if (header.kind != kAck) connection->payload_received.fetch_add(header.bytes, std::memory_order_relaxed);
       if (header.kind == kCollective) {
-        if (!ReceiveCollective(connection, header, scratch)) return Lost(connection->peer, "its data connection closed");
+        if (!ReceiveCollective(connection, header, scratch)) return ReadFailed(connection);
         continue;
       }
       if (header.kind == kAck) {
         error_text.resize(header.bytes);
-        if (header.bytes > 0 && !ReadAll(connection->fd, error_text.data(), header.bytes))
-          return Lost(connection->peer, "its data connection closed");
+        if (!ReadPayload(connection, error_text.data(), header.bytes) || !EndPayload(connection, header))
+          return ReadFailed(connection);
         KernelCompletion done;
         std::string task;
         {
@@ -332,9 +335,9 @@ class DataPlaneCore {
         }
       }
       if (have_register) {
-        if (header.bytes > 0 && !ReadAll(connection->fd, posted.destination, header.bytes)) {
-          (void)posted.done.Complete(FailedPrecondition("lost rank " + std::to_string(connection->peer)).WithContext(task));
-          return Lost(connection->peer, "its data connection closed");
+        if (!ReadPayload(connection, posted.destination, header.bytes) || !EndPayload(connection, header)) {
+          (void)posted.done.Complete(FailedPrecondition(connection->read_error).WithContext(task));
+          return ReadFailed(connection);
         }
         (void)posted.done.Complete(Status::Ok());
         Ack(connection->peer, header.job, header.channel, header.iteration, "");
@@ -342,8 +345,8 @@ class DataPlaneCore {
       }
       std::vector<char> bytes = std::move(early);
       bytes.resize(header.bytes);  // a spare of the same size: nothing to fill
-      if (header.bytes > 0 && !ReadAll(connection->fd, bytes.data(), header.bytes))
-        return Lost(connection->peer, "its data connection closed");
+      if (!ReadPayload(connection, bytes.data(), header.bytes) || !EndPayload(connection, header))
+        return ReadFailed(connection);
       std::string error;
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -393,10 +396,11 @@ class DataPlaneCore {
   // mu held. Why a chunk cannot belong to this act ("" when it can).
   std::string Mismatch(const CollectiveChannel& channel, uint64_t step, uint64_t bytes, int from) const;
 
-  // Applies the chunk of `step` into the act's sum, from `source`, or read from `fd` when source
-  // is null; then queues the next step. Called without mu, with the act busy on the caller's
-  // behalf (released here). False when reading failed.
-  bool ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step, const char* source, int fd, std::vector<char>& scratch);
+  // Applies the chunk of `step` into the act's sum, from `source`, or read from `connection`
+  // (the frame of `header`) when source is null; then queues the next step. Called without mu,
+  // with the act busy on the caller's behalf (released here). False when reading failed.
+  bool ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step,
+                 const char* source, Connection* connection, const Header* header, std::vector<char>& scratch);
 
   // The reader's collective frame: into its act when it launched, else kept for the launch.
   bool ReceiveCollective(Connection* connection, const Header& header, std::vector<char>& scratch);
@@ -404,6 +408,19 @@ class DataPlaneCore {
   // The writer's collective frame: written unless the data plane failed; then the act's use ends.
   bool WriteCollective(Connection* connection, const Connection::Frame& frame);
 
+
+  // ---- Frames on the wire: header, then payload; with authentication on, a tag after each
+  // (comm/data_plane_frames.h). Implemented in data_plane.cc.
+  // The writer thread's: false when the connection broke.
+  bool WriteFrame(Connection* connection, const Header& header, const char* payload);
+  // The reader thread's: the next header (its tag checked), then its payload in one or more
+  // pieces (ReadPayload), then EndPayload (the payload's tag, checked). False when the
+  // connection closed or a tag failed, with the reason in connection->read_error.
+  bool ReadHeader(Connection* connection, Header* header);
+  bool ReadPayload(Connection* connection, char* destination, size_t bytes);
+  bool EndPayload(Connection* connection, const Header& header);
+  // The reader stopped: fails the data plane with connection->read_error.
+  void ReadFailed(Connection* connection) { Fail(connection->read_error); }
 
   void Lost(int peer, const std::string& why) {
     Fail("lost rank " + std::to_string(peer) + " (" + why + ")");
