@@ -366,6 +366,8 @@ std::pair<uint64_t, uint64_t> DataPlane::PayloadBytes() const {
   return bytes;
 }
 
+uint64_t DataPlane::CopiedPayloadBytes() const { return core_->copied_bytes.load(std::memory_order_relaxed); }
+
 size_t DataPlane::waiting_payloads() const {
   std::lock_guard<std::mutex> lock(core_->mu);
   size_t waiting = 0;
@@ -423,6 +425,7 @@ StatusOr<KernelFn> DataPlane::MakeKernel(const std::string& job, const plan::Tas
                 std::to_string(arrived.size()) + " (do all ranks run the same plan?)";
       else if (!arrived.empty())
         std::memcpy(destination, arrived.data(), arrived.size());
+      core->copied_bytes.fetch_add(arrived.size(), std::memory_order_relaxed);
       {
         std::lock_guard<std::mutex> lock(core->mu);
         RecvChannel& channel = core->recvs[key];

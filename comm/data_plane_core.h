@@ -345,18 +345,50 @@ class DataPlaneCore {
       }
       std::vector<char> bytes = std::move(early);
       bytes.resize(header.bytes);  // a spare of the same size: nothing to fill
-      if (!ReadPayload(connection, bytes.data(), header.bytes) || !EndPayload(connection, header))
-        return ReadFailed(connection);
+      // Read in pieces; between them, look whether the RECV act posted its register meanwhile
+      // (the usual race: the bytes come as the receiving rank starts its call). Then only what
+      // came so far is copied, and the rest is read straight into the register.
+      size_t done = 0;
+      bool posted_meanwhile = false;
+      while (done < header.bytes) {
+        const size_t piece = std::min<size_t>(header.bytes - done, kEarlyPiece);
+        if (!ReadPayload(connection, bytes.data() + done, piece)) return ReadFailed(connection);
+        done += piece;
+        if (done == header.bytes) break;
+        std::lock_guard<std::mutex> lock(mu);
+        RecvChannel& channel = recvs[{header.job, header.channel}];
+        auto it = channel.posted.find(header.iteration);
+        if (it != channel.posted.end() && static_cast<int64_t>(header.bytes) == channel.bytes) {
+          posted = std::move(it->second);
+          channel.posted.erase(it);
+          task = channel.task;
+          posted_meanwhile = true;
+          break;
+        }
+      }
+      if (posted_meanwhile) {
+        std::memcpy(posted.destination, bytes.data(), done);
+        copied_bytes.fetch_add(done, std::memory_order_relaxed);
+        if (!ReadPayload(connection, posted.destination + done, header.bytes - done) || !EndPayload(connection, header)) {
+          (void)posted.done.Complete(FailedPrecondition(connection->read_error).WithContext(task));
+          return ReadFailed(connection);
+        }
+        (void)posted.done.Complete(Status::Ok());
+        Ack(connection->peer, header.job, header.channel, header.iteration, "");
+        KeepSpare(header, std::move(bytes));
+        continue;
+      }
+      if (!EndPayload(connection, header)) return ReadFailed(connection);
       std::string error;
       {
         std::lock_guard<std::mutex> lock(mu);
         RecvChannel& channel = recvs[{header.job, header.channel}];
         auto it = channel.posted.find(header.iteration);
-        if (it == channel.posted.end()) {  // the usual case: the RECV act comes later
+        if (it == channel.posted.end()) {  // the RECV act comes later: it copies the bytes
           channel.arrived.emplace(header.iteration, std::move(bytes));
           continue;
         }
-        posted = std::move(it->second);  // posted while we read
+        posted = std::move(it->second);  // posted during the last piece
         channel.posted.erase(it);
         expected = channel.bytes;
         task = channel.task;
@@ -367,11 +399,26 @@ class DataPlaneCore {
         (void)posted.done.Complete(Internal(error));
       } else {
         if (!bytes.empty()) std::memcpy(posted.destination, bytes.data(), bytes.size());
+        copied_bytes.fetch_add(bytes.size(), std::memory_order_relaxed);
         (void)posted.done.Complete(Status::Ok());
       }
       Ack(connection->peer, header.job, header.channel, header.iteration, error);
+      KeepSpare(header, std::move(bytes));
     }
   }
+
+  // An early-arrival buffer done with: kept for the channel's next early arrival (bounded).
+  void KeepSpare(const Header& header, std::vector<char> bytes) {
+    std::lock_guard<std::mutex> lock(mu);
+    RecvChannel& channel = recvs[{header.job, header.channel}];
+    if (channel.spare.size() < kSpareBuffers) channel.spare.push_back(std::move(bytes));
+  }
+
+  // Early bytes are read in pieces of this size, looking for their register between pieces.
+  static constexpr size_t kEarlyPiece = 256 * 1024;
+  // Payload bytes received before their register was posted, then copied into it (the part of
+  // a transfer that costs a copy more than reading straight into the register).
+  std::atomic<uint64_t> copied_bytes{0};
 
   // ---- The ring all-reduce (comm/ring.h). An act advances as its chunks arrive, on the reader
   // thread of the previous rank's connection: each chunk is added (or copied) into the act's
