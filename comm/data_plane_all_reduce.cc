@@ -18,7 +18,7 @@ void DataPlaneCore::QueueStep(const ChannelKey& key, CollectiveChannel& channel,
   Connection::Frame frame;
   frame.header = Header{key.first, key.second, iteration, kCollective, static_cast<uint32_t>(rank),
                         static_cast<uint64_t>(ring.ChunkBytes(chunk)), static_cast<uint64_t>(step)};
-  frame.payload = act.sum + ring.ChunkOffset(chunk);
+  frame.payload = (step == 0 ? act.input : act.sum) + ring.ChunkOffset(chunk);
   ++act.busy;
   Enqueue(channel.next, std::move(frame));
 }
@@ -47,20 +47,21 @@ bool DataPlaneCore::ApplyStep(const ChannelKey& key, CollectiveChannel& channel,
   const RingSchedule& ring = *channel.schedule;
   const int chunk = ring.ReceiveChunk(step);
   char* destination = act.sum + ring.ChunkOffset(chunk);
+  const char* own = act.input + ring.ChunkOffset(chunk);  // this rank's values of the chunk
   const int64_t bytes = ring.ChunkBytes(chunk);
   bool read = true;
   if (!ring.Reduces(step)) {
     if (source != nullptr && bytes > 0) std::memcpy(destination, source, static_cast<size_t>(bytes));
     else if (source == nullptr) read = ReadPayload(connection, destination, static_cast<size_t>(bytes));
   } else if (source != nullptr) {
-    AccumulateInto(destination, source, bytes, channel.dtype);
+    AddInto(destination, own, source, bytes, channel.dtype);
   } else {
     // The sum streams as bytes come. With frame authentication the chunk's tag is checked only
     // after it was added in: a forged chunk fails the act (its sum is then never used).
     for (int64_t done = 0; read && done < bytes; done += kReducePiece) {
       const int64_t piece = std::min<int64_t>(bytes - done, kReducePiece);
       read = ReadPayload(connection, scratch.data(), static_cast<size_t>(piece));
-      if (read) AccumulateInto(destination + done, scratch.data(), piece, channel.dtype);
+      if (read) AddInto(destination + done, own + done, scratch.data(), piece, channel.dtype);
     }
   }
   if (read && source == nullptr) read = EndPayload(connection, *header);
@@ -202,9 +203,14 @@ StatusOr<KernelFn> DataPlane::MakeAllReduceKernel(const std::string& job, const 
       if (static_cast<int64_t>(ctx.input(k).byte_size()) != bytes)
         return Internal("all_reduce: input " + std::to_string(k) + " holds " + std::to_string(ctx.input(k).byte_size()) +
                         " bytes, the sum " + std::to_string(bytes));
-    // This machine's partial sums, in input order, before the act is visible to the reader.
-    if (bytes > 0) std::memcpy(sum, ctx.input(0).data, static_cast<size_t>(bytes));
-    for (size_t k = 1; k < ctx.num_inputs(); ++k) AccumulateInto(sum, ctx.input(k).data, bytes, dtype);
+    // This machine's partial sums, in input order, before the act is visible to the reader. One
+    // input is used where it is (its register stays held until the act completes).
+    const char* input = static_cast<const char*>(ctx.input(0).data);
+    if (ctx.num_inputs() > 1) {
+      AddInto(sum, ctx.input(0).data, ctx.input(1).data, bytes, dtype);
+      for (size_t k = 2; k < ctx.num_inputs(); ++k) AccumulateInto(sum, ctx.input(k).data, bytes, dtype);
+      input = sum;
+    }
     const int64_t iteration = ctx.iteration;
     CollectiveChannel* channel = nullptr;
     {
@@ -213,6 +219,7 @@ StatusOr<KernelFn> DataPlane::MakeAllReduceKernel(const std::string& job, const 
       if (!core->failure.empty()) return core->Failed(channel->task);
       CollectiveAct& act = channel->acts[iteration];
       act.sum = sum;
+      act.input = input;
       act.done = ctx.TakeCompletion();
       act.busy = 1;  // this launch, until the chunks that came first are applied
       core->QueueStep(key, *channel, iteration, act, 0);

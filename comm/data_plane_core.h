@@ -69,6 +69,10 @@ struct SendChannel {
 // are sent from it and received (added or copied) into it.
 struct CollectiveAct {
   char* sum = nullptr;
+  // The rank's own values: the single data input's register (never copied into `sum`: step 0
+  // sends from it and reduce steps write sum = input + received, comm/ring.h), or `sum` itself
+  // after the local sum of several inputs.
+  const char* input = nullptr;
   int received = 0;  // steps whose chunk is in `sum`
   int busy = 0;      // chunks being read or applied into `sum`, frames queued or being written from it
   std::string error;  // set when the act failed: it completes once nothing is busy
