@@ -86,6 +86,14 @@ constexpr size_t kAuthenticatedPiece = 256 * 1024;
 
 namespace data_plane_internal {
 
+namespace {
+
+std::string Closed(const Connection* connection) {
+  return "lost rank " + std::to_string(connection->peer) + " (its data connection closed)";
+}
+
+}  // namespace
+
 bool DataPlaneCore::WriteFrame(Connection* connection, const Header& header, const char* payload) {
   const int fd = connection->fd;
   FrameAuthenticator* auth = connection->send_auth.get();
@@ -125,16 +133,15 @@ bool DataPlaneCore::WriteFrame(Connection* connection, const Header& header, con
 }
 
 bool DataPlaneCore::ReadHeader(Connection* connection, Header* header) {
-  const std::string closed = "lost rank " + std::to_string(connection->peer) + " (its data connection closed)";
   FrameAuthenticator* auth = connection->receive_auth.get();
   if (auth == nullptr) {
     if (ReadAll(connection->fd, header, sizeof *header)) return true;
-    connection->read_error = closed;
+    connection->read_error = Closed(connection);
     return false;
   }
   unsigned char head[sizeof(Header) + kFrameTagBytes];
   if (!ReadAll(connection->fd, head, sizeof head)) {
-    connection->read_error = closed;
+    connection->read_error = Closed(connection);
     return false;
   }
   std::memcpy(header, head, sizeof *header);
@@ -157,7 +164,7 @@ bool DataPlaneCore::ReadPayload(Connection* connection, char* destination, size_
   for (size_t done = 0; done < bytes;) {
     const size_t piece = auth == nullptr ? bytes : std::min<size_t>(bytes - done, kAuthenticatedPiece);
     if (!ReadAll(connection->fd, destination + done, piece)) {
-      connection->read_error = "lost rank " + std::to_string(connection->peer) + " (its data connection closed)";
+      connection->read_error = Closed(connection);
       return false;
     }
     if (auth != nullptr) auth->Add(destination + done, piece);
@@ -172,7 +179,7 @@ bool DataPlaneCore::EndPayload(Connection* connection, const Header& header) {
   if (header.bytes > 0) {
     unsigned char tag[kFrameTagBytes];
     if (!ReadAll(connection->fd, tag, kFrameTagBytes)) {
-      connection->read_error = "lost rank " + std::to_string(connection->peer) + " (its data connection closed)";
+      connection->read_error = Closed(connection);
       return false;
     }
     if (!auth->Check(tag)) {
