@@ -70,6 +70,10 @@ struct ClusterOptions {
   // This rank's data plane listens on this address and tells it to the peers (comm/data_plane.h);
   // empty: coordinator_host (one machine). On several machines: this machine's own address.
   std::string data_host;
+  // Authenticate every data-plane frame with keys fresh per connection (comm/data_plane_frames.h;
+  // needs `secret`). On whenever `tls` is enabled, or with this set, or with the environment
+  // variable ACTORFLOW_DATA_AUTH=1; every rank must agree (a mismatch is refused at connection).
+  bool authenticate_data_frames = false;
 };
 
 // HMAC-SHA256(secret, "actorflow-join/<job_id>/<rank>") in hex: a joining rank's proof.

@@ -10,7 +10,10 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <sys/uio.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <algorithm>
@@ -50,8 +53,149 @@ int64_t IntAttr(const plan::Task& task, const char* name) {
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
+// Writes every byte of the `count` pieces (one sendmsg per call while the socket takes them:
+// a header and its payload go in one system call, not two).
+bool WriteVectors(int fd, iovec* pieces, int count) {
+  while (count > 0) {
+    msghdr message{};
+    message.msg_iov = pieces;
+    message.msg_iovlen = static_cast<size_t>(count);
+    ssize_t wrote = sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) return false;
+    auto left = static_cast<size_t>(wrote);
+    while (count > 0 && left >= pieces->iov_len) {
+      left -= pieces->iov_len;
+      ++pieces;
+      --count;
+    }
+    if (count > 0) {
+      pieces->iov_base = static_cast<char*>(pieces->iov_base) + left;
+      pieces->iov_len -= left;
+    }
+  }
+  return true;
+}
+
+// Authenticated payloads are hashed and written in pieces of this size, each while it is in
+// the cache.
+constexpr size_t kAuthenticatedPiece = 256 * 1024;
+
 
 }  // namespace
+
+namespace data_plane_internal {
+
+namespace {
+
+std::string Closed(const Connection* connection) {
+  return "lost rank " + std::to_string(connection->peer) + " (its data connection closed)";
+}
+
+}  // namespace
+
+bool DataPlaneCore::WriteFrame(Connection* connection, const Header& header, const char* payload) {
+  const int fd = connection->fd;
+  FrameAuthenticator* auth = connection->send_auth.get();
+  if (auth == nullptr) {
+    iovec pieces[2] = {{const_cast<Header*>(&header), sizeof header}, {const_cast<char*>(payload), header.bytes}};
+    return WriteVectors(fd, pieces, header.bytes > 0 ? 2 : 1);
+  }
+  unsigned char header_tag[kFrameTagBytes], payload_tag[kFrameTagBytes];
+  auth->Begin(FrameAuthenticator::kHeader);
+  auth->Add(&header, sizeof header);
+  auth->Finish(header_tag);
+  if (header.bytes == 0) {
+    auth->EndFrame();
+    iovec pieces[2] = {{const_cast<Header*>(&header), sizeof header}, {header_tag, kFrameTagBytes}};
+    return WriteVectors(fd, pieces, 2);
+  }
+  auth->Begin(FrameAuthenticator::kPayload);
+  for (size_t done = 0; done < header.bytes;) {
+    const size_t piece = std::min<size_t>(header.bytes - done, kAuthenticatedPiece);
+    auth->Add(payload + done, piece);
+    iovec pieces[4];
+    int count = 0;
+    if (done == 0) {
+      pieces[count++] = {const_cast<Header*>(&header), sizeof header};
+      pieces[count++] = {header_tag, kFrameTagBytes};
+    }
+    pieces[count++] = {const_cast<char*>(payload + done), piece};
+    done += piece;
+    if (done == header.bytes) {
+      auth->Finish(payload_tag);
+      auth->EndFrame();
+      pieces[count++] = {payload_tag, kFrameTagBytes};
+    }
+    if (!WriteVectors(fd, pieces, count)) return false;
+  }
+  return true;
+}
+
+bool DataPlaneCore::ReadHeader(Connection* connection, Header* header) {
+  FrameAuthenticator* auth = connection->receive_auth.get();
+  if (auth == nullptr) {
+    if (ReadAll(connection->fd, header, sizeof *header)) return true;
+    connection->read_error = Closed(connection);
+    return false;
+  }
+  unsigned char head[sizeof(Header) + kFrameTagBytes];
+  if (!ReadAll(connection->fd, head, sizeof head)) {
+    connection->read_error = Closed(connection);
+    return false;
+  }
+  std::memcpy(header, head, sizeof *header);
+  auth->Begin(FrameAuthenticator::kHeader);
+  auth->Add(head, sizeof *header);
+  if (!auth->Check(head + sizeof *header)) {
+    connection->read_error = "data frame " + std::to_string(auth->sequence()) + " from rank " +
+                             std::to_string(connection->peer) +
+                             " failed authentication (its header was altered, replayed, reordered or cut short "
+                             "on the way, or rank " + std::to_string(connection->peer) +
+                             " did not send it): the data plane stops";
+    return false;
+  }
+  if (header->bytes > 0) auth->Begin(FrameAuthenticator::kPayload);
+  return true;
+}
+
+bool DataPlaneCore::ReadPayload(Connection* connection, char* destination, size_t bytes) {
+  FrameAuthenticator* auth = connection->receive_auth.get();
+  for (size_t done = 0; done < bytes;) {
+    const size_t piece = auth == nullptr ? bytes : std::min<size_t>(bytes - done, kAuthenticatedPiece);
+    if (!ReadAll(connection->fd, destination + done, piece)) {
+      connection->read_error = Closed(connection);
+      return false;
+    }
+    if (auth != nullptr) auth->Add(destination + done, piece);
+    done += piece;
+  }
+  return true;
+}
+
+bool DataPlaneCore::EndPayload(Connection* connection, const Header& header) {
+  FrameAuthenticator* auth = connection->receive_auth.get();
+  if (auth == nullptr) return true;
+  if (header.bytes > 0) {
+    unsigned char tag[kFrameTagBytes];
+    if (!ReadAll(connection->fd, tag, kFrameTagBytes)) {
+      connection->read_error = Closed(connection);
+      return false;
+    }
+    if (!auth->Check(tag)) {
+      connection->read_error = "data frame " + std::to_string(auth->sequence()) + " from rank " +
+                               std::to_string(connection->peer) + " failed authentication (its " +
+                               std::to_string(header.bytes) +
+                               " payload bytes were altered, replayed, reordered or cut short on the way, or rank " +
+                               std::to_string(connection->peer) + " did not send them): the data plane stops";
+      return false;
+    }
+  }
+  auth->EndFrame();
+  return true;
+}
+
+}  // namespace data_plane_internal
 
 StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::shared_ptr<ActorEnvironment> environment,
                                                        std::chrono::milliseconds timeout) {
@@ -60,7 +204,13 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
   const int rank = cluster.rank(), world = cluster.world_size();
   const std::string& host =
       cluster.options().data_host.empty() ? cluster.options().coordinator_host : cluster.options().data_host;
-  const DataHandshake handshake{cluster.options().secret, cluster.options().job_id, rank};
+  const DataHandshake handshake{cluster.options().secret, cluster.options().job_id, rank,
+                                AuthenticatesFrames(cluster.options())};
+  if (handshake.authenticate_frames && handshake.secret.empty())
+    return InvalidArgument("data plane of rank " + std::to_string(rank) +
+                           ": frame authentication (on with TLS, ClusterOptions::authenticate_data_frames or "
+                           "ACTORFLOW_DATA_AUTH=1) needs the cluster secret (ClusterOptions::secret, the launcher's "
+                           "ACTORFLOW_CLUSTER_SECRET): the frame keys are derived from it");
   // Listen first (loopback unless the cluster is configured otherwise), then tell the others.
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
@@ -79,11 +229,9 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
   const uint16_t port = ntohs(address.sin_port);
   caf::actor endpoint = environment->system().spawn(Endpoint, host, port);
   auto endpoints = cluster.AllGather(endpoint, timeout);
-  std::shared_ptr<DataPlane> plane(new DataPlane());
-  plane->core_ = std::make_shared<DataPlaneCore>();
-  DataPlaneCore& core = *plane->core_;
-  core.rank = rank;
+  std::vector<PeerConnection> connections;
   auto fail = [&](Status status) {
+    for (PeerConnection& connection : connections) close(connection.fd);
     close(listener);
     caf::anon_send_exit(endpoint, caf::exit_reason::user_shutdown);
     return status.WithContext("starting the data plane of rank " + std::to_string(rank));
@@ -116,15 +264,13 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
       close(fd);
       return fail(status);
     }
-    Status proven = ConnectHandshake(fd, handshake, peer, deadline);
+    FrameKeys keys;
+    Status proven = ConnectHandshake(fd, handshake, peer, deadline, &keys);
     if (!proven.ok()) {
       close(fd);
       return fail(proven);
     }
-    auto connection = std::make_unique<Connection>();
-    connection->peer = peer;
-    connection->fd = fd;
-    core.connections[peer] = std::move(connection);
+    connections.push_back(PeerConnection{peer, fd, keys});
   }
   for (int accepted = 0; accepted < rank;) {
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -134,8 +280,11 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
     int fd = accept(listener, nullptr, nullptr);
     if (fd < 0) continue;
     // Bounded per connection: a stranger that never answers cannot hold the accept loop long.
-    auto peer = AcceptHandshake(fd, handshake, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2)));
-    if (peer.ok() && core.connections.count(*peer))
+    FrameKeys keys;
+    auto peer = AcceptHandshake(fd, handshake, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(2)),
+                                &keys);
+    if (peer.ok() && std::any_of(connections.begin(), connections.end(),
+                                 [&](const PeerConnection& connection) { return connection.peer == *peer; }))
       peer = FailedPrecondition("data plane of rank " + std::to_string(rank) + " refused a second connection from rank " +
                                 std::to_string(*peer));
     if (!peer.ok()) {
@@ -144,27 +293,50 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
       close(fd);
       continue;
     }
-    auto connection = std::make_unique<Connection>();
-    connection->peer = *peer;
-    connection->fd = fd;
-    core.connections[connection->peer] = std::move(connection);
+    connections.push_back(PeerConnection{*peer, fd, keys});
     ++accepted;
   }
   close(listener);
   caf::anon_send_exit(endpoint, caf::exit_reason::user_shutdown);
-  for (auto& [peer, connection] : core.connections) {
+  for (PeerConnection& connection : connections) {
     int one = 1;
-    setsockopt(connection->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    Connection* raw = connection.get();
-    DataPlaneCore* core_pointer = plane->core_.get();  // the threads end in ~DataPlane, before the core
-    raw->reader = std::thread([core_pointer, raw] { core_pointer->Reader(raw); });
-    raw->writer = std::thread([core_pointer, raw] { core_pointer->Writer(raw); });
+    setsockopt(connection.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
+  std::shared_ptr<DataPlane> plane = Start(rank, std::move(connections));
   std::weak_ptr<DataPlaneCore> weak = plane->core_;
   cluster.OnFailure([weak](const std::string& message) {
     if (auto core = weak.lock()) core->Fail(message);
   });
   return plane;
+}
+
+std::shared_ptr<DataPlane> DataPlane::Start(int rank, std::vector<PeerConnection> connections) {
+  std::shared_ptr<DataPlane> plane(new DataPlane());
+  plane->core_ = std::make_shared<DataPlaneCore>();
+  DataPlaneCore& core = *plane->core_;
+  core.rank = rank;
+  for (PeerConnection& opened : connections) {
+    auto connection = std::make_unique<Connection>();
+    connection->peer = opened.peer;
+    connection->fd = opened.fd;
+    if (opened.keys.enabled) {
+      connection->send_auth = std::make_unique<FrameAuthenticator>(opened.keys.send);
+      connection->receive_auth = std::make_unique<FrameAuthenticator>(opened.keys.receive);
+    }
+    core.connections[opened.peer] = std::move(connection);
+  }
+  for (auto& [peer, connection] : core.connections) {
+    Connection* raw = connection.get();
+    DataPlaneCore* core_pointer = plane->core_.get();  // the threads end in ~DataPlane, before the core
+    raw->reader = std::thread([core_pointer, raw] { core_pointer->Reader(raw); });
+    raw->writer = std::thread([core_pointer, raw] { core_pointer->Writer(raw); });
+  }
+  return plane;
+}
+
+bool DataPlane::AuthenticatesFrames(const ClusterOptions& options) {
+  const char* variable = std::getenv("ACTORFLOW_DATA_AUTH");
+  return options.tls.enabled() || options.authenticate_data_frames || (variable != nullptr && std::strcmp(variable, "1") == 0);
 }
 
 DataPlane::~DataPlane() {
@@ -200,6 +372,8 @@ std::pair<uint64_t, uint64_t> DataPlane::PayloadBytes() const {
   }
   return bytes;
 }
+
+uint64_t DataPlane::CopiedPayloadBytes() const { return core_->copied_bytes.load(std::memory_order_relaxed); }
 
 size_t DataPlane::waiting_payloads() const {
   std::lock_guard<std::mutex> lock(core_->mu);
@@ -258,6 +432,7 @@ StatusOr<KernelFn> DataPlane::MakeKernel(const std::string& job, const plan::Tas
                 std::to_string(arrived.size()) + " (do all ranks run the same plan?)";
       else if (!arrived.empty())
         std::memcpy(destination, arrived.data(), arrived.size());
+      core->copied_bytes.fetch_add(arrived.size(), std::memory_order_relaxed);
       {
         std::lock_guard<std::mutex> lock(core->mu);
         RecvChannel& channel = core->recvs[key];

@@ -19,6 +19,12 @@
 // them straight into posted RECV registers. docs/cluster.md says why this and not Gloo's pairs
 // or CAF messages, and what it costs.
 //
+// Authentication: every connection opens with a proof of the cluster secret both ways
+// (comm/data_plane_handshake.h); with frame authentication on (ClusterOptions::
+// authenticate_data_frames, on with TLS) every frame also carries tags under keys fresh per
+// connection and direction (comm/data_plane_frames.h): a frame altered, replayed, reordered or
+// cut short on the way fails the data plane with an error naming the rank it came from.
+//
 // Failure: when the control plane loses a rank (Cluster::OnFailure), every pending act fails
 // with its message ("lost rank 1 (...)"), and every later act fails at once: iterations end
 // with that error, nothing waits forever.
@@ -31,11 +37,13 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "actors/environment.h"
 #include "actors/kernel.h"
 #include "actors/status.h"
 #include "comm/cluster.h"
+#include "comm/data_plane_frames.h"
 
 namespace actorflow {
 namespace plan { class Task; }
@@ -53,6 +61,17 @@ class DataPlane {
   // rank's (Cluster::AllGather, bounded by `timeout`).
   static StatusOr<std::shared_ptr<DataPlane>> Create(Cluster& cluster, std::shared_ptr<ActorEnvironment> environment,
                                                      std::chrono::milliseconds timeout);
+  // A connection already opened and authenticated (Create's handshake does both).
+  struct PeerConnection {
+    int peer = -1;
+    int fd = -1;      // owned by the data plane from Start on
+    FrameKeys keys;   // enabled: frames carry tags under these keys
+  };
+  // The data plane of `rank` over `connections`: what Create ends with; tests give it socket
+  // pairs. Without a cluster only a connection's end or a forged frame fails it.
+  static std::shared_ptr<DataPlane> Start(int rank, std::vector<PeerConnection> connections);
+  // Whether `options` ask for frame authentication (see ClusterOptions::authenticate_data_frames).
+  static bool AuthenticatesFrames(const ClusterOptions& options);
   ~DataPlane();
   DataPlane(const DataPlane&) = delete;
   DataPlane& operator=(const DataPlane&) = delete;
@@ -79,6 +98,9 @@ class DataPlane {
   // Payload bytes this rank sent and received so far (data and all-reduce frames, all peers):
   // what the benchmarks report as traffic per rank.
   std::pair<uint64_t, uint64_t> PayloadBytes() const;
+  // Of the send/recv payload bytes received, those that came before their RECV act posted its
+  // register and were copied into it afterwards (the rest went straight into the register).
+  uint64_t CopiedPayloadBytes() const;
 
  private:
   DataPlane() = default;

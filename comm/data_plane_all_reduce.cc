@@ -18,7 +18,7 @@ void DataPlaneCore::QueueStep(const ChannelKey& key, CollectiveChannel& channel,
   Connection::Frame frame;
   frame.header = Header{key.first, key.second, iteration, kCollective, static_cast<uint32_t>(rank),
                         static_cast<uint64_t>(ring.ChunkBytes(chunk)), static_cast<uint64_t>(step)};
-  frame.payload = act.sum + ring.ChunkOffset(chunk);
+  frame.payload = (step == 0 ? act.input : act.sum) + ring.ChunkOffset(chunk);
   ++act.busy;
   Enqueue(channel.next, std::move(frame));
 }
@@ -41,29 +41,35 @@ std::string DataPlaneCore::Mismatch(const CollectiveChannel& channel, uint64_t s
          " does not fit this rank's ring (do all ranks run the same plan?)";
 }
 
-bool DataPlaneCore::ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step, const char* source, int fd, std::vector<char>& scratch) {
+bool DataPlaneCore::ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act,
+                              int step, const char* source, Connection* connection, const Header* header,
+                              std::vector<char>& scratch) {
   const RingSchedule& ring = *channel.schedule;
   const int chunk = ring.ReceiveChunk(step);
   char* destination = act.sum + ring.ChunkOffset(chunk);
+  const char* own = act.input + ring.ChunkOffset(chunk);  // this rank's values of the chunk
   const int64_t bytes = ring.ChunkBytes(chunk);
   bool read = true;
   if (!ring.Reduces(step)) {
     if (source != nullptr && bytes > 0) std::memcpy(destination, source, static_cast<size_t>(bytes));
-    else read = ReadAll(fd, destination, static_cast<size_t>(bytes));
+    else if (source == nullptr) read = ReadPayload(connection, destination, static_cast<size_t>(bytes));
   } else if (source != nullptr) {
-    AccumulateInto(destination, source, bytes, channel.dtype);
+    AddInto(destination, own, source, bytes, channel.dtype);
   } else {
-    for (int64_t done = 0; read && done < bytes; done += kReducePiece) {  // the sum streams as bytes come
+    // The sum streams as bytes come. With frame authentication the chunk's tag is checked only
+    // after it was added in: a forged chunk fails the act (its sum is then never used).
+    for (int64_t done = 0; read && done < bytes; done += kReducePiece) {
       const int64_t piece = std::min<int64_t>(bytes - done, kReducePiece);
-      read = ReadAll(fd, scratch.data(), static_cast<size_t>(piece));
-      if (read) AccumulateInto(destination + done, scratch.data(), piece, channel.dtype);
+      read = ReadPayload(connection, scratch.data(), static_cast<size_t>(piece));
+      if (read) AddInto(destination + done, own + done, scratch.data(), piece, channel.dtype);
     }
   }
+  if (read && source == nullptr) read = EndPayload(connection, *header);
   std::optional<Ended> ended;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (!read) {
-      if (act.error.empty()) act.error = "lost rank " + std::to_string(channel.previous) + " (its data connection closed)";
+      if (act.error.empty()) act.error = connection->read_error;
     } else {
       ++act.received;
       if (act.error.empty() && step + 1 < ring.steps()) QueueStep(key, channel, iteration, act, step + 1);
@@ -89,9 +95,9 @@ bool DataPlaneCore::ReceiveCollective(Connection* connection, const Header& head
       ++act->busy;
     }
   }
-  if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, nullptr, connection->fd, scratch);
+  if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, nullptr, connection, &header, scratch);
   std::vector<char> bytes(header.bytes);
-  if (header.bytes > 0 && !ReadAll(connection->fd, bytes.data(), header.bytes)) return false;
+  if (!ReadPayload(connection, bytes.data(), header.bytes) || !EndPayload(connection, header)) return false;
   std::optional<Ended> ended;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -112,7 +118,7 @@ bool DataPlaneCore::ReceiveCollective(Connection* connection, const Header& head
     }
   }
   if (ended) (void)ended->done.Complete(ended->status);
-  if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, bytes.data(), -1, scratch);
+  if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, bytes.data(), nullptr, nullptr, scratch);
   return true;
 }
 
@@ -122,8 +128,7 @@ bool DataPlaneCore::WriteCollective(Connection* connection, const Connection::Fr
     std::lock_guard<std::mutex> lock(mu);
     failed = !failure.empty();
   }
-  const bool written = failed || (WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
-                                  (frame.header.bytes == 0 || WriteAll(connection->fd, frame.payload, frame.header.bytes)));
+  const bool written = failed || WriteFrame(connection, frame.header, frame.payload);
   std::optional<Ended> ended;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -198,9 +203,14 @@ StatusOr<KernelFn> DataPlane::MakeAllReduceKernel(const std::string& job, const 
       if (static_cast<int64_t>(ctx.input(k).byte_size()) != bytes)
         return Internal("all_reduce: input " + std::to_string(k) + " holds " + std::to_string(ctx.input(k).byte_size()) +
                         " bytes, the sum " + std::to_string(bytes));
-    // This machine's partial sums, in input order, before the act is visible to the reader.
-    if (bytes > 0) std::memcpy(sum, ctx.input(0).data, static_cast<size_t>(bytes));
-    for (size_t k = 1; k < ctx.num_inputs(); ++k) AccumulateInto(sum, ctx.input(k).data, bytes, dtype);
+    // This machine's partial sums, in input order, before the act is visible to the reader. One
+    // input is used where it is (its register stays held until the act completes).
+    const char* input = static_cast<const char*>(ctx.input(0).data);
+    if (ctx.num_inputs() > 1) {
+      AddInto(sum, ctx.input(0).data, ctx.input(1).data, bytes, dtype);
+      for (size_t k = 2; k < ctx.num_inputs(); ++k) AccumulateInto(sum, ctx.input(k).data, bytes, dtype);
+      input = sum;
+    }
     const int64_t iteration = ctx.iteration;
     CollectiveChannel* channel = nullptr;
     {
@@ -209,6 +219,7 @@ StatusOr<KernelFn> DataPlane::MakeAllReduceKernel(const std::string& job, const 
       if (!core->failure.empty()) return core->Failed(channel->task);
       CollectiveAct& act = channel->acts[iteration];
       act.sum = sum;
+      act.input = input;
       act.done = ctx.TakeCompletion();
       act.busy = 1;  // this launch, until the chunks that came first are applied
       core->QueueStep(key, *channel, iteration, act, 0);
@@ -234,7 +245,7 @@ StatusOr<KernelFn> DataPlane::MakeAllReduceKernel(const std::string& job, const 
         act = &launched;
         ++act->busy;
       }
-      core->ApplyStep(key, *channel, iteration, *act, step, early.data(), -1, unused);
+      core->ApplyStep(key, *channel, iteration, *act, step, early.data(), nullptr, nullptr, unused);
     }
     std::optional<DataPlaneCore::Ended> ended;
     {

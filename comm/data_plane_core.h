@@ -22,6 +22,7 @@
 
 #include "actors/kernel.h"
 #include "actors/status.h"
+#include "comm/data_plane_frames.h"
 #include "comm/ring.h"
 
 namespace actorflow {
@@ -68,6 +69,10 @@ struct SendChannel {
 // are sent from it and received (added or copied) into it.
 struct CollectiveAct {
   char* sum = nullptr;
+  // The rank's own values: the single data input's register (never copied into `sum`: step 0
+  // sends from it and reduce steps write sum = input + received, comm/ring.h), or `sum` itself
+  // after the local sum of several inputs.
+  const char* input = nullptr;
   int received = 0;  // steps whose chunk is in `sum`
   int busy = 0;      // chunks being read or applied into `sum`, frames queued or being written from it
   std::string error;  // set when the act failed: it completes once nothing is busy
@@ -134,6 +139,10 @@ struct Connection {
   bool writing = false;
   std::pair<uint64_t, int64_t> writing_key;
   int64_t writing_iteration = 0;
+  // Frame authentication (comm/data_plane_frames.h), null when off: the writer's tags and the
+  // reader's checks. read_error: why the reader stopped (a closed connection, a forged frame).
+  std::unique_ptr<FrameAuthenticator> send_auth, receive_auth;
+  std::string read_error;
 };
 
 class DataPlaneCore {
@@ -206,8 +215,7 @@ class DataPlaneCore {
         connection->writing_iteration = frame.header.iteration;
       }
     }
-    bool written = connection->writing && WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
-                   (frame.header.bytes == 0 || WriteAll(connection->fd, frame.payload, frame.header.bytes));
+    bool written = connection->writing && WriteFrame(connection, frame.header, frame.payload);
     KernelCompletion done;
     std::string task, why;
     {
@@ -267,8 +275,7 @@ class DataPlaneCore {
       } else if (frame.header.kind == kCollective) {
         written = WriteCollective(connection, frame);
       } else {
-        written = WriteAll(connection->fd, &frame.header, sizeof frame.header) &&
-                  (frame.header.bytes == 0 || WriteAll(connection->fd, frame.error.data(), frame.header.bytes));
+        written = WriteFrame(connection, frame.header, frame.error.data());
       }
       if (!written) {
         Lost(connection->peer, "writing to its data connection: " + std::string(std::strerror(errno)));
@@ -282,16 +289,16 @@ class DataPlaneCore {
     std::vector<char> scratch(kReducePiece);  // the all-reduce adds what it reads piece by piece
     for (;;) {
       Header header;
-      if (!ReadAll(connection->fd, &header, sizeof header)) return Lost(connection->peer, "its data connection closed");
+      if (!ReadHeader(connection, &header)) return ReadFailed(connection);
       if (header.kind != kAck) connection->payload_received.fetch_add(header.bytes, std::memory_order_relaxed);
       if (header.kind == kCollective) {
-        if (!ReceiveCollective(connection, header, scratch)) return Lost(connection->peer, "its data connection closed");
+        if (!ReceiveCollective(connection, header, scratch)) return ReadFailed(connection);
         continue;
       }
       if (header.kind == kAck) {
         error_text.resize(header.bytes);
-        if (header.bytes > 0 && !ReadAll(connection->fd, error_text.data(), header.bytes))
-          return Lost(connection->peer, "its data connection closed");
+        if (!ReadPayload(connection, error_text.data(), header.bytes) || !EndPayload(connection, header))
+          return ReadFailed(connection);
         KernelCompletion done;
         std::string task;
         {
@@ -332,9 +339,9 @@ class DataPlaneCore {
         }
       }
       if (have_register) {
-        if (header.bytes > 0 && !ReadAll(connection->fd, posted.destination, header.bytes)) {
-          (void)posted.done.Complete(FailedPrecondition("lost rank " + std::to_string(connection->peer)).WithContext(task));
-          return Lost(connection->peer, "its data connection closed");
+        if (!ReadPayload(connection, posted.destination, header.bytes) || !EndPayload(connection, header)) {
+          (void)posted.done.Complete(FailedPrecondition(connection->read_error).WithContext(task));
+          return ReadFailed(connection);
         }
         (void)posted.done.Complete(Status::Ok());
         Ack(connection->peer, header.job, header.channel, header.iteration, "");
@@ -342,18 +349,50 @@ class DataPlaneCore {
       }
       std::vector<char> bytes = std::move(early);
       bytes.resize(header.bytes);  // a spare of the same size: nothing to fill
-      if (header.bytes > 0 && !ReadAll(connection->fd, bytes.data(), header.bytes))
-        return Lost(connection->peer, "its data connection closed");
+      // Read in pieces; between them, look whether the RECV act posted its register meanwhile
+      // (the usual race: the bytes come as the receiving rank starts its call). Then only what
+      // came so far is copied, and the rest is read straight into the register.
+      size_t done = 0;
+      bool posted_meanwhile = false;
+      while (done < header.bytes) {
+        const size_t piece = std::min<size_t>(header.bytes - done, kEarlyPiece);
+        if (!ReadPayload(connection, bytes.data() + done, piece)) return ReadFailed(connection);
+        done += piece;
+        if (done == header.bytes) break;
+        std::lock_guard<std::mutex> lock(mu);
+        RecvChannel& channel = recvs[{header.job, header.channel}];
+        auto it = channel.posted.find(header.iteration);
+        if (it != channel.posted.end() && static_cast<int64_t>(header.bytes) == channel.bytes) {
+          posted = std::move(it->second);
+          channel.posted.erase(it);
+          task = channel.task;
+          posted_meanwhile = true;
+          break;
+        }
+      }
+      if (posted_meanwhile) {
+        std::memcpy(posted.destination, bytes.data(), done);
+        copied_bytes.fetch_add(done, std::memory_order_relaxed);
+        if (!ReadPayload(connection, posted.destination + done, header.bytes - done) || !EndPayload(connection, header)) {
+          (void)posted.done.Complete(FailedPrecondition(connection->read_error).WithContext(task));
+          return ReadFailed(connection);
+        }
+        (void)posted.done.Complete(Status::Ok());
+        Ack(connection->peer, header.job, header.channel, header.iteration, "");
+        KeepSpare(header, std::move(bytes));
+        continue;
+      }
+      if (!EndPayload(connection, header)) return ReadFailed(connection);
       std::string error;
       {
         std::lock_guard<std::mutex> lock(mu);
         RecvChannel& channel = recvs[{header.job, header.channel}];
         auto it = channel.posted.find(header.iteration);
-        if (it == channel.posted.end()) {  // the usual case: the RECV act comes later
+        if (it == channel.posted.end()) {  // the RECV act comes later: it copies the bytes
           channel.arrived.emplace(header.iteration, std::move(bytes));
           continue;
         }
-        posted = std::move(it->second);  // posted while we read
+        posted = std::move(it->second);  // posted during the last piece
         channel.posted.erase(it);
         expected = channel.bytes;
         task = channel.task;
@@ -364,11 +403,26 @@ class DataPlaneCore {
         (void)posted.done.Complete(Internal(error));
       } else {
         if (!bytes.empty()) std::memcpy(posted.destination, bytes.data(), bytes.size());
+        copied_bytes.fetch_add(bytes.size(), std::memory_order_relaxed);
         (void)posted.done.Complete(Status::Ok());
       }
       Ack(connection->peer, header.job, header.channel, header.iteration, error);
+      KeepSpare(header, std::move(bytes));
     }
   }
+
+  // An early-arrival buffer done with: kept for the channel's next early arrival (bounded).
+  void KeepSpare(const Header& header, std::vector<char> bytes) {
+    std::lock_guard<std::mutex> lock(mu);
+    RecvChannel& channel = recvs[{header.job, header.channel}];
+    if (channel.spare.size() < kSpareBuffers) channel.spare.push_back(std::move(bytes));
+  }
+
+  // Early bytes are read in pieces of this size, looking for their register between pieces.
+  static constexpr size_t kEarlyPiece = 256 * 1024;
+  // Payload bytes received before their register was posted, then copied into it (the part of
+  // a transfer that costs a copy more than reading straight into the register).
+  std::atomic<uint64_t> copied_bytes{0};
 
   // ---- The ring all-reduce (comm/ring.h). An act advances as its chunks arrive, on the reader
   // thread of the previous rank's connection: each chunk is added (or copied) into the act's
@@ -393,10 +447,11 @@ class DataPlaneCore {
   // mu held. Why a chunk cannot belong to this act ("" when it can).
   std::string Mismatch(const CollectiveChannel& channel, uint64_t step, uint64_t bytes, int from) const;
 
-  // Applies the chunk of `step` into the act's sum, from `source`, or read from `fd` when source
-  // is null; then queues the next step. Called without mu, with the act busy on the caller's
-  // behalf (released here). False when reading failed.
-  bool ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step, const char* source, int fd, std::vector<char>& scratch);
+  // Applies the chunk of `step` into the act's sum, from `source`, or read from `connection`
+  // (the frame of `header`) when source is null; then queues the next step. Called without mu,
+  // with the act busy on the caller's behalf (released here). False when reading failed.
+  bool ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step,
+                 const char* source, Connection* connection, const Header* header, std::vector<char>& scratch);
 
   // The reader's collective frame: into its act when it launched, else kept for the launch.
   bool ReceiveCollective(Connection* connection, const Header& header, std::vector<char>& scratch);
@@ -404,6 +459,19 @@ class DataPlaneCore {
   // The writer's collective frame: written unless the data plane failed; then the act's use ends.
   bool WriteCollective(Connection* connection, const Connection::Frame& frame);
 
+
+  // ---- Frames on the wire: header, then payload; with authentication on, a tag after each
+  // (comm/data_plane_frames.h). Implemented in data_plane.cc.
+  // The writer thread's: false when the connection broke.
+  bool WriteFrame(Connection* connection, const Header& header, const char* payload);
+  // The reader thread's: the next header (its tag checked), then its payload in one or more
+  // pieces (ReadPayload), then EndPayload (the payload's tag, checked). False when the
+  // connection closed or a tag failed, with the reason in connection->read_error.
+  bool ReadHeader(Connection* connection, Header* header);
+  bool ReadPayload(Connection* connection, char* destination, size_t bytes);
+  bool EndPayload(Connection* connection, const Header& header);
+  // The reader stopped: fails the data plane with connection->read_error.
+  void ReadFailed(Connection* connection) { Fail(connection->read_error); }
 
   void Lost(int peer, const std::string& why) {
     Fail("lost rank " + std::to_string(peer) + " (" + why + ")");

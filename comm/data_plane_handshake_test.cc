@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <string>
 #include <vector>
@@ -30,21 +31,57 @@ struct Pair {
 struct Outcome {
   Status connected;
   StatusOr<int> accepted = -1;
+  FrameKeys connector_keys, acceptor_keys;
 };
 
 Outcome Handshake(const DataHandshake& connector, const DataHandshake& acceptor) {
   Pair pair;
   const auto deadline = Clock::now() + std::chrono::seconds(5);
+  FrameKeys outcome_keys;
   auto accepting = std::async(std::launch::async, [&] {
-    auto result = AcceptHandshake(pair.ends[1], acceptor, deadline);
+    auto result = AcceptHandshake(pair.ends[1], acceptor, deadline, &outcome_keys);
     if (!result.ok()) shutdown(pair.ends[1], SHUT_RDWR);  // as the data plane closes a refused one
     return result;
   });
   Outcome outcome;
-  outcome.connected = ConnectHandshake(pair.ends[0], connector, acceptor.rank, deadline);
+  outcome.connected = ConnectHandshake(pair.ends[0], connector, acceptor.rank, deadline, &outcome.connector_keys);
   EXPECT_EQ(accepting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   outcome.accepted = accepting.get();
+  outcome.acceptor_keys = outcome_keys;
   return outcome;
+}
+
+bool Same(const unsigned char* a, const unsigned char* b) { return std::memcmp(a, b, kFrameKeyBytes) == 0; }
+
+TEST(DataPlaneHandshakeTest, AuthenticatingRanksGetFreshKeysPerConnectionAndDirection) {
+  Outcome first = Handshake({"secret", "job", 0, true}, {"secret", "job", 1, true});
+  ASSERT_TRUE(first.connected.ok()) << first.connected.message();
+  ASSERT_TRUE(first.accepted.ok()) << first.accepted.status().message();
+  ASSERT_TRUE(first.connector_keys.enabled && first.acceptor_keys.enabled);
+  // What one end sends with, the other checks with; the two directions differ.
+  EXPECT_TRUE(Same(first.connector_keys.send, first.acceptor_keys.receive));
+  EXPECT_TRUE(Same(first.connector_keys.receive, first.acceptor_keys.send));
+  EXPECT_FALSE(Same(first.connector_keys.send, first.connector_keys.receive));
+  // The same ranks connecting again get other keys (fresh nonces): frames of one connection
+  // cannot be replayed into another.
+  Outcome second = Handshake({"secret", "job", 0, true}, {"secret", "job", 1, true});
+  ASSERT_TRUE(second.connected.ok());
+  EXPECT_FALSE(Same(first.connector_keys.send, second.connector_keys.send));
+  EXPECT_FALSE(Same(first.connector_keys.receive, second.connector_keys.receive));
+  // Without frame authentication no keys are handed out.
+  Outcome plain = Handshake({"secret", "job", 0}, {"secret", "job", 1});
+  ASSERT_TRUE(plain.connected.ok());
+  EXPECT_FALSE(plain.connector_keys.enabled || plain.acceptor_keys.enabled);
+}
+
+TEST(DataPlaneHandshakeTest, RanksThatDisagreeOnFrameAuthenticationAreRefused) {
+  Outcome outcome = Handshake({"secret", "job", 0, false}, {"secret", "job", 1, true});
+  EXPECT_EQ(outcome.accepted.status().message(),
+            "data plane of rank 1 refused a connection from rank 0: its data frame authentication is off, this "
+            "rank's on (start every rank with the same --tls / ACTORFLOW_DATA_AUTH)");
+  EXPECT_NE(outcome.connected.message().find("frame authentication is not off like this one's"), std::string::npos)
+      << outcome.connected.message();
+  EXPECT_FALSE(Handshake({"secret", "job", 0, true}, {"secret", "job", 1, false}).accepted.ok());
 }
 
 TEST(DataPlaneHandshakeTest, RanksWithTheSecretConnect) {
@@ -88,7 +125,7 @@ TEST(DataPlaneHandshakeTest, ARecordedHandshakeCannotBeReplayed) {
                                  [&] { return ConnectHandshake(pair.ends[0], {"secret", "job", 0}, 1, deadline); });
     unsigned char nonce[32] = {7};  // the acceptor's nonce of the recorded handshake
     ASSERT_EQ(write(pair.ends[1], nonce, sizeof nonce), static_cast<ssize_t>(sizeof nonce));
-    recorded.resize(8 + 8 + 32 + 32);
+    recorded.resize(8 + 8 + 8 + 32 + 32);  // rank, job, mode, nonce, proof
     size_t got = 0;
     while (got < recorded.size()) {
       ssize_t n = read(pair.ends[1], recorded.data() + got, recorded.size() - got);

@@ -183,8 +183,10 @@ float InputValue(int rank, int iteration, int64_t element) {
   return static_cast<float>((rank + 1) * 1000 + iteration * 10 + element % 7);
 }
 
-int RunAllReduceRank(int rank, int world, int port, int die_at) {
+int RunAllReduceRank(int rank, int world, int port, int die_at, bool authenticate) {
   ClusterOptions options;
+  options.authenticate_data_frames = authenticate;  // (comm/data_plane_frames.h)
+  if (authenticate) options.secret = "all-reduce test secret";
   options.rank = rank;
   options.world_size = world;
   options.coordinator_port = static_cast<uint16_t>(port);
@@ -415,13 +417,15 @@ TEST(DataPlaneTest, ALostReceiverFailsTheSendersPendingIterationsNamingIt) {
   EXPECT_GE(failed, kIterations - 7);
 }
 
-void ExpectAllReduceSums(int world) {
-  Child rank0({"--all-reduce", std::to_string(world), "--rank", "0", "--die-at", "-1"});
+void ExpectAllReduceSums(int world, bool authenticate = false) {
+  const std::string auth = authenticate ? "1" : "0";
+  Child rank0({"--all-reduce", std::to_string(world), "--rank", "0", "--die-at", "-1", "--authenticate", auth});
   int port = rank0.Port();
   std::vector<std::unique_ptr<Child>> others;
   for (int r = 1; r < world; ++r)
-    others.push_back(std::make_unique<Child>(std::vector<std::string>{
-        "--all-reduce", std::to_string(world), "--rank", std::to_string(r), "--port", std::to_string(port), "--die-at", "-1"}));
+    others.push_back(std::make_unique<Child>(std::vector<std::string>{"--all-reduce", std::to_string(world), "--rank",
+                                                                      std::to_string(r), "--port", std::to_string(port),
+                                                                      "--die-at", "-1", "--authenticate", auth}));
   std::vector<std::vector<std::string>> lines = {rank0.Lines(milliseconds(90000))};
   for (auto& child : others) lines.push_back(child->Lines(milliseconds(30000)));
   for (int r = 0; r < world; ++r) {
@@ -434,6 +438,8 @@ void ExpectAllReduceSums(int world) {
 
 TEST(DataPlaneAllReduceTest, TwoRanksSumEveryIterationOfTwoCollectives) { ExpectAllReduceSums(2); }
 TEST(DataPlaneAllReduceTest, ThreeRanksSumEveryIterationOfTwoCollectives) { ExpectAllReduceSums(3); }
+// Every frame tagged and checked (ClusterOptions::authenticate_data_frames): the same sums.
+TEST(DataPlaneAllReduceTest, ThreeRanksWithFrameAuthenticationSumEveryIteration) { ExpectAllReduceSums(3, true); }
 
 // Rank 1 dies before pushing iteration 4: the survivors' later all-reduces fail naming a lost
 // rank, nothing hangs. (A survivor that sees the loss first closes its connections, so the other
@@ -464,15 +470,16 @@ TEST(DataPlaneAllReduceTest, ALostRankFailsTheOthersAllReducesNamingIt) {
 
 int main(int argc, char** argv) {
   actorflow::self_path = argv[0];
-  int rank = -1, port = 0, die_at = -1, all_reduce_world = 0;
+  int rank = -1, port = 0, die_at = -1, all_reduce_world = 0, authenticate = 0;
   for (int i = 1; i + 1 < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--rank") rank = std::atoi(argv[i + 1]);
     else if (flag == "--all-reduce") all_reduce_world = std::atoi(argv[i + 1]);
     else if (flag == "--port") port = std::atoi(argv[i + 1]);
     else if (flag == "--die-at") die_at = std::atoi(argv[i + 1]);
+    else if (flag == "--authenticate") authenticate = std::atoi(argv[i + 1]);
   }
-  if (rank >= 0 && all_reduce_world > 0) return actorflow::RunAllReduceRank(rank, all_reduce_world, port, die_at);
+  if (rank >= 0 && all_reduce_world > 0) return actorflow::RunAllReduceRank(rank, all_reduce_world, port, die_at, authenticate == 1);
   if (rank >= 0) return actorflow::RunRank(rank, port, die_at);
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

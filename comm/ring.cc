@@ -22,7 +22,19 @@ void Accumulate(T* __restrict sum, const T* __restrict addend, int64_t count) {
   for (int64_t i = 0; i < count; ++i) sum[i] += addend[i];
 }
 
+template <typename T>
+void Add(T* out, const T* a, const T* __restrict b, int64_t count) {  // out may alias a, element by element
+  for (int64_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
+}
+
 }  // namespace
+
+void AddInto(void* out, const void* a, const void* b, int64_t bytes, DType dtype) {
+  if (dtype == DType::kFloat64)
+    Add(static_cast<double*>(out), static_cast<const double*>(a), static_cast<const double*>(b), bytes / 8);
+  else
+    Add(static_cast<float*>(out), static_cast<const float*>(a), static_cast<const float*>(b), bytes / 4);
+}
 
 void AccumulateInto(void* sum, const void* addend, int64_t bytes, DType dtype) {
   if (dtype == DType::kFloat64)

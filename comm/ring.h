@@ -10,6 +10,12 @@
 // ranks - 1 steps (all-gather) it overwrites its chunk with what it received. So each rank sends
 // and receives 2 (ranks - 1) / ranks of the buffer, whatever the number of ranks.
 //
+// The data plane needs no copy of the rank's input into its output: step 0 sends chunk
+// `position` straight from the input, each reduce step writes output = input + received for
+// its chunk, the all-gather steps write the remaining chunks; together they write every chunk
+// of the output exactly once (chunk (position + 1) mod ranks, the one this rank finishes, by the
+// last reduce step; the other ranks - 1 by the all-gather).
+//
 // Two properties the data plane relies on:
 //  - What a rank sends at step t + 1 is the chunk it received at step t (step 0: its own chunk
 //    `position`), so each received chunk triggers exactly one send, and the steps of one act are
@@ -51,6 +57,9 @@ class RingSchedule {
 
 // sum[i] += addend[i] over `bytes` bytes of float32 or float64 elements (the all-reduce's dtypes).
 void AccumulateInto(void* sum, const void* addend, int64_t bytes, DType dtype);
+// out[i] = a[i] + b[i] (out may be a): a reduce step writes the output register from the input
+// register and the received chunk, so the input is never copied into the output first.
+void AddInto(void* out, const void* a, const void* b, int64_t bytes, DType dtype);
 // Whether the all-reduce sums this dtype.
 bool AllReduceSupports(DType dtype);
 

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -21,7 +23,9 @@ std::vector<std::vector<float>> RunRing(const std::vector<std::vector<float>>& i
                                         unsigned seed) {
   const int ranks = static_cast<int>(inputs.size());
   const int64_t elements = static_cast<int64_t>(inputs[0].size());
-  std::vector<std::vector<float>> buffers = inputs;
+  // As the data plane runs it: outputs start as garbage (NaN), step 0 sends from the input,
+  // reduce steps write output = input + received; every output element must be written.
+  std::vector<std::vector<float>> buffers(ranks, std::vector<float>(inputs[0].size(), std::nanf("")));
   std::vector<RingSchedule> schedules;
   for (int p = 0; p < ranks; ++p) schedules.emplace_back(ranks, p, elements, sizeof(float));
   struct Message {
@@ -33,7 +37,7 @@ std::vector<std::vector<float>> RunRing(const std::vector<std::vector<float>>& i
   auto send = [&](int from, int step) {
     const RingSchedule& s = schedules[from];
     const int chunk = s.SendChunk(step);
-    const float* begin = buffers[from].data() + s.ChunkOffset(chunk) / 4;
+    const float* begin = (step == 0 ? inputs[from].data() : buffers[from].data()) + s.ChunkOffset(chunk) / 4;
     in_flight.push_back({(from + 1) % ranks, step, std::vector<float>(begin, begin + s.ChunkBytes(chunk) / 4)});
     bytes_sent[from] += s.ChunkBytes(chunk);
   };
@@ -48,7 +52,8 @@ std::vector<std::vector<float>> RunRing(const std::vector<std::vector<float>>& i
     EXPECT_EQ(static_cast<int64_t>(message.payload.size() * 4), s.ChunkBytes(chunk));
     float* destination = buffers[message.to].data() + s.ChunkOffset(chunk) / 4;
     if (s.Reduces(message.step))
-      AccumulateInto(destination, message.payload.data(), s.ChunkBytes(chunk), DType::kFloat32);
+      AddInto(destination, inputs[message.to].data() + s.ChunkOffset(chunk) / 4, message.payload.data(),
+              s.ChunkBytes(chunk), DType::kFloat32);
     else if (s.ChunkBytes(chunk) > 0)
       std::memcpy(destination, message.payload.data(), static_cast<size_t>(s.ChunkBytes(chunk)));
     if (message.step + 1 < s.steps()) {
@@ -112,6 +117,12 @@ TEST(RingScheduleTest, AccumulatesFloat64) {
   std::vector<double> sum = {1.5, 2.5}, addend = {0.25, -2.5};
   AccumulateInto(sum.data(), addend.data(), 16, DType::kFloat64);
   EXPECT_EQ(sum, (std::vector<double>{1.75, 0.0}));
+  std::vector<double> out(2, 9.0);
+  AddInto(out.data(), sum.data(), addend.data(), 16, DType::kFloat64);
+  EXPECT_EQ(out, (std::vector<double>{2.0, -2.5}));
+  std::vector<float> in_place = {1.0f, 2.0f}, b = {0.5f, 0.25f};
+  AddInto(in_place.data(), in_place.data(), b.data(), 8, DType::kFloat32);  // out aliasing a
+  EXPECT_EQ(in_place, (std::vector<float>{1.5f, 2.25f}));
   EXPECT_TRUE(AllReduceSupports(DType::kFloat64));
   EXPECT_FALSE(AllReduceSupports(DType::kInt32));
 }
