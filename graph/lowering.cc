@@ -701,6 +701,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   if (enabled("dense")) passes.push_back(MakeFusionPass());
   if (enabled("gradient_update")) passes.push_back(MakeGradientUpdateFusionPass());
   if (enabled("pool_relu_grad")) passes.push_back(MakePoolReluGradFusionPass());
+  if (enabled("matmul_relu_grad")) passes.push_back(MakeMatmulReluGradFusionPass());
   if (enabled("conv_batch_norm") || enabled("conv_activation"))
     passes.push_back(MakeConvFusionPass(enabled("conv_batch_norm"), enabled("conv_activation")));
   if (enabled("channels_last")) passes.push_back(MakeChannelsLastPass());

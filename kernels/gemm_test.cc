@@ -147,6 +147,18 @@ TEST(Sgemm, MatmulSgdUpdateChunkedEqualsTeam) {
     HostTensor reference = RunKernel("matmul_sgd_update", in, team, 2)[0];
     for (int64_t i = 0; i < chunked.desc.num_elements(); ++i)
       ASSERT_NEAR(chunked.at(i), reference.at(i), 1e-3 * (1 + std::abs(reference.at(i)))) << i;
+    // A narrow weight gradient of 1 MFLOP (512x10, K = 100) splits into row blocks on 2 threads.
+    ASSERT_GT(SgemmBlocks(512, 10, 100, 2).row_blocks, 1);
+    HostTensor h = F32({100, 512}, Ramp(100 * 512, 0.03)), dlogits = F32({100, 10}, Ramp(100 * 10, 0.05));
+    std::vector<HostTensor> narrow = {F32({512, 10}, Ramp(512 * 10, 0.4)), h, dlogits, F32({1}, {0.1})};
+    HostTensor blocks = RunKernel("matmul_sgd_update", narrow, attrs, 2)[0];
+    HostTensor one_thread = RunKernel("matmul_sgd_update", narrow, attrs, 1)[0];
+    for (int64_t i = 0; i < blocks.desc.num_elements(); ++i) {
+      double want = (1 - 0.1 * 0.01) * narrow[0].at(i);  // var = (1 - lr wd) var - lr h^T dlogits, in double
+      for (int64_t p = 0; p < 100; ++p) want -= 0.1 * h.at(p * 512 + i / 10) * dlogits.at(p * 10 + i % 10);
+      ASSERT_NEAR(blocks.at(i), want, 1e-4 * (1 + std::abs(want))) << i;
+      ASSERT_NEAR(one_thread.at(i), want, 1e-4 * (1 + std::abs(want))) << i;
+    }
   });
 }
 

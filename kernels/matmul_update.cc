@@ -43,8 +43,12 @@ StatusOr<Dims> ReadDims(const std::vector<TensorDesc>& in, bool ta, bool tb) {
   return d;
 }
 
-// Below this many FLOPs the GEMM runs on the acting thread alone (as the matmul kernel does).
-constexpr double kParallelGemmFlops = 2e6;
+// Below this many FLOPs the GEMM runs on the acting thread alone. Lower than the matmul
+// kernel's 2 MFLOP (which hands smaller GEMMs to its one-thread primitive, split in halves):
+// here every size goes through Sgemm's blocks, and a narrow weight gradient of 1 MFLOP (the
+// seed MLP's 512x10 output layer, K = 100: ~20 us on one core) still splits into row blocks
+// of ~5 us each, which a helper that arrives late leaves to the caller.
+constexpr double kParallelGemmFlops = 4e5;
 
 }  // namespace
 
