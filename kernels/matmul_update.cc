@@ -147,8 +147,14 @@ void RegisterMatmulUpdateOps(OpRegistry& registry) {
       return Status::Ok();
     });
   };
+  // The compiler fuses only on one device; for plans built by hand, channels split with the
+  // variable's shards are exact (each shard sums and updates its own channels).
   bias.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
-    return std::vector<SbpSignature>{AllBroadcast(ctx)};  // the compiler fuses only on one device
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), ctx.inputs[1].shape.size(), "axis"));
+    if (CanSplit(ctx.inputs[0].shape[0], ctx.parts))
+      out.push_back(MakeSignature({Sbp::Split(0), Sbp::Split(axis), Sbp::Broadcast()}, {}));
+    return out;
   };
   bias.doc = "var -= lr * (grad_scale * dy summed over every axis but `axis` + weight_decay * var), in place "
              "(fused bias_add_grad and SGD update)";
