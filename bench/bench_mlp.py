@@ -2,6 +2,7 @@
 1 and 100, an empty job function's round trip, and one SGD train step (batch 100, lr 0.1).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_mlp.py [--threads N] [--json out.json]
+    BENCH_MLP_ROWS=b100,train ... runs only those rows (b1, b100, empty, train)
 
 PyTorch runs with OpenBLAS's core pinned when its detection is below the CPU's (see
 _common.pin_blas_core), each variant (eager, torch.jit, matmul + add) under each split of the
@@ -205,21 +206,32 @@ def fastest_single_calls(row, calls=30):
     return times
 
 
+# BENCH_MLP_ROWS=b100,train (any of b1, b100, empty, train) runs only those rows, e.g. to A/B a
+# change of the train step quickly; the default runs every row.
+ROWS = [r for r in os.environ.get("BENCH_MLP_ROWS", "b1,b100,empty,train").split(",") if r]
+for _row in ROWS:
+    if _row not in ("b1", "b100", "empty", "train"):
+        sys.exit("BENCH_MLP_ROWS: unknown row %r (known: b1, b100, empty, train)" % _row)
+
+
 def main():
     rng = np.random.default_rng(0)
-    rows = [inference_row(1, rng).measure(ARGS), inference_row(100, rng).measure(ARGS)]
+    rows = [inference_row(batch, rng).measure(ARGS) for batch in (1, 100) if "b%d" % batch in ROWS]
     one = np.zeros((1,), np.float32)
-    rows.append(_common.Row("empty job round trip", [
-        _common.Candidate("actorflow", lambda: empty_job(one), "actorflow"),
-        _common.Candidate("from_numpy.clone.numpy", lambda: torch.from_numpy(one).clone().numpy()),
-        _common.Candidate("actorflow through the actors", lambda: empty_job_actors(one), "reference"),
-        AfterIdle("actorflow after 2 ms idle", lambda: empty_job(one), 0.002),
-        AfterIdle("actorflow through the actors after 2 ms idle", lambda: empty_job_actors(one), 0.002)]
-        ).measure(ARGS))
-    train = train_row(rng).measure(ARGS)
-    train.fastest_single_calls = fastest_single_calls(train)
-    rows.append(train)
-    notes = gemm_bound(train)
+    if "empty" in ROWS:
+        rows.append(_common.Row("empty job round trip", [
+            _common.Candidate("actorflow", lambda: empty_job(one), "actorflow"),
+            _common.Candidate("from_numpy.clone.numpy", lambda: torch.from_numpy(one).clone().numpy()),
+            _common.Candidate("actorflow through the actors", lambda: empty_job_actors(one), "reference"),
+            AfterIdle("actorflow after 2 ms idle", lambda: empty_job(one), 0.002),
+            AfterIdle("actorflow through the actors after 2 ms idle", lambda: empty_job_actors(one), 0.002)]
+            ).measure(ARGS))
+    notes = []
+    if "train" in ROWS:
+        train = train_row(rng).measure(ARGS)
+        train.fastest_single_calls = fastest_single_calls(train)
+        rows.append(train)
+        notes += gemm_bound(train)
     notes += ["actorflow: synchronous calls of an idle job run inline on the calling thread (run_inline); "
               "'through the actors' is the same job with function_config().disable_run_inline(); "
               "'after 2 ms idle': one call after the process slept 2 ms, timed alone",

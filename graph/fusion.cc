@@ -241,3 +241,68 @@ std::unique_ptr<Pass> MakePoolReluGradFusionPass() { return std::make_unique<Poo
 
 }  // namespace graph
 }  // namespace actorflow
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+// relu_grad(y, matmul(...)) with the matmul read by nothing else: the gradient flowing into a
+// relu through a dense layer's data gradient (dY · Wᵀ). The matmul masks each block of its
+// product while it is in cache (attr fuse_relu_grad, third input y): one pass over the layer's
+// largest gradient and one actor less. The fused node keeps the matmul's name and output and
+// takes the relu_grad's place (after y's producer); the relu_grad's readers read it instead.
+// CPU placements only (the CUDA matmul has no such epilogue); skipped where the product or the
+// relu_grad's output is pinned (outputs, watches, losses, gradients of watch_diff).
+class MatmulReluGradFusionPass : public Pass {
+ public:
+  std::string name() const override { return "matmul relu_grad fusion"; }
+
+  Status Run(Graph& graph) override {
+    std::map<std::string, int> readers;
+    for (const Node& n : graph.nodes())
+      for (const std::string& ref : n.inputs) ++readers[ref];
+    std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
+    for (const Watch& w : graph.watches()) pinned.insert(w.ref);
+    pinned.insert(graph.losses().begin(), graph.losses().end());
+    for (const auto& [variable, ref] : graph.gradients()) pinned.insert(ref);
+
+    std::map<std::string, std::string> renamed, absorbed;
+    std::vector<bool> keep(graph.nodes().size(), true);
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      const Node& relu_grad = graph.nodes()[i];
+      if (relu_grad.kind != NodeKind::kOp || relu_grad.type != "relu_grad" || relu_grad.inputs.size() != 2) continue;
+      if (pinned.count(relu_grad.output_ref(0))) continue;
+      if (relu_grad.placement.device_type == "gpu" || relu_grad.placement.device_type == "cuda") continue;
+      AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(relu_grad.inputs[1]));
+      const Node* mm = producer.first;
+      if (mm->kind != NodeKind::kOp || mm->type != "matmul" || mm->inputs.size() != 2 || !mm->mutable_inputs.empty() ||
+          mm->attrs.GetBoolOr("fuse_bias", false) || mm->attrs.GetBoolOr("fuse_relu_grad", false) ||
+          readers[relu_grad.inputs[1]] != 1 || pinned.count(relu_grad.inputs[1]) ||
+          mm->output_descs[0].dtype != DType::kFloat32 || relu_grad.output_descs[0] != mm->output_descs[0] ||
+          mm->placement.ToString() != relu_grad.placement.ToString())
+        continue;
+      const size_t mm_index = static_cast<size_t>(mm - graph.nodes().data());
+      if (!keep[mm_index]) continue;
+      Node fused = *mm;
+      fused.inputs.push_back(relu_grad.inputs[0]);
+      fused.attrs.Set("fuse_relu_grad", true);
+      fused.control_inputs.insert(fused.control_inputs.end(), relu_grad.control_inputs.begin(),
+                                  relu_grad.control_inputs.end());
+      renamed[relu_grad.output_ref(0)] = fused.output_ref(0);
+      absorbed[relu_grad.name] = fused.name;
+      keep[mm_index] = false;
+      graph.mutable_nodes()[i] = std::move(fused);
+    }
+    if (renamed.empty()) return Status::Ok();
+    RedirectFusedReaders(graph, renamed, absorbed);
+    graph.Retain(keep);
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> MakeMatmulReluGradFusionPass() { return std::make_unique<MatmulReluGradFusionPass>(); }
+
+}  // namespace graph
+}  // namespace actorflow

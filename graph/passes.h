@@ -57,9 +57,15 @@ void RedirectFusedReaders(Graph& graph, const std::map<std::string, std::string>
 // `placed` (after the SBP pass, jobs on several devices of one machine): only where the matmul
 // and the update run whole on the same one device.
 std::unique_ptr<Pass> MakeGradientUpdateFusionPass(bool placed = false);
+// Single-device CPU train jobs: sgd_update(bias, bias_add_grad(dy), lr) with the bias gradient
+// read by nothing else becomes bias_add_grad_sgd_update(bias, dy, lr).
+std::unique_ptr<Pass> MakeBiasGradientUpdateFusionPass();
 // Train jobs: relu_grad(y, max_pool2d_grad(y, ...)) becomes max_pool2d_grad with attr
 // relu_mask (the routed gradient kept where y > 0), the pooling gradient read by nothing else.
 std::unique_ptr<Pass> MakePoolReluGradFusionPass();
+// CPU train jobs: relu_grad(y, matmul(...)) becomes the matmul with attr fuse_relu_grad and a
+// third input y (the product masked where y > 0), the matmul read by nothing else.
+std::unique_ptr<Pass> MakeMatmulReluGradFusionPass();
 // Added when the "gemm_chunks" fusion is off: CPU matmul / matmul_sgd_update get attr omp_team
 // (one OpenMP team per GEMM instead of blocks on the kernel helper threads, kernels/gemm.h).
 std::unique_ptr<Pass> MakeOpenMpGemmPass();
@@ -76,7 +82,8 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 // disabled_fusions): "dense" (MakeFusionPass), "gradient_update", "conv_batch_norm" and
 // "conv_activation" (MakeConvFusionPass), "channels_last" (MakeChannelsLastPass) and
 // "gemm_chunks" (CPU GEMMs split into blocks over the kernel helper threads; off:
-// MakeOpenMpGemmPass) and "pool_relu_grad" (MakePoolReluGradFusionPass).
+// MakeOpenMpGemmPass), "pool_relu_grad" (MakePoolReluGradFusionPass), "matmul_relu_grad"
+// (MakeMatmulReluGradFusionPass) and "bias_gradient_update" (MakeBiasGradientUpdateFusionPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every

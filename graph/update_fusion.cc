@@ -107,9 +107,76 @@ std::unique_ptr<Pass> MakeGradientUpdateFusionPass(bool placed) {
   return std::make_unique<GradientUpdateFusionPass>(placed);
 }
 
+namespace {
+
+// sgd_update(bias, bias_add_grad(dy), lr) with the bias gradient read by nothing else becomes
+// bias_add_grad_sgd_update(bias, dy, lr) (kernels/matmul_update.cc): the column sums and the
+// update in one actor. Single-device CPU train jobs (on several devices the gradient is a
+// partial sum that boxing reduces before the update); a watched, clipped, returned gradient
+// keeps the two ops, as in the weight-gradient fusion above.
+class BiasGradientUpdateFusionPass : public Pass {
+ public:
+  std::string name() const override { return "bias gradient update fusion"; }
+
+  Status Run(Graph& graph) override {
+    if (!graph.is_train() || graph.total_device_num() > 1) return Status::Ok();
+    std::map<std::string, int> readers;
+    for (const Node& n : graph.nodes())
+      for (const std::string& ref : n.inputs) ++readers[ref];
+    std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
+    pinned.insert(graph.losses().begin(), graph.losses().end());
+    for (const Watch& w : graph.watches()) {
+      pinned.insert(w.ref);
+      if (!w.diff) continue;
+      auto it = graph.gradients().find(w.ref);
+      if (it != graph.gradients().end()) pinned.insert(it->second);
+    }
+
+    std::vector<bool> keep(graph.nodes().size(), true);
+    std::map<std::string, std::string> absorbed;  // bias_add_grad name -> fused node name
+    std::set<std::string> removed_refs;
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      const Node& update = graph.nodes()[i];
+      if (update.kind != NodeKind::kOp || update.type != "sgd_update" || update.inputs.size() != 3) continue;
+      if (update.placement.device_type == "gpu" || update.placement.device_type == "cuda") continue;
+      const std::string &var_ref = update.inputs[0], &grad_ref = update.inputs[1];
+      if (readers[grad_ref] != 1 || pinned.count(grad_ref)) continue;
+      AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(grad_ref));
+      const Node* grad = producer.first;
+      if (grad->kind != NodeKind::kOp || grad->type != "bias_add_grad" || grad->inputs.size() != 1 ||
+          grad->output_descs[0].dtype != DType::kFloat32 || grad->output_descs[0].shape.size() != 1 ||
+          grad->inputs[0] == var_ref)
+        continue;
+      const size_t grad_index = static_cast<size_t>(grad - graph.nodes().data());
+      if (!keep[grad_index]) continue;
+      Node fused = update;  // the update's name, place (after dy) and placement
+      fused.type = "bias_add_grad_sgd_update";
+      fused.inputs = {var_ref, grad->inputs[0], update.inputs[2]};
+      fused.mutable_inputs = {0};
+      fused.attrs.Set("axis", grad->attrs.GetIntOr("axis", 1));
+      fused.control_inputs.insert(fused.control_inputs.end(), grad->control_inputs.begin(), grad->control_inputs.end());
+      absorbed[grad->name] = fused.name;
+      removed_refs.insert(grad_ref);
+      keep[grad_index] = false;
+      graph.mutable_nodes()[i] = std::move(fused);
+    }
+    if (absorbed.empty()) return Status::Ok();
+    RedirectFusedReaders(graph, {}, absorbed);
+    for (auto it = graph.gradients().begin(); it != graph.gradients().end();)
+      it = removed_refs.count(it->second) ? graph.gradients().erase(it) : std::next(it);
+    graph.Retain(keep);
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> MakeBiasGradientUpdateFusionPass() { return std::make_unique<BiasGradientUpdateFusionPass>(); }
+
 const std::vector<std::string>& FusionNames() {
   static const std::vector<std::string> names = {"dense", "gradient_update", "conv_batch_norm", "conv_activation",
-                                                 "channels_last", "gemm_chunks", "pool_relu_grad"};
+                                                 "channels_last", "gemm_chunks", "pool_relu_grad",
+                                                 "matmul_relu_grad", "bias_gradient_update"};
   return names;
 }
 

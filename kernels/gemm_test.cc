@@ -147,7 +147,45 @@ TEST(Sgemm, MatmulSgdUpdateChunkedEqualsTeam) {
     HostTensor reference = RunKernel("matmul_sgd_update", in, team, 2)[0];
     for (int64_t i = 0; i < chunked.desc.num_elements(); ++i)
       ASSERT_NEAR(chunked.at(i), reference.at(i), 1e-3 * (1 + std::abs(reference.at(i)))) << i;
+    // A narrow weight gradient of 1 MFLOP (512x10, K = 100) splits into row blocks on 2 threads.
+    ASSERT_GT(SgemmBlocks(512, 10, 100, 2).row_blocks, 1);
+    HostTensor h = F32({100, 512}, Ramp(100 * 512, 0.03)), dlogits = F32({100, 10}, Ramp(100 * 10, 0.05));
+    std::vector<HostTensor> narrow = {F32({512, 10}, Ramp(512 * 10, 0.4)), h, dlogits, F32({1}, {0.1})};
+    HostTensor blocks = RunKernel("matmul_sgd_update", narrow, attrs, 2)[0];
+    HostTensor one_thread = RunKernel("matmul_sgd_update", narrow, attrs, 1)[0];
+    for (int64_t i = 0; i < blocks.desc.num_elements(); ++i) {
+      double want = (1 - 0.1 * 0.01) * narrow[0].at(i);  // var = (1 - lr wd) var - lr h^T dlogits, in double
+      for (int64_t p = 0; p < 100; ++p) want -= 0.1 * h.at(p * 512 + i / 10) * dlogits.at(p * 10 + i % 10);
+      ASSERT_NEAR(blocks.at(i), want, 1e-4 * (1 + std::abs(want))) << i;
+      ASSERT_NEAR(one_thread.at(i), want, 1e-4 * (1 + std::abs(want))) << i;
+    }
   });
+}
+
+// bias_add_grad_sgd_update equals bias_add_grad then sgd_update exactly (same sums in the same
+// order, same update expression): dense (last axis) and NCHW (axis 1, inner > 1) gradients,
+// with weight decay and grad_scale; then a bad dy shape names both shapes.
+TEST(BiasGradientUpdate, EqualsBiasAddGradThenSgdUpdate) {
+  struct Case {
+    Shape dy;
+    int64_t axis;
+  };
+  for (const Case& shape : {Case{{100, 512}, 1}, Case{{4, 6, 5, 3}, 1}, Case{{7, 3}, -1}}) {
+    const int64_t channels = shape.dy[shape.axis < 0 ? shape.dy.size() + shape.axis : shape.axis];
+    HostTensor dy = F32(shape.dy, Ramp(NumElements(shape.dy), 0.37));
+    HostTensor var = F32({channels}, Ramp(channels, 1.3)), lr = F32({1}, {0.05});
+    Attrs hyper{{"weight_decay", 0.01}, {"grad_scale", 0.25}};
+    Attrs fused_attrs = hyper;
+    fused_attrs.Set("axis", shape.axis);
+    HostTensor fused = RunKernel("bias_add_grad_sgd_update", {var, dy, lr}, fused_attrs, 1)[0];
+    HostTensor db = RunKernel("bias_add_grad", {dy}, Attrs{{"axis", shape.axis}}, 1).back();
+    HostTensor plain = RunKernel("sgd_update", {var, db, lr}, hyper, 1)[0];
+    for (int64_t i = 0; i < channels; ++i) {
+      ASSERT_EQ(fused.at(i), plain.at(i)) << i;
+      ASSERT_NE(fused.at(i), var.at(i)) << "the update must change the bias";
+    }
+  }
+  EXPECT_NE(ErrorOf("bias_add_grad_sgd_update", {F32({5}), F32({2, 4}), F32({1})}).find("(2, 4)"), std::string::npos);
 }
 
 // Convolutions split over the batch (forward with the bias + relu epilogue, NCHW and NHWC, and

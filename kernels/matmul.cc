@@ -183,18 +183,31 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
   const bool streams_b = m * batch <= 8 && static_cast<double>(k) * static_cast<double>(n) * sizeof(float) >= kStreamedRightBytes;
   const bool small = flops < kParallelGemmFlops && !streams_b;
   const int threads = small ? 1 : std::max(1, init.num_threads);
-  // Epilogue (the compiler's fusion pass): out += bias per column, then relu.
+  // Epilogues (the compiler's fusion passes): out += bias per column, then relu; or, for a
+  // gradient matmul, relu's backward: out kept where the relu's output y (third input) > 0.
   const bool fuse_bias = init.attrs.GetBoolOr("fuse_bias", false), fuse_relu = init.attrs.GetBoolOr("fuse_relu", false);
+  const bool fuse_relu_grad = init.attrs.GetBoolOr("fuse_relu_grad", false);
   if (fuse_bias && (init.inputs.size() != 3 || init.inputs[2].shape != Shape{n} || init.inputs[2].dtype != init.inputs[0].dtype))
     return InvalidArgument("matmul with fuse_bias needs a third input 'bias' of shape (" + std::to_string(n) + ",) and "
                            "the operands' dtype, got " + (init.inputs.size() == 3 ? init.inputs[2].ToString() : "none"));
   if (fuse_relu && !fuse_bias) return InvalidArgument("matmul: fuse_relu needs fuse_bias");
+  if (fuse_relu_grad && fuse_bias) return InvalidArgument("matmul: fuse_relu_grad and fuse_bias exclude each other");
+  if (fuse_relu_grad && (init.inputs.size() != 3 || init.inputs[2] != init.outputs[0]))
+    return InvalidArgument("matmul with fuse_relu_grad needs a third input 'y' (the relu's output) like the product, " +
+                           init.outputs[0].ToString() + ", got " + (init.inputs.size() == 3 ? init.inputs[2].ToString() : "none"));
   const int64_t rows = m * batch;
-  auto epilogue = [=]<typename T>(KernelContext& c) {
+  // On rows [r0, r1) of the output (all batches folded into rows).
+  auto epilogue = [=]<typename T>(KernelContext& c, int64_t r0, int64_t r1) {
+    if (fuse_relu_grad) {
+      const T* __restrict y = c.input(2).as<T>();
+      T* __restrict out = c.output(0).as<T>();
+      for (int64_t i = r0 * n; i < r1 * n; ++i) { T d = out[i]; out[i] = y[i] > T(0) ? d : T(0); }
+      return;
+    }
     if (!fuse_bias) return;
     const T* __restrict bias = c.input(2).as<T>();
     T* __restrict out = c.output(0).as<T>();
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = r0; r < r1; ++r) {
       T* __restrict row = out + r * n;
       if (fuse_relu)
         for (int64_t j = 0; j < n; ++j) { T v = row[j] + bias[j]; row[j] = NanRelu(v); }
@@ -207,7 +220,7 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
       for (int64_t i = 0; i < batch; ++i)
         Gemm<double>(ta, tb, m, n, k, c.input(0).as<double>() + i * a_step, c.input(1).as<double>() + i * b_step,
                      c.output(0).as<double>() + i * c_step);
-      epilogue.template operator()<double>(c);
+      epilogue.template operator()<double>(c, 0, rows);
       return Status::Ok();
     });
   const int small_parts =
@@ -222,15 +235,17 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
       float* out = c.output(0).as<float>();
       if (g.parts == 1) {
         if (!RunSmallGemmPart(g, 0, a, b, out)) return Internal("oneDNN matmul failed");
+        epilogue.template operator()<float>(c, 0, m);
       } else {
+        // Each half's epilogue on its own rows, on the thread that just wrote them.
         std::atomic<bool> failed{false};
         auto half = [&](int index) {
           if (!RunSmallGemmPart(g, index, a, b, out)) failed.store(true);
+          else epilogue.template operator()<float>(c, index * (m / 2), (index + 1) * (m / 2));
         };
         ParallelChunks(2, 2, half);
         if (failed.load()) return Internal("oneDNN matmul failed");
       }
-      epilogue.template operator()<float>(c);
       return Status::Ok();
     });
   // omp_team: one OpenMP team per GEMM instead of blocks (disable_fusion("gemm_chunks")).
@@ -248,7 +263,7 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
         int64_t n;
         bool relu;
       } state{out, bias, n, fuse_relu};
-      const GemmEpilogue block_epilogue{[](const void* context, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      const GemmEpilogue bias_epilogue{[](const void* context, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
         const Bias& e = *static_cast<const Bias*>(context);
         const float* __restrict bias = e.bias;
         for (int64_t r = r0; r < r1; ++r) {
@@ -259,9 +274,23 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
             for (int64_t j = c0; j < c1; ++j) row[j] += bias[j];
         }
       }, &state};
+      // relu's backward on each block while it is in cache (y is the product's shape).
+      struct Mask {
+        float* out;
+        const float* y;
+        int64_t n;
+      } mask{out, fuse_relu_grad ? c.input(2).as<float>() + i * c_step : nullptr, n};
+      const GemmEpilogue mask_epilogue{[](const void* context, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+        const Mask& e = *static_cast<const Mask*>(context);
+        for (int64_t r = r0; r < r1; ++r) {
+          float* __restrict row = e.out + r * e.n;
+          const float* __restrict y = e.y + r * e.n;
+          for (int64_t j = c0; j < c1; ++j) { float d = row[j]; row[j] = y[j] > 0.0f ? d : 0.0f; }
+        }
+      }, &mask};
       AF_RETURN_IF_ERROR(Sgemm(ta, tb, m, n, k, 1.0f, c.input(0).as<float>() + i * a_step,
                                c.input(1).as<float>() + i * b_step, 0.0f, out, t, omp_team,
-                               fuse_bias ? &block_epilogue : nullptr));
+                               fuse_bias ? &bias_epilogue : fuse_relu_grad ? &mask_epilogue : nullptr));
     }
     return Status::Ok();
   });
@@ -271,10 +300,12 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
 // split on both (partial sums), the batch split, and a partial sum through either operand with
 // the other whole (the product is bilinear). The fused bias is split with the columns and is
 // partial with partial products (sum of (a_d b_d + bias_d) = ab + bias); a fused relu is not
-// linear, so no partial sum then.
+// linear, so no partial sum then. A fused relu gradient's y is laid out like the output, and
+// broadcast with partial products: masking is linear in the product (mask(sum) = sum of masks).
 StatusOr<std::vector<SbpSignature>> MatmulSbp(const SbpContext& ctx) {
   const bool ta = ctx.attrs.GetBoolOr("transpose_a", false), tb = ctx.attrs.GetBoolOr("transpose_b", false);
-  const bool fuse_bias = ctx.inputs.size() == 3, fuse_relu = ctx.attrs.GetBoolOr("fuse_relu", false);
+  const bool fuse_relu_grad = ctx.attrs.GetBoolOr("fuse_relu_grad", false);
+  const bool fuse_bias = ctx.inputs.size() == 3 && !fuse_relu_grad, fuse_relu = ctx.attrs.GetBoolOr("fuse_relu", false);
   const Shape &a = ctx.inputs[0].shape, &b = ctx.inputs[1].shape, &o = ctx.outputs[0].shape;
   const int64_t ra = static_cast<int64_t>(a.size()), rb = static_cast<int64_t>(b.size()), ro = static_cast<int64_t>(o.size());
   const int64_t a_m = ta ? ra - 1 : ra - 2, a_k = ta ? ra - 2 : ra - 1, b_k = tb ? rb - 1 : rb - 2, b_n = tb ? rb - 2 : rb - 1;
@@ -283,6 +314,7 @@ StatusOr<std::vector<SbpSignature>> MatmulSbp(const SbpContext& ctx) {
   auto add = [&](Sbp sa, Sbp sb, Sbp bias, Sbp result) {
     std::vector<Sbp> in = {sa, sb};
     if (fuse_bias) in.push_back(bias);
+    if (fuse_relu_grad) in.push_back(result.kind == SbpKind::kPartialSum ? Sbp::Broadcast() : result);
     out.push_back(MakeSignature(std::move(in), {result}));
   };
   add(B, B, B, B);
@@ -464,8 +496,9 @@ void RegisterMatmulOps(OpRegistry& registry) {
   def.kernel_factories[kCpuDevice] = MakeMatmul;
   def.grad = GradMatmul;
   def.sbp = MatmulSbp;
-  def.doc = "out([B,]M,N) = op(a)([B,]M,K) . op(b)([B,]K,N); attrs transpose_a, transpose_b; the fusion pass adds "
-            "fuse_bias (third input bias (N,), added to every row) and fuse_relu";
+  def.doc = "out([B,]M,N) = op(a)([B,]M,K) . op(b)([B,]K,N); attrs transpose_a, transpose_b; the fusion passes add "
+            "fuse_bias (third input bias (N,), added to every row) and fuse_relu, or fuse_relu_grad (third input y "
+            "like out: out kept where y > 0, relu's backward)";
   registry.Register(std::move(def));
   RegisterBiasAdd(registry);
 }

@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "kernels/testing/test_util.h"
 
 namespace actorflow::testing {
@@ -185,6 +187,60 @@ TEST(Matmul, FusedBiasAndReluEpilogue) {
   HostTensor a = F32({2, 3}), b = F32({3, 4});
   Attrs fused{{"fuse_bias", true}};
   EXPECT_NE(ErrorOf("matmul", {a, b, F32({3})}, fused).find("bias"), std::string::npos);
+}
+
+// The matmul_relu_grad fusion's form: a data-gradient matmul masked by the relu's output y
+// equals matmul then relu_grad, exactly (the mask only selects): dnnl_sgemm (5 rows), the
+// small-GEMM primitive (20 rows, and 64 rows in halves on 2 threads), the blocks of the threaded
+// path (100x512 from K=784 on 2 threads) and float64, every transpose of b. y holds positives,
+// zeros and negatives; the output starts as NaN so an unwritten element fails.
+TEST(Matmul, FusedReluGradEpilogue) {
+  RegisterAllOps();
+  const OpDef* def = OpRegistry::Global().Find("matmul").value();
+  struct Case {
+    int64_t m, n, k;
+    DType dtype;
+  };
+  for (const Case& shape : {Case{5, 7, 33, DType::kFloat32}, Case{20, 7, 33, DType::kFloat32},
+                            Case{64, 64, 64, DType::kFloat32}, Case{100, 512, 784, DType::kFloat32},
+                            Case{9, 9, 17, DType::kFloat64}})
+    for (bool tb : {false, true})
+      for (int threads : {1, 2}) {
+        const int64_t m = shape.m, n = shape.n, k = shape.k;
+        HostTensor a = HostTensor::Of({m, k}, shape.dtype, Ramp(m * k, 0.3));
+        HostTensor b = HostTensor::Of(tb ? Shape{n, k} : Shape{k, n}, shape.dtype, Ramp(n * k, 1.5));
+        std::vector<double> y_values(m * n);
+        for (int64_t i = 0; i < m * n; ++i) y_values[i] = (i % 3 == 0) ? 0.0 : (i % 3 == 1 ? 0.5 + i % 7 : -1.0);
+        HostTensor y = HostTensor::Of({m, n}, shape.dtype, y_values);
+        HostTensor product = Run1("matmul", {a, b}, T(false, tb));
+        HostTensor want = Run1("relu_grad", {y, product});
+        Attrs attrs = T(false, tb);
+        attrs.Set("fuse_relu_grad", true);
+        InferContext ic{{a.desc, b.desc, y.desc}, attrs, {}};
+        ASSERT_TRUE(def->infer(ic).ok());
+        auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, threads});
+        ASSERT_TRUE(kernel.ok()) << kernel.status().message();
+        std::vector<TensorView> iv = {a.view(), b.view(), y.view()};
+        for (int repeat = 0; repeat < 3; ++repeat) {
+          HostTensor got = HostTensor::Of({m, n}, shape.dtype, std::vector<double>(m * n, std::nan("")));
+          std::vector<TensorView> ov = {got.view()};
+          KernelContext ctx{&iv, &ov, 0};
+          ASSERT_TRUE(kernel.value()(ctx).ok());
+          int kept = 0;
+          for (int64_t i = 0; i < m * n; ++i) {
+            ASSERT_EQ(got.at(i), want.at(i)) << "m " << m << " tb " << tb << " threads " << threads << " element " << i;
+            kept += want.at(i) != 0;
+          }
+          EXPECT_GT(kept, 0) << "the data must keep some of the product";
+        }
+      }
+  // y must be shaped like the product, and the relu gradient excludes the bias epilogue.
+  HostTensor a = F32({4, 3}), b = F32({3, 5});
+  std::string e = ErrorOf("matmul", {a, b, F32({4, 4})}, Attrs{{"fuse_relu_grad", true}});
+  EXPECT_NE(e.find("fuse_relu_grad needs a third input 'y'"), std::string::npos) << e;
+  EXPECT_NE(e.find("(4, 4)"), std::string::npos) << e;
+  e = ErrorOf("matmul", {a, b, F32({5})}, Attrs{{"fuse_relu_grad", true}, {"fuse_bias", true}});
+  EXPECT_NE(e.find("exclude each other"), std::string::npos) << e;
 }
 
 TEST(Matmul, ShapeErrorNamesDimensions) {

@@ -7,6 +7,9 @@
 // 2-D float32 only (what dense weights are); no gradient (an update). The compiler fuses only
 // on one device; the SBP function still says which shards are exact (rows of var with the rows
 // of op(a), columns with the columns of op(b)) for plans built by hand.
+#include <memory>
+#include <vector>
+
 #include "kernels/gemm.h"
 #include "kernels/kernel_util.h"
 #include "kernels/sbp_util.h"
@@ -43,8 +46,12 @@ StatusOr<Dims> ReadDims(const std::vector<TensorDesc>& in, bool ta, bool tb) {
   return d;
 }
 
-// Below this many FLOPs the GEMM runs on the acting thread alone (as the matmul kernel does).
-constexpr double kParallelGemmFlops = 2e6;
+// Below this many FLOPs the GEMM runs on the acting thread alone. Lower than the matmul
+// kernel's 2 MFLOP (which hands smaller GEMMs to its one-thread primitive, split in halves):
+// here every size goes through Sgemm's blocks, and a narrow weight gradient of 1 MFLOP (the
+// seed MLP's 512x10 output layer, K = 100: ~20 us on one core) still splits into row blocks
+// of ~5 us each, which a helper that arrives late leaves to the caller.
+constexpr double kParallelGemmFlops = 4e5;
 
 }  // namespace
 
@@ -85,6 +92,73 @@ void RegisterMatmulUpdateOps(OpRegistry& registry) {
   };
   def.doc = "var = (1 - lr*weight_decay) * var - lr*grad_scale * op(a)·op(b), in place (fused SGD of a matmul gradient)";
   registry.Register(std::move(def));
+
+  // bias_add_grad_sgd_update: var (C,) -= lr * (grad_scale * sum of dy over every axis but
+  // `axis` + weight_decay * var), in place: a bias's gradient (bias_add_grad) and its plain SGD
+  // update as one op (graph/update_fusion.cc, "bias_gradient_update"): one actor less per
+  // dense or convolution bias, and the gradient never leaves the kernel. The sums run in
+  // bias_add_grad's order into a buffer made with the kernel (one thread runs a kernel at a
+  // time), then the update is sgd_update's expression: the same floats as the two ops.
+  OpDef bias;
+  bias.type = "bias_add_grad_sgd_update";
+  bias.input_names = {"var", "dy", "lr"};
+  bias.mutable_inputs = {0};
+  bias.infer = [](InferContext& ctx) -> Status {
+    const TensorDesc &var = ctx.inputs[0], &dy = ctx.inputs[1], &lr = ctx.inputs[2];
+    if (var.dtype != DType::kFloat32 || var.shape.size() != 1)
+      return InvalidArgument("var must be a 1-D float32 tensor, got " + var.ToString());
+    if (dy.dtype != DType::kFloat32) return InvalidArgument("dy must be float32, got " + dy.ToString());
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), dy.shape.size(), "axis"));
+    if (dy.shape[axis] != var.shape[0])
+      return InvalidArgument("dy " + ShapeToString(dy.shape) + " has " + std::to_string(dy.shape[axis]) +
+                             " channels on axis " + std::to_string(axis) + " but var has shape " + ShapeToString(var.shape));
+    if (lr != TensorDesc{{1}, DType::kFloat32}) return InvalidArgument("lr must be float32(1,), got " + lr.ToString());
+    ctx.outputs.clear();
+    return Status::Ok();
+  };
+  bias.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(init.attrs.GetIntOr("axis", 1), init.inputs[1].shape.size(), "axis"));
+    const AxisSplit s = SplitAt(init.inputs[1].shape, axis);
+    const float weight_decay = static_cast<float>(init.attrs.GetFloatOr("weight_decay", 0));
+    const float grad_scale = static_cast<float>(init.attrs.GetFloatOr("grad_scale", 1.0));
+    auto sums = std::make_shared<std::vector<float>>(s.channels);
+    return KernelFn([=](KernelContext& c) {
+      const float* __restrict dy = c.input(1).as<float>();
+      float* __restrict db = sums->data();
+      float* __restrict w = c.input(0).as<float>();
+      const float lr = *c.input(2).as<float>();
+      for (int64_t ch = 0; ch < s.channels; ++ch) db[ch] = 0;
+      if (s.inner == 1) {
+        for (int64_t o = 0; o < s.outer; ++o) {
+          const float* __restrict row = dy + o * s.channels;
+          for (int64_t ch = 0; ch < s.channels; ++ch) db[ch] += row[ch];
+        }
+      } else {
+        for (int64_t o = 0; o < s.outer; ++o)
+          for (int64_t ch = 0; ch < s.channels; ++ch) {
+            const float* row = dy + (o * s.channels + ch) * s.inner;
+            float acc = 0;
+            #pragma omp simd reduction(+ : acc)
+            for (int64_t i = 0; i < s.inner; ++i) acc += row[i];
+            db[ch] += acc;
+          }
+      }
+      for (int64_t ch = 0; ch < s.channels; ++ch) w[ch] -= lr * (grad_scale * db[ch] + weight_decay * w[ch]);
+      return Status::Ok();
+    });
+  };
+  // The compiler fuses only on one device; for plans built by hand, channels split with the
+  // variable's shards are exact (each shard sums and updates its own channels).
+  bias.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
+    AF_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx.attrs.GetIntOr("axis", 1), ctx.inputs[1].shape.size(), "axis"));
+    if (CanSplit(ctx.inputs[0].shape[0], ctx.parts))
+      out.push_back(MakeSignature({Sbp::Split(0), Sbp::Split(axis), Sbp::Broadcast()}, {}));
+    return out;
+  };
+  bias.doc = "var -= lr * (grad_scale * dy summed over every axis but `axis` + weight_decay * var), in place "
+             "(fused bias_add_grad and SGD update)";
+  registry.Register(std::move(bias));
 }
 
 }  // namespace actorflow

@@ -397,6 +397,11 @@ std::map<std::string, std::function<Case()>> Cases() {
     return Case{{F32({2, 2}, {1, 2, 3, 4}), F32({2, 1}, {kNan, 1}), F32({1, 2}, {1, -1}), F32({1}, {0.1})}, {},
                 [](const Observed& o) { ExpectNanAt(o.inputs[0], {0, 1}, "var"); }};
   };
+  // The fused bias gradient and SGD: a NaN in column 1 of dy poisons that column's sum, hence bias 1.
+  c["bias_add_grad_sgd_update"] = [] {
+    return Case{{F32({3}, {1, 2, 3}), F32({2, 3}, {1, kNan, 2, 3, 4, 5}), F32({1}, {0.1})}, {},
+                [](const Observed& o) { ExpectNanAt(o.inputs[0], {1}, "var"); }};
+  };
   return c;
 }
 

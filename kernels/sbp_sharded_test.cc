@@ -96,6 +96,8 @@ std::map<std::string, std::vector<Instance>> Instances() {
                  {{Random({5, 7}), Random({3, 7, 6})}, {}},
                  {{Random({5, 7}), Random({7, 6}), Random({6})}, {{"fuse_bias", true}}},
                  {{Random({5, 7}), Random({7, 6}), Random({6})}, {{"fuse_bias", true}, {"fuse_relu", true}}},
+                 {{Random({5, 7}), Random({7, 6}), Random({5, 6})}, {{"fuse_relu_grad", true}}},
+                 {{Random({5, 7}), Random({6, 7}), Random({5, 6})}, {{"transpose_b", true}, {"fuse_relu_grad", true}}},
                  {{Random({5, 7}, DType::kFloat32), Random({7, 6}, DType::kFloat32)}, {}}};
   c["bias_add"] = {{{Random(m), Random({7})}, {{"axis", int64_t{1}}}},
                    {{Random({5, 4, 3, 2}), Random({4})}, {{"axis", int64_t{1}}}},
@@ -214,6 +216,11 @@ std::map<std::string, std::vector<Instance>> Instances() {
                     {{"weight_decay", 0.01}, {"grad_scale", 0.5}, {"transpose_a", ta}, {"transpose_b", tb}}};
   };
   c["matmul_sgd_update"] = {matmul_update(false, false), matmul_update(true, false), matmul_update(false, true)};
+  c["bias_add_grad_sgd_update"] = {
+      Instance{{Random({7}, DType::kFloat32), Random({5, 7}, DType::kFloat32), HostTensor::Of({1}, DType::kFloat32, {0.1})},
+               {{"weight_decay", 0.01}, {"grad_scale", 0.5}}},
+      Instance{{Random({4}, DType::kFloat32), Random({3, 4, 2}, DType::kFloat32), HostTensor::Of({1}, DType::kFloat32, {0.1})},
+               {{"axis", int64_t{1}}}}};
   return c;
 }
 

@@ -14,7 +14,7 @@ import actorflow.typing as tp
 BATCH = 32
 
 
-def _train(disabled, optimizer="sgd", weight_decay=0.0, steps=15, watch_diff=False):
+def _train(disabled, optimizer="sgd", weight_decay=0.0, steps=15, watch_diff=False, watch_hidden_diff=False):
     flow.clear_default_session()
     config = flow.function_config()
     if disabled:
@@ -26,6 +26,8 @@ def _train(disabled, optimizer="sgd", weight_decay=0.0, steps=15, watch_diff=Fal
               ) -> tp.Numpy:
         init = flow.random_normal_initializer(stddev=0.1, seed=3)
         hidden = flow.layers.dense(images, 48, activation=flow.nn.relu, kernel_initializer=init, name="hidden")
+        if watch_hidden_diff:
+            flow.watch_diff(hidden, lambda d: diffs.append(d.copy()))
         logits = flow.layers.dense(hidden, 10, kernel_initializer=init, name="output")
         if watch_diff:
             flow.watch_diff(logits, lambda d: diffs.append(d.copy()))
@@ -53,8 +55,9 @@ def test_gradient_update_fusion_trains_like_the_unfused_update(weight_decay):
     fused_losses, fused_weights, fused_plan = _train([], weight_decay=weight_decay)
     plain_losses, plain_weights, plain_plan = _train(["gradient_update"], weight_decay=weight_decay)
     # both weights' updates fuse; the biases' gradients are not matmuls
-    assert fused_plan.count('op_type: "matmul_sgd_update"') == 2 and fused_plan.count('op_type: "sgd_update"') == 2
-    assert "matmul_sgd_update" not in plain_plan and plain_plan.count('op_type: "sgd_update"') == 4
+    assert fused_plan.count('op_type: "matmul_sgd_update"') == 2
+    assert fused_plan.count('op_type: "bias_add_grad_sgd_update"') == 2
+    assert "matmul_sgd_update" not in plain_plan and plain_plan.count('op_type: "sgd_update"') == 2
     assert fused_losses[-1] < fused_losses[0] * 0.7  # it trains
     np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-4, atol=1e-5)
 
@@ -73,6 +76,36 @@ def test_momentum_and_watched_gradients_keep_the_unfused_update():
     _, _, plan = _train([], watch_diff=True, steps=2)
     # the watched gradient is of the logits, not of a weight: the weights' updates still fuse
     assert "matmul_sgd_update" in plan
+
+
+def test_matmul_relu_grad_fusion_trains_like_the_separate_relu_grad():
+    fused_losses, _, fused_plan = _train([])
+    plain_losses, _, plain_plan = _train(["matmul_relu_grad"])
+    # the hidden layer's relu gradient goes into the output layer's data-gradient matmul
+    assert fused_plan.count('key: "fuse_relu_grad"') == 1 and 'op_type: "relu_grad"' not in fused_plan
+    assert "fuse_relu_grad" not in plain_plan and plain_plan.count('op_type: "relu_grad"') == 1
+    assert fused_losses[-1] < fused_losses[0] * 0.7  # it trains
+    # the mask only selects: the same floats either way
+    np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-6, atol=1e-7)
+
+
+def test_matmul_relu_grad_fusion_keeps_a_watched_gradient():
+    # watch_diff(hidden) watches the matmul's product (the gradient before the relu's mask)
+    _, _, plan = _train([], steps=2, watch_hidden_diff=True)
+    assert "fuse_relu_grad" not in plan and 'op_type: "relu_grad"' in plan
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_bias_gradient_update_fusion_trains_like_the_separate_ops(weight_decay):
+    fused_losses, _, fused_plan = _train([], weight_decay=weight_decay)
+    plain_losses, _, plain_plan = _train(["bias_gradient_update"], weight_decay=weight_decay)
+    # both biases: their gradients and updates are one op each
+    assert fused_plan.count('op_type: "bias_add_grad_sgd_update"') == 2
+    assert 'op_type: "bias_add_grad"' not in fused_plan and 'op_type: "sgd_update"' not in fused_plan
+    assert "bias_add_grad_sgd_update" not in plain_plan and plain_plan.count('op_type: "bias_add_grad"') == 2
+    assert fused_losses[-1] < fused_losses[0] * 0.7
+    # the same sums in the same order and the same update: the same floats
+    np.testing.assert_array_equal(fused_losses, plain_losses)
 
 
 def test_unknown_fusion_name_is_a_clear_error():
