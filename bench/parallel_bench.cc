@@ -19,8 +19,18 @@
 //    thread budget (1: the machinery's cost alone, both runs on one thread; 2: this machine's
 //    cores). Listed ABBA since the machine drifts.
 //  - MlpTwoOverOneDevice/threads: the ratio itself, both jobs in one process, ABBA blocks.
+//  - FanOutAfterIdle/spin_us: one producer read by two kernels of spin_us each (two devices'
+//    first kernels), on 2 workers, each call after an idle gap long enough for the second
+//    worker to fall asleep; the scheduler this project installs (actors/environment.cc: a job
+//    made runnable behind another goes to a sleeping worker) against CAF's own work stealing
+//    (the job waits on the sender's worker until the sleeper's periodic steal), alternated in
+//    one process. Counters: each one's median and quartiles of the call time past one spin
+//    (us: 0 would be both kernels in parallel and free hand-offs; spin_us, one after the other).
 // Run with --benchmark_repetitions=N --benchmark_report_aggregates_only=true (shared machine).
 #include <benchmark/benchmark.h>
+#include <caf/all.hpp>
+#include <caf/policy/work_stealing.hpp>
+#include <caf/scheduler/coordinator.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -32,7 +42,9 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
+#include "actors/environment.h"
 #include "actors/runtime.h"
 #include "actors/proto/plan.pb.h"
 #include "graph/attr_convert.h"
@@ -317,6 +329,101 @@ BENCHMARK(AllReduceKernel)
     ->ArgsProduct({{1 << 20, 16 << 20, 128 << 20}, {2, 4}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// trigger -> spin@0, spin@1 (devices 0 and 1, each a kernel busy for `spin_us`) -> sink.
+plan::Plan FanOutPlan() {
+  plan::Plan plan;
+  plan.set_job_name("fan_out");
+  plan::Task* trigger = AddTask(plan, "trigger", plan::SOURCE, 0);
+  AddRegister(trigger, {1});
+  for (int d = 0; d < 2; ++d) {
+    plan::Task* t = AddTask(plan, "spin@" + std::to_string(d), plan::COMPUTE, d);
+    t->set_op_type("spin");
+    AddInput(t, 0);
+    AddRegister(t, {1});
+  }
+  plan::Task* sink = AddTask(plan, "output", plan::SINK, 0);
+  AddInput(sink, 1, /*control=*/true);
+  AddInput(sink, 2, /*control=*/true);
+  plan.mutable_tasks(0)->mutable_registers(0)->add_consumer_task_ids(1);
+  plan.mutable_tasks(0)->mutable_registers(0)->add_consumer_task_ids(2);
+  plan.mutable_tasks(1)->mutable_registers(0)->add_consumer_task_ids(3);
+  plan.mutable_tasks(2)->mutable_registers(0)->add_consumer_task_ids(3);
+  return plan;
+}
+
+struct FanOutRun {
+  plan::Plan plan;
+  std::shared_ptr<ActorEnvironment> environment;
+  std::unique_ptr<Runtime> runtime;
+  float trigger = 0;
+};
+
+// `stock`: CAF's own work-stealing scheduler instead of the one ActorEnvironment installs.
+StatusOr<std::unique_ptr<FanOutRun>> MakeFanOutRun(int64_t spin_us, bool stock) {
+  auto run = std::make_unique<FanOutRun>();
+  run->plan = FanOutPlan();
+  EnvironmentOptions environment_options;
+  environment_options.num_threads = 2;
+  environment_options.num_workers = 2;
+  environment_options.kernel_threads = 1;
+  if (stock) {
+    // A scheduler module given later replaces the one given first.
+    environment_options.configure_system = [](caf::actor_system_config& config) {
+      config.module_factories.push_back([](caf::actor_system& system) -> caf::actor_system::module* {
+        return new caf::scheduler::coordinator<caf::policy::work_stealing>(system);
+      });
+    };
+  }
+  AF_ASSIGN_OR_RETURN(run->environment, ActorEnvironment::Create(environment_options));
+  RuntimeHooks hooks;
+  hooks.make_kernel = [spin_us](const plan::Task&) -> StatusOr<KernelFn> {
+    return KernelFn([spin_us](KernelContext&) -> Status {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      return Status::Ok();
+    });
+  };
+  RuntimeOptions options;
+  options.kernel_threads = 1;
+  AF_ASSIGN_OR_RETURN(run->runtime, Runtime::Create(run->plan, hooks, options, run->environment));
+  return run;
+}
+
+void FanOutAfterIdle(benchmark::State& state) {
+  const int64_t spin_us = state.range(0);
+  auto ours = MakeFanOutRun(spin_us, false), stock = MakeFanOutRun(spin_us, true);
+  if (!ours.ok() || !stock.ok()) return state.SkipWithError((ours.ok() ? stock.status() : ours.status()).ToString().c_str());
+  std::vector<double> past_spin[2];
+  for (auto _ : state) {
+    for (int round = 0; round < 40; ++round) {
+      for (int k = 0; k < 2; ++k) {
+        const int which = (round + k) % 2;  // ABBA
+        FanOutRun& run = *(which == 0 ? ours : stock).value();
+        for (int call = 0; call < 5; ++call) {
+          // Past the workers' polling (~0.1 ms): the second worker is asleep when the call comes.
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          const auto start = std::chrono::steady_clock::now();
+          Status ran = run.runtime->Run({{&run.trigger, {{1}, DType::kFloat32}}}, {});
+          if (!ran.ok()) return state.SkipWithError(ran.ToString().c_str());
+          past_spin[which].push_back(
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() -
+              static_cast<double>(spin_us));
+        }
+      }
+    }
+  }
+  const char* names[2] = {"ours", "caf_stock"};
+  for (int which = 0; which < 2; ++which) {
+    std::vector<double>& v = past_spin[which];
+    std::sort(v.begin(), v.end());
+    state.counters[std::string(names[which]) + "_q1_us"] = v[v.size() / 4];
+    state.counters[std::string(names[which]) + "_median_us"] = v[v.size() / 2];
+    state.counters[std::string(names[which]) + "_q3_us"] = v[v.size() * 3 / 4];
+  }
+}
+BENCHMARK(FanOutAfterIdle)->Arg(300)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 using bench::kBatch;
 using bench::kClasses;
