@@ -225,28 +225,43 @@ void RunAllReduce(benchmark::State& state, bool gather_task, int tasks = 0) {
 void AllReduce(benchmark::State& state) { RunAllReduce(state, false); }
 void AllReduceGatherTask(benchmark::State& state) { RunAllReduce(state, true); }
 
-// The all-reduce against memcpy of the same bytes, drift cancelled: memcpy, then the all-reduce
-// with one reduce-scatter task per device and with one task summing everything, each called
-// one at a time (Run: the caller's push and wake-up included) and pipelined (calls pushed back
-// to back), in blocks rotated every round within one process. Counters: each one's median GB/s
-// over the rounds and the median of the rounds' ratios to that round's memcpy (percent).
+// The all-reduce against memcpy, drift cancelled: the modes below in blocks rotated every round
+// within one process, each all-reduce called one at a time (Run: the caller's push and wake-up
+// included) and pipelined (calls pushed back to back), with one reduce-scatter task per device
+// and with one task summing everything. Two comparisons, both per round against memcpy in the
+// same round:
+//  - "_pct": GB/s of the logical buffer (bytes / time per all-reduce: the algorithm bandwidth,
+//    as collective benchmarks count it) over memcpy of the same bytes (bytes copied / time).
+//    The two move different amounts of memory: memcpy reads and writes the buffer once (2
+//    bytes of traffic per byte), the all-reduce reads every device's partial buffer and writes
+//    the sum once (n + 1 per byte; each device reads the sum in place, no copy). So on a
+//    memory-bound host its ceiling is 2 / (n + 1) of memcpy on one thread: 67% for 2 devices,
+//    40% for 4, more only as far as the second core adds bandwidth.
+//  - "_traffic_pct": like with like: the time of a memcpy moving the same bytes as the
+//    all-reduce (copying (n + 1) / 2 x bytes: n x bytes read + bytes written, so the same
+//    footprint in the caches too) over the all-reduce's time; 100% = the all-reduce moves its
+//    bytes as fast as memcpy moves as many.
+// Counters: each mode's median GB/s over the rounds (memcpy_same_traffic: bytes copied) and the
+// medians of the rounds' percentages.
 void AllReduceVsMemcpy(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   const int devices = static_cast<int>(state.range(1));
   auto per_device = MakeAllReduceRun(bytes, devices, false, 0), one_task = MakeAllReduceRun(bytes, devices, false, 1);
   if (!per_device.ok() || !one_task.ok())
     return state.SkipWithError((per_device.ok() ? one_task.status() : per_device.status()).ToString().c_str());
-  std::vector<char> from(static_cast<size_t>(bytes), 1), to(static_cast<size_t>(bytes), 0);
+  const int64_t same_traffic_bytes = bytes * (devices + 1) / 2;
+  std::vector<char> from(static_cast<size_t>(same_traffic_bytes), 1), to(static_cast<size_t>(same_traffic_bytes), 0);
   const int calls = static_cast<int>(std::max<int64_t>(4, (64 << 20) / bytes));  // ~64 MB a block
-  constexpr int kModes = 5;
+  constexpr int kModes = 6;
   static const char* kNames[kModes] = {"memcpy", "per_device", "one_task", "per_device_pipelined",
-                                       "one_task_pipelined"};
-  auto block = [&](int mode) {  // GB/s of one block
+                                       "one_task_pipelined", "memcpy_same_traffic"};
+  auto block = [&](int mode) {  // seconds per call of one block
     const auto start = std::chrono::steady_clock::now();
     AllReduceRun& run = *(mode == 1 || mode == 3 ? per_device : one_task).value();
-    if (mode == 0) {
+    if (mode == 0 || mode == 5) {
+      const size_t copied = static_cast<size_t>(mode == 0 ? bytes : same_traffic_bytes);
       for (int i = 0; i < calls; ++i) {
-        std::memcpy(to.data(), from.data(), static_cast<size_t>(bytes));
+        std::memcpy(to.data(), from.data(), copied);
         benchmark::DoNotOptimize(to.data());
         benchmark::ClobberMemory();
       }
@@ -256,22 +271,22 @@ void AllReduceVsMemcpy(benchmark::State& state) {
     } else if (!run.Pipelined(calls).ok()) {
       return -1.0;
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return static_cast<double>(bytes) * calls / seconds / 1e9;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
   };
   for (int mode = 0; mode < kModes; ++mode) block(mode);  // warm-up
-  std::vector<double> gbs[kModes], percent[kModes];
+  std::vector<double> gbs[kModes], percent[kModes], traffic_percent[kModes];
   for (auto _ : state) {
     for (int round = 0; round < 10; ++round) {
-      double got[kModes];
+      double seconds[kModes];
       for (int k = 0; k < kModes; ++k) {
         const int mode = (round + k) % kModes;
-        got[mode] = block(mode);
-        if (got[mode] <= 0) return state.SkipWithError("all-reduce failed");
+        seconds[mode] = block(mode);
+        if (seconds[mode] <= 0) return state.SkipWithError("all-reduce failed");
       }
       for (int mode = 0; mode < kModes; ++mode) {
-        gbs[mode].push_back(got[mode]);
-        percent[mode].push_back(100 * got[mode] / got[0]);
+        gbs[mode].push_back(static_cast<double>(mode == 5 ? same_traffic_bytes : bytes) / seconds[mode] / 1e9);
+        percent[mode].push_back(100 * seconds[0] / seconds[mode]);
+        traffic_percent[mode].push_back(100 * seconds[5] / seconds[mode]);
       }
     }
   }
@@ -281,7 +296,9 @@ void AllReduceVsMemcpy(benchmark::State& state) {
   };
   for (int mode = 0; mode < kModes; ++mode) {
     state.counters[std::string(kNames[mode]) + "_GBps"] = median(gbs[mode]);
-    if (mode > 0) state.counters[std::string(kNames[mode]) + "_pct"] = median(percent[mode]);
+    if (mode == 0 || mode == 5) continue;
+    state.counters[std::string(kNames[mode]) + "_pct"] = median(percent[mode]);
+    state.counters[std::string(kNames[mode]) + "_traffic_pct"] = median(traffic_percent[mode]);
   }
 }
 BENCHMARK(AllReduceVsMemcpy)
