@@ -567,16 +567,21 @@ void MlpTrainStep(benchmark::State& state) {
 // blocks' ratios, and each side's median step (us), and the median ratio of the blocks' CPU
 // time per step. Second argument 0: the 2-device job's
 // kernels keep their share (threads / 2), no lending of idle shares (how it ran before lending).
+// Third argument: the 2-device job's CAF workers (0: the session's default, one per device up
+// to the budget; 1: one worker running both devices' tasks, each kernel on the whole budget).
 // ACTORFLOW_BENCH_TRACE=prefix writes each job's trace to prefix.<job>.json.
 void TwoOverOneDevice(benchmark::State& state, Model model, int steps, int rounds) {
   const int threads = static_cast<int>(state.range(0));
   const bool lend = state.range(1) != 0;
+  const int two_device_workers = state.range(2) > 0 ? static_cast<int>(state.range(2)) : 0;
   const char* trace = std::getenv("ACTORFLOW_BENCH_TRACE");
   auto trace_path = [&](int devices) {
     return trace == nullptr ? std::string() : std::string(trace) + "." + std::to_string(devices) + "dev.json";
   };
   auto one = MakeTrainJob(model, 1, 0, threads, 0, trace_path(1));
-  auto two = MakeTrainJob(model, 2, 0, threads, lend ? 0 : std::max(1, threads / 2), trace_path(2));
+  auto two = MakeTrainJob(model, 2, two_device_workers, threads,
+                          lend ? 0 : std::max(1, threads / std::max(1, two_device_workers > 0 ? two_device_workers : 2)),
+                          trace_path(2));
   if (!one.ok() || !two.ok())
     return state.SkipWithError((one.ok() ? two.status() : one.status()).ToString().c_str());
   // One block: its steps' mean real time and the process's CPU time per step (us). On a loaded
@@ -627,8 +632,8 @@ void TwoOverOneDevice(benchmark::State& state, Model model, int steps, int round
 }
 void MlpTwoOverOneDevice(benchmark::State& state) { TwoOverOneDevice(state, Model::kMlp, 20, 30); }
 void LenetTwoOverOneDevice(benchmark::State& state) { TwoOverOneDevice(state, Model::kLenet, 2, 10); }
-BENCHMARK(MlpTwoOverOneDevice)->Args({1, 1})->Args({2, 1})->Args({2, 0})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(LenetTwoOverOneDevice)->Args({1, 1})->Args({2, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(MlpTwoOverOneDevice)->Args({1, 1, 0})->Args({2, 1, 0})->Args({2, 0, 0})->Args({2, 1, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(LenetTwoOverOneDevice)->Args({1, 1, 0})->Args({2, 1, 0})->Args({2, 1, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK(MlpTrainStep)
     ->Args({1, 0, 1})
