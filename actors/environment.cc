@@ -35,36 +35,39 @@ class WorkerStartHook : public caf::thread_hook {
 };
 
 // CAF's work stealing, except where a job an actor makes runnable goes. CAF puts it at the
-// head of the sending worker's own queue and wakes nobody: a worker that went to sleep (its
-// polling ran out) only looks for work to steal every relaxed-sleep-duration. When one actor
-// makes two others runnable (one producer read by every device's first kernel), the second
-// then waits behind the first on the sender's worker while the other worker sleeps: the 2-device
-// seed MLP's second hidden matmul waited ~0.3-0.5 ms so, one whole matmul. Here, when the
-// sender's queue already holds a job (this one would wait behind it), the job goes to a sleeping
-// worker whose queue is empty, appended there with CAF's wake-up (external_enqueue); otherwise
-// it stays at the head of the sender's queue as before, so a chain (one producer, one ready
-// consumer) keeps running on its worker and pays no wake-up.
+// head of the sending worker's own queue (the worker runs the newest first) and wakes nobody: a
+// worker that went to sleep (its polling ran out) only looks for work to steal every
+// relaxed-sleep-duration. When one actor makes two others runnable (one producer read by every
+// device's first kernel), one of them then waits behind the other on the sender's worker while
+// the other worker sleeps: the 2-device seed MLP's second hidden matmul waited ~0.3-0.5 ms so,
+// one whole matmul. Here, when the sender's queue already holds a job, the new one still goes
+// to its head, and the oldest (the one this worker would run last) goes to a sleeping worker
+// whose queue is empty, appended there with CAF's wake-up (external_enqueue). The sender's
+// order is unchanged; if the sleeper is slow to wake (a loaded host), the sender steals the
+// job back as soon as it runs out of work, as it steals any other. A chain (one producer, one
+// ready consumer) keeps running on its worker and pays no wake-up.
 class SpreadingWorkStealing : public caf::policy::work_stealing {
  public:
   template <class Worker>
   void internal_enqueue(Worker* self, caf::resumable* job) {
-    if (!d(self).queue.empty()) {
-      auto* coordinator = self->parent();
-      const size_t workers = coordinator->num_workers();
-      for (size_t k = 1; k < workers; ++k) {
-        auto* other = coordinator->worker_by_id((self->id() + k) % workers);
-        bool idle;
-        {
-          std::lock_guard<std::mutex> guard(d(other).waitdata.lock);
-          idle = d(other).waitdata.sleeping && d(other).queue.empty();
-        }
-        if (idle) {
-          other->external_enqueue(job);
-          return;
-        }
+    const bool had_work = !d(self).queue.empty();
+    d(self).queue.prepend(job);
+    if (!had_work) return;
+    auto* coordinator = self->parent();
+    const size_t workers = coordinator->num_workers();
+    for (size_t k = 1; k < workers; ++k) {
+      auto* other = coordinator->worker_by_id((self->id() + k) % workers);
+      bool idle;
+      {
+        std::lock_guard<std::mutex> guard(d(other).waitdata.lock);
+        idle = d(other).waitdata.sleeping && d(other).queue.empty();
+      }
+      if (idle) {
+        // Null if other workers stole everything meanwhile.
+        if (caf::resumable* oldest = d(self).queue.take_tail()) other->external_enqueue(oldest);
+        return;
       }
     }
-    d(self).queue.prepend(job);
   }
 };
 
