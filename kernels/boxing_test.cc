@@ -145,16 +145,19 @@ TEST(BoxingTest, ReduceScatterSumsOnlyItsOwnSlice) {
 
 TEST(BoxingTest, ReduceOfManyShardsOverLongRunsIsExact) {
   // Runs longer than the sum's block (rows of 5000 float32), several runs per piece (P -> S(1)
-  // cuts every row), 2 to 5 shards: each element of every piece is the sum of its shards.
+  // cuts every row), 2 to 8 shards (summed four, then three more, at a time): each element of
+  // every piece is the sum of its shards added in shard order, ((s0 + s1) + s2) + ..., bit for
+  // bit (the values are not integers, so another order would round differently somewhere).
   const Shape logical = {3, 5000};
   const int64_t elements = NumElements(logical);
-  for (int64_t shards : {2, 3, 4, 5})
+  for (int64_t shards : {2, 3, 4, 5, 6, 7, 8})
     for (const Sbp& out : {Sbp::Split(0), Sbp::Split(1), Sbp::Broadcast()}) {
       SCOPED_TRACE(std::to_string(shards) + " shards -> " + out.ToString());
       std::vector<std::vector<float>> sources(shards, std::vector<float>(elements));
       std::vector<TensorView> inputs;
       for (int64_t k = 0; k < shards; ++k) {
-        for (int64_t i = 0; i < elements; ++i) sources[k][i] = static_cast<float>((i * (k + 3)) % 97 - 40 * k);
+        for (int64_t i = 0; i < elements; ++i)
+          sources[k][i] = static_cast<float>((i * (k + 3)) % 97 - 40 * k) * (1.0f + 0.37f * static_cast<float>(k)) / 3.0f;
         inputs.push_back({sources[k].data(), {logical, DType::kFloat32}});
       }
       const int64_t parts = out.kind == SbpKind::kBroadcast ? 1 : 2;
