@@ -1,4 +1,11 @@
+#include <dirent.h>
+#include <omp.h>
+
+#include <thread>
+
+#include "kernels/parallel_chunks.h"
 #include "kernels/testing/test_util.h"
+#include "kernels/testing/with_timeout.h"
 
 namespace actorflow::testing {
 namespace {
@@ -242,6 +249,61 @@ TEST(Conv, Gradients) {
   EXPECT_LT(Grad("conv2d", {F64({2, 4, 6, 5}), F64({2, 2, 2, 3})},
                  Attrs{{"padding", Ints{1, 0, 2, 1}}, {"strides", Ints{2, 1}}, {"dilation_rate", Ints{1, 2}}, {"groups", int64_t{2}}},
                  {0, 1}), kGradTol);
+}
+
+// Threads of this process (/proc/self/task).
+int ProcessThreads() {
+  int count = 0;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (dirent* entry = readdir(dir))
+      if (entry->d_name[0] != '.') ++count;
+    closedir(dir);
+  }
+  return count;
+}
+
+// A convolution split over the batch runs each chunk on one thread: its oneDNN primitives are
+// made for one thread even when the building thread's OpenMP team is larger (oneDNN sizes a
+// primitive's work split, and the threads it starts, by the team at creation). Counted on a
+// fresh thread, which has no OpenMP team yet: running the chunks there must start no thread
+// but the kernel helpers (ParallelChunksHelpers). LeNet's conv1 filter gradient is the shape
+// where oneDNN split the work over two threads.
+TEST(BatchChunkedConv, ChunksStartNoOpenMpThreads) {
+  WithTimeout([] {
+    RegisterAllOps();
+    const Attrs attrs{{"padding", std::string("SAME")}};
+    for (const std::string type : {"conv2d", "conv2d_grad_filter", "conv2d_grad_data"}) {
+      const Shape x_shape = {8, 1, 28, 28}, w_shape = {32, 1, 5, 5}, y_shape = {8, 32, 28, 28};
+      HostTensor x = F32(x_shape), w = F32(w_shape), dy = F32(y_shape);
+      std::vector<HostTensor> inputs = type == "conv2d"               ? std::vector<HostTensor>{x, w}
+                                       : type == "conv2d_grad_filter" ? std::vector<HostTensor>{dy, x, w}
+                                                                      : std::vector<HostTensor>{dy, w, x};
+      const OpDef* def = OpRegistry::Global().Find(type).value();
+      InferContext ic;
+      for (const HostTensor& t : inputs) ic.inputs.push_back(t.desc);
+      ic.attrs = attrs;
+      ASSERT_TRUE(def->infer(ic).ok()) << type;
+      const int previous = omp_get_max_threads();
+      omp_set_num_threads(2);  // the team a kernel factory may run under
+      auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, 2});
+      omp_set_num_threads(previous);
+      ASSERT_TRUE(kernel.ok()) << type << ": " << kernel.status().ToString();
+      HostTensor out = HostTensor::Of(ic.outputs[0].shape, DType::kFloat32, {});
+      std::vector<TensorView> in_views, out_views = {out.view()};
+      for (HostTensor& t : inputs) in_views.push_back(t.view());
+      int started = -1, helpers_started = -1;
+      std::thread fresh([&] {
+        const int threads = ProcessThreads(), helpers = ParallelChunksHelpers();
+        KernelContext ctx{&in_views, &out_views, 0};
+        ctx.threads = 2;
+        EXPECT_TRUE(kernel.value()(ctx).ok()) << type;
+        started = ProcessThreads() - threads;
+        helpers_started = ParallelChunksHelpers() - helpers;
+      });
+      fresh.join();
+      EXPECT_EQ(started, helpers_started) << type << ": the chunks started threads of their own";
+    }
+  });
 }
 
 }  // namespace
