@@ -703,6 +703,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   if (enabled("pool_relu_grad")) passes.push_back(MakePoolReluGradFusionPass());
   if (enabled("conv_batch_norm") || enabled("conv_activation"))
     passes.push_back(MakeConvFusionPass(enabled("conv_batch_norm"), enabled("conv_activation")));
+  if (enabled("conv_bias_grad")) passes.push_back(MakeConvBiasGradFusionPass());
   if (enabled("channels_last")) passes.push_back(MakeChannelsLastPass());
   if (!enabled("gemm_chunks")) passes.push_back(MakeOpenMpGemmPass());
   passes.push_back(MakeOrderingPass());
