@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   auto f = [](Shape s) { return TensorDesc{std::move(s), DType::kFloat32}; };
   Attrs same{{"padding", std::string("SAME")}};
+  Attrs nhwc{{"padding", std::string("SAME")}, {"data_format", std::string("NHWC")}};
   Attrs pool{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
   double mm = 2.0 * 100 * 784 * 512, c2 = 2.0 * 100 * 64 * 14 * 14 * 32 * 25;
   std::vector<Case> cases = {
@@ -91,6 +92,12 @@ int main(int argc, char** argv) {
       {"conv2d_grad_filter (same)", "conv2d_grad_filter", {f({100, 64, 14, 14}), f({100, 32, 14, 14}), f({64, 32, 5, 5})}, same, c2},
       {"conv2d_grad_filter (100,1,28,28)*(32,1,5,5)", "conv2d_grad_filter", {f({100, 32, 28, 28}), f({100, 1, 28, 28}), f({32, 1, 5, 5})},
        same, 2.0 * 100 * 32 * 28 * 28 * 25},
+      {"NHWC conv2d (100,28,28,1)*(32,1,5,5)", "conv2d", {f({100, 28, 28, 1}), f({32, 1, 5, 5})}, nhwc, 2.0 * 100 * 32 * 28 * 28 * 25},
+      {"NHWC conv2d_grad_filter conv1", "conv2d_grad_filter", {f({100, 28, 28, 32}), f({100, 28, 28, 1}), f({32, 1, 5, 5})}, nhwc,
+       2.0 * 100 * 32 * 28 * 28 * 25},
+      {"NHWC conv2d (100,14,14,32)*(64,32,5,5)", "conv2d", {f({100, 14, 14, 32}), f({64, 32, 5, 5})}, nhwc, c2},
+      {"NHWC conv2d_grad_data", "conv2d_grad_data", {f({100, 14, 14, 64}), f({64, 32, 5, 5}), f({100, 14, 14, 32})}, nhwc, c2},
+      {"NHWC conv2d_grad_filter", "conv2d_grad_filter", {f({100, 14, 14, 64}), f({100, 14, 14, 32}), f({64, 32, 5, 5})}, nhwc, c2},
       {"max_pool2d 2x2 (100,32,28,28)", "max_pool2d", {f({100, 32, 28, 28})}, pool},
       {"max_pool2d_grad 2x2 (100,32,28,28)", "max_pool2d_grad", {f({100, 32, 28, 28}), f({100, 32, 14, 14}), f({100, 32, 14, 14})}, pool},
       {"bias_add (100,32,28,28) axis 1", "bias_add", {f({100, 32, 28, 28}), f({32})}, {}},
