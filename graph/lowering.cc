@@ -700,6 +700,9 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   passes.push_back(MakePrunePass());
   if (enabled("dense")) passes.push_back(MakeFusionPass());
   if (enabled("gradient_update")) passes.push_back(MakeGradientUpdateFusionPass());
+  // Before bias_gradient_update: a conv layer's bias gradient is summed by its filter
+  // gradient's kernel (no pass over dy); the dense layers' go to their SGD update.
+  if (enabled("conv_bias_grad")) passes.push_back(MakeConvBiasGradFusionPass());
   if (enabled("bias_gradient_update")) passes.push_back(MakeBiasGradientUpdateFusionPass());
   if (enabled("pool_relu_grad")) passes.push_back(MakePoolReluGradFusionPass());
   if (enabled("matmul_relu_grad")) passes.push_back(MakeMatmulReluGradFusionPass());

@@ -74,6 +74,9 @@ std::unique_ptr<Pass> MakeOpenMpGemmPass();
 // epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp
 // (`activation`); whatever a job returns or watches stays as it was.
 std::unique_ptr<Pass> MakeConvFusionPass(bool batch_norm, bool activation);
+// Train jobs on one CPU device (graph/conv_fusion.cc, "conv_bias_grad"): a conv layer's
+// bias_add_grad(dy) becomes the second output of its conv2d_grad_filter(dy, x).
+std::unique_ptr<Pass> MakeConvBiasGradFusionPass();
 // Predict jobs on one CPU device (graph/channels_last.cc): regions of convolutions and the
 // per-element/per-channel ops between them run in NHWC, converted once at their borders.
 std::unique_ptr<Pass> MakeChannelsLastPass();
@@ -83,7 +86,8 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 // "conv_activation" (MakeConvFusionPass), "channels_last" (MakeChannelsLastPass) and
 // "gemm_chunks" (CPU GEMMs split into blocks over the kernel helper threads; off:
 // MakeOpenMpGemmPass), "pool_relu_grad" (MakePoolReluGradFusionPass), "matmul_relu_grad"
-// (MakeMatmulReluGradFusionPass) and "bias_gradient_update" (MakeBiasGradientUpdateFusionPass).
+// (MakeMatmulReluGradFusionPass), "bias_gradient_update" (MakeBiasGradientUpdateFusionPass) and
+// "conv_bias_grad" (MakeConvBiasGradFusionPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every

@@ -10,6 +10,10 @@
 //     scale = gamma * inv_std, shift = beta - mean * scale (inference batch norm, the same
 //     formula as the batch_normalization kernel), computed each act from the current values;
 //   activation "relu" or "clip" (attrs activation_min, activation_max), applied last.
+// conv2d_grad_filter's fused bias gradient (attr fuse_bias_grad, graph/conv_fusion.cc's
+// "conv_bias_grad", float32): a second output dbias (O) = dy summed over N, H, W, which oneDNN's
+// filter-gradient kernel accumulates as it reads dy, instead of a bias_add_grad op reading dy
+// once more.
 // float32 runs oneDNN convolution primitives built once per kernel: oneDNN picks its layouts
 // (blocked nChw16c on AVX-512, several times faster than its gemm path on plain nchw here) and
 // prebuilt reorders bridge to the plain registers; every buffer and the scratchpad are
@@ -173,6 +177,16 @@ StatusOr<ConvEpilogue> ReadEpilogue(const std::vector<TensorDesc>& inputs, const
   return e;
 }
 
+// conv2d_grad_filter's fuse_bias_grad, as the epilogue's bias flag the filter pass reads (float32
+// only: the float64 loops compute no bias gradient).
+StatusOr<ConvEpilogue> ReadBiasGradient(const TensorDesc& dy, const Attrs& attrs) {
+  ConvEpilogue e;
+  e.bias = attrs.GetBoolOr("fuse_bias_grad", false);
+  if (e.bias && dy.dtype != DType::kFloat32)
+    return InvalidArgument("conv2d_grad_filter: fuse_bias_grad is float32 only, dy is " + dy.ToString());
+  return e;
+}
+
 // One tensor of a oneDNN convolution: `user` wraps the register (plain nchw/nhwc/oihw, handle
 // set each act); when the primitive prefers a blocked layout, `internal` (allocated at build
 // time) holds that layout and a prebuilt reorder copies in (inputs) or out (the output).
@@ -220,6 +234,16 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
   auto state = std::make_shared<DnnlConv>();
   state->threads = std::max(1, threads);
   state->epilogue = epilogue;
+  // oneDNN sizes a primitive's work split by the creating thread's OpenMP team and runs that
+  // many threads whatever the executing thread's setting: a batch chunk's primitive made under
+  // the default team of 2 ran two OpenMP threads inside each single-threaded chunk (LeNet's
+  // conv1 filter gradient took 14 ms of CPU in 8 chunks on 2 threads, 2 ms in one call).
+  const int previous_threads = omp_get_max_threads();
+  omp_set_num_threads(state->threads);
+  struct RestoreThreads {
+    int threads;
+    ~RestoreThreads() { omp_set_num_threads(threads); }
+  } restore{previous_threads};
   try {
     dnnl::engine& engine = CpuEngine();
     auto f32 = memory::data_type::f32;
@@ -285,8 +309,13 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
         break;
       }
       case ConvPass::kBackwardFilter: {
-        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, x_any, w_any, y_any, strides, dilates, pad_l,
-                                                   pad_r);
+        // epilogue.bias: also the bias gradient (fuse_bias_grad).
+        memory::desc bias_md({g.out_channels}, f32, memory::format_tag::x);
+        auto d = epilogue.bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, x_any, w_any, bias_md,
+                                                                          y_any, strides, dilates, pad_l, pad_r)
+                               : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, x_any, w_any, y_any,
+                                                                          strides, dilates, pad_l, pad_r);
+        if (epilogue.bias) state->bias = memory(bias_md, engine, nullptr);
         dnnl::convolution_backward_weights::primitive_desc pd(d, attr, engine, fwd_pd);
         state->primitive = dnnl::convolution_backward_weights(pd);
         state->implementation = pd.impl_info_str();
@@ -305,7 +334,7 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
     int y_arg = pass == ConvPass::kForward ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST;
     state->args = {{x_arg, state->tensors[0].used().get()}, {w_arg, state->tensors[1].used().get()},
                    {y_arg, state->tensors[2].used().get()}, {DNNL_ARG_SCRATCHPAD, state->scratchpad.get()}};
-    if (state->bias) state->args.push_back({DNNL_ARG_BIAS, state->bias.get()});
+    if (state->bias) state->args.push_back({pass == ConvPass::kBackwardFilter ? DNNL_ARG_DIFF_BIAS : DNNL_ARG_BIAS, state->bias.get()});
     if (pass == ConvPass::kForward && state->tensors[1].reorder) {
       state->cache_weights = true;
       state->weights_seen.resize(w_plain.get_size());
@@ -478,7 +507,8 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
     });
   if (pass == ConvPass::kForward && IsPointwiseChannelsLast(g)) return MakePointwiseGemm(g, epilogue, threads);
   AF_ASSIGN_OR_RETURN(std::shared_ptr<DnnlConv> state, BuildDnnlConv(pass, g, epilogue, threads));
-  if (pass == ConvPass::kBackwardFilter && IsDepthwiseChannelsFirst(g) && state->implementation.find("gemm") != std::string::npos)
+  if (pass == ConvPass::kBackwardFilter && !epilogue.bias && IsDepthwiseChannelsFirst(g) &&
+      state->implementation.find("gemm") != std::string::npos)
     return MakeDepthwiseFilterGrad(g, threads);
   const int64_t channels = g.out_channels;
   return KernelFn([=](KernelContext& c) {
@@ -491,7 +521,8 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
     for (int i = 0; i < 3; ++i)
       if (dnnl_memory_set_data_handle(state->tensors[i].user.get(), pick(c, at[i])) != dnnl_success)
         return Internal("oneDNN rejected a tensor pointer");
-    if (state->bias && dnnl_memory_set_data_handle(state->bias.get(), c.input(2).data) != dnnl_success)
+    void* bias = pass == ConvPass::kBackwardFilter ? c.output(1).data : c.input(2).data;
+    if (state->bias && dnnl_memory_set_data_handle(state->bias.get(), bias) != dnnl_success)
       return Internal("oneDNN rejected the bias pointer");
     if (state->epilogue.batch_norm)
       BatchNormScaleShift(state->epilogue, c, channels, static_cast<float*>(state->scale.get_data_handle()),
@@ -562,6 +593,7 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
     std::vector<std::vector<TensorView>> inputs, outputs;
     int64_t x_stride = 0, y_stride = 0;  // bytes per sample
     std::vector<std::vector<float>> partial_filters;  // filter gradient: chunks 1.. write here
+    std::vector<std::vector<float>> partial_biases;   // and their bias gradients (fuse_bias_grad)
     bool prepared = false;
   };
   auto state = std::make_shared<Chunked>();
@@ -572,13 +604,15 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
   const bool filter_gradient = pass == ConvPass::kBackwardFilter;
   if (filter_gradient)
     state->partial_filters.assign(count - 1, std::vector<float>(init.outputs[0].num_elements()));
+  const bool bias_gradient = filter_gradient && epilogue.bias;
+  if (bias_gradient) state->partial_biases.assign(count - 1, std::vector<float>(init.outputs[1].num_elements()));
   for (int64_t i = 0; i < count; ++i) {
     ConvGeometry part = g;
     part.win.n = i + 1 < count ? step : last;
     AF_ASSIGN_OR_RETURN(KernelFn kernel, MakeConvKernel(pass, part, epilogue, DType::kFloat32, 1, x_at, w_at, y_at));
     state->kernels.push_back(std::move(kernel));
   }
-  return KernelFn([state, count, step, x_at, y_at, threads, filter_gradient](KernelContext& c) {
+  return KernelFn([state, count, step, x_at, y_at, threads, filter_gradient, bias_gradient](KernelContext& c) {
     Chunked& s = *state;
     if (!s.prepared) {  // first call: the views' descriptions, with the chunks' sample counts
       s.inputs.assign(count, *c.inputs);
@@ -598,6 +632,7 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
         v.data = static_cast<char*>(v.data) + i * step * (at == x_at ? s.x_stride : s.y_stride);
       }
       if (filter_gradient && i > 0) s.outputs[i][0].data = s.partial_filters[i - 1].data();
+      if (bias_gradient && i > 0) s.outputs[i][1].data = s.partial_biases[i - 1].data();
     }
     std::atomic<bool> failed{false};
     Status first_error = Status::Ok();
@@ -617,6 +652,14 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
       float* __restrict out = c.output(0).as<float>();
       const int64_t elements = c.output(0).num_elements();
       for (const std::vector<float>& partial : s.partial_filters) {
+        const float* __restrict p = partial.data();
+        for (int64_t e = 0; e < elements; ++e) out[e] += p[e];
+      }
+    }
+    if (bias_gradient) {
+      float* __restrict out = c.output(1).as<float>();
+      const int64_t elements = c.output(1).num_elements();
+      for (const std::vector<float>& partial : s.partial_biases) {
         const float* __restrict p = partial.data();
         for (int64_t e = 0; e < elements; ++e) out[e] += p[e];
       }
@@ -648,8 +691,8 @@ StatusOr<std::vector<SbpSignature>> ConvSbp(const SbpContext& ctx, std::vector<C
     out->push_back(s);
   };
   std::vector<SbpSignature> out = {AllBroadcast(ctx)};
-  // A fused epilogue (inference, one device: graph/conv_fusion.cc) runs whole.
-  if (ctx.inputs.size() != inputs.size()) return out;
+  // A fused epilogue or bias gradient (one device: graph/conv_fusion.cc) runs whole.
+  if (ctx.inputs.size() != inputs.size() || ctx.outputs.size() != 1) return out;
   const bool channels_last = ctx.attrs.GetStringOr("data_format", "NCHW") == "NHWC" ||
                              ctx.attrs.GetStringOr("data_format", "NCHW") == "channels_last";
   const int64_t channel_axis = channels_last ? 3 : 1;
@@ -736,15 +779,19 @@ void RegisterConvOps(OpRegistry& registry) {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(ctx.inputs[1], ctx.inputs[2], ctx.attrs));
     if (ctx.inputs[0].shape != OutShape(g))
       return InvalidArgument("conv2d_grad_filter: dy has shape " + ShapeToString(ctx.inputs[0].shape) + ", expected " + ShapeToString(OutShape(g)));
+    AF_ASSIGN_OR_RETURN(ConvEpilogue bias_gradient, ReadBiasGradient(ctx.inputs[0], ctx.attrs));
     ctx.outputs = {ctx.inputs[2]};
+    if (bias_gradient.bias) ctx.outputs.push_back(TensorDesc{{g.out_channels}, ctx.inputs[0].dtype});
     return Status::Ok();
   };
   filter.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[1], init.inputs[2], init.attrs));
-    if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kBackwardFilter, g, ConvEpilogue{}, 1, 100, 0);
-    return MakeConvKernel(ConvPass::kBackwardFilter, g, ConvEpilogue{}, init.inputs[0].dtype, init.num_threads, 1, 100, 0);
+    AF_ASSIGN_OR_RETURN(ConvEpilogue bias_gradient, ReadBiasGradient(init.inputs[0], init.attrs));
+    if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kBackwardFilter, g, bias_gradient, 1, 100, 0);
+    return MakeConvKernel(ConvPass::kBackwardFilter, g, bias_gradient, init.inputs[0].dtype, init.num_threads, 1, 100, 0);
   };
-  filter.doc = "dfilter(O,C/groups,KH,KW) = correlation of x with dy (same attrs as conv2d); like gives filter's shape";
+  filter.doc = "dfilter(O,C/groups,KH,KW) = correlation of x with dy (same attrs as conv2d); like gives filter's shape; "
+               "compiler attr fuse_bias_grad adds output dbias(O) = dy summed over all but the channel axis";
   filter.sbp = [](const SbpContext& ctx) {
     return ConvSbp(ctx, {ConvRole::kY, ConvRole::kX, ConvRole::kFilter}, ConvRole::kFilter);
   };

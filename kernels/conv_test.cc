@@ -1,4 +1,11 @@
+#include <dirent.h>
+#include <omp.h>
+
+#include <thread>
+
+#include "kernels/parallel_chunks.h"
 #include "kernels/testing/test_util.h"
+#include "kernels/testing/with_timeout.h"
 
 namespace actorflow::testing {
 namespace {
@@ -242,6 +249,129 @@ TEST(Conv, Gradients) {
   EXPECT_LT(Grad("conv2d", {F64({2, 4, 6, 5}), F64({2, 2, 2, 3})},
                  Attrs{{"padding", Ints{1, 0, 2, 1}}, {"strides", Ints{2, 1}}, {"dilation_rate", Ints{1, 2}}, {"groups", int64_t{2}}},
                  {0, 1}), kGradTol);
+}
+
+// Threads of this process (/proc/self/task).
+int ProcessThreads() {
+  int count = 0;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (dirent* entry = readdir(dir))
+      if (entry->d_name[0] != '.') ++count;
+    closedir(dir);
+  }
+  return count;
+}
+
+// A convolution split over the batch runs each chunk on one thread: its oneDNN primitives are
+// made for one thread even when the building thread's OpenMP team is larger (oneDNN sizes a
+// primitive's work split, and the threads it starts, by the team at creation). Counted on a
+// fresh thread, which has no OpenMP team yet: running the chunks there must start no thread
+// but the kernel helpers (ParallelChunksHelpers). LeNet's conv1 filter gradient is the shape
+// where oneDNN split the work over two threads.
+TEST(BatchChunkedConv, ChunksStartNoOpenMpThreads) {
+  WithTimeout([] {
+    RegisterAllOps();
+    const Attrs attrs{{"padding", std::string("SAME")}};
+    for (const std::string type : {"conv2d", "conv2d_grad_filter", "conv2d_grad_data"}) {
+      const Shape x_shape = {8, 1, 28, 28}, w_shape = {32, 1, 5, 5}, y_shape = {8, 32, 28, 28};
+      HostTensor x = F32(x_shape), w = F32(w_shape), dy = F32(y_shape);
+      std::vector<HostTensor> inputs = type == "conv2d"               ? std::vector<HostTensor>{x, w}
+                                       : type == "conv2d_grad_filter" ? std::vector<HostTensor>{dy, x, w}
+                                                                      : std::vector<HostTensor>{dy, w, x};
+      const OpDef* def = OpRegistry::Global().Find(type).value();
+      InferContext ic;
+      for (const HostTensor& t : inputs) ic.inputs.push_back(t.desc);
+      ic.attrs = attrs;
+      ASSERT_TRUE(def->infer(ic).ok()) << type;
+      const int previous = omp_get_max_threads();
+      omp_set_num_threads(2);  // the team a kernel factory may run under
+      auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, 2});
+      omp_set_num_threads(previous);
+      ASSERT_TRUE(kernel.ok()) << type << ": " << kernel.status().ToString();
+      HostTensor out = HostTensor::Of(ic.outputs[0].shape, DType::kFloat32, {});
+      std::vector<TensorView> in_views, out_views = {out.view()};
+      for (HostTensor& t : inputs) in_views.push_back(t.view());
+      int started = -1, helpers_started = -1;
+      std::thread fresh([&] {
+        const int threads = ProcessThreads(), helpers = ParallelChunksHelpers();
+        KernelContext ctx{&in_views, &out_views, 0};
+        ctx.threads = 2;
+        EXPECT_TRUE(kernel.value()(ctx).ok()) << type;
+        started = ProcessThreads() - threads;
+        helpers_started = ParallelChunksHelpers() - helpers;
+      });
+      fresh.join();
+      EXPECT_EQ(started, helpers_started) << type << ": the chunks started threads of their own";
+    }
+  });
+}
+
+// All outputs of one CPU kernel call on `threads` threads.
+std::vector<HostTensor> RunOnThreads(const std::string& type, std::vector<HostTensor> inputs, const Attrs& attrs, int threads) {
+  RegisterAllOps();
+  const OpDef* def = OpRegistry::Global().Find(type).value();
+  InferContext ic;
+  for (const HostTensor& t : inputs) ic.inputs.push_back(t.desc);
+  ic.attrs = attrs;
+  Status inferred = def->infer(ic);
+  EXPECT_TRUE(inferred.ok()) << type << ": " << inferred.ToString();
+  if (!inferred.ok()) return {};
+  auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, threads});
+  EXPECT_TRUE(kernel.ok()) << type << ": " << kernel.status().ToString();
+  if (!kernel.ok()) return {};
+  std::vector<HostTensor> outputs;
+  for (const TensorDesc& d : ic.outputs) outputs.push_back(HostTensor::Of(d.shape, d.dtype, {}));
+  std::vector<TensorView> in, out;
+  for (HostTensor& t : inputs) in.push_back(t.view());
+  for (HostTensor& t : outputs) out.push_back(t.view());
+  KernelContext ctx{&in, &out, 0};
+  Status ran = kernel.value()(ctx);
+  EXPECT_TRUE(ran.ok()) << type << ": " << ran.ToString();
+  return outputs;
+}
+
+// fuse_bias_grad (graph/conv_fusion.cc's "conv_bias_grad"): conv2d_grad_filter's second output
+// equals bias_add_grad of dy on the channel axis, and its filter gradient the unfused one; one
+// call and batch chunks (2 threads: partial sums per chunk), NCHW and NHWC, a bias from the
+// LeNet-like 5x5 shape and a strided, grouped one. float64 (no fused path) is a clear error.
+TEST(Conv, FusedBiasGradientEqualsBiasAddGrad) {
+  WithTimeout([] {
+    struct Case {
+      Shape x, w;
+      Attrs attrs;
+    };
+    const std::vector<Case> cases = {
+        {{9, 3, 10, 10}, {8, 3, 5, 5}, Attrs{{"padding", std::string("SAME")}}},
+        {{6, 4, 9, 9}, {6, 2, 3, 3}, Attrs{{"padding", std::string("VALID")}, {"strides", int64_t{2}}, {"groups", int64_t{2}}}},
+    };
+    for (const Case& k : cases)
+      for (bool nhwc : {false, true})
+        for (int threads : {1, 2}) {
+          Attrs attrs = k.attrs;
+          const Shape x_shape = nhwc ? Shape{k.x[0], k.x[2], k.x[3], k.x[1]} : k.x;
+          if (nhwc) attrs.Set("data_format", std::string("NHWC"));
+          HostTensor x = F32(x_shape, Ramp(NumElements(x_shape), 0.3)), w = F32(k.w, Ramp(NumElements(k.w), 1.1));
+          const Shape y_shape = RunOnThreads("conv2d", {x, w}, attrs, 1).at(0).desc.shape;
+          HostTensor dy = F32(y_shape, Ramp(NumElements(y_shape), 0.8));
+          Attrs fused_attrs = attrs;
+          fused_attrs.Set("fuse_bias_grad", true);
+          std::vector<HostTensor> fused = RunOnThreads("conv2d_grad_filter", {dy, x, w}, fused_attrs, threads);
+          HostTensor plain = RunOnThreads("conv2d_grad_filter", {dy, x, w}, attrs, threads).at(0);
+          HostTensor bias = RunOnThreads("bias_add_grad", {dy}, Attrs{{"axis", int64_t{nhwc ? 3 : 1}}}, 1).at(0);
+          ASSERT_EQ(fused.size(), 2u);
+          ASSERT_EQ(fused[1].desc.shape, (Shape{k.w[0]}));
+          for (int64_t i = 0; i < plain.desc.num_elements(); ++i)
+            ASSERT_NEAR(fused[0].at(i), plain.at(i), 1e-4 * (1 + std::abs(plain.at(i)))) << "dfilter " << i;
+          for (int64_t o = 0; o < k.w[0]; ++o) {
+            ASSERT_NEAR(fused[1].at(o), bias.at(o), 1e-4 * (1 + std::abs(bias.at(o)))) << "dbias " << o << " nhwc " << nhwc
+                                                                                         << " threads " << threads;
+            ASSERT_NE(bias.at(o), 0.0);
+          }
+        }
+    Attrs fused{{"padding", std::string("SAME")}, {"fuse_bias_grad", true}};
+    EXPECT_NE(ErrorOf("conv2d_grad_filter", {F64({2, 4, 5, 5}), F64({2, 3, 5, 5}), F64({4, 3, 3, 3})}, fused).find("float32 only"),
+              std::string::npos);
+  });
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "kernels/testing/with_timeout.h"
+
 namespace actorflow::testing {
 namespace {
 
@@ -62,14 +64,14 @@ TEST(Pool, Gradients) {
 }
 
 // Runs max/avg_pool2d_grad's kernel writing into `dx`, whatever it held before.
-void RunPoolGradInto(const std::string& type, std::vector<HostTensor> in, const Attrs& attrs, HostTensor& dx) {
+void RunPoolGradInto(const std::string& type, std::vector<HostTensor> in, const Attrs& attrs, HostTensor& dx, int threads = 1) {
   RegisterAllOps();
   const OpDef* def = OpRegistry::Global().Find(type).value();
   InferContext ic;
   for (auto& t : in) ic.inputs.push_back(t.desc);
   ic.attrs = attrs;
   ASSERT_TRUE(def->infer(ic).ok());
-  auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, 1});
+  auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, threads});
   ASSERT_TRUE(kernel.ok()) << kernel.status().message();
   std::vector<TensorView> iv, ov = {dx.view()};
   for (auto& t : in) iv.push_back(t.view());
@@ -128,6 +130,45 @@ TEST(Pool, ReluMaskEqualsPoolGradThenReluGrad) {
   Attrs masked{{"ksize", int64_t{2}}, {"relu_mask", true}};
   EXPECT_NE(ErrorOf("avg_pool2d_grad", {F32({1, 1, 2, 2}), F32({1, 1, 4, 4})}, masked).find("max pooling only"),
             std::string::npos);
+}
+
+// Large poolings split their (sample, channel) planes over the kernel's threads: 2 threads give
+// exactly the one-thread result (each plane computed alike), forward and backward, max (with and
+// without relu_mask) and average, tiling, padded and overlapping windows, writing every element
+// of an output first filled with NaN; 4 x 37 planes (above the split threshold) make uneven blocks.
+TEST(Pool, PlanesOnTwoThreadsEqualOneThread) {
+  WithTimeout([] {
+    Attrs tiled{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
+    Attrs padded{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", Ints{1, 0, 1, 0}}};
+    Attrs overlap{{"ksize", int64_t{3}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
+    const Shape shape = {4, 37, 30, 30};
+    std::vector<double> values = Ramp(NumElements(shape), 0.7);
+    for (double& v : values) v = v < 0.2 ? 0.0 : v;  // a relu's output, for relu_mask
+    const HostTensor x = F32(shape, values);
+    for (const Attrs& attrs : {tiled, padded, overlap})
+      for (const std::string type : {"max_pool2d", "avg_pool2d"})
+        for (bool relu_mask : {false, true}) {
+          const bool max = type == "max_pool2d";
+          if (relu_mask && !max) continue;
+          const HostTensor y = Run1(type, {x}, attrs);
+          const std::vector<double> nan(y.desc.num_elements(), std::nan(""));
+          HostTensor y_two = F32(y.desc.shape, nan);
+          RunPoolGradInto(type, {x}, attrs, y_two, 2);
+          for (int64_t i = 0; i < y.desc.num_elements(); ++i) ASSERT_EQ(y_two.at(i), y.at(i)) << type << " element " << i;
+          const HostTensor dy = F32(y.desc.shape, Ramp(y.desc.num_elements(), 0.3));
+          const std::vector<HostTensor> in = max ? std::vector<HostTensor>{x, y, dy} : std::vector<HostTensor>{dy, x};
+          Attrs grad_attrs = attrs;
+          if (relu_mask) grad_attrs.Set("relu_mask", true);
+          HostTensor one = F32(shape, std::vector<double>(NumElements(shape), std::nan("")));
+          HostTensor two = one;
+          RunPoolGradInto(type + "_grad", in, grad_attrs, one, 1);
+          RunPoolGradInto(type + "_grad", in, grad_attrs, two, 2);
+          for (int64_t i = 0; i < one.desc.num_elements(); ++i) {
+            ASSERT_FALSE(std::isnan(one.at(i))) << type << "_grad element " << i;
+            ASSERT_EQ(two.at(i), one.at(i)) << type << "_grad element " << i;
+          }
+        }
+  });
 }
 
 }  // namespace

@@ -17,8 +17,7 @@ from ._trace_ctx import BlobDef
 
 # The compiler's fusions a job or graph can turn off (graph/passes.h FusionNames).
 FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation", "channels_last", "gemm_chunks",
-                "pool_relu_grad", "matmul_relu_grad",
-                "bias_gradient_update")
+                "pool_relu_grad", "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad")
 
 
 # Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
@@ -116,7 +115,8 @@ class FunctionConfig:
         relu's gradient after max pooling's applied by the pooling gradient; "matmul_relu_grad":
         a relu's gradient applied by the data-gradient matmul that produces it;
         "bias_gradient_update": a bias's gradient summed and applied by its SGD update in one
-        op), to bisect a numerical difference.
+        op; "conv_bias_grad": a conv layer's bias gradient computed by its filter gradient), to
+        bisect a numerical difference.
         ACTORFLOW_DISABLE_FUSION=dense,gradient_update does the same for every job."""
         for name in names:
             if name not in FUSION_NAMES:
