@@ -63,6 +63,9 @@ std::unique_ptr<Pass> MakePoolReluGradFusionPass();
 // Added when the "gemm_chunks" fusion is off: CPU matmul / matmul_sgd_update get attr omp_team
 // (one OpenMP team per GEMM instead of blocks on the kernel helper threads, kernels/gemm.h).
 std::unique_ptr<Pass> MakeOpenMpGemmPass();
+// Added when the "gemv" fusion is off: CPU matmuls get attr gemv=false (a few rows of a run
+// as oneDNN GEMMs instead of the kernels' GEMV loop, kernels/gemv.h).
+std::unique_ptr<Pass> MakeNoGemvPass();
 
 // Single-device CPU jobs (graph/conv_fusion.cc): a conv2d's only reader fuses into it as an
 // epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp
@@ -76,7 +79,8 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 // disabled_fusions): "dense" (MakeFusionPass), "gradient_update", "conv_batch_norm" and
 // "conv_activation" (MakeConvFusionPass), "channels_last" (MakeChannelsLastPass) and
 // "gemm_chunks" (CPU GEMMs split into blocks over the kernel helper threads; off:
-// MakeOpenMpGemmPass) and "pool_relu_grad" (MakePoolReluGradFusionPass).
+// MakeOpenMpGemmPass), "pool_relu_grad" (MakePoolReluGradFusionPass) and "gemv" (batch-1 matmuls
+// as the kernels' GEMV loop; off: MakeNoGemvPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every

@@ -109,7 +109,7 @@ std::unique_ptr<Pass> MakeGradientUpdateFusionPass(bool placed) {
 
 const std::vector<std::string>& FusionNames() {
   static const std::vector<std::string> names = {"dense", "gradient_update", "conv_batch_norm", "conv_activation",
-                                                 "channels_last", "gemm_chunks", "pool_relu_grad"};
+                                                 "channels_last", "gemm_chunks", "pool_relu_grad", "gemv"};
   return names;
 }
 

@@ -17,7 +17,7 @@ from ._trace_ctx import BlobDef
 
 # The compiler's fusions a job or graph can turn off (graph/passes.h FusionNames).
 FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation", "channels_last", "gemm_chunks",
-                "pool_relu_grad")
+                "pool_relu_grad", "gemv")
 
 
 # Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
@@ -112,7 +112,8 @@ class FunctionConfig:
         "conv_activation": relu/relu6/clamp after a conv2d as its epilogue; "channels_last":
         predict jobs' convolution regions in NHWC; "gemm_chunks": CPU GEMMs split into blocks
         over the kernel helper threads instead of one OpenMP team each; "pool_relu_grad": a
-        relu's gradient after max pooling's applied by the pooling gradient), to bisect a
+        relu's gradient after max pooling's applied by the pooling gradient; "gemv": CPU matmuls with
+        a few rows (batch-1 inference) as the kernels' AVX-512 GEMV loop instead of oneDNN), to bisect a
         numerical difference.
         ACTORFLOW_DISABLE_FUSION=dense,gradient_update does the same for every job."""
         for name in names:
