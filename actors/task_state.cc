@@ -365,12 +365,15 @@ void TaskState::FinishAct(caf::event_based_actor* self, int64_t iteration, bool 
     failed = true;
     core_->RecordError(iteration, status.WithContext(where_ + ", iteration " + std::to_string(iteration)));
   }
-  Emit(self, registers, iteration, failed, sent);
+  // Acks first, readies last: a worker runs the actors its sends woke last-in first-out (CAF's
+  // work-stealing queue), so the consumers, which carry the iteration on, run next on this
+  // worker and the producers' acks after them (or on another worker), not in between.
   for (InputSlots& in : in_edges_) {
     const int reg = in.front().register_index;
     Send(self, in.producer, in.producer_slots->channel(reg), ack_atom::value, in.producer_output, reg, sent);
     in.pop();
   }
+  Emit(self, registers, iteration, failed, sent);
   if (policies_.act == ActPolicy::kDeliver) core_->SinkDelivered(iteration);
 }
 
