@@ -532,7 +532,8 @@ class JobFunction:
                 self._step += 1
 
     def __call__(self, *args, **kwargs):
-        plain = self._plain_feeds
+        compiled = self._compiled  # read first: a thread compiling sets _plain_feeds before it
+        plain = self._plain_feeds if compiled is not None else None
         if plain is not None and not kwargs and len(args) == len(plain):
             # The short path of a compiled job called with arrays of exactly its placeholders'
             # shapes and dtypes (batch-1 inference spends microseconds here): what _feeds would
@@ -546,7 +547,7 @@ class JobFunction:
                 gate = _snapshot.gate
                 gate.enter_call()
                 try:
-                    arrays = self._compiled.run(args)
+                    arrays = compiled.run(args)
                 finally:
                     gate.exit_call()
                 return self._result.build(arrays)
