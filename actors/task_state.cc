@@ -365,12 +365,21 @@ void TaskState::FinishAct(caf::event_based_actor* self, int64_t iteration, bool 
     failed = true;
     core_->RecordError(iteration, status.WithContext(where_ + ", iteration " + std::to_string(iteration)));
   }
-  Emit(self, registers, iteration, failed, sent);
+  // Which actor this worker runs next: CAF's work-stealing worker runs the actors a handler's
+  // sends woke last-in first-out, so the one sent to last runs first. A producer whose every
+  // register waits here is stalled until its ack: ack it last, so it runs next and the pipeline
+  // keeps flowing. Otherwise the acks can wait: send the readies last, so the consumer carrying
+  // the iteration on runs next (a lone iteration's latency) instead of after each producer's
+  // ack handler; the acks run after it or on another worker.
+  bool producer_stalled = false;
+  for (const InputSlots& in : in_edges_) producer_stalled |= in.size == static_cast<int>(in.ring.size());
+  if (producer_stalled) Emit(self, registers, iteration, failed, sent);
   for (InputSlots& in : in_edges_) {
     const int reg = in.front().register_index;
     Send(self, in.producer, in.producer_slots->channel(reg), ack_atom::value, in.producer_output, reg, sent);
     in.pop();
   }
+  if (!producer_stalled) Emit(self, registers, iteration, failed, sent);
   if (policies_.act == ActPolicy::kDeliver) core_->SinkDelivered(iteration);
 }
 

@@ -185,6 +185,27 @@ std::unique_ptr<Pass> MakeOpenMpGemmPass() { return std::make_unique<OpenMpGemmP
 
 namespace {
 
+// disable_fusion("gemv"): CPU matmuls with a few rows of a (batch-1 inference) run as oneDNN
+// GEMMs instead of the kernels' GEMV loop (kernels/gemv.h), to bisect a difference.
+class NoGemvPass : public Pass {
+ public:
+  std::string name() const override { return "no gemv"; }
+  Status Run(Graph& graph) override {
+    for (Node& node : graph.mutable_nodes()) {
+      if (node.kind != NodeKind::kOp || node.type != "matmul") continue;
+      if (node.placement.device_type == "gpu" || node.placement.device_type == "cuda") continue;
+      node.attrs.Set("gemv", false);
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> MakeNoGemvPass() { return std::make_unique<NoGemvPass>(); }
+
+namespace {
+
 // relu_grad(y, max_pool2d_grad(x = y, ...)): the pooling's input is the relu's output (relu then
 // max pooling, or a convolution with a fused relu then pooling), so the relu's backward masks
 // the pooling's routed gradient. The pooling gradient does it as it routes (attr relu_mask):

@@ -710,6 +710,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
     passes.push_back(MakeConvFusionPass(enabled("conv_batch_norm"), enabled("conv_activation")));
   if (enabled("channels_last")) passes.push_back(MakeChannelsLastPass());
   if (!enabled("gemm_chunks")) passes.push_back(MakeOpenMpGemmPass());
+  if (!enabled("gemv")) passes.push_back(MakeNoGemvPass());
   passes.push_back(MakeOrderingPass());
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());

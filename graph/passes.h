@@ -69,6 +69,9 @@ std::unique_ptr<Pass> MakeMatmulReluGradFusionPass();
 // Added when the "gemm_chunks" fusion is off: CPU matmul / matmul_sgd_update get attr omp_team
 // (one OpenMP team per GEMM instead of blocks on the kernel helper threads, kernels/gemm.h).
 std::unique_ptr<Pass> MakeOpenMpGemmPass();
+// Added when the "gemv" fusion is off: CPU matmuls get attr gemv=false (a few rows of a run
+// as oneDNN GEMMs instead of the kernels' GEMV loop, kernels/gemv.h).
+std::unique_ptr<Pass> MakeNoGemvPass();
 
 // Single-device CPU jobs (graph/conv_fusion.cc): a conv2d's only reader fuses into it as an
 // epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp
@@ -86,8 +89,9 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 // "conv_activation" (MakeConvFusionPass), "channels_last" (MakeChannelsLastPass) and
 // "gemm_chunks" (CPU GEMMs split into blocks over the kernel helper threads; off:
 // MakeOpenMpGemmPass), "pool_relu_grad" (MakePoolReluGradFusionPass), "matmul_relu_grad"
-// (MakeMatmulReluGradFusionPass), "bias_gradient_update" (MakeBiasGradientUpdateFusionPass) and
-// "conv_bias_grad" (MakeConvBiasGradFusionPass).
+// (MakeMatmulReluGradFusionPass), "bias_gradient_update" (MakeBiasGradientUpdateFusionPass),
+// "conv_bias_grad" (MakeConvBiasGradFusionPass) and "gemv" (batch-1 matmuls as the kernels' GEMV
+// loop; off: MakeNoGemvPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every

@@ -6,11 +6,13 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "kernels/gemm.h"
+#include "kernels/gemv.h"
 #include "kernels/parallel_chunks.h"
 #include "kernels/kernel_util.h"
 #include "kernels/sbp_util.h"
@@ -221,6 +223,25 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
         Gemm<double>(ta, tb, m, n, k, c.input(0).as<double>() + i * a_step, c.input(1).as<double>() + i * b_step,
                      c.output(0).as<double>() + i * c_step);
       epilogue.template operator()<double>(c, 0, rows);
+      return Status::Ok();
+    });
+  // A few rows of a (batch-1 inference) as a GEMV (kernels/gemv.h), its columns split over the
+  // threads when the GEMM would be split; attr gemv=false (disable_fusion("gemv")) keeps oneDNN.
+  // The GEMV has the bias/relu epilogue only: a relu-gradient mask keeps the GEMM path.
+  if (init.inputs[0].dtype == DType::kFloat32 && init.attrs.GetBoolOr("gemv", true) && batch == 1 && !ta &&
+      !fuse_relu_grad && m <= kGemvMaxRows && n > 0 && k > 0 && GemvAvailable())
+    return KernelFn([=](KernelContext& c) {
+      const GemvArgs g{tb, m, n, k, c.input(0).as<float>(), c.input(1).as<float>(),
+                       fuse_bias ? c.input(2).as<float>() : nullptr, fuse_relu, c.output(0).as<float>()};
+      const int t = !small && c.threads > threads ? c.threads : threads;
+      const int64_t step = GemvColumnStep(n, t);
+      const int blocks = static_cast<int>((n + step - 1) / step);
+      if (blocks <= 1) {
+        GemvColumns(g, 0, n);
+      } else {
+        auto block = [&](int i) { GemvColumns(g, i * step, std::min(n, (i + 1) * step)); };
+        ParallelChunks(blocks, t, block);
+      }
       return Status::Ok();
     });
   const int small_parts =

@@ -16,7 +16,8 @@ double Ref(const HostTensor& a, const HostTensor& b, bool ta, bool tb, int64_t b
   return acc;
 }
 
-// m = 5 runs dnnl_sgemm, m = 20 the small-GEMM primitive (float32, at least 16 rows).
+// m = 5 runs the GEMV loop where the CPU has AVX-512 (kernels/gemv.h; dnnl_sgemm with transpose_a
+// or without AVX-512), m = 20 the small-GEMM primitive (float32, at least 16 rows).
 TEST(Matmul, ForwardAllTransposesFloat32AndFloat64) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64})
     for (int64_t m : {5, 20})

@@ -13,7 +13,18 @@ void ThrowStatus(const Status& status) {
 
 DType ParseDTypeOrThrow(const std::string& name) { return Unwrap(graph::ParseDType(name)); }
 
-py::dtype ToNumpyDType(DType dtype) { return py::dtype(std::string(DTypeName(dtype))); }
+// From numpy's type numbers, not by parsing the name: every job call makes its output arrays.
+py::dtype ToNumpyDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return py::dtype::of<float>();
+    case DType::kFloat64: return py::dtype::of<double>();
+    case DType::kInt8: return py::dtype::of<int8_t>();
+    case DType::kInt32: return py::dtype::of<int32_t>();
+    case DType::kInt64: return py::dtype::of<int64_t>();
+    case DType::kUInt8: return py::dtype::of<uint8_t>();
+    default: return py::dtype(std::string(DTypeName(dtype)));
+  }
+}
 
 DType FromNumpyDType(const py::dtype& dtype, const std::string& what) {
   char kind = dtype.kind();

@@ -1,6 +1,7 @@
 #include "python_bindings/dispatcher.h"
 
 #include <pybind11/pybind11.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <utility>
@@ -10,6 +11,20 @@ namespace py = pybind11;
 namespace actorflow {
 namespace python {
 namespace {
+
+// getpid() is a system call (~0.3 us here) and every job call asks for the callback state
+// twice; the pid changes only across fork(), whose child handler stores the new one. The
+// handler is registered before the first pid is stored, so no child keeps its parent's.
+std::atomic<pid_t> cached_pid{0};
+pid_t CurrentPid() {
+  pid_t pid = cached_pid.load(std::memory_order_relaxed);
+  if (pid != 0) return pid;
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] { pthread_atfork(nullptr, nullptr, [] { cached_pid.store(getpid()); }); });
+  pid = getpid();
+  cached_pid.store(pid);
+  return pid;
+}
 
 // The process's callback thread and the queue it serves. Never destroyed (leaked on purpose):
 // a detached thread may still touch it at interpreter exit, and after fork() the child starts
@@ -27,19 +42,20 @@ struct Shared {
   uint64_t generation = 0;  // of the current thread; a retired thread exits at its next check
   std::thread thread;     // the current thread, until joined by the last Stop or detached
   std::atomic<std::thread::id> thread_id{};
-  pid_t pid = getpid();
+  pid_t pid = CurrentPid();
 };
 
 std::atomic<Shared*> shared_instance{nullptr};
 std::mutex shared_create_mu;
 
+
 // The callback state of this process (a fresh one in a child of fork()).
 Shared& TheShared() {
   Shared* s = shared_instance.load(std::memory_order_acquire);
-  if (s != nullptr && s->pid == getpid()) return *s;
+  if (s != nullptr && s->pid == CurrentPid()) return *s;
   std::lock_guard<std::mutex> lock(shared_create_mu);
   s = shared_instance.load(std::memory_order_acquire);
-  if (s == nullptr || s->pid != getpid()) {
+  if (s == nullptr || s->pid != CurrentPid()) {
     s = new Shared();  // leaked: see Shared
     shared_instance.store(s, std::memory_order_release);
   }

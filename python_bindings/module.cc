@@ -165,6 +165,7 @@ class PyJob {
     auto wait = std::make_shared<RunWait>();
     std::shared_ptr<Dispatcher> dispatcher = dispatcher_;
     StatusOr<int64_t> pushed = Status(StatusCode::kInternal, "not pushed");
+    bool finished = false;  // and this job's watch handlers ran: one GIL release for the whole call
     {
       py::gil_scoped_release release;
       pushed = job_->Push(in_views, out_views, [wait, dispatcher](int64_t, const Status& status) {
@@ -184,9 +185,11 @@ class PyJob {
       while (pushed.ok() && !wait->finished.load(std::memory_order_acquire) &&
              std::chrono::steady_clock::now() < spin_until)
         std::this_thread::yield();
+      finished = pushed.ok() && wait->finished.load(std::memory_order_acquire);
+      if (finished) dispatcher_->WaitIdle();  // watch handlers of this iteration run before run() returns
     }
     Check(pushed.status());
-    for (;;) {
+    for (; !finished;) {
       {
         py::gil_scoped_release release;
         std::unique_lock<std::mutex> lock(wait->mu);
@@ -205,9 +208,9 @@ class PyJob {
         break;
       }
     }
-    {
+    if (!finished) {
       py::gil_scoped_release release;
-      dispatcher_->WaitIdle();  // watch handlers of this iteration run before run() returns
+      dispatcher_->WaitIdle();
     }
     Check(wait->status);
     py::list result;

@@ -17,7 +17,7 @@ from ._trace_ctx import BlobDef
 
 # The compiler's fusions a job or graph can turn off (graph/passes.h FusionNames).
 FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation", "channels_last", "gemm_chunks",
-                "pool_relu_grad", "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad")
+                "pool_relu_grad", "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad", "gemv")
 
 
 # Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
@@ -115,8 +115,9 @@ class FunctionConfig:
         relu's gradient after max pooling's applied by the pooling gradient; "matmul_relu_grad":
         a relu's gradient applied by the data-gradient matmul that produces it;
         "bias_gradient_update": a bias's gradient summed and applied by its SGD update in one
-        op; "conv_bias_grad": a conv layer's bias gradient computed by its filter gradient), to
-        bisect a numerical difference.
+        op; "conv_bias_grad": a conv layer's bias gradient computed by its filter gradient;
+        "gemv": CPU matmuls with a few rows (batch-1 inference) as the kernels' AVX-512 GEMV loop
+        instead of oneDNN), to bisect a numerical difference.
         ACTORFLOW_DISABLE_FUSION=dense,gradient_update does the same for every job."""
         for name in names:
             if name not in FUSION_NAMES:
@@ -288,6 +289,7 @@ class JobFunction:
                                 % (fn.__name__, self._location, pname))
             self._specs.append((pname, spec))
         self._compiled = None
+        self._plain_feeds = None  # set at compile, see __call__
         self.compile_timings = []  # (step, seconds) of the first call's trace and compile
         self.compile_cpu_timings = []  # the same steps' CPU time on the calling thread
         self._builder = None
@@ -404,6 +406,10 @@ class JobFunction:
         self._devices = ctx.devices
         self._result = result
         self._optimizer = ctx.optimizer
+        # Jobs whose every argument is a tp.Numpy placeholder, without a learning-rate feed and
+        # called synchronously: (shape, dtype) per argument, for __call__'s short path.
+        if ctx.optimizer is None and not result.is_async and all(spec.kind == "numpy" for _, spec in self._specs):
+            self._plain_feeds = tuple((spec.shape, spec.dtype.numpy) for _, spec in self._specs)
         self._compiled = compiled  # last: other threads take a non-None _compiled as ready
 
     def _ensure_compiled(self):
@@ -529,6 +535,25 @@ class JobFunction:
                 self._step += 1
 
     def __call__(self, *args, **kwargs):
+        compiled = self._compiled  # read first: a thread compiling sets _plain_feeds before it
+        plain = self._plain_feeds if compiled is not None else None
+        if plain is not None and not kwargs and len(args) == len(plain):
+            # The short path of a compiled job called with arrays of exactly its placeholders'
+            # shapes and dtypes (batch-1 inference spends microseconds here): what _feeds would
+            # pass through unchanged, run without the general path's calls. Anything else (a
+            # cast, a wrong shape, keywords) takes the general path and its errors.
+            # Non-contiguous arrays are made contiguous by the C++ side.
+            for value, (shape, dtype) in zip(args, plain):
+                if type(value) is not np.ndarray or value.shape != shape or value.dtype != dtype:
+                    break
+            else:
+                gate = _snapshot.gate
+                gate.enter_call()
+                try:
+                    arrays = compiled.run(args)
+                finally:
+                    gate.exit_call()
+                return self._result.build(arrays)
         args = self._bind(args, kwargs)
         self._ensure_compiled()
         feeds = self._feeds(args)

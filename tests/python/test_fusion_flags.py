@@ -210,3 +210,32 @@ def test_pool_relu_grad_fusion_trains_like_the_separate_relu_grad():
     assert "relu_mask" not in plain_plan and plain_plan.count('op_type: "relu_grad"') == 2
     assert fused_losses[-1] < fused_losses[0]
     np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-5, atol=1e-6)
+
+
+def _predict_seed_mlp(disabled, batch):
+    """The seed MLP (784-512-10) at `batch` rows: outputs for a few inputs and the plan."""
+    flow.clear_default_session()
+    config = flow.function_config()
+    if disabled:
+        config.disable_fusion(*disabled)
+
+    @flow.global_function(type="predict", function_config=config)
+    def predict(images: tp.Numpy.Placeholder((batch, 784))) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.1, seed=5)
+        hidden = flow.layers.dense(images, 512, activation=flow.nn.relu, kernel_initializer=init, name="hidden")
+        return flow.layers.dense(hidden, 10, kernel_initializer=init, name="output")
+
+    rng = np.random.default_rng(2)
+    outputs = [predict(rng.normal(size=(batch, 784)).astype(np.float32)) for _ in range(3)]
+    return outputs, predict._compiled.plan_text()
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_gemv_off_predicts_alike_with_onednn(batch):
+    gemv_outputs, gemv_plan = _predict_seed_mlp([], batch)
+    onednn_outputs, onednn_plan = _predict_seed_mlp(["gemv"], batch)
+    assert 'key: "gemv"' not in gemv_plan
+    assert onednn_plan.count('key: "gemv"') == 2  # both dense layers' matmuls
+    for gemv, onednn in zip(gemv_outputs, onednn_outputs):
+        assert gemv.shape == (batch, 10)
+        np.testing.assert_allclose(gemv, onednn, rtol=1e-5, atol=1e-5)

@@ -153,3 +153,40 @@ def test_environment_switch_turns_it_off():
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "run_inline is off" in out.stdout
+
+
+def test_exact_arrays_take_the_short_call_path_and_others_the_general_one():
+    """A compiled job called with arrays of exactly its placeholders' shapes and dtypes skips
+    the general argument handling (_job.py __call__); non-contiguous arrays, casts, keywords,
+    wrong shapes and non-arrays give the same results and errors as before."""
+    flow.clear_default_session()
+    job = _mlp_job(2, True, name="short_path")
+    rng = np.random.default_rng(3)
+    x = rng.random((2, 1, 28, 28), dtype=np.float32)
+    want = job(x)  # compiles
+    assert job._plain_feeds == (((2, 1, 28, 28), np.float32),)
+    np.testing.assert_array_equal(job(x), want)
+    wide = np.zeros((2, 1, 28, 56), dtype=np.float32)
+    wide[..., ::2] = x
+    np.testing.assert_array_equal(job(wide[..., ::2]), want)  # strided: copied by the C++ side
+    np.testing.assert_array_equal(job(images=x), want)  # keywords: the general path
+    np.testing.assert_allclose(job(x.astype(np.float64)), want, rtol=1e-6)  # cast by the general path
+    with pytest.raises(ValueError, match="argument 'images' must have shape"):
+        job(x[:1])
+    with pytest.raises(TypeError, match="argument 'images' must be a numpy.ndarray"):
+        job(x.tolist())
+    np.testing.assert_array_equal(job(x), want)  # the next call still works
+
+
+def test_train_and_async_jobs_keep_the_general_call_path():
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def later(x: tp.Numpy.Placeholder((3,))) -> tp.Callback[tp.Numpy]:
+        return x + x
+
+    got = []
+    later(np.ones(3, dtype=np.float32))(got.append)
+    flow.get_all_variables()  # waits for the call
+    assert later._plain_feeds is None
+    assert len(got) == 1 and np.array_equal(got[0], np.full(3, 2, np.float32))
