@@ -188,6 +188,13 @@ def main():
                         fmt(entry["first_cpu"]), entry["first_cpu"]["median_ms"] / max(1, traced_ops or ops) * 10,
                         fmt(entry["cached_cpu"]), 100 * entry["cached_cpu"]["median_ms"] / entry["first_cpu"]["median_ms"]),
                         flush=True)
+                    # The Python trace of the second job (its body run once more: no cache can skip
+                    # it, the key is made from it), against the first call's CPU time.
+                    if "trace" in entry["cached_steps"]:
+                        print("    second job's Python trace: %s ms wall (%.1f%% of the first call's CPU time)" % (
+                            fmt(entry["cached_steps"]["trace"]),
+                            100 * entry["cached_steps"]["trace"]["median_ms"] / entry["first_cpu"]["median_ms"]),
+                            flush=True)
                     if "first_compile_cpu" in entry and "cached_compile_cpu" in entry:
                         print("    CPU time of compile (trace to plan): first job %s ms, second job %s ms (%.1f%%)" % (
                             fmt(entry["first_compile_cpu"]), fmt(entry["cached_compile_cpu"]),
