@@ -96,7 +96,7 @@ print("RESULT " + json.dumps({"first": first, "cached": second, "ops": ops_trace
 """
 
 STEPS = ["trace", "copy graph", "job cache key", "job cache hit", "job cache miss", "autodiff", "optimizer", "prune", "fusion", "ordering", "placement", "sbp",
-         "boxing", "lower", "verify", "memory", "job cache store", "bind variables",
+         "boxing", "lower", "verify", "memory", "job cache store", "job cache index", "bind variables",
          "runtime start"]
 
 

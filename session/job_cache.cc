@@ -224,12 +224,16 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
 
 }  // namespace
 
+void PrepareRebind(const CachedCompile& cached) {
+  std::call_once(cached.index_once, [&] { cached.index = BuildRebindIndex(cached); });
+}
+
 std::optional<std::pair<Graph, std::shared_ptr<const plan::Plan>>> RebindCompiled(const CachedCompile& cached,
                                                                                   const Graph& traced) {
   const Graph& before = cached.traced;
   if (before.nodes().size() != traced.nodes().size() || before.watches().size() != traced.watches().size())
     return std::nullopt;
-  std::call_once(cached.index_once, [&] { cached.index = BuildRebindIndex(cached); });
+  PrepareRebind(cached);
   const RebindIndex& index = *cached.index;
   // Source lines: old line -> new line, where the old line maps to one new line.
   std::unordered_map<std::string, std::string> location_map;

@@ -35,7 +35,7 @@ struct CachedCompile {
   // After the passes, and the plan: shared with the first job (CompiledJob), never changed.
   std::shared_ptr<const graph::Graph> compiled;
   std::shared_ptr<const plan::Plan> plan;
-  // Built by RebindCompiled on the entry's first hit (a pure function of the three above).
+  // Built by PrepareRebind (a pure function of the three above), at the latest on the first hit.
   mutable std::once_flag index_once;
   mutable std::shared_ptr<const RebindIndex> index;
 };
@@ -45,6 +45,10 @@ std::string CanonicalJobKey(const graph::Graph& traced, int register_num);
 
 // `cached` (compiled from a job with the same key as `traced`) under the names, variables, watch
 // handlers and source lines of `traced`; std::nullopt when a name would be ambiguous.
+// Finds, once per entry, where each name of `cached` comes from (what every hit needs whatever
+// its names): the session calls it when it stores an entry, so a hit only renames.
+void PrepareRebind(const CachedCompile& cached);
+
 // The plan is immutable from here on (shared with the runtime).
 std::optional<std::pair<graph::Graph, std::shared_ptr<const plan::Plan>>> RebindCompiled(const CachedCompile& cached,
                                                                                          const graph::Graph& traced);

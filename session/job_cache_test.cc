@@ -167,7 +167,7 @@ TEST(JobCacheTest, SameStructureUnderOtherNamesReusesTheCompileAndComputesTheSam
   EXPECT_NE(a.w1, gamma_w1);  // training moved alpha's weights, and gamma's stayed put
 }
 
-// Later hits reuse what the first hit found about the entry's names; on two devices the
+// Every hit reuses what the store found about the entry's names; on two devices the
 // tasks carry device suffixes ("@1") and boxing tasks, and each hit is still the fresh plan.
 TEST(JobCacheTest, RepeatedHitsOnTwoDevicesAreTheFreshPlans) {
   Session session;

@@ -477,6 +477,9 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     if (entry) {
       entry->compiled = job->graph_;
       entry->plan = job->plan_;
+      clock.Restart();
+      PrepareRebind(*entry);  // part of storing the structure: hits then only rename
+      lap("job cache index");
       state_->job_cache.Insert(key, std::move(entry));
     }
   }
