@@ -190,11 +190,10 @@ def main():
                         flush=True)
                     # The Python trace of the second job (its body run once more: no cache can skip
                     # it, the key is made from it), against the first call's CPU time.
-                    if "trace" in entry["cached_steps"]:
-                        print("    second job's Python trace: %s ms wall (%.1f%% of the first call's CPU time)" % (
-                            fmt(entry["cached_steps"]["trace"]),
-                            100 * entry["cached_steps"]["trace"]["median_ms"] / entry["first_cpu"]["median_ms"]),
-                            flush=True)
+                    trace_cpu = entry.get("cached_cpu_steps", {}).get("trace")
+                    if trace_cpu:
+                        print("    second job's Python trace: %s ms CPU (%.1f%% of the first call's CPU time)" % (
+                            fmt(trace_cpu), 100 * trace_cpu["median_ms"] / entry["first_cpu"]["median_ms"]), flush=True)
                     if "first_compile_cpu" in entry and "cached_compile_cpu" in entry:
                         print("    CPU time of compile (trace to plan): first job %s ms, second job %s ms (%.1f%%)" % (
                             fmt(entry["first_compile_cpu"]), fmt(entry["cached_compile_cpu"]),
