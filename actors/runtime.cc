@@ -60,8 +60,13 @@ size_t ByteOffset(const plan::InputDesc& input) {
 
 class Runtime::Impl : public RuntimeCore {
  public:
-  Impl(const plan::Plan& plan, RuntimeHooks hooks, RuntimeOptions options, std::shared_ptr<ActorEnvironment> environment)
-      : plan_(plan), hooks_(std::move(hooks)), options_(options), environment_(std::move(environment)) {}
+  Impl(std::shared_ptr<const plan::Plan> plan, RuntimeHooks hooks, RuntimeOptions options,
+       std::shared_ptr<ActorEnvironment> environment)
+      : shared_plan_(std::move(plan)),
+        plan_(*shared_plan_),
+        hooks_(std::move(hooks)),
+        options_(options),
+        environment_(std::move(environment)) {}
 
   ~Impl() override { Shutdown(); }
 
@@ -136,7 +141,8 @@ class Runtime::Impl : public RuntimeCore {
     Status status;
   };
 
-  const plan::Plan plan_;
+  const std::shared_ptr<const plan::Plan> shared_plan_;  // kept alive: the task states point into it
+  const plan::Plan& plan_;
   RuntimeHooks hooks_;
   RuntimeOptions options_;
   std::shared_ptr<ActorEnvironment> environment_;  // null once shut down
@@ -636,9 +642,16 @@ Runtime::~Runtime() = default;
 
 StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const plan::Plan& plan, RuntimeHooks hooks, RuntimeOptions options,
                                                    std::shared_ptr<ActorEnvironment> environment) {
-  auto impl = std::make_unique<Impl>(plan, std::move(hooks), options, std::move(environment));
+  return Create(std::make_shared<const plan::Plan>(plan), std::move(hooks), options, std::move(environment));
+}
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Create(std::shared_ptr<const plan::Plan> plan, RuntimeHooks hooks,
+                                                   RuntimeOptions options, std::shared_ptr<ActorEnvironment> environment) {
+  if (plan == nullptr) return InvalidArgument("Runtime::Create: no plan");
+  const std::string job_name = plan->job_name();
+  auto impl = std::make_unique<Impl>(std::move(plan), std::move(hooks), options, std::move(environment));
   Status status = impl->Instantiate();
-  if (!status.ok()) return status.WithContext("instantiating plan '" + plan.job_name() + "'");
+  if (!status.ok()) return status.WithContext("instantiating plan '" + job_name + "'");
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 

@@ -3,7 +3,11 @@
 // writer, what the passes did before they became linear). No timing is asserted.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "graph/job_builder.h"
 #include "graph/passes.h"
@@ -168,6 +172,33 @@ TEST(CompileScaleTest, InPlaceCheckAgreesWithTheReferenceWhenAnEdgeIsMissing) {
     }
     EXPECT_GT(dropped, 0);
   }
+}
+
+// FNV-1a of `text`: a golden that stays small for plans of thousands of lines.
+uint64_t Fingerprint(const std::string& text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// The compiler's speed-ups must not change what it emits: the plans of a momentum chain on one
+// and two devices (every pass, boxing included) are the plans main's compiler emitted, by size
+// and fingerprint of their text. A change meant to alter plans regenerates the golden with
+// ACTORFLOW_UPDATE_GOLDEN=1.
+TEST(CompileScaleTest, ChainPlansAreTheGoldenOnes) {
+  std::ostringstream got;
+  for (int devices : {1, 2}) {
+    Graph graph = BuildChain(40, "momentum", devices).graph();
+    const std::string text = ValueOrDie(CompileGraph(graph, CompileOptions{})).DebugString();
+    got << "devices " << devices << ": " << text.size() << " bytes, fingerprint " << Fingerprint(text) << "\n";
+  }
+  const std::string path = std::string(ACTORFLOW_GRAPH_TESTDATA) + "/chain_plan_fingerprints.txt";
+  if (std::getenv("ACTORFLOW_UPDATE_GOLDEN") != nullptr) std::ofstream(path) << got.str();
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "missing golden file " << path;
+  std::stringstream golden;
+  golden << in.rdbuf();
+  EXPECT_EQ(got.str(), golden.str()) << "plan changed; if intended, rerun with ACTORFLOW_UPDATE_GOLDEN=1";
 }
 
 }  // namespace

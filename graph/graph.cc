@@ -191,12 +191,14 @@ void Graph::MoveAfter(const std::string& name, const std::string& after) {
 
 void Graph::Retain(const std::vector<bool>& keep) {
   std::vector<Node> kept;
+  kept.reserve(static_cast<size_t>(std::count(keep.begin(), keep.end(), true)));
   for (size_t i = 0; i < nodes_.size(); ++i)
     if (keep[i]) kept.push_back(std::move(nodes_[i]));
   nodes_ = std::move(kept);
   index_.clear();
   variable_index_.clear();
   next_suffix_.clear();  // names may have been freed
+  index_.reserve(nodes_.size());
   for (size_t i = 0; i < nodes_.size(); ++i) {
     index_[nodes_[i].name] = i;
     if (nodes_[i].kind == NodeKind::kVariable) variable_index_.emplace(nodes_[i].variable_name, nodes_[i].name);

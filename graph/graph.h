@@ -136,6 +136,11 @@ class Graph {
   const Node* FindVariable(const std::string& variable_name) const;
   // Appends a node whose name is already unique and whose inputs exist (CHECKed).
   Node& Append(Node node);
+  // Room for `count` nodes in all (a caller about to Append many).
+  void Reserve(size_t count) {
+    nodes_.reserve(count);
+    index_.reserve(count);
+  }
   // Moves node `name` to just after node `after` (both must exist, `name` after `after`); the
   // caller keeps the order topological (nothing between them may feed `name`).
   void MoveAfter(const std::string& name, const std::string& after);

@@ -9,7 +9,9 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "graph/attr_convert.h"
 #include "graph/device_placement.h"
@@ -120,25 +122,33 @@ class PrunePass : public Pass {
  public:
   std::string name() const override { return "prune"; }
   Status Run(Graph& graph) override {
-    std::vector<std::string> stack;
-    for (const auto& ref : graph.outputs()) stack.push_back(ProducerOf(ref));
+    // Live nodes by position (a flag per node, not a set of names: linear in the graph).
+    const Node* first = graph.nodes().data();
+    std::vector<bool> keep(graph.nodes().size(), false);
+    std::vector<size_t> stack;
+    auto push = [&](const std::string& name) {
+      const Node* n = graph.FindNode(name);
+      if (n == nullptr) throw std::logic_error("prune: no node named " + name);
+      stack.push_back(static_cast<size_t>(n - first));
+    };
+    for (const auto& ref : graph.outputs()) push(ProducerOf(ref));
     for (const Watch& w : graph.watches()) {
       const std::string ref = w.diff ? graph.gradients()[w.ref] : w.ref;
-      if (!ref.empty()) stack.push_back(ProducerOf(ref));
+      if (!ref.empty()) push(ProducerOf(ref));
     }
-    for (const Node& n : graph.nodes())
-      if (n.kind == NodeKind::kInput || (n.kind == NodeKind::kOp && n.output_names.empty())) stack.push_back(n.name);
-    std::set<std::string> live;
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      const Node& n = graph.nodes()[i];
+      if (n.kind == NodeKind::kInput || (n.kind == NodeKind::kOp && n.output_names.empty())) stack.push_back(i);
+    }
     while (!stack.empty()) {
-      std::string name = stack.back();
+      const size_t i = stack.back();
       stack.pop_back();
-      if (!live.insert(name).second) continue;
-      const Node* n = graph.FindNode(name);
-      for (const auto& in : n->inputs) stack.push_back(ProducerOf(in));
-      for (const auto& c : n->control_inputs) stack.push_back(c);
+      if (keep[i]) continue;
+      keep[i] = true;
+      const Node& n = graph.nodes()[i];
+      for (const auto& in : n.inputs) push(ProducerOf(in));
+      for (const auto& c : n.control_inputs) push(c);
     }
-    std::vector<bool> keep;
-    for (const Node& n : graph.nodes()) keep.push_back(live.count(n.name) > 0);
     graph.Retain(keep);
     return Status::Ok();
   }
@@ -182,7 +192,8 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     std::vector<int> devices;
     std::vector<int> tasks;
   };
-  std::map<std::string, Physical> physical;
+  std::unordered_map<std::string, Physical> physical;  // looked up only (references stay valid)
+  physical.reserve(graph.nodes().size());
   auto devices_of = [](const Node& n) { return n.devices.empty() ? std::vector<int>{0} : n.devices; };
   // `device` is a global device id (graph.h): machine device / D, device device % D.
   const int device_num = graph.device_num();
@@ -213,8 +224,8 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   std::map<std::string, View> views;  // view op output ref -> what it reads
   const std::set<std::string> written = InPlaceWrittenRefs(graph);
   {
-    std::set<std::string> control_targets;
-    std::map<std::string, std::vector<std::pair<const Node*, size_t>>> readers;  // ref -> (reader, input)
+    std::unordered_set<std::string> control_targets;
+    std::unordered_map<std::string, std::vector<std::pair<const Node*, size_t>>> readers;  // ref -> (reader, input)
     for (const Node& n : graph.nodes()) {
       control_targets.insert(n.control_inputs.begin(), n.control_inputs.end());
       for (size_t i = 0; i < n.inputs.size(); ++i) readers[n.inputs[i]].push_back({&n, i});

@@ -1,6 +1,7 @@
 #include "session/job_cache.h"
 
 #include <cstring>
+#include <google/protobuf/arena.h>
 #include <map>
 #include <set>
 #include <sstream>
@@ -118,101 +119,220 @@ std::string CanonicalJobKey(const Graph& traced, int register_num) {
   return out.str();
 }
 
-std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& cached, const Graph& traced) {
+// A name of the cached compile as the node it derives from plus the rest of it: a compiled
+// node's name "d0-grad_1" is traced node "d0" + "-grad_1", a reference "d0-grad_1/out" is
+// compiled node "d0-grad_1" + "/out", a variable "w-momentum" is traced variable "w" +
+// "-momentum". `from` < 0: the name does not derive from one and stays as it is.
+struct DerivedName {
+  int32_t from = -1;
+  uint32_t cut = 0;  // where the rest starts in the old name
+};
+
+struct RebindIndex {
+  // Per compiled node: the traced node (position) its name derives from; for variables, also
+  // the traced variable its variable name and (when not derived from a traced node) its node
+  // name derive from.
+  std::vector<DerivedName> node_origin, node_variable, node_name_as_variable;
+  // Per compiled node, its inputs then its control inputs (flattened, `input_begin[i]` to
+  // `input_begin[i + 1]`): the compiled node each refers to.
+  std::vector<uint32_t> input_begin;
+  std::vector<DerivedName> inputs;
+  // Old compiled name -> position (feeds, outputs and the other few references of a hit).
+  std::unordered_map<std::string, size_t> compiled_index;
+  // Old traced name -> position: a reference to a traced node the passes fused away (a diff
+  // watch's forward ref, a gradient's key) is renamed by its traced node.
+  std::unordered_map<std::string, size_t> traced_index;
+  // Per plan task: the compiled node it lowers (and where a device suffix "@1" starts), its
+  // variable; per blob (flattened in task, register, blob order): the compiled node.
+  std::vector<DerivedName> task_node, task_variable, blobs;
+};
+
+namespace {
+
+// What RebindCompiled needs of `cached` whatever the new job's names are.
+std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached) {
+  const Graph& before = cached.traced;
+  const Graph& compiled = *cached.compiled;
+  auto index = std::make_shared<RebindIndex>();
+  std::unordered_map<std::string, size_t>& traced_index = index->traced_index;
+  std::unordered_map<std::string, size_t> variable_position;
+  traced_index.reserve(before.nodes().size());
+  for (size_t i = 0; i < before.nodes().size(); ++i) {
+    const Node& n = before.nodes()[i];
+    traced_index.emplace(n.name, i);
+    if (n.kind == graph::NodeKind::kVariable) variable_position.emplace(n.variable_name, i);
+  }
+  // The name itself, or its longest prefix ending before a '-' ("d0-grad_1" from "d0").
+  auto derive = [](const std::unordered_map<std::string, size_t>& names, const std::string& name) {
+    if (auto it = names.find(name); it != names.end())
+      return DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(name.size())};
+    for (size_t pos = name.rfind('-'); pos != std::string::npos && pos > 0; pos = name.rfind('-', pos - 1))
+      if (auto it = names.find(name.substr(0, pos)); it != names.end())
+        return DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(pos)};
+    return DerivedName{};
+  };
+  const size_t count = compiled.nodes().size();
+  index->compiled_index.reserve(count);
+  for (size_t i = 0; i < count; ++i) index->compiled_index.emplace(compiled.nodes()[i].name, i);
+  // A reference "node/output" or a node name: the compiled node and where the rest starts.
+  auto ref = [&](const std::string& r) {
+    const size_t slash = r.rfind('/');
+    const size_t end = slash == std::string::npos ? r.size() : slash;
+    auto it = index->compiled_index.find(r.substr(0, end));
+    return it == index->compiled_index.end() ? DerivedName{}
+                                             : DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(end)};
+  };
+  index->node_origin.resize(count);
+  index->node_variable.resize(count);
+  index->node_name_as_variable.resize(count);
+  index->input_begin.reserve(count + 1);
+  for (size_t i = 0; i < count; ++i) {
+    const Node& n = compiled.nodes()[i];
+    index->node_origin[i] = derive(traced_index, n.name);
+    if (n.kind == graph::NodeKind::kVariable) {
+      index->node_variable[i] = derive(variable_position, n.variable_name);
+      index->node_name_as_variable[i] = derive(variable_position, n.name);
+    }
+    index->input_begin.push_back(static_cast<uint32_t>(index->inputs.size()));
+    for (const std::string& in : n.inputs) index->inputs.push_back(ref(in));
+    for (const std::string& c : n.control_inputs) {
+      auto it = index->compiled_index.find(c);
+      index->inputs.push_back(it == index->compiled_index.end()
+                                  ? DerivedName{}
+                                  : DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(c.size())});
+    }
+  }
+  index->input_begin.push_back(static_cast<uint32_t>(index->inputs.size()));
+  const plan::Plan& plan = *cached.plan;
+  index->task_node.resize(plan.tasks_size());
+  index->task_variable.resize(plan.tasks_size());
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    const plan::Task& task = plan.tasks(t);
+    const std::string& name = task.name();
+    if (auto it = index->compiled_index.find(name); it != index->compiled_index.end()) {
+      index->task_node[t] = DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(name.size())};
+    } else if (const size_t at = name.rfind('@'); at != std::string::npos) {
+      if (auto it = index->compiled_index.find(name.substr(0, at)); it != index->compiled_index.end())
+        index->task_node[t] = DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(at)};
+    }
+    if (task.kind() == plan::VARIABLE) index->task_variable[t] = derive(variable_position, task.variable_name());
+    for (const plan::RegisterDesc& r : task.registers())
+      for (const plan::BlobDesc& b : r.blobs()) index->blobs.push_back(ref(b.name()));
+  }
+  return index;
+}
+
+}  // namespace
+
+void PrepareRebind(const CachedCompile& cached) {
+  std::call_once(cached.index_once, [&] { cached.index = BuildRebindIndex(cached); });
+}
+
+std::optional<std::pair<Graph, std::shared_ptr<const plan::Plan>>> RebindCompiled(const CachedCompile& cached,
+                                                                                  const Graph& traced) {
   const Graph& before = cached.traced;
   if (before.nodes().size() != traced.nodes().size() || before.watches().size() != traced.watches().size())
     return std::nullopt;
-  // Traced names and variables by position; source lines by node.
-  std::unordered_map<std::string, size_t> traced_index;
-  std::unordered_map<std::string, std::string> variable_map;
-  std::unordered_map<std::string, std::string> location_map;  // old line -> new line, if one
+  PrepareRebind(cached);
+  const RebindIndex& index = *cached.index;
+  // Source lines: old line -> new line, where the old line maps to one new line.
+  std::unordered_map<std::string, std::string> location_map;
   std::unordered_set<std::string> ambiguous_locations;
+  location_map.reserve(before.nodes().size());
   for (size_t i = 0; i < before.nodes().size(); ++i) {
     const Node& old_node = before.nodes()[i];
     const Node& new_node = traced.nodes()[i];
-    traced_index.emplace(old_node.name, i);
-    if (old_node.kind == graph::NodeKind::kVariable) variable_map.emplace(old_node.variable_name, new_node.variable_name);
     auto [it, inserted] = location_map.emplace(old_node.location, new_node.location);
     if (!inserted && it->second != new_node.location) ambiguous_locations.insert(old_node.location);
   }
-  // The traced name a compiled name was made from: itself, or its longest prefix ending
-  // before a '-' ("d0-grad_1" from "d0"). Returns the position, or -1.
-  auto origin = [&](const std::string& name, size_t* cut) -> long {
-    if (auto it = traced_index.find(name); it != traced_index.end()) {
-      *cut = name.size();
-      return static_cast<long>(it->second);
-    }
-    for (size_t pos = name.rfind('-'); pos != std::string::npos && pos > 0; pos = name.rfind('-', pos - 1)) {
-      if (auto it = traced_index.find(name.substr(0, pos)); it != traced_index.end()) {
-        *cut = pos;
-        return static_cast<long>(it->second);
-      }
-    }
-    return -1;
+  // Watches' lines too: the passes give nodes made for a watch_diff the watch's line.
+  for (size_t i = 0; i < before.watches().size(); ++i) {
+    const std::string& old_location = before.watches()[i].location;
+    const std::string& new_location = traced.watches()[i].location;
+    auto [it, inserted] = location_map.emplace(old_location, new_location);
+    if (!inserted && it->second != new_location) ambiguous_locations.insert(old_location);
+  }
+  // A derived name under the new job's names: the new traced node's name (or variable name)
+  // and the rest of the old name.
+  auto traced_name = [&](const DerivedName& d, const std::string& old) {
+    return d.from < 0 ? old : traced.nodes()[d.from].name + old.substr(d.cut);
   };
-  auto rename_variable = [&](const std::string& name) {
-    if (auto it = variable_map.find(name); it != variable_map.end()) return it->second;
-    for (size_t pos = name.rfind('-'); pos != std::string::npos && pos > 0; pos = name.rfind('-', pos - 1))
-      if (auto it = variable_map.find(name.substr(0, pos)); it != variable_map.end()) return it->second + name.substr(pos);
-    return name;
+  auto variable_name = [&](const DerivedName& d, const std::string& old) {
+    return d.from < 0 ? old : traced.nodes()[d.from].variable_name + old.substr(d.cut);
   };
 
-  // Compiled nodes by position: the new name and line of each, and old name -> position.
+  // Compiled nodes by position: the new name and line of each.
   const Graph& compiled = *cached.compiled;
   const size_t count = compiled.nodes().size();
-  std::unordered_map<std::string, size_t> compiled_index;
   std::vector<std::string> new_name(count), new_location(count);
   std::unordered_set<std::string> new_names, new_variables, old_variables;
-  compiled_index.reserve(count);
   new_names.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     const Node& n = compiled.nodes()[i];
-    size_t cut = 0;
-    const long from = origin(n.name, &cut);
+    const DerivedName from = index.node_origin[i];
     std::string name = n.name;
     std::string location = n.location;
-    if (from >= 0) {
-      name = traced.nodes()[from].name + n.name.substr(cut);
-      if (n.location == before.nodes()[from].location) location = traced.nodes()[from].location;
-    } else if (n.kind == graph::NodeKind::kVariable && rename_variable(n.variable_name) != n.variable_name) {
-      name = rename_variable(n.name);
+    if (from.from >= 0) {
+      name = traced_name(from, n.name);
+      if (n.location == before.nodes()[from.from].location) location = traced.nodes()[from.from].location;
+    } else if (n.kind == graph::NodeKind::kVariable &&
+               variable_name(index.node_variable[i], n.variable_name) != n.variable_name) {
+      name = variable_name(index.node_name_as_variable[i], n.name);
     }
     if (location == n.location && !ambiguous_locations.count(n.location))
       if (auto it = location_map.find(n.location); it != location_map.end()) location = it->second;
     if (!new_names.insert(name).second) return std::nullopt;
-    compiled_index.emplace(n.name, i);
     new_name[i] = std::move(name);
     new_location[i] = std::move(location);
     if (n.kind == graph::NodeKind::kVariable && old_variables.insert(n.variable_name).second &&
-        !new_variables.insert(rename_variable(n.variable_name)).second)
+        !new_variables.insert(variable_name(index.node_variable[i], n.variable_name)).second)
       return std::nullopt;
   }
-  auto rename = [&](const std::string& name) {
-    auto it = compiled_index.find(name);
-    return it == compiled_index.end() ? name : new_name[it->second];
+  auto renamed = [&](const DerivedName& d, const std::string& old) {
+    return d.from < 0 ? old : new_name[d.from] + old.substr(d.cut);
   };
+  // The few references outside nodes and tasks (feeds, outputs, losses, watches, gradients).
   auto rename_ref = [&](const std::string& ref) {
     const size_t slash = ref.rfind('/');
-    if (slash == std::string::npos) return rename(ref);
-    auto it = compiled_index.find(ref.substr(0, slash));
-    return (it == compiled_index.end() ? ref.substr(0, slash) : new_name[it->second]) + ref.substr(slash);
+    const size_t end = slash == std::string::npos ? ref.size() : slash;
+    const std::string node = ref.substr(0, end);
+    if (auto it = index.compiled_index.find(node); it != index.compiled_index.end())
+      return new_name[it->second] + ref.substr(end);
+    if (auto it = index.traced_index.find(node); it != index.traced_index.end())
+      return traced.nodes()[it->second].name + ref.substr(end);
+    return ref;
+  };
+  // Variables outside nodes and tasks (the optimizer's list): as BuildRebindIndex derives them.
+  std::unordered_map<std::string, size_t> variable_position;
+  auto rename_variable = [&](const std::string& name) {
+    if (variable_position.empty())
+      for (size_t i = 0; i < before.nodes().size(); ++i)
+        if (before.nodes()[i].kind == graph::NodeKind::kVariable)
+          variable_position.emplace(before.nodes()[i].variable_name, i);
+    if (auto it = variable_position.find(name); it != variable_position.end()) return traced.nodes()[it->second].variable_name;
+    for (size_t pos = name.rfind('-'); pos != std::string::npos && pos > 0; pos = name.rfind('-', pos - 1))
+      if (auto it = variable_position.find(name.substr(0, pos)); it != variable_position.end())
+        return traced.nodes()[it->second].variable_name + name.substr(pos);
+    return name;
   };
 
   Graph graph(traced.job_name(), compiled.job_type());
   graph.set_device_num(compiled.device_num());
   graph.set_machine_num(compiled.machine_num());
   graph.set_gpu_device_num(compiled.gpu_device_num());
+  graph.Reserve(count);
   for (size_t i = 0; i < count; ++i) {
     const Node& n = compiled.nodes()[i];
     Node copy = n;
     copy.name = new_name[i];
     copy.location = new_location[i];
-    for (auto& in : copy.inputs) in = rename_ref(in);
-    for (auto& c : copy.control_inputs) c = rename(c);
-    if (copy.kind == graph::NodeKind::kVariable) copy.variable_name = rename_variable(n.variable_name);
+    const DerivedName* in = index.inputs.data() + index.input_begin[i];
+    for (auto& r : copy.inputs) r = renamed(*in++, r);
+    for (auto& c : copy.control_inputs) c = renamed(*in++, c);
+    if (copy.kind == graph::NodeKind::kVariable) copy.variable_name = variable_name(index.node_variable[i], n.variable_name);
     graph.Append(std::move(copy));
   }
-  for (const auto& f : compiled.feeds()) graph.feeds().push_back(rename(f));
+  for (const auto& f : compiled.feeds()) graph.feeds().push_back(rename_ref(f));
   for (const auto& o : compiled.outputs()) graph.outputs().push_back(rename_ref(o));
   for (const auto& l : compiled.losses()) graph.losses().push_back(rename_ref(l));
   std::unordered_map<std::string, std::string> handler_map;
@@ -232,19 +352,17 @@ std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& 
   for (const auto& [forward, gradient] : compiled.gradients())
     graph.gradients()[rename_ref(forward)] = gradient.empty() ? gradient : rename_ref(gradient);
 
-  plan::Plan plan = *cached.plan;
+  // The renamed copy of the plan lives in an arena: thousands of small messages and strings
+  // bump-allocated (and freed) at once instead of one malloc each; the arena goes with the
+  // last holder of the plan.
+  auto arena = std::make_shared<google::protobuf::Arena>();
+  plan::Plan& plan = *google::protobuf::Arena::CreateMessage<plan::Plan>(arena.get());
+  plan.CopyFrom(*cached.plan);
   plan.set_job_name(traced.job_name());
-  for (plan::Task& task : *plan.mutable_tasks()) {
-    std::string node_name = task.name();
-    std::string device_suffix;
-    auto node = compiled_index.find(node_name);
-    if (node == compiled_index.end()) {
-      const size_t at = node_name.rfind('@');
-      if (at != std::string::npos) {
-        node = compiled_index.find(node_name.substr(0, at));
-        if (node != compiled_index.end()) device_suffix = node_name.substr(at);
-      }
-    }
+  const DerivedName* blob = index.blobs.data();
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    plan::Task& task = *plan.mutable_tasks(t);
+    const DerivedName node = index.task_node[t];
     if (task.kind() == plan::SINK && !task.sink_name().empty()) {
       auto it = handler_map.find(task.sink_name());
       if (it == handler_map.end()) return std::nullopt;
@@ -252,15 +370,15 @@ std::optional<std::pair<Graph, plan::Plan>> RebindCompiled(const CachedCompile& 
       task.set_sink_name(it->second);
       for (const graph::Watch& w : graph.watches())
         if (w.handler_name == it->second) task.set_source_location(w.location);
-    } else if (node != compiled_index.end() && task.kind() != plan::SINK) {
-      task.set_name(new_name[node->second] + device_suffix);
-      task.set_source_location(new_location[node->second]);
+    } else if (node.from >= 0 && task.kind() != plan::SINK) {
+      task.set_name(renamed(node, task.name()));
+      task.set_source_location(new_location[node.from]);
     }
-    if (task.kind() == plan::VARIABLE) task.set_variable_name(rename_variable(task.variable_name()));
+    if (task.kind() == plan::VARIABLE) task.set_variable_name(variable_name(index.task_variable[t], task.variable_name()));
     for (plan::RegisterDesc& r : *task.mutable_registers())
-      for (plan::BlobDesc& b : *r.mutable_blobs()) b.set_name(rename_ref(b.name()));
+      for (plan::BlobDesc& b : *r.mutable_blobs()) b.set_name(renamed(*blob++, b.name()));
   }
-  return std::make_pair(std::move(graph), std::move(plan));
+  return std::make_pair(std::move(graph), std::shared_ptr<const plan::Plan>(arena, &plan));
 }
 
 std::shared_ptr<const CachedCompile> JobCache::Find(const std::string& key) const {

@@ -17,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -25,11 +26,18 @@
 
 namespace actorflow {
 
+// Where every name of a cached compile comes from, found once per entry (on its first hit) so
+// that each later hit only concatenates names instead of looking each one up by string.
+struct RebindIndex;
+
 struct CachedCompile {
   graph::Graph traced;  // the trace it was compiled from (names and lines of the first job)
   // After the passes, and the plan: shared with the first job (CompiledJob), never changed.
   std::shared_ptr<const graph::Graph> compiled;
   std::shared_ptr<const plan::Plan> plan;
+  // Built by PrepareRebind (a pure function of the three above), at the latest on the first hit.
+  mutable std::once_flag index_once;
+  mutable std::shared_ptr<const RebindIndex> index;
 };
 
 // The canonical text of `traced` compiled with `register_num` registers (see above).
@@ -37,8 +45,13 @@ std::string CanonicalJobKey(const graph::Graph& traced, int register_num);
 
 // `cached` (compiled from a job with the same key as `traced`) under the names, variables, watch
 // handlers and source lines of `traced`; std::nullopt when a name would be ambiguous.
-std::optional<std::pair<graph::Graph, plan::Plan>> RebindCompiled(const CachedCompile& cached,
-                                                                  const graph::Graph& traced);
+// Finds, once per entry, where each name of `cached` comes from (what every hit needs whatever
+// its names): the session calls it when it stores an entry, so a hit only renames.
+void PrepareRebind(const CachedCompile& cached);
+
+// The plan is immutable from here on (shared with the runtime).
+std::optional<std::pair<graph::Graph, std::shared_ptr<const plan::Plan>>> RebindCompiled(const CachedCompile& cached,
+                                                                                         const graph::Graph& traced);
 
 class JobCache {
  public:

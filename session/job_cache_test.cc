@@ -67,6 +67,27 @@ void CreateVariables(Session& session, const std::string& prefix, int64_t hidden
   AF_ASSERT_OK(session.CreateVariable(prefix + "w2", {{hidden, 2}, DType::kFloat32}, w2.data()));
 }
 
+// Every name and line of a compiled graph: nodes with their inputs, control inputs, variables
+// and lines; feeds, outputs, losses, watches, the optimizer's variables and the gradients.
+std::string NamesOf(const Graph& graph) {
+  std::string text = graph.job_name() + "\n";
+  for (const Node& n : graph.nodes()) {
+    text += n.name + " at " + n.location + " variable " + n.variable_name + " (";
+    for (const auto& in : n.inputs) text += in + " ";
+    text += ") control (";
+    for (const auto& c : n.control_inputs) text += c + " ";
+    text += ")\n";
+  }
+  for (const auto& f : graph.feeds()) text += "feed " + f + "\n";
+  for (const auto& o : graph.outputs()) text += "output " + o + "\n";
+  for (const auto& l : graph.losses()) text += "loss " + l + "\n";
+  for (const auto& w : graph.watches()) text += "watch " + w.ref + " " + w.handler_name + " " + w.location + "\n";
+  if (graph.optimizer() != nullptr)
+    for (const auto& v : graph.optimizer()->variables) text += "optimizes " + v + "\n";
+  for (const auto& [forward, gradient] : graph.gradients()) text += "gradient " + forward + " " + gradient + "\n";
+  return text;
+}
+
 bool Took(const CompiledJob& job, const std::string& step) {
   for (const auto& [name, seconds] : job.compile_timings())
     if (name == step) return true;
@@ -127,6 +148,8 @@ TEST(JobCacheTest, SameStructureUnderOtherNamesReusesTheCompileAndComputesTheSam
   EXPECT_EQ(beta->plan().DebugString().find("alpha_"), std::string::npos);
   EXPECT_NE(beta->plan().DebugString().find("beta_.py:41"), std::string::npos);
   EXPECT_EQ(SbpSummary(beta->graph()), SbpSummary(fresh->graph()));
+  EXPECT_EQ(NamesOf(beta->graph()), NamesOf(fresh->graph()));
+  EXPECT_EQ(NamesOf(beta->graph()).find("alpha_"), std::string::npos);
   EXPECT_EQ(beta->input_descs()[0].name, "beta_x");
   fresh->Shutdown();
 
@@ -142,6 +165,32 @@ TEST(JobCacheTest, SameStructureUnderOtherNamesReusesTheCompileAndComputesTheSam
   std::vector<float> gamma_w1(12);
   AF_ASSERT_OK(session.GetVariable("gamma_w1", gamma_w1.data(), 48));
   EXPECT_NE(a.w1, gamma_w1);  // training moved alpha's weights, and gamma's stayed put
+}
+
+// Every hit reuses what the store found about the entry's names; on two devices the
+// tasks carry device suffixes ("@1") and boxing tasks, and each hit is still the fresh plan.
+TEST(JobCacheTest, RepeatedHitsOnTwoDevicesAreTheFreshPlans) {
+  Session session;
+  Variant two_devices;
+  two_devices.devices = 2;
+  for (const std::string prefix : {"one_", "two_", "three_"}) CreateVariables(session, prefix);
+  auto first = ValueOrDie(session.Compile(Build("one_", two_devices), JobOptions{}));
+  EXPECT_TRUE(Took(*first, "job cache miss"));
+  JobOptions fresh_options;
+  fresh_options.use_job_cache = false;
+  for (const std::string prefix : {"two_", "three_"}) {
+    SCOPED_TRACE(prefix);
+    Variant lines = two_devices;
+    lines.line = prefix == "two_" ? 20 : 30;
+    auto hit = ValueOrDie(session.Compile(Build(prefix, lines), JobOptions{}));
+    EXPECT_TRUE(Took(*hit, "job cache hit"));
+    auto fresh = ValueOrDie(session.Compile(Build(prefix, lines), fresh_options));
+    EXPECT_EQ(hit->plan().DebugString(), fresh->plan().DebugString());
+    EXPECT_NE(hit->plan().DebugString().find("@1"), std::string::npos);  // device suffixes were renamed
+    EXPECT_EQ(NamesOf(hit->graph()), NamesOf(fresh->graph()));
+    hit->Shutdown();
+    fresh->Shutdown();
+  }
 }
 
 TEST(JobCacheTest, AnyStructuralDifferenceCompiles) {

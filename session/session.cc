@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 
 #include "actors/device.h"
 #include "actors/trace_recorder.h"
@@ -201,7 +202,9 @@ void CompiledJob::Finished() {
 Status CompiledJob::InstantiateLocked() {
   AF_ASSIGN_OR_RETURN(std::shared_ptr<ActorEnvironment> actors, session_->environment->ActorsFor(runtime_options_.num_workers));
   generation_ = Environment::generation();
-  AF_ASSIGN_OR_RETURN(runtime_, Runtime::Create(distributed_ ? local_plan_ : *plan_, hooks_, runtime_options_, std::move(actors)));
+  // The compiled plan is shared with the runtime (and the job cache), not copied.
+  std::shared_ptr<const plan::Plan> plan = distributed_ ? std::make_shared<const plan::Plan>(local_plan_) : plan_;
+  AF_ASSIGN_OR_RETURN(runtime_, Runtime::Create(std::move(plan), hooks_, runtime_options_, std::move(actors)));
   return Status::Ok();
 }
 
@@ -454,7 +457,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     if (std::shared_ptr<const CachedCompile> hit = state_->job_cache.Find(key)) {
       if (auto rebound = RebindCompiled(*hit, working)) {
         job->graph_ = std::make_shared<const Graph>(std::move(rebound->first));
-        job->plan_ = std::make_shared<const plan::Plan>(std::move(rebound->second));
+        job->plan_ = std::move(rebound->second);
         from_cache = true;
       }
     }
@@ -474,13 +477,16 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     if (entry) {
       entry->compiled = job->graph_;
       entry->plan = job->plan_;
+      clock.Restart();
+      PrepareRebind(*entry);  // part of storing the structure: hits then only rename
+      lap("job cache index");
       state_->job_cache.Insert(key, std::move(entry));
     }
   }
   clock.Restart();
   const Graph& graph = *job->graph_;
 
-  std::map<std::string, void*> buffers;
+  std::unordered_map<std::string, void*> buffers;  // the variable_buffer hook looks each task up
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     for (const Node& n : graph.nodes()) {
@@ -634,7 +640,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     init.stream = init.device_stream->native_handle();
     return MakeKernel(task.op_type(), init);
   };
-  hooks.variable_buffer = [buffers](const plan::Task& task) -> StatusOr<void*> {
+  hooks.variable_buffer = [buffers = std::move(buffers)](const plan::Task& task) -> StatusOr<void*> {
     auto it = buffers.find(task.variable_name());
     if (it == buffers.end()) return NotFound("no buffer for variable '" + task.variable_name() + "'");
     return it->second;
