@@ -67,8 +67,10 @@ def _torch_gradients(images, labels, variables):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fused_bias_gradient_matches_unfused_and_pytorch(threads):
-    images, labels, before, fused, fused_plan = _step([], threads)
-    _, _, plain_before, plain, plain_plan = _step(["conv_bias_grad"], threads)
+    # bias_gradient_update (the dense layer's bias gradient summed by its SGD update) is off in
+    # both, so that the plans differ by conv_bias_grad alone.
+    images, labels, before, fused, fused_plan = _step(["bias_gradient_update"], threads)
+    _, _, plain_before, plain, plain_plan = _step(["conv_bias_grad", "bias_gradient_update"], threads)
     # both conv layers' bias gradients come from their filter gradients; the dense layer's stays
     assert fused_plan.count('key: "fuse_bias_grad"') == 2
     assert fused_plan.count('op_type: "bias_add_grad"') == 1 and plain_plan.count('op_type: "bias_add_grad"') == 3
@@ -82,4 +84,17 @@ def test_fused_bias_gradient_matches_unfused_and_pytorch(threads):
         want = before[name] - LR * gradient
         np.testing.assert_allclose(fused[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
         np.testing.assert_allclose(plain[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(fused[name], plain[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_with_every_fusion_conv_biases_go_to_the_filter_gradient_and_the_dense_bias_to_its_update():
+    """conv_bias_grad runs before bias_gradient_update: a conv layer's bias gradient is summed by
+    its filter gradient (no pass over dy), the dense layer's by its SGD update; the step equals
+    the one with neither fusion."""
+    _, _, before, fused, plan = _step([], 2)
+    _, _, _, plain, _ = _step(["conv_bias_grad", "bias_gradient_update"], 2)
+    assert plan.count('key: "fuse_bias_grad"') == 2
+    assert plan.count('op_type: "bias_add_grad_sgd_update"') == 1
+    assert plan.count('op_type: "bias_add_grad"') == 0
+    for name in before:
         np.testing.assert_allclose(fused[name], plain[name], rtol=1e-5, atol=1e-6, err_msg=name)
