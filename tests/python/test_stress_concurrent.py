@@ -57,6 +57,9 @@ def test_threads_call_jobs_first_time_and_after_while_checkpoints_are_saved(tmp_
     barrier = threading.Barrier(5)
     errors, snapshots, delivered = [], [], []
     trainers_done = threading.Event()
+    # The sync trainer pauses halfway until the saver has taken a snapshot since: one snapshot is
+    # then certainly mid-training, however fast the steps run.
+    halfway, snapshot_since_halfway = threading.Event(), threading.Event()
     x = np.arange(4, dtype=np.float32)
 
     def guarded(fn):
@@ -69,7 +72,10 @@ def test_threads_call_jobs_first_time_and_after_while_checkpoints_are_saved(tmp_
 
     def sync_caller():
         barrier.wait(TIMEOUT)  # every first call races
-        for _ in range(CALLS):
+        for i in range(CALLS):
+            if i == CALLS // 2:
+                halfway.set()
+                assert snapshot_since_halfway.wait(TIMEOUT), "the saver took no snapshot"
             loss = sync_train(ONES)
             assert loss.shape == () or loss.shape == (1,) or loss.size == 1
             np.testing.assert_array_equal(reader(x), x * 2)
@@ -89,11 +95,14 @@ def test_threads_call_jobs_first_time_and_after_while_checkpoints_are_saved(tmp_
         barrier.wait(TIMEOUT)
         index = 0
         while not trainers_done.is_set() or index < 3:
+            mid = halfway.is_set()
             path = str(tmp_path / ("ckpt%d" % (index % 2)))
             flow.checkpoint.save(path)
             snapshots.append(flow.checkpoint.get(path))
             snapshots.append(flow.get_all_variables())
             index += 1
+            if mid:
+                snapshot_since_halfway.set()
 
     callers = [threading.Thread(target=guarded(fn), daemon=True)
                for fn in (sync_caller, async_caller, predict_caller, predict_caller)]
