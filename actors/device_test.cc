@@ -285,6 +285,12 @@ TEST(DeviceRuntime, CopiesAndDeviceComputeCompleteAsynchronouslyInIterationOrder
     EXPECT_EQ(fixture.scale_elsewhere.load(), 0);
     ASSERT_TRUE(runtime.value()->Shutdown().ok());
     runtime.value().reset();
+    // The registers return to the cache when the last handle on them goes: the stream thread
+    // drops its last completion's closure just after running it, which may be after Shutdown
+    // returned (1 run in ~40 checked too early). Bounded wait.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (fixture.device_memory->stats().bytes_in_use != 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     // A second runtime of the plan reuses the cached device blocks: no raw allocation.
     EXPECT_EQ(fixture.device_memory->stats().bytes_in_use, 0);
     auto again = Runtime::Create(DevicePlan(), fixture.Hooks(), fixture.Options());
