@@ -84,12 +84,8 @@ class ConvFusionPass : public Pass {
   }
 
   StatusOr<bool> Round(Graph& graph) {
-    std::map<std::string, int> readers;
-    for (const Node& n : graph.nodes())
-      for (const std::string& ref : n.inputs) ++readers[ref];
-    std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
-    for (const Watch& w : graph.watches()) pinned.insert(w.ref);
-    pinned.insert(graph.losses().begin(), graph.losses().end());
+    std::map<std::string, int> readers = CountReaders(graph);
+    std::set<std::string> pinned = PinnedRefs(graph);
 
     std::map<std::string, std::string> renamed;   // consumer output ref -> fused conv output ref
     std::map<std::string, std::string> absorbed;  // consumer name -> fused conv name
@@ -182,15 +178,7 @@ class ConvBiasGradFusionPass : public Pass {
     }
     if (renamed.empty()) return Status::Ok();
     RedirectFusedReaders(graph, renamed, absorbed);
-    auto rename = [&](std::string& ref) {
-      auto it = renamed.find(ref);
-      if (it != renamed.end()) ref = it->second;
-    };
-    for (std::string& ref : graph.outputs()) rename(ref);
-    for (Watch& w : graph.watches())
-      if (!w.diff) rename(w.ref);  // a diff watch names a forward ref only to find its gradient
-    for (std::string& ref : graph.losses()) rename(ref);
-    for (auto& [variable, ref] : graph.gradients()) rename(ref);
+    RenameJobRefs(graph, renamed);
     graph.Retain(keep);
     return Status::Ok();
   }

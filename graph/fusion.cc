@@ -47,9 +47,7 @@ class FusionPass : public Pass {
 
   Status Run(Graph& graph) override {
     // Who reads each ref, and which refs must stay (job outputs, watches, losses).
-    std::map<std::string, int> readers;
-    for (const Node& n : graph.nodes())
-      for (const std::string& ref : n.inputs) ++readers[ref];
+    std::map<std::string, int> readers = CountReaders(graph);
     std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
     for (const Watch& w : graph.watches())
       if (!w.diff) pinned.insert(w.ref);
@@ -124,15 +122,7 @@ class FusionPass : public Pass {
       return Status::Ok();
     }
     RedirectFusedReaders(graph, renamed, absorbed);
-    auto rename = [&](std::string& ref) {
-      auto it = renamed.find(ref);
-      if (it != renamed.end()) ref = it->second;
-    };
-    for (std::string& ref : graph.outputs()) rename(ref);
-    for (Watch& w : graph.watches())
-      if (!w.diff) rename(w.ref);  // a diff watch names a forward ref only to find its gradient
-    for (std::string& ref : graph.losses()) rename(ref);
-    for (auto& [variable, ref] : graph.gradients()) rename(ref);
+    RenameJobRefs(graph, renamed);
     graph.Retain(keep);
     return Status::Ok();
   }
@@ -154,6 +144,32 @@ void RedirectFusedReaders(Graph& graph, const std::map<std::string, std::string>
       if (it != absorbed.end() && it->second != n.name) c = it->second;
     }
   }
+}
+
+std::map<std::string, int> CountReaders(const Graph& graph) {
+  std::map<std::string, int> readers;
+  for (const Node& n : graph.nodes())
+    for (const std::string& ref : n.inputs) ++readers[ref];
+  return readers;
+}
+
+std::set<std::string> PinnedRefs(const Graph& graph) {
+  std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
+  pinned.insert(graph.losses().begin(), graph.losses().end());
+  for (const Watch& w : graph.watches()) pinned.insert(w.ref);
+  return pinned;
+}
+
+void RenameJobRefs(Graph& graph, const std::map<std::string, std::string>& renamed) {
+  auto rename = [&](std::string& ref) {
+    auto it = renamed.find(ref);
+    if (it != renamed.end()) ref = it->second;
+  };
+  for (std::string& ref : graph.outputs()) rename(ref);
+  for (Watch& w : graph.watches())
+    if (!w.diff) rename(w.ref);
+  for (std::string& ref : graph.losses()) rename(ref);
+  for (auto& [variable, ref] : graph.gradients()) rename(ref);
 }
 
 
@@ -217,12 +233,8 @@ class PoolReluGradFusionPass : public Pass {
   std::string name() const override { return "pool relu_grad fusion"; }
 
   Status Run(Graph& graph) override {
-    std::map<std::string, int> readers;
-    for (const Node& n : graph.nodes())
-      for (const std::string& ref : n.inputs) ++readers[ref];
-    std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
-    for (const Watch& w : graph.watches()) pinned.insert(w.ref);
-    pinned.insert(graph.losses().begin(), graph.losses().end());
+    std::map<std::string, int> readers = CountReaders(graph);
+    std::set<std::string> pinned = PinnedRefs(graph);
     for (const auto& [variable, ref] : graph.gradients()) pinned.insert(ref);
 
     std::map<std::string, std::string> renamed, absorbed;
@@ -279,12 +291,8 @@ class MatmulReluGradFusionPass : public Pass {
   std::string name() const override { return "matmul relu_grad fusion"; }
 
   Status Run(Graph& graph) override {
-    std::map<std::string, int> readers;
-    for (const Node& n : graph.nodes())
-      for (const std::string& ref : n.inputs) ++readers[ref];
-    std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
-    for (const Watch& w : graph.watches()) pinned.insert(w.ref);
-    pinned.insert(graph.losses().begin(), graph.losses().end());
+    std::map<std::string, int> readers = CountReaders(graph);
+    std::set<std::string> pinned = PinnedRefs(graph);
     for (const auto& [variable, ref] : graph.gradients()) pinned.insert(ref);
 
     std::map<std::string, std::string> renamed, absorbed;

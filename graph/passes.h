@@ -9,6 +9,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
@@ -52,6 +53,15 @@ std::unique_ptr<Pass> MakeFusionPass();
 // rename: what they may name differs per pass.
 void RedirectFusedReaders(Graph& graph, const std::map<std::string, std::string>& renamed,
                           const std::map<std::string, std::string>& absorbed);
+// For the fusion passes: how many node inputs read each ref (control inputs aside).
+std::map<std::string, int> CountReaders(const Graph& graph);
+// For the fusion passes: refs that must stay where they are, the job's outputs, losses and
+// every watched ref (a pass adds the gradients it must also keep).
+std::set<std::string> PinnedRefs(const Graph& graph);
+// For the fusion passes whose fused node takes a consumer's output ref: the job's outputs,
+// watches (not diff watches: they name a forward ref only to find its gradient), losses and
+// gradients that name a ref in `renamed` name its replacement.
+void RenameJobRefs(Graph& graph, const std::map<std::string, std::string>& renamed);
 // Train jobs on one device: sgd_update(var, matmul(a, b), lr) with the matmul read by nothing
 // else becomes matmul_sgd_update(var, a, b, lr), the GEMM accumulating into the variable.
 // `placed` (after the SBP pass, jobs on several devices of one machine): only where the matmul

@@ -36,15 +36,10 @@ class GradientUpdateFusionPass : public Pass {
     if (!graph.is_train()) return Status::Ok();
     if (placed_ ? graph.total_device_num() <= 1 || graph.machine_num() > 1 : graph.total_device_num() > 1)
       return Status::Ok();  // every machine's devices
-    std::map<std::string, int> readers;
-    for (const Node& n : graph.nodes())
-      for (const std::string& ref : n.inputs) ++readers[ref];
-    std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
-    pinned.insert(graph.losses().begin(), graph.losses().end());
-    for (const Watch& w : graph.watches()) {
-      pinned.insert(w.ref);
-      if (!w.diff) continue;
-      auto it = graph.gradients().find(w.ref);
+    std::map<std::string, int> readers = CountReaders(graph);
+    std::set<std::string> pinned = PinnedRefs(graph);
+    for (const Watch& w : graph.watches()) {  // a watch_diff's gradient
+      auto it = w.diff ? graph.gradients().find(w.ref) : graph.gradients().end();
       if (it != graph.gradients().end()) pinned.insert(it->second);
     }
 
@@ -120,15 +115,10 @@ class BiasGradientUpdateFusionPass : public Pass {
 
   Status Run(Graph& graph) override {
     if (!graph.is_train() || graph.total_device_num() > 1) return Status::Ok();
-    std::map<std::string, int> readers;
-    for (const Node& n : graph.nodes())
-      for (const std::string& ref : n.inputs) ++readers[ref];
-    std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
-    pinned.insert(graph.losses().begin(), graph.losses().end());
-    for (const Watch& w : graph.watches()) {
-      pinned.insert(w.ref);
-      if (!w.diff) continue;
-      auto it = graph.gradients().find(w.ref);
+    std::map<std::string, int> readers = CountReaders(graph);
+    std::set<std::string> pinned = PinnedRefs(graph);
+    for (const Watch& w : graph.watches()) {  // a watch_diff's gradient
+      auto it = w.diff ? graph.gradients().find(w.ref) : graph.gradients().end();
       if (it != graph.gradients().end()) pinned.insert(it->second);
     }
 
