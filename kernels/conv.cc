@@ -521,8 +521,10 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
     for (int i = 0; i < 3; ++i)
       if (dnnl_memory_set_data_handle(state->tensors[i].user.get(), pick(c, at[i])) != dnnl_success)
         return Internal("oneDNN rejected a tensor pointer");
-    void* bias = pass == ConvPass::kBackwardFilter ? c.output(1).data : c.input(2).data;
-    if (state->bias && dnnl_memory_set_data_handle(state->bias.get(), bias) != dnnl_success)
+    // Only with a bias: a conv without one has no third input nor second output to look at.
+    if (state->bias && dnnl_memory_set_data_handle(state->bias.get(), pass == ConvPass::kBackwardFilter
+                                                                          ? c.output(1).data
+                                                                          : c.input(2).data) != dnnl_success)
       return Internal("oneDNN rejected the bias pointer");
     if (state->epilogue.batch_norm)
       BatchNormScaleShift(state->epilogue, c, channels, static_cast<float*>(state->scale.get_data_handle()),
