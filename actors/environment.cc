@@ -93,16 +93,10 @@ StatusOr<std::shared_ptr<ActorEnvironment>> ActorEnvironment::Create(const Envir
   auto config = std::make_unique<caf::actor_system_config>();
   if (options.on_worker_start) config->add_thread_hook<WorkerStartHook>(options.on_worker_start, kernel_threads);
   config->set("scheduler.max-threads", static_cast<size_t>(workers));
-  // The actor system takes a scheduler module given here instead of making its own. Not under
-  // ThreadSanitizer: the policy instantiates CAF's worker loop in our (instrumented) code while
-  // the reference counts and mailbox atomics that order it stay in libcaf_core.so (not
-  // instrumented), so TSan reports every actor's release and every message as a race; with
-  // CAF's own scheduler, compiled inside the library, it checks our code as before.
-#if !defined(__SANITIZE_THREAD__)
+  // The actor system takes a scheduler module given here instead of making its own.
   config->module_factories.push_back([](caf::actor_system& system) -> caf::actor_system::module* {
     return new caf::scheduler::coordinator<SpreadingWorkStealing>(system);
   });
-#endif
   // CAF's default polling adds latency between actors; poll aggressively, then sleep.
   config->set("work-stealing.moderate-poll-attempts", static_cast<size_t>(0));
   // And keep polling for ~100 us after the last message before sleeping: a caller's next call

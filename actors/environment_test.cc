@@ -23,9 +23,6 @@ namespace {
 // the other to start, meet only through that hand-off (CAF's own policy leaves the second one
 // queued behind the first: they never meet, each gives up after its 5 s wait).
 TEST(Environment, ASleepingWorkerIsGivenAJobQueuedBehindAnother) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "under ThreadSanitizer the environment runs CAF's own scheduler (actors/environment.cc)";
-#endif
   EnvironmentOptions environment_options;
   environment_options.num_threads = 2;
   environment_options.num_workers = 2;
