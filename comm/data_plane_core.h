@@ -318,6 +318,14 @@ class DataPlaneCore {
       // Data: straight into the posted register when one waits, else into a buffer that
       // waits for the RECV act (at most the sender's register_num per channel).
       Posted posted;
+      // Under mu: takes this frame's register when its RECV act posted one of the frame's size.
+      auto take_posted = [&](RecvChannel& channel) {
+        auto it = channel.posted.find(header.iteration);
+        if (it == channel.posted.end() || static_cast<int64_t>(header.bytes) != channel.bytes) return false;
+        posted = std::move(it->second);
+        channel.posted.erase(it);
+        return true;
+      };
       bool have_register = false;
       std::string task;
       int64_t expected = 0;
@@ -325,12 +333,7 @@ class DataPlaneCore {
       {
         std::lock_guard<std::mutex> lock(mu);
         RecvChannel& channel = recvs[{header.job, header.channel}];
-        auto it = channel.posted.find(header.iteration);
-        if (it != channel.posted.end() && static_cast<int64_t>(header.bytes) == channel.bytes) {
-          posted = std::move(it->second);
-          channel.posted.erase(it);
-          have_register = true;
-        }
+        have_register = take_posted(channel);
         task = channel.task;
         expected = channel.bytes;
         if (!have_register && !channel.spare.empty()) {
@@ -361,10 +364,7 @@ class DataPlaneCore {
         if (done == header.bytes) break;
         std::lock_guard<std::mutex> lock(mu);
         RecvChannel& channel = recvs[{header.job, header.channel}];
-        auto it = channel.posted.find(header.iteration);
-        if (it != channel.posted.end() && static_cast<int64_t>(header.bytes) == channel.bytes) {
-          posted = std::move(it->second);
-          channel.posted.erase(it);
+        if (take_posted(channel)) {
           task = channel.task;
           posted_meanwhile = true;
           break;
