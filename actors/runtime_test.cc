@@ -2,6 +2,8 @@
 // it: variables, control edges). Every test is bounded by ctest's TIMEOUT; none waits forever.
 #include <gtest/gtest.h>
 
+#include <caf/logger.hpp>
+
 #include <atomic>
 #include <condition_variable>
 #include <chrono>
@@ -622,6 +624,29 @@ TEST(Runtime, IdleWorkersLendTheirThreadsToAnActingKernel) {
       EXPECT_EQ(join_threads[i], lend ? 4 : 0) << "iteration " << i;
     }
   }
+}
+
+// CAF's worker loop looks up the logger's per-thread actor id around every resume (a shared
+// spinlock and a hash lookup) whenever the thread has a logger, though this CAF writes no log
+// lines; actor threads drop theirs, so a kernel (inside a handler) sees none.
+TEST(Runtime, ActorThreadsRunWithoutCafLogger) {
+  std::atomic<int> with_logger{0}, calls{0};
+  Pipeline p;
+  Port x = p.AddInput("x", kScalar);
+  Port a = p.AddStage("probe", {x}, {kScalar}, [&](const StageArgs& args) {
+    calls++;
+    if (caf::logger::current_logger() != nullptr) with_logger++;
+    *args.outputs[0].as<float>() = *args.inputs[0].as<float>();
+    return Status::Ok();
+  });
+  p.SetOutputs({a});
+  ASSERT_TRUE(p.Start().ok());
+  float in = 1;
+  std::vector<float> out(64);
+  for (float& o : out) ASSERT_TRUE(p.Push({View(&in)}, {View(&o)}, nullptr).ok());
+  p.Drain();
+  EXPECT_EQ(calls.load(), 64);
+  EXPECT_EQ(with_logger.load(), 0);
 }
 
 TEST(Runtime, InvalidPlansAreRejectedClearly) {
