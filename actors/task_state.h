@@ -93,14 +93,21 @@ std::tuple<Ts...> MessageArgs(const Ts&... args) {
 
 // Sends `args` to `receiver` from `self`, or from the host when `self` is null, after releasing
 // `channel` (see above): what the sender did before is ordered before the receiver's acquire of
-// the same channel.
+// the same channel. Messages carry no sender: no handler replies or asks who sent, and naming
+// one costs two atomic reference-count updates on the sender's control block per message
+// (shared by the workers) plus a response promise built from it on receipt. From an actor the
+// message still goes through its worker (`self->context()`), so a receiver it makes runnable
+// is queued there as `self->send` would queue it.
 template <typename... Ts>
 void Send(caf::event_based_actor* self, const caf::actor& receiver, const void* channel, Ts&&... args) {
   HappensBeforeSend(channel);
-  if (self != nullptr)
-    self->send(receiver, std::forward<Ts>(args)...);
-  else
+  if (self != nullptr) {
+    if (receiver)
+      caf::actor_cast<caf::abstract_actor*>(receiver)->eq_impl(caf::make_message_id(), nullptr, self->context(),
+                                                              std::forward<Ts>(args)...);
+  } else {
     caf::anon_send(receiver, std::forward<Ts>(args)...);
+  }
 }
 
 // Pre-allocated registers of one output of a task, and who must ack each before reuse.
