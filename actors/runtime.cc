@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "actors/inline_run.h"
+#include "actors/iteration_ring.h"
 #include "actors/plan_dtype.h"
 #include "actors/register_slices.h"
 #include "actors/shared_memory_blocks.h"
@@ -79,7 +80,7 @@ class Runtime::Impl : public RuntimeCore {
       return;
     }
     std::unique_lock<std::mutex> lock(mu_);
-    // Not while a completion runs: its node already left in_flight_, but the caller may read
+    // Not while a completion runs: its record already left in_flight_, but the caller may read
     // what the completion writes as soon as Drain returns.
     drained_.wait(lock, [&] { return in_flight_.empty() && !delivering_; });
   }
@@ -95,13 +96,13 @@ class Runtime::Impl : public RuntimeCore {
   }
   void RecordError(int64_t iteration, const Status& status) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = in_flight_.find(iteration);
-    if (it != in_flight_.end() && it->second.status.ok()) it->second.status = status;
+    Iteration* record = in_flight_.Find(iteration);
+    if (record != nullptr && record->status.ok()) record->status = status;
   }
   const std::vector<TensorView>* CallerOutputs(int64_t iteration) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = in_flight_.find(iteration);
-    return it == in_flight_.end() ? nullptr : &it->second.outputs;  // node-stable until completion
+    Iteration* record = in_flight_.Find(iteration);
+    return record == nullptr ? nullptr : &record->outputs;  // address-stable until completion
   }
   Status NamedSink(const std::string& name, int64_t iteration, const std::vector<TensorView>& blobs) override {
     if (!hooks_.sink_handler) return FailedPrecondition("no sink handler for sink '" + name + "'");
@@ -161,7 +162,7 @@ class Runtime::Impl : public RuntimeCore {
   TraceLane* host_lane_ = nullptr;  // the observer's host lane (written under push_mu_)
   std::mutex mu_;       // guards everything below and the sources' free pools
   std::condition_variable source_free_, drained_, finished_cv_;
-  std::map<int64_t, Iteration> in_flight_;
+  IterationRing<Iteration> in_flight_;  // no allocation per iteration (slots and buffers reused)
   int64_t next_iteration_ = 0;
   bool delivering_ = false;
   std::atomic<bool> shut_down_{false};  // written under mu_; Push peeks at it before validating
@@ -444,9 +445,12 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
     std::unique_lock<std::mutex> lock(mu_);
     if (in_flight_.empty() && !delivering_ && !shut_down_) {
       const int64_t iteration = next_iteration_++;
-      Iteration& record = in_flight_[iteration];  // Drain waits for it like any other
+      Iteration& record = in_flight_.Append(iteration);  // Drain waits for it like any other
+      record.outputs.clear();  // the inline run writes the caller's buffers itself
       record.done = std::move(done);
       record.sinks_remaining = 1;
+      record.finished = false;
+      record.status = Status::Ok();
       lock.unlock();
       RunInline(push_lock, iteration, inputs, outputs);
       return iteration;
@@ -472,10 +476,12 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
       pool.pop_back();
     }
     iteration = next_iteration_++;
-    Iteration& record = in_flight_[iteration];
-    record.outputs = outputs;
+    Iteration& record = in_flight_.Append(iteration);
+    record.outputs = outputs;  // into the slot's kept capacity
     record.done = std::move(done);
     record.sinks_remaining = num_sinks_;
+    record.finished = false;
+    record.status = Status::Ok();
   }
   const int64_t act_start = trace ? trace_clock::Now() : 0;
   for (size_t k = 0; k < sources_.size(); ++k) {
@@ -506,22 +512,28 @@ void Runtime::Impl::RunInline(std::unique_lock<std::mutex>& push_lock, int64_t i
 // thread at a time delivers, others just mark their iteration finished.
 void Runtime::Impl::SinkDelivered(int64_t iteration) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto found = in_flight_.find(iteration);
-  if (found == in_flight_.end() && forced_shutdown_) return;  // abandoned by the forced shutdown
-  AF_CHECK(found != in_flight_.end()) << "sink delivered iteration " << iteration << ", which is not in flight";
-  Iteration& record = found->second;
+  Iteration* found = in_flight_.Find(iteration);
+  if (found == nullptr && forced_shutdown_) return;  // abandoned by the forced shutdown
+  AF_CHECK(found != nullptr) << "sink delivered iteration " << iteration << ", which is not in flight";
+  Iteration& record = *found;
   AF_CHECK_GT(record.sinks_remaining, 0) << "iteration " << iteration << " delivered by more sinks than the plan has";
   if (--record.sinks_remaining > 0) return;
   record.finished = true;
   if (delivering_) return;
   delivering_ = true;
-  while (!in_flight_.empty() && in_flight_.begin()->second.finished) {
-    auto node = in_flight_.extract(in_flight_.begin());
+  while (!in_flight_.empty() && in_flight_.Front().finished) {
+    // Out of the ring before the call (its slot may be reused meanwhile): moving a function and
+    // an (ok) status allocates nothing.
+    const int64_t delivered = in_flight_.front_iteration();
+    Completion done = std::move(in_flight_.Front().done);
+    in_flight_.Front().done = nullptr;
+    Status status = std::move(in_flight_.Front().status);
+    in_flight_.PopFront();
     lock.unlock();
-    if (node.mapped().done) {
+    if (done) {
       // A throwing completion must not end the sink's actor (the runtime would wedge).
       try {
-        node.mapped().done(node.key(), node.mapped().status);
+        done(delivered, status);
       } catch (const std::exception& e) {
         ReportOnce(&completion_threw_reported_, "a completion threw an exception (ignored; reported once): " +
                                                     std::string(e.what()));
@@ -560,7 +572,7 @@ Status Runtime::Impl::Shutdown() {
   if (drained)
     for (size_t i = 0; i < states_.size(); ++i)
       if (states_[i]->is_root()) Send(nullptr, actors_[i], states_[i]->tick_channel(), eos_atom::value, -1);
-  std::map<int64_t, Iteration> abandoned;
+  std::vector<std::pair<int64_t, Completion>> abandoned;
   {
     std::unique_lock<std::mutex> lock(mu_);
     bool all = drained && finished_cv_.wait_until(lock, deadline, [&] {
@@ -580,7 +592,8 @@ Status Runtime::Impl::Shutdown() {
           ")" + outstanding + "; its iterations were abandoned and its actors stopped");
       forced_shutdowns.fetch_add(1);
       std::cerr << "actorflow: " << shutdown_status_.message() << std::endl;
-      abandoned.swap(in_flight_);
+      for (; !in_flight_.empty(); in_flight_.PopFront())  // a late sink now finds none of them
+        abandoned.emplace_back(in_flight_.front_iteration(), std::move(in_flight_.Front().done));
       forced_shutdown_ = true;
     }
   }
@@ -627,8 +640,8 @@ Status Runtime::Impl::Shutdown() {
   environment_.reset();  // joins its threads if this runtime made it
   for (auto& state : states_) HappensAfterReceive(state.get());  // each actor's last handler
   // Iterations the killed actors never finished: their callers still hear of them.
-  for (auto& [iteration, record] : abandoned)
-    if (record.done) record.done(iteration, shutdown_status_.WithContext("iteration " + std::to_string(iteration)));
+  for (auto& [iteration, done] : abandoned)
+    if (done) done(iteration, shutdown_status_.WithContext("iteration " + std::to_string(iteration)));
   states_.clear();
   inline_.reset();  // its registers are in register_memory_
   register_memory_.reset();
@@ -662,27 +675,30 @@ StatusOr<int64_t> Runtime::Push(const std::vector<TensorView>& inputs, const std
 
 Status Runtime::Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
   if (InActorHandler()) return CalledFromActor("Run");
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
-  std::atomic<bool> finished_flag{false};
-  Status result;
-  auto pushed = impl_->Push(inputs, outputs, [&](int64_t, const Status& status) {
-    std::lock_guard<std::mutex> lock(mu);
-    result = status;
-    finished = true;
-    finished_flag.store(true, std::memory_order_release);
-    cv.notify_all();
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool finished = false;
+    std::atomic<bool> finished_flag{false};
+    Status result;
+  } wait;
+  // One pointer captured: the completion fits in std::function's own storage (no allocation).
+  auto pushed = impl_->Push(inputs, outputs, [w = &wait](int64_t, const Status& status) {
+    std::lock_guard<std::mutex> lock(w->mu);
+    w->result = status;
+    w->finished = true;
+    w->finished_flag.store(true, std::memory_order_release);
+    w->cv.notify_all();
   }, /*may_run_inline=*/true);
   if (!pushed.ok()) return pushed.status();
   // A short iteration comes back in microseconds; blocking at once adds a thread wake-up on
   // each side (a halted vCPU's costs more than the chain). Poll briefly, then block.
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-  while (!finished_flag.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until)
+  while (!wait.finished_flag.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until)
     std::this_thread::yield();
-  std::unique_lock<std::mutex> lock(mu);  // also waits until the completion has left its lock
-  cv.wait(lock, [&] { return finished; });
-  return result;
+  std::unique_lock<std::mutex> lock(wait.mu);  // also waits until the completion has left its lock
+  wait.cv.wait(lock, [&] { return wait.finished; });
+  return wait.result;
 }
 
 void Runtime::Drain() { impl_->Drain(); }
