@@ -290,6 +290,7 @@ class JobFunction:
             self._specs.append((pname, spec))
         self._compiled = None
         self._plain_feeds = None  # set at compile, see __call__
+        self._plain_single_result = False  # the short path's result is its one array as is
         self.compile_timings = []  # (step, seconds) of the first call's trace and compile
         self.compile_cpu_timings = []  # the same steps' CPU time on the calling thread
         self._builder = None
@@ -409,6 +410,7 @@ class JobFunction:
         # Jobs whose every argument is a tp.Numpy placeholder, without a learning-rate feed and
         # called synchronously: (shape, dtype) per argument, for __call__'s short path.
         if ctx.optimizer is None and not result.is_async and all(spec.kind == "numpy" for _, spec in self._specs):
+            self._plain_single_result = result.structure == ("blob", 0)
             self._plain_feeds = tuple((spec.shape, spec.dtype.numpy) for _, spec in self._specs)
         self._compiled = compiled  # last: other threads take a non-None _compiled as ready
 
@@ -553,7 +555,7 @@ class JobFunction:
                     arrays = compiled.run(args)
                 finally:
                     gate.exit_call()
-                return self._result.build(arrays)
+                return arrays[0] if self._plain_single_result else self._result.build(arrays)
         args = self._bind(args, kwargs)
         self._ensure_compiled()
         feeds = self._feeds(args)

@@ -38,31 +38,41 @@ def as_callback(fn):
 
 
 class _Gate:
+    """Calls enter without a lock while no snapshot is around (the common case; it runs on
+    every job call). A call counts itself in `_inside` (list.append and list.pop are single
+    operations under the GIL) and then reads `_closed`; a snapshot sets `_closed` and then
+    counts `_inside`. Whichever comes second sees the other, so a call either sees the gate
+    closed and takes the locked path, or the snapshot sees the call and waits for it. A call
+    leaving while the gate is closed wakes the snapshot under the lock, after which the
+    snapshot's count (taken under the same lock) cannot miss its leaving."""
+
     def __init__(self):
         self._lock = threading.Lock()
         self._condition = threading.Condition(self._lock)
-        self._calls = 0
+        self._inside = []  # one entry per call inside the gate
+        self._closed = False  # a snapshot waits or copies: calls take the locked path
         self._waiting = 0  # snapshots waiting for the calls inside to finish (new calls wait)
         self._copying = False
         self._exclusive = threading.Lock()  # one snapshot at a time
 
-    # enter_call/exit_call rather than a context manager, and a fast path without a snapshot
-    # around: they run on every job call.
     def enter_call(self):
-        with self._lock:
-            if not self._copying and not self._waiting:
-                self._calls += 1
-                return
+        inside = self._inside
+        inside.append(None)
+        if not self._closed:
+            return
         callback = in_callback()
         with self._condition:
+            inside.pop()  # out again while we wait; a snapshot may be waiting for exactly us
+            if not inside:
+                self._condition.notify_all()
             while self._copying or (self._waiting and not callback):
                 self._condition.wait()
-            self._calls += 1
+            inside.append(None)
 
     def exit_call(self):
-        with self._lock:
-            self._calls -= 1
-            if self._calls == 0 and self._waiting:
+        self._inside.pop()
+        if self._closed:
+            with self._condition:
                 self._condition.notify_all()
 
     @contextlib.contextmanager
@@ -75,11 +85,13 @@ class _Gate:
         with self._exclusive:
             with self._condition:
                 self._waiting += 1
+                self._closed = True
                 try:
-                    while self._calls:
+                    while self._inside:
                         self._condition.wait()
                 except BaseException:  # e.g. KeyboardInterrupt: let the held-back calls go on
                     self._waiting -= 1
+                    self._closed = False
                     self._condition.notify_all()
                     raise
                 self._waiting -= 1
@@ -89,6 +101,7 @@ class _Gate:
             finally:
                 with self._condition:
                     self._copying = False
+                    self._closed = False
                     self._condition.notify_all()
 
 
