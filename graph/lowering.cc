@@ -722,6 +722,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   if (enabled("channels_last")) passes.push_back(MakeChannelsLastPass());
   if (!enabled("gemm_chunks")) passes.push_back(MakeOpenMpGemmPass());
   if (!enabled("gemv")) passes.push_back(MakeNoGemvPass());
+  if (!enabled("narrow_gemm")) passes.push_back(MakeNoNarrowGemmPass());
   passes.push_back(MakeOrderingPass());
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());

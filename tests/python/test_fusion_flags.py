@@ -239,3 +239,26 @@ def test_gemv_off_predicts_alike_with_onednn(batch):
     for gemv, onednn in zip(gemv_outputs, onednn_outputs):
         assert gemv.shape == (batch, 10)
         np.testing.assert_allclose(gemv, onednn, rtol=1e-5, atol=1e-5)
+
+
+def test_narrow_gemm_off_trains_alike_with_onednn():
+    # The output layer's GEMMs have a 10-wide dimension: the logits (dots loop), the data
+    # gradient into the hidden relu (rows loop, masked) and the fused weight update (rows loop).
+    narrow_losses, _, narrow_plan = _train([])
+    onednn_losses, _, onednn_plan = _train(["narrow_gemm"])
+    assert 'key: "narrow_gemm"' not in narrow_plan
+    # every CPU matmul (2 forward, 1 data gradient) and matmul_sgd_update (2) is marked
+    assert onednn_plan.count('key: "narrow_gemm"') == 5
+    assert narrow_losses[-1] < narrow_losses[0] * 0.7  # it trains
+    np.testing.assert_allclose(narrow_losses, onednn_losses, rtol=1e-4, atol=1e-5)
+
+
+# batch > 8: fewer rows go to the GEMV loop first
+@pytest.mark.parametrize("batch", [20, 100])
+def test_narrow_gemm_off_predicts_alike_with_onednn(batch):
+    narrow_outputs, narrow_plan = _predict_seed_mlp([], batch)
+    onednn_outputs, onednn_plan = _predict_seed_mlp(["narrow_gemm"], batch)
+    assert 'key: "narrow_gemm"' not in narrow_plan and onednn_plan.count('key: "narrow_gemm"') == 2
+    for narrow, onednn in zip(narrow_outputs, onednn_outputs):
+        assert narrow.shape == (batch, 10)
+        np.testing.assert_allclose(narrow, onednn, rtol=1e-5, atol=1e-5)
