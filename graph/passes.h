@@ -86,6 +86,9 @@ std::unique_ptr<Pass> MakeNoGemvPass();
 // matmul_sgd_update get attr narrow_gemm=false (GEMMs with one small dimension run as oneDNN
 // GEMMs instead of the kernels' register-tiled loops, kernels/matmul_narrow.h).
 std::unique_ptr<Pass> MakeNoNarrowGemmPass();
+// CPU train jobs (graph/softmax_fusion.cc): sparse_softmax_cross_entropy and its gradient, prob
+// read by nothing else, become sparse_softmax_cross_entropy_with_grad (loss and dlogits).
+std::unique_ptr<Pass> MakeSoftmaxCrossEntropyGradFusionPass();
 
 // Single-device CPU jobs (graph/conv_fusion.cc): a conv2d's only reader fuses into it as an
 // epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp
@@ -106,7 +109,8 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 // (MakeMatmulReluGradFusionPass), "bias_gradient_update" (MakeBiasGradientUpdateFusionPass),
 // "conv_bias_grad" (MakeConvBiasGradFusionPass), "gemv" (batch-1 matmuls as the kernels' GEMV
 // loop; off: MakeNoGemvPass) and "narrow_gemm" (GEMMs with one small dimension as the kernels'
-// loops; off: MakeNoNarrowGemmPass).
+// loops; off: MakeNoNarrowGemmPass), "softmax_cross_entropy_grad"
+// (MakeSoftmaxCrossEntropyGradFusionPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every
