@@ -31,19 +31,32 @@ AF_AVX512 inline __mmask16 LaneMask(int64_t lanes) {
   return lanes >= 16 ? static_cast<__mmask16>(0xffff) : lanes <= 0 ? 0 : static_cast<__mmask16>((1u << lanes) - 1);
 }
 
+// The epilogue's arguments as values: read once per tile, not after every store (C's floats
+// could alias alpha and beta for all the compiler knows).
+struct Epilogue {
+  float alpha, beta;
+  const float* bias;
+  bool relu;
+  const float* relu_output;
+  float* c;
+  int64_t n;
+  explicit Epilogue(const NarrowGemmArgs& g)
+      : alpha(g.alpha), beta(g.beta), bias(g.bias), relu(g.relu), relu_output(g.relu_output), c(g.c), n(g.n) {}
+};
+
 // The epilogue and the one store of C's row i, columns j.. (the lanes of `mask`; all 16 when
 // Full: plain loads and stores).
 template <bool Full>
-AF_AVX512 inline void Finish(const NarrowGemmArgs& g, int64_t i, int64_t j, __mmask16 mask, __m512 v) {
-  float* out = g.c + i * g.n + j;
+AF_AVX512 inline void Finish(const Epilogue& e, int64_t i, int64_t j, __mmask16 mask, __m512 v) {
+  float* out = e.c + i * e.n + j;
   auto load = [mask](const float* from) AF_AVX512 { return Full ? _mm512_loadu_ps(from) : _mm512_maskz_loadu_ps(mask, from); };
-  if (g.alpha != 1.0f) v = _mm512_mul_ps(v, _mm512_set1_ps(g.alpha));
-  if (g.beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(g.beta), load(out), v);
-  if (g.bias) v = _mm512_add_ps(v, load(g.bias + j));
+  if (e.alpha != 1.0f) v = _mm512_mul_ps(v, _mm512_set1_ps(e.alpha));
+  if (e.beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(e.beta), load(out), v);
+  if (e.bias) v = _mm512_add_ps(v, load(e.bias + j));
   // max returns its second operand when either is NaN or both are zero: NanRelu.
-  if (g.relu) v = _mm512_max_ps(_mm512_setzero_ps(), v);
-  if (g.relu_output)
-    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(load(g.relu_output + i * g.n + j), _mm512_setzero_ps(), _CMP_GT_OQ), v);
+  if (e.relu) v = _mm512_max_ps(_mm512_setzero_ps(), v);
+  if (e.relu_output)
+    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(load(e.relu_output + i * e.n + j), _mm512_setzero_ps(), _CMP_GT_OQ), v);
   if (Full) _mm512_storeu_ps(out, v);
   else _mm512_mask_storeu_ps(out, mask, v);
 }
@@ -75,11 +88,12 @@ AF_AVX512 void RowsTile(const NarrowGemmArgs& g, int64_t i0, int64_t j0, const _
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
+  const Epilogue epilogue(g);
 #pragma GCC unroll 32
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 32
     for (int v = 0; v < V; ++v)
-      if (Full || masks[v]) Finish<Full>(g, i0 + r, j0 + 16 * v, masks[v], acc[r][v]);
+      if (Full || masks[v]) Finish<Full>(epilogue, i0 + r, j0 + 16 * v, masks[v], acc[r][v]);
 }
 
 using RowsTileFn = void (*)(const NarrowGemmArgs&, int64_t, int64_t, const __mmask16*);
@@ -170,12 +184,13 @@ AF_AVX512 void DotsTile(const NarrowGemmArgs& g, int64_t i0, int64_t c0) {
       for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(av[r], bv, acc[r][c]);
     }
   }
+  const Epilogue epilogue(g);
 #pragma GCC unroll 32
   for (int r = 0; r < R; ++r) {
     __m512 lanes[16];
 #pragma GCC unroll 32
     for (int c = 0; c < 16; ++c) lanes[c] = c < NC ? acc[r][c] : _mm512_setzero_ps();
-    Finish<false>(g, i0 + r, c0, LaneMask(NC), SumLanes(lanes));
+    Finish<false>(epilogue, i0 + r, c0, LaneMask(NC), SumLanes(lanes));
   }
 }
 
