@@ -17,7 +17,8 @@
 // Epilogue on each output vector before its one store, in this order: alpha, + beta * C (not
 // read when beta == 0), + bias per column, relu (keeps NaN, as NanRelu), then the relu-gradient
 // mask (kept where relu_output > 0, zero elsewhere, relu_output laid out like C).
-// Sums over k run in k's order per output (FMA contractions; not bitwise oneDNN's results).
+// Sums over k: in k's order per output in the rows loop; in 16 lane-wise partial sums added
+// pairwise in the dots loop (FMA contractions both; not bitwise oneDNN's results).
 // Thread-safe (pure function of its arguments); needs AVX-512F (GemvAvailable()).
 #pragma once
 
