@@ -717,11 +717,13 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   if (enabled("bias_gradient_update")) passes.push_back(MakeBiasGradientUpdateFusionPass());
   if (enabled("pool_relu_grad")) passes.push_back(MakePoolReluGradFusionPass());
   if (enabled("matmul_relu_grad")) passes.push_back(MakeMatmulReluGradFusionPass());
+  if (enabled("softmax_cross_entropy_grad")) passes.push_back(MakeSoftmaxCrossEntropyGradFusionPass());
   if (enabled("conv_batch_norm") || enabled("conv_activation"))
     passes.push_back(MakeConvFusionPass(enabled("conv_batch_norm"), enabled("conv_activation")));
   if (enabled("channels_last")) passes.push_back(MakeChannelsLastPass());
   if (!enabled("gemm_chunks")) passes.push_back(MakeOpenMpGemmPass());
   if (!enabled("gemv")) passes.push_back(MakeNoGemvPass());
+  if (!enabled("narrow_gemm")) passes.push_back(MakeNoNarrowGemmPass());
   passes.push_back(MakeOrderingPass());
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());

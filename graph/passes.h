@@ -82,6 +82,13 @@ std::unique_ptr<Pass> MakeOpenMpGemmPass();
 // Added when the "gemv" fusion is off: CPU matmuls get attr gemv=false (a few rows of a run
 // as oneDNN GEMMs instead of the kernels' GEMV loop, kernels/gemv.h).
 std::unique_ptr<Pass> MakeNoGemvPass();
+// Added when the "narrow_gemm" fusion is off (graph/narrow_gemm.cc): CPU matmul /
+// matmul_sgd_update get attr narrow_gemm=false (GEMMs with one small dimension run as oneDNN
+// GEMMs instead of the kernels' register-tiled loops, kernels/matmul_narrow.h).
+std::unique_ptr<Pass> MakeNoNarrowGemmPass();
+// CPU train jobs (graph/softmax_fusion.cc): sparse_softmax_cross_entropy and its gradient, prob
+// read by nothing else, become sparse_softmax_cross_entropy_with_grad (loss and dlogits).
+std::unique_ptr<Pass> MakeSoftmaxCrossEntropyGradFusionPass();
 
 // Single-device CPU jobs (graph/conv_fusion.cc): a conv2d's only reader fuses into it as an
 // epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp
@@ -100,8 +107,10 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 // "gemm_chunks" (CPU GEMMs split into blocks over the kernel helper threads; off:
 // MakeOpenMpGemmPass), "pool_relu_grad" (MakePoolReluGradFusionPass), "matmul_relu_grad"
 // (MakeMatmulReluGradFusionPass), "bias_gradient_update" (MakeBiasGradientUpdateFusionPass),
-// "conv_bias_grad" (MakeConvBiasGradFusionPass) and "gemv" (batch-1 matmuls as the kernels' GEMV
-// loop; off: MakeNoGemvPass).
+// "conv_bias_grad" (MakeConvBiasGradFusionPass), "gemv" (batch-1 matmuls as the kernels' GEMV
+// loop; off: MakeNoGemvPass) and "narrow_gemm" (GEMMs with one small dimension as the kernels'
+// loops; off: MakeNoNarrowGemmPass), "softmax_cross_entropy_grad"
+// (MakeSoftmaxCrossEntropyGradFusionPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every

@@ -42,6 +42,12 @@ void Run(const Case& c, int threads) {
   std::vector<TensorView> in, out;
   for (const TensorDesc& d : c.inputs) {
     storage.emplace_back(d.num_elements() + 1, 0.0);
+    // Float inputs 0.01 (a learning rate of 0 could let a GEMM library skip the product);
+    // integer inputs (labels) 0.
+    if (d.dtype == DType::kFloat32) {
+      float* values = reinterpret_cast<float*>(storage.back().data());
+      std::fill(values, values + d.num_elements(), 0.01f);
+    }
     in.push_back(TensorView{storage.back().data(), d});
   }
   for (const TensorDesc& d : ic.outputs) {
@@ -92,6 +98,20 @@ int main(int argc, char** argv) {
       {"matmul dh: (100,10)x(512,10)^T", "matmul", {f({100, 10}), f({512, 10})}, Attrs{{"transpose_b", true}}, 2.0 * 100 * 10 * 512},
       {"  + fuse_relu_grad (matmul_relu_grad)", "matmul", {f({100, 10}), f({512, 10}), f({100, 512})},
        Attrs{{"transpose_b", true}, {"fuse_relu_grad", true}}, 2.0 * 100 * 10 * 512},
+      // The seed MLP's output layer with weights stored (units, in) as flow.layers.dense makes
+      // them: the kernels' narrow loops (kernels/matmul_narrow.h) and oneDNN (narrow_gemm=false).
+      {"logits (100,512)x(10,512)^T + bias, narrow", "matmul", {f({100, 512}), f({10, 512}), f({10})},
+       Attrs{{"transpose_b", true}, {"fuse_bias", true}}, 2.0 * 100 * 10 * 512},
+      {"  the same, oneDNN", "matmul", {f({100, 512}), f({10, 512}), f({10})},
+       Attrs{{"transpose_b", true}, {"fuse_bias", true}, {"narrow_gemm", false}}, 2.0 * 100 * 10 * 512},
+      {"dh (100,10)x(10,512) + relu mask, narrow", "matmul", {f({100, 10}), f({10, 512}), f({100, 512})},
+       Attrs{{"fuse_relu_grad", true}}, 2.0 * 100 * 10 * 512},
+      {"  the same, oneDNN", "matmul", {f({100, 10}), f({10, 512}), f({100, 512})},
+       Attrs{{"fuse_relu_grad", true}, {"narrow_gemm", false}}, 2.0 * 100 * 10 * 512},
+      {"dW2 (100,10)^T(100,512) + SGD, narrow", "matmul_sgd_update", {f({10, 512}), f({100, 10}), f({100, 512}), f({1})},
+       Attrs{{"transpose_a", true}}, 2.0 * 100 * 10 * 512},
+      {"  the same, oneDNN", "matmul_sgd_update", {f({10, 512}), f({100, 10}), f({100, 512}), f({1})},
+       Attrs{{"transpose_a", true}, {"narrow_gemm", false}}, 2.0 * 100 * 10 * 512},
       {"relu_grad (100,512)", "relu_grad", {f({100, 512}), f({100, 512})}, {}},
       {"bias_add_grad_sgd_update (512) dy (100,512)", "bias_add_grad_sgd_update", {f({512}), f({100, 512}), f({1})}, {}},
       {"bias_add_grad (100,512)", "bias_add_grad", {f({100, 512})}, {}},

@@ -13,6 +13,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
+#include "kernels/matmul_narrow.h"
 #include "kernels/parallel_chunks.h"
 #include "kernels/kernel_util.h"
 #include "kernels/sbp_util.h"
@@ -244,6 +245,41 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
       }
       return Status::Ok();
     });
+  // A GEMM with one small dimension (a narrow dense layer and its gradients) as the kernels'
+  // register-tiled loops (kernels/matmul_narrow.h), in two parts on two threads where the
+  // one-thread primitive below would split; attr narrow_gemm=false (disable_fusion
+  // ("narrow_gemm")) keeps oneDNN.
+  const NarrowGemmLoop narrow = init.inputs[0].dtype == DType::kFloat32 && init.attrs.GetBoolOr("narrow_gemm", true) &&
+                                        batch == 1 && GemvAvailable()
+                                    ? ChooseNarrowGemm(ta, tb, m, n, k)
+                                    : NarrowGemmLoop::kNone;
+  if (narrow != NarrowGemmLoop::kNone) {
+    const int narrow_parts = small ? (init.num_threads >= 2 && flops >= kSplitSmallGemmFlops ? 2 : 1) : threads;
+    return KernelFn([=](KernelContext& c) {
+      NarrowGemmArgs g;
+      g.transpose_a = ta;
+      g.transpose_b = tb;
+      g.m = m;
+      g.n = n;
+      g.k = k;
+      g.a = c.input(0).as<float>();
+      g.b = c.input(1).as<float>();
+      g.bias = fuse_bias ? c.input(2).as<float>() : nullptr;
+      g.relu = fuse_relu;
+      g.relu_output = fuse_relu_grad ? c.input(2).as<float>() : nullptr;
+      g.c = c.output(0).as<float>();
+      const int parts = !small && c.threads > narrow_parts ? c.threads : narrow_parts;
+      const int64_t extent = NarrowGemmExtent(g, narrow), step = NarrowGemmStep(g, narrow, parts);
+      const int pieces = static_cast<int>((extent + step - 1) / step);
+      if (pieces <= 1) {
+        NarrowGemmPart(g, narrow, 0, extent);
+      } else {
+        auto piece = [&](int i) { NarrowGemmPart(g, narrow, i * step, std::min(extent, (i + 1) * step)); };
+        ParallelChunks(pieces, parts, piece);
+      }
+      return Status::Ok();
+    });
+  }
   const int small_parts =
       init.num_threads >= 2 && flops >= kSplitSmallGemmFlops && m % 2 == 0 && UsePrimitive(m / 2, n, k) ? 2 : 1;
   std::shared_ptr<SmallGemm> small_gemm =

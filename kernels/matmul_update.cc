@@ -7,10 +7,14 @@
 // 2-D float32 only (what dense weights are); no gradient (an update). The compiler fuses only
 // on one device; the SBP function still says which shards are exact (rows of var with the rows
 // of op(a), columns with the columns of op(b)) for plans built by hand.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/gemv.h"
+#include "kernels/matmul_narrow.h"
+#include "kernels/parallel_chunks.h"
 #include "kernels/kernel_util.h"
 #include "kernels/sbp_util.h"
 
@@ -75,6 +79,36 @@ void RegisterMatmulUpdateOps(OpRegistry& registry) {
     const double flops = 2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
     const int threads = flops < kParallelGemmFlops ? 1 : std::max(1, init.num_threads);
     const bool omp_team = init.attrs.GetBoolOr("omp_team", false);
+    // A narrow weight gradient (a dense layer with few units: (K,units)ᵀ·(K,in)) accumulates
+    // into var through the kernels' register-tiled loop (kernels/matmul_narrow.h), split in
+    // `threads` parts; attr narrow_gemm=false (disable_fusion("narrow_gemm")) keeps oneDNN.
+    const NarrowGemmLoop narrow = init.attrs.GetBoolOr("narrow_gemm", true) && GemvAvailable()
+                                      ? ChooseNarrowGemm(ta, tb, d.m, d.n, d.k)
+                                      : NarrowGemmLoop::kNone;
+    if (narrow != NarrowGemmLoop::kNone)
+      return KernelFn([=](KernelContext& c) {
+        const float lr = *c.input(3).as<float>();
+        NarrowGemmArgs g;
+        g.transpose_a = ta;
+        g.transpose_b = tb;
+        g.m = d.m;
+        g.n = d.n;
+        g.k = d.k;
+        g.alpha = -lr * grad_scale;
+        g.beta = 1.0f - lr * weight_decay;
+        g.a = c.input(1).as<float>();
+        g.b = c.input(2).as<float>();
+        g.c = c.input(0).as<float>();
+        const int64_t extent = NarrowGemmExtent(g, narrow), step = NarrowGemmStep(g, narrow, threads);
+        const int pieces = static_cast<int>((extent + step - 1) / step);
+        if (pieces <= 1) {
+          NarrowGemmPart(g, narrow, 0, extent);
+        } else {
+          auto piece = [&](int i) { NarrowGemmPart(g, narrow, i * step, std::min(extent, (i + 1) * step)); };
+          ParallelChunks(pieces, threads, piece);
+        }
+        return Status::Ok();
+      });
     return KernelFn([=](KernelContext& c) {
       const float lr = *c.input(3).as<float>();
       return Sgemm(ta, tb, d.m, d.n, d.k, -lr * grad_scale, c.input(1).as<float>(), c.input(2).as<float>(),

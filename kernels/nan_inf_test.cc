@@ -239,6 +239,13 @@ std::map<std::string, std::function<Case()>> Cases() {
     return Case{{I32({2}, {0, 1}), F64({2, 3}, kA), F64({2}, {1, 2})}, {},
                 [](const Observed& o) { ExpectValues(o.outputs[0], {kNan, kInf, -kInf, -3, -2, 4}, "dlogits"); }};
   };
+  // The fused form: the forward op's loss and the gradient op's dlogits, NaN and Inf alike.
+  c["sparse_softmax_cross_entropy_with_grad"] = [] {
+    return Case{{I32({2}, {0, 1}), F64({2, 3}, {kNan, 0, 1, 0, kInf, 0}), F64({2}, {1, 2})}, {}, [](const Observed& o) {
+                  ExpectValues(o.outputs[0], {kNan, kNan}, "loss");
+                  ExpectValues(o.outputs[1], {kNan, kNan, kNan, kNan, kNan, kNan}, "dlogits");
+                }};
+  };
   // Max pooling of a window holding a NaN is NaN (PyTorch); the fast 2x2 path and the generic
   // path (3x3 window, padding) both.
   const std::vector<double> image = {kNan, 1, 5, -kInf, 2, 3, 4, kInf};

@@ -126,6 +126,8 @@ std::map<std::string, std::vector<Instance>> Instances() {
     HostTensor prob = Output("softmax", {Random({7, 5})}, {});
     c["sparse_softmax_cross_entropy_grad"] = {{{Indices({7}, 5), prob, Random({7})}, {}}};
   }
+  c["sparse_softmax_cross_entropy_with_grad"] = {{{Indices({7}, 5), Random({7, 5}), Random({7})}, {}},
+                                                 {{Indices({5}, 7, DType::kInt64), Random({5, 7}), Random({5})}, {}}};
 
   c["reshape"] = {{{Random(cube)}, {{"shape", std::vector<int64_t>{5, 28}}}},
                   {{Random(cube)}, {{"shape", std::vector<int64_t>{35, -1}}}},

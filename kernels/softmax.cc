@@ -108,6 +108,68 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
     return out;
   };
   registry.Register(std::move(grad));
+
+  // sparse_softmax_cross_entropy_with_grad: the forward op and its gradient in one pass over the
+  // logits (graph/softmax_fusion.cc, "softmax_cross_entropy_grad"): loss as the forward op,
+  // dlogits as the gradient op from the same floats (prob is never written out), one actor less.
+  // dloss must not depend on loss (the autodiff seed is a constant).
+  OpDef fused;
+  fused.type = "sparse_softmax_cross_entropy_with_grad";
+  fused.input_names = {"labels", "logits", "dloss"};
+  fused.output_names = {"loss", "dlogits"};
+  fused.infer = [](InferContext& ctx) -> Status {
+    const TensorDesc &labels = ctx.inputs[0], &logits = ctx.inputs[1], &dloss = ctx.inputs[2];
+    AF_RETURN_IF_ERROR(ExpectFloat(logits, "logits"));
+    AF_RETURN_IF_ERROR(ExpectRank(logits, 2, "logits"));
+    if (labels.dtype != DType::kInt32 && labels.dtype != DType::kInt64)
+      return InvalidArgument(std::string("labels must be int32 or int64, got ") + DTypeName(labels.dtype));
+    const TensorDesc loss{{logits.shape[0]}, logits.dtype};
+    if (labels.shape != loss.shape)
+      return InvalidArgument("labels must have shape (" + std::to_string(logits.shape[0]) + ",) to match logits " +
+                             ShapeToString(logits.shape) + ", got " + ShapeToString(labels.shape));
+    if (dloss != loss) return InvalidArgument("dloss must be " + loss.ToString() + " like the loss, got " + dloss.ToString());
+    ctx.outputs = {loss, logits};
+    return Status::Ok();
+  };
+  fused.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
+    int64_t n = init.inputs[1].shape[0], classes = init.inputs[1].shape[1];
+    bool labels64 = init.inputs[0].dtype == DType::kInt64;
+    return DispatchFloat(init.inputs[1].dtype, [&]<typename T>() -> StatusOr<KernelFn> {
+      return KernelFn([=](KernelContext& c) {
+        const T* logits = c.input(1).as<T>();
+        const T* dloss = c.input(2).as<T>();
+        T* loss = c.output(0).as<T>();
+        T* d = c.output(1).as<T>();
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t label = labels64 ? c.input(0).as<int64_t>()[i] : c.input(0).as<int32_t>()[i];
+          if (label < 0 || label >= classes)
+            return InvalidArgument("label " + std::to_string(label) + " at position " + std::to_string(i) +
+                                   " is out of range [0, " + std::to_string(classes) + ")");
+          // The two ops' expressions in their order: the same floats.
+          const T* row = logits + i * classes;
+          T* p = d + i * classes;
+          T mx = row[0];
+          for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, row[j]);
+          T sum = 0;
+          for (int64_t j = 0; j < classes; ++j) { p[j] = std::exp(row[j] - mx); sum += p[j]; }
+          T inv = T(1) / sum;
+          const T s = dloss[i];
+          for (int64_t j = 0; j < classes; ++j) p[j] = (p[j] * inv) * s;
+          p[label] -= s;
+          loss[i] = -(row[label] - mx - std::log(sum));
+        }
+        return Status::Ok();
+      });
+    });
+  };
+  fused.doc = "loss(N) = -log softmax(logits(N,C))[labels(N)]; dlogits(N,C) = (softmax(logits) - onehot(labels)) * dloss(N)";
+  // Per sample: split the batch.
+  fused.sbp = [](const SbpContext& ctx) -> StatusOr<std::vector<SbpSignature>> {
+    std::vector<SbpSignature> out = {AllBroadcast(ctx)};
+    if (CanSplit(ctx.inputs[1].shape[0], ctx.parts)) out.push_back(UniformSignature(3, 2, Sbp::Split(0)));
+    return out;
+  };
+  registry.Register(std::move(fused));
 }
 
 void RegisterSoftmax(OpRegistry& registry, bool log) {

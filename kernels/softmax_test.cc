@@ -57,6 +57,32 @@ TEST(Softmax, SparseCrossEntropyForward) {
   EXPECT_NE(ErrorOf("sparse_softmax_cross_entropy", {F32({2}), logits}).find("int32 or int64"), std::string::npos);
 }
 
+// The compiler's fusion of the loss and its gradient: loss equal to the forward op's and dlogits
+// to the gradient op's (fed the forward's prob), bit for bit, both dtypes and label types.
+TEST(Softmax, SparseCrossEntropyWithGradEqualsTheTwoOps) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64})
+    for (bool labels64 : {false, true}) {
+      const std::vector<double> label_values = {3, 0, 9, 4, 4, 1, 7};
+      HostTensor labels = labels64 ? I64({7}, label_values) : I32({7}, label_values);
+      HostTensor logits = HostTensor::Of({7, 10}, dtype, Ramp(70, 1.7));
+      HostTensor dloss = HostTensor::Of({7}, dtype, Positive(7));
+      auto forward = RunOp("sparse_softmax_cross_entropy", {labels, logits}, {});
+      ASSERT_TRUE(forward.ok()) << forward.status().ToString();
+      HostTensor dlogits = Run1("sparse_softmax_cross_entropy_grad", {labels, forward.value()[1], dloss});
+      auto fused = RunOp("sparse_softmax_cross_entropy_with_grad", {labels, logits, dloss}, {});
+      ASSERT_TRUE(fused.ok()) << fused.status().ToString();
+      for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(fused.value()[0].at(i), forward.value()[0].at(i)) << "loss " << i;
+      for (int64_t i = 0; i < 70; ++i) EXPECT_EQ(fused.value()[1].at(i), dlogits.at(i)) << "dlogits " << i;
+    }
+  HostTensor logits = F32({2, 3});
+  EXPECT_NE(ErrorOf("sparse_softmax_cross_entropy_with_grad", {I32({2}, {2, 3}), logits, F32({2})}).find("label 3"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("sparse_softmax_cross_entropy_with_grad", {I32({2}, {2, 0}), logits, F32({3})}).find("dloss must be"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("sparse_softmax_cross_entropy_with_grad", {F32({2}), logits, F32({2})}).find("int32 or int64"),
+            std::string::npos);
+}
+
 TEST(Softmax, Gradients) {
   EXPECT_LT(Grad("softmax", {F64({3, 5})}, {}, {0}), kGradTol);
   EXPECT_LT(Grad("log_softmax", {F64({3, 5})}, {}, {0}), kGradTol);

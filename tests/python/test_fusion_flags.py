@@ -239,3 +239,73 @@ def test_gemv_off_predicts_alike_with_onednn(batch):
     for gemv, onednn in zip(gemv_outputs, onednn_outputs):
         assert gemv.shape == (batch, 10)
         np.testing.assert_allclose(gemv, onednn, rtol=1e-5, atol=1e-5)
+
+
+def test_narrow_gemm_off_trains_alike_with_onednn():
+    # The output layer's GEMMs have a 10-wide dimension: the logits (dots loop), the data
+    # gradient into the hidden relu (rows loop, masked) and the fused weight update (rows loop).
+    narrow_losses, _, narrow_plan = _train([])
+    onednn_losses, _, onednn_plan = _train(["narrow_gemm"])
+    assert 'key: "narrow_gemm"' not in narrow_plan
+    # every CPU matmul (2 forward, 1 data gradient) and matmul_sgd_update (2) is marked
+    assert onednn_plan.count('key: "narrow_gemm"') == 5
+    assert narrow_losses[-1] < narrow_losses[0] * 0.7  # it trains
+    np.testing.assert_allclose(narrow_losses, onednn_losses, rtol=1e-4, atol=1e-5)
+
+
+# batch > 8: fewer rows go to the GEMV loop first
+@pytest.mark.parametrize("batch", [20, 100])
+def test_narrow_gemm_off_predicts_alike_with_onednn(batch):
+    narrow_outputs, narrow_plan = _predict_seed_mlp([], batch)
+    onednn_outputs, onednn_plan = _predict_seed_mlp(["narrow_gemm"], batch)
+    assert 'key: "narrow_gemm"' not in narrow_plan and onednn_plan.count('key: "narrow_gemm"') == 2
+    for narrow, onednn in zip(narrow_outputs, onednn_outputs):
+        assert narrow.shape == (batch, 10)
+        np.testing.assert_allclose(narrow, onednn, rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_cross_entropy_grad_fusion_trains_like_the_two_ops():
+    fused_losses, _, fused_plan = _train([])
+    plain_losses, _, plain_plan = _train(["softmax_cross_entropy_grad"])
+    assert fused_plan.count('op_type: "sparse_softmax_cross_entropy_with_grad"') == 1
+    assert 'op_type: "sparse_softmax_cross_entropy_grad"' not in fused_plan
+    assert 'op_type: "sparse_softmax_cross_entropy"' not in fused_plan
+    assert "with_grad" not in plain_plan and plain_plan.count('op_type: "sparse_softmax_cross_entropy_grad"') == 1
+    assert fused_losses[-1] < fused_losses[0] * 0.7  # it trains
+    # the two ops' expressions in their order: the same floats
+    np.testing.assert_array_equal(fused_losses, plain_losses)
+
+
+def _train_mean_loss(disabled, steps=6):
+    """A loss reduced to its mean before the gradient seed: the reduction reads the per-sample loss
+    before the gradient's place, so the pair must stay apart (and still train)."""
+    flow.clear_default_session()
+    config = flow.function_config()
+    if disabled:
+        config.disable_fusion(*disabled)
+
+    @flow.global_function(type="train", function_config=config)
+    def train(images: tp.Numpy.Placeholder((BATCH, 64)), labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
+              ) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.1, seed=3)
+        logits = flow.layers.dense(images, 10, kernel_initializer=init, name="output")
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(1)
+    centers = rng.normal(size=(10, 64)).astype(np.float32)
+    losses = []
+    for _ in range(steps):
+        labels = rng.integers(0, 10, BATCH).astype(np.int32)
+        images = (centers[labels] + 0.5 * rng.normal(size=(BATCH, 64))).astype(np.float32)
+        losses.append(float(np.mean(train(images, labels))))
+    return np.array(losses), train._compiled.plan_text()
+
+
+def test_softmax_cross_entropy_grad_fusion_keeps_a_loss_read_before_the_gradient():
+    losses, plan = _train_mean_loss([])
+    plain_losses, _ = _train_mean_loss(["softmax_cross_entropy_grad"])
+    assert "with_grad" not in plan and plan.count('op_type: "sparse_softmax_cross_entropy_grad"') == 1
+    assert losses[-1] < losses[0]
+    np.testing.assert_array_equal(losses, plain_losses)
