@@ -302,7 +302,7 @@ void AllReduceVsMemcpy(benchmark::State& state) {
   }
 }
 BENCHMARK(AllReduceVsMemcpy)
-    ->ArgsProduct({{1 << 20, 4 << 20, 16 << 20}, {2, 4}})
+    ->ArgsProduct({{1 << 20, 4 << 20, 16 << 20, 128 << 20}, {2, 4}})
     ->Iterations(1)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
