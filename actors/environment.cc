@@ -81,6 +81,8 @@ std::pair<int, int> ResolveThreadBudget(int num_threads, int num_workers, int ke
   return {workers, per_kernel};
 }
 
+int DefaultWorkerCount(int budget, int devices) { return std::max(1, std::min(devices, budget / 2)); }
+
 StatusOr<std::shared_ptr<ActorEnvironment>> ActorEnvironment::Create(const EnvironmentOptions& options) {
   if (options.num_threads < 0 || options.num_workers < 0 || options.kernel_threads < 0)
     return InvalidArgument("thread budget: num_threads, num_workers and kernel_threads must be >= 0 (0 = default), got " +

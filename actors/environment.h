@@ -66,4 +66,17 @@ class ActorEnvironment {
 // Resolves the budget as ActorEnvironment::Create does: {workers, kernel threads}.
 std::pair<int, int> ResolveThreadBudget(int num_threads, int num_workers, int kernel_threads);
 
+// The default number of scheduler workers for a job whose tasks are on `devices` CPU devices
+// under a budget of `budget` threads: one per device while each keeps at least two threads
+// (min(devices, budget / 2)), else one worker for all devices, each kernel on the whole budget.
+// Why: devices in one process add no cores; a worker with a one-thread share runs each small
+// kernel alone and pays a cross-thread hand-off (a wake-up, ~10 us here) at every edge between
+// devices, while one worker runs the devices' tasks back to back and puts both cores in every
+// large kernel. On this 2-core host (budget 2, 2 devices) one worker keeps the seed MLP's
+// 2-device train step within 1.03-1.06x of one device where a worker per device (lending its
+// idle share) took 1.26-1.28x (bench/parallel_bench.cc MlpTwoOverOneDevice). With two or more
+// threads per worker the devices' kernels still have threads of their own, and an idle one
+// lends them (RuntimeOptions::lend_idle_threads). Always >= 1.
+int DefaultWorkerCount(int budget, int devices);
+
 }  // namespace actorflow

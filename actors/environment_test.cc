@@ -95,5 +95,17 @@ TEST(Environment, ASleepingWorkerIsGivenAJobQueuedBehindAnother) {
   for (size_t k = 0; k < met.size(); ++k) EXPECT_TRUE(met[k]) << "act " << k << " waited 5 s for the other kernel";
 }
 
+// The default worker count for n devices: one per device while each keeps two threads, else
+// one for all (the whole budget in each kernel); never more than the budget, never 0.
+TEST(Environment, DevicesGetAWorkerEachOnlyWithTwoThreadsEach) {
+  struct Case {
+    int budget, devices, workers;
+  };
+  for (const Case& c : std::vector<Case>{{2, 1, 1},   {2, 2, 1},   {2, 4, 1},  {1, 2, 1},  {3, 2, 1},
+                                         {4, 2, 2},   {4, 3, 2},   {4, 8, 2},  {16, 2, 2}, {16, 4, 4},
+                                         {16, 16, 8}, {16, 1, 1},  {0, 2, 1}})
+    EXPECT_EQ(DefaultWorkerCount(c.budget, c.devices), c.workers) << c.budget << " threads, " << c.devices << " devices";
+}
+
 }  // namespace
 }  // namespace actorflow

@@ -18,6 +18,15 @@
 // the same dy; the filter gradient computes both (attr fuse_bias_grad, second output "dbias"):
 // oneDNN's filter-gradient kernel sums dy per channel as it reads it, where the bias_add_grad
 // was one more pass over dy on one thread (LeNet's first layer: 10 MB). Single-device CPU float32.
+//
+// On several devices of one machine both passes run again after the SBP pass (`placed`): the
+// fused op has no SBP signatures of its own, so a link fuses only where each device's part of
+// the fused op computes what the two ops computed there: the same devices, the conv's output
+// read in the layout it is made in, batch-split (S(0)) or whole (B), never partial or split on
+// the channels, and the epilogue's parameters whole on every device; for the bias gradient, dy
+// read alike by both, batch-split with both gradients partial sums or whole with both whole.
+// A data-parallel LeNet step on 2 devices so loses no pass over its activations to being
+// parallel.
 #include <cfloat>
 #include <map>
 #include <set>
@@ -30,13 +39,37 @@ namespace {
 
 bool OnCpu(const Node& node) { return node.placement.device_type == "cpu" || node.placement.device_type.empty(); }
 
+// Whether the pass runs: unplaced on single-device jobs, placed on multi-device single-machine ones.
+bool RunsOn(const Graph& graph, bool placed) {
+  return placed ? graph.total_device_num() > 1 && graph.machine_num() == 1 : graph.total_device_num() <= 1;
+}
+
+bool IsBroadcast(const Sbp& sbp) { return sbp.kind == SbpKind::kBroadcast; }
+bool IsBatchSplit(const Sbp& sbp) { return sbp.kind == SbpKind::kSplit && sbp.axis == 0; }
+
+// Placed graphs: each device's conv2d -> consumer pair computes on its own part what the fused
+// conv would (see the file comment).
+bool PlacedEpilogueFits(const Node& conv, const Node& consumer) {
+  if (conv.devices != consumer.devices || conv.output_sbp.size() != 1 || conv.input_sbp.size() != conv.inputs.size() ||
+      consumer.input_sbp.size() != consumer.inputs.size() || consumer.output_sbp.empty())
+    return false;
+  const Sbp& layout = conv.output_sbp[0];
+  if (!(IsBroadcast(layout) || IsBatchSplit(layout)) || !(consumer.input_sbp[0] == layout) ||
+      !(consumer.output_sbp[0] == layout))
+    return false;
+  for (size_t k = 1; k < consumer.input_sbp.size(); ++k)
+    if (!IsBroadcast(consumer.input_sbp[k])) return false;
+  return true;
+}
+
 class ConvFusionPass : public Pass {
  public:
-  ConvFusionPass(bool batch_norm, bool activation) : batch_norm_(batch_norm), activation_(activation) {}
-  std::string name() const override { return "conv fusion"; }
+  ConvFusionPass(bool batch_norm, bool activation, bool placed)
+      : batch_norm_(batch_norm), activation_(activation), placed_(placed) {}
+  std::string name() const override { return placed_ ? "placed conv fusion" : "conv fusion"; }
 
   Status Run(Graph& graph) override {
-    if (graph.total_device_num() > 1) return Status::Ok();
+    if (!RunsOn(graph, placed_)) return Status::Ok();
     for (;;) {
       AF_ASSIGN_OR_RETURN(bool changed, Round(graph));
       if (!changed) return Status::Ok();
@@ -113,8 +146,12 @@ class ConvFusionPass : public Pass {
       if (side_outputs_read) continue;
       // The fused node takes the consumer's place: after the epilogue's parameters (variables
       // may be created after the conv) and before every reader, so the order stays topological.
+      if (placed_ && !PlacedEpilogueFits(*conv, consumer)) continue;
       Node fused = *conv;
       if (!Absorb(consumer, *conv, fused)) continue;
+      // The epilogue's parameters are read as the consumer read them (whole: checked above).
+      if (placed_)
+        fused.input_sbp.insert(fused.input_sbp.end(), consumer.input_sbp.begin() + 1, consumer.input_sbp.end());
       fused.control_inputs.insert(fused.control_inputs.end(), consumer.control_inputs.begin(), consumer.control_inputs.end());
       renamed[consumer.output_ref(0)] = fused.output_ref(0);
       absorbed[consumer.name] = fused.name;
@@ -135,15 +172,16 @@ class ConvFusionPass : public Pass {
     return true;
   }
 
-  bool batch_norm_, activation_;
+  bool batch_norm_, activation_, placed_;
 };
 
 class ConvBiasGradFusionPass : public Pass {
  public:
-  std::string name() const override { return "conv bias_grad fusion"; }
+  explicit ConvBiasGradFusionPass(bool placed) : placed_(placed) {}
+  std::string name() const override { return placed_ ? "placed conv bias_grad fusion" : "conv bias_grad fusion"; }
 
   Status Run(Graph& graph) override {
-    if (graph.total_device_num() > 1) return Status::Ok();
+    if (!RunsOn(graph, placed_)) return Status::Ok();
     std::map<std::string, std::vector<size_t>> filter_gradients;  // dy ref -> conv2d_grad_filter nodes reading it
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
       const Node& n = graph.nodes()[i];
@@ -160,13 +198,14 @@ class ConvBiasGradFusionPass : public Pass {
       if (candidates == filter_gradients.end()) continue;
       for (size_t f : candidates->second) {
         const Node& filter = graph.nodes()[f];
-        if (used[f] || !Fits(graph, bias, b, filter, f)) continue;
+        if (used[f] || !Fits(graph, bias, b, filter, f) || (placed_ && !PlacedFits(bias, filter))) continue;
         // The fused node keeps the filter gradient's name and sits at the later of the two
         // places: after every input of both, before every reader (Fits checked the earlier's).
         Node fused = filter;
         fused.attrs.Set("fuse_bias_grad", true);
         fused.output_names.push_back("dbias");
         fused.output_descs.push_back(bias.output_descs[0]);
+        if (placed_) fused.output_sbp.push_back(bias.output_sbp[0]);
         fused.control_inputs.insert(fused.control_inputs.end(), bias.control_inputs.begin(), bias.control_inputs.end());
         renamed[bias.output_ref(0)] = fused.output_ref(1);
         absorbed[bias.name] = fused.name;
@@ -184,6 +223,20 @@ class ConvBiasGradFusionPass : public Pass {
   }
 
  private:
+  // Placed graphs: the fused kernel sums each device's dy per channel as the bias_add_grad did
+  // there, so both must read dy alike and make the same kind of result (file comment).
+  static bool PlacedFits(const Node& bias, const Node& filter) {
+    if (bias.devices != filter.devices || bias.input_sbp.size() != 1 || bias.output_sbp.size() != 1 ||
+        filter.input_sbp.size() != filter.inputs.size() || filter.output_sbp.size() != 1 ||
+        !(bias.input_sbp[0] == filter.input_sbp[0]))
+      return false;
+    const Sbp& dy = bias.input_sbp[0];
+    const Sbp &filter_gradient = filter.output_sbp[0], &bias_gradient = bias.output_sbp[0];
+    if (IsBatchSplit(dy))
+      return filter_gradient.kind == SbpKind::kPartialSum && bias_gradient.kind == SbpKind::kPartialSum;
+    return IsBroadcast(dy) && IsBroadcast(filter_gradient) && IsBroadcast(bias_gradient);
+  }
+
   // Whether bias_add_grad `bias` (node b) folds into conv2d_grad_filter `filter` (node f): the
   // conv's channel axis, one bias element per filter, the same placement, and no reader of
   // the earlier node's output (nor control edge on it) before the later node.
@@ -207,15 +260,17 @@ class ConvBiasGradFusionPass : public Pass {
     }
     return true;
   }
+
+  bool placed_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> MakeConvFusionPass(bool batch_norm, bool activation) {
-  return std::make_unique<ConvFusionPass>(batch_norm, activation);
+std::unique_ptr<Pass> MakeConvFusionPass(bool batch_norm, bool activation, bool placed) {
+  return std::make_unique<ConvFusionPass>(batch_norm, activation, placed);
 }
 
-std::unique_ptr<Pass> MakeConvBiasGradFusionPass() { return std::make_unique<ConvBiasGradFusionPass>(); }
+std::unique_ptr<Pass> MakeConvBiasGradFusionPass(bool placed) { return std::make_unique<ConvBiasGradFusionPass>(placed); }
 
 }  // namespace graph
 }  // namespace actorflow

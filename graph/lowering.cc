@@ -728,6 +728,9 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());
   if (enabled("gradient_update")) passes.push_back(MakeGradientUpdateFusionPass(/*placed=*/true));
+  if (enabled("conv_bias_grad")) passes.push_back(MakeConvBiasGradFusionPass(/*placed=*/true));
+  if (enabled("conv_batch_norm") || enabled("conv_activation"))
+    passes.push_back(MakeConvFusionPass(enabled("conv_batch_norm"), enabled("conv_activation"), /*placed=*/true));
   passes.push_back(MakeBoxingPass());
   StepClock clock(options.timings, options.cpu_timings);
   auto lap = [&](const std::string& step) { clock.Lap(step); };

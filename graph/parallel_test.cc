@@ -445,6 +445,84 @@ TEST(ParallelPassesTest, ContractionSplitHintKeepsReluOutOfTheFusedMatmul) {
   }
 }
 
+// A conv layer (conv2d -> bias_add -> relu) trained data-parallel: x (4, 2, 6, 6) -> 3
+// filters 3x3 SAME -> reshape (4, 108) -> matmul (108, 5) -> loss. `hint`: the conv's output
+// hinted S(1) (split on its channels).
+Graph ConvLayer(int devices, bool channel_split) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("conv_layer", "train"));
+  if (!b.SetDeviceNum(devices).ok()) throw std::runtime_error("SetDeviceNum");
+  std::string x = ValueOrDie(b.AddInput("x", {4, 2, 6, 6}, DType::kFloat32, "c.py:1"));
+  std::string labels = ValueOrDie(b.AddInput("labels", {4}, DType::kInt32, "c.py:1"));
+  std::string w = ValueOrDie(b.AddVariable("w", {3, 2, 3, 3}, DType::kFloat32, "c.py:2"));
+  std::string bias = ValueOrDie(b.AddVariable("bias", {3}, DType::kFloat32, "c.py:2"));
+  std::string dense = ValueOrDie(b.AddVariable("dense", {108, 5}, DType::kFloat32, "c.py:3"));
+  auto op = [&](const std::string& type, const std::string& name, std::vector<std::string> in, Attrs attrs = {}) {
+    return ValueOrDie(b.AddOp(type, name, in, attrs, "c.py:2"))->output_ref(0);
+  };
+  std::string t = op("conv2d", "conv", {x, w}, Attrs{{"padding", std::string("SAME")}});
+  if (channel_split && !b.SetOutputSbpHint(t, Sbp::Split(1)).ok()) throw std::runtime_error("SetOutputSbpHint");
+  t = op("bias_add", "conv_bias", {t, bias}, Attrs{{"axis", int64_t{1}}});
+  t = op("relu", "conv_relu", {t});
+  t = op("reshape", "flat", {t}, Attrs{{"shape", std::vector<int64_t>{4, 108}}});
+  t = op("matmul", "logits", {t, dense});
+  std::string loss = op("sparse_softmax_cross_entropy", "loss", {labels, t});
+  OptimizerSpec spec;
+  spec.type = "sgd";
+  if (!b.AddLoss(loss).ok() || !b.SetOptimizer(spec).ok() || !b.SetOutputs({loss}).ok())
+    throw std::runtime_error("AddLoss");
+  return b.graph();
+}
+
+std::map<std::string, int> OpTypes(const Graph& g) {
+  std::map<std::string, int> counts;
+  for (const Node& n : g.nodes())
+    if (n.kind == NodeKind::kOp) ++counts[n.type];
+  return counts;
+}
+
+// Data-parallel (S(0) activations), the conv layer's bias and relu run in the convolution and
+// its bias gradient in the filter gradient on every device, as on one device (the numbers:
+// tests/python/test_parallel_training.py's LeNet against one device); split on the channels
+// (S(1)), where the fused kernel would add the whole bias to each device's slice, nothing fuses.
+TEST(ParallelPassesTest, ConvEpiloguesFuseOnSeveralDevicesWhereTheLayoutsAllow) {
+  for (int devices : {1, 2, 3}) {
+    Graph g = ConvLayer(devices, false);
+    AF_ASSERT_OK(CompileGraph(g, CompileOptions{}).status());
+    auto types = OpTypes(g);
+    EXPECT_EQ(types.count("bias_add"), 0u) << devices << " devices\n" << SbpSummary(g);
+    EXPECT_EQ(types.count("relu"), 0u) << devices << " devices\n" << SbpSummary(g);
+    EXPECT_EQ(types.count("bias_add_grad"), 0u) << devices << " devices\n" << SbpSummary(g);
+    const Node* conv = nullptr;
+    const Node* filter_gradient = nullptr;
+    for (const Node& n : g.nodes()) {
+      if (n.type == "conv2d") conv = &n;
+      if (n.type == "conv2d_grad_filter") filter_gradient = &n;
+    }
+    ASSERT_NE(conv, nullptr);
+    ASSERT_NE(filter_gradient, nullptr);
+    EXPECT_TRUE(conv->attrs.GetBoolOr("fuse_bias", false));
+    EXPECT_EQ(conv->attrs.GetStringOr("activation", ""), "relu");
+    EXPECT_TRUE(filter_gradient->attrs.GetBoolOr("fuse_bias_grad", false));
+    if (devices == 1) continue;
+    ASSERT_EQ(conv->input_sbp.size(), 3u);
+    EXPECT_EQ(conv->input_sbp[0], Sbp::Split(0));
+    EXPECT_EQ(conv->input_sbp[2], Sbp::Broadcast());
+    EXPECT_EQ(conv->output_sbp, std::vector<Sbp>{Sbp::Split(0)});
+    // Partial sums of each device's rows, or (this small layer) whole from the gathered dy.
+    ASSERT_EQ(filter_gradient->output_sbp.size(), 2u);
+    EXPECT_EQ(filter_gradient->output_sbp[0], filter_gradient->output_sbp[1]);
+    EXPECT_EQ(filter_gradient->output_sbp[0].kind,
+              filter_gradient->input_sbp[0] == Sbp::Split(0) ? SbpKind::kPartialSum : SbpKind::kBroadcast);
+  }
+  Graph split = ConvLayer(2, true);
+  AF_ASSERT_OK(CompileGraph(split, CompileOptions{}).status());
+  auto types = OpTypes(split);
+  EXPECT_EQ(types["bias_add"], 1) << SbpSummary(split);
+  EXPECT_EQ(types["relu"], 1) << SbpSummary(split);
+  for (const Node& n : split.nodes())
+    if (n.type == "conv2d") EXPECT_FALSE(n.attrs.GetBoolOr("fuse_bias", false)) << SbpSummary(split);
+}
+
 TEST(CrossMachineTest, MachineRangesResolveToGlobalDevices) {
   EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {"0-1:0"}}, 1, 0, 2)), (std::vector<int>{0, 1}));
   EXPECT_EQ(ValueOrDie(ResolvePlacement(Placement{"cpu", {"1:0-1"}}, 2, 0, 2)), (std::vector<int>{2, 3}));

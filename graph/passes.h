@@ -92,11 +92,13 @@ std::unique_ptr<Pass> MakeSoftmaxCrossEntropyGradFusionPass();
 
 // Single-device CPU jobs (graph/conv_fusion.cc): a conv2d's only reader fuses into it as an
 // epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp
-// (`activation`); whatever a job returns or watches stays as it was.
-std::unique_ptr<Pass> MakeConvFusionPass(bool batch_norm, bool activation);
+// (`activation`); whatever a job returns or watches stays as it was. `placed`: the same after
+// the SBP pass on several devices of one machine, where both ops share devices and layouts.
+std::unique_ptr<Pass> MakeConvFusionPass(bool batch_norm, bool activation, bool placed = false);
 // Train jobs on one CPU device (graph/conv_fusion.cc, "conv_bias_grad"): a conv layer's
-// bias_add_grad(dy) becomes the second output of its conv2d_grad_filter(dy, x).
-std::unique_ptr<Pass> MakeConvBiasGradFusionPass();
+// bias_add_grad(dy) becomes the second output of its conv2d_grad_filter(dy, x). `placed`: as
+// for MakeConvFusionPass.
+std::unique_ptr<Pass> MakeConvBiasGradFusionPass(bool placed = false);
 // Predict jobs on one CPU device (graph/channels_last.cc): regions of convolutions and the
 // per-element/per-channel ops between them run in NHWC, converted once at their borders.
 std::unique_ptr<Pass> MakeChannelsLastPass();

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "actors/environment.h"
 #include "actors/device.h"
 #include "actors/trace_recorder.h"
 #include "graph/attr_convert.h"
@@ -553,14 +554,14 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   // training step is mostly a chain of large kernels, so intra-op threads use the cores
   // better than running actors side by side, and one worker saves a thread wake-up per hop
   // (measured on 2 cores: MLP train step 1.5 ms vs 2.1-2.5 ms with 2 workers x 1 thread).
-  // With n devices, each device is a share of the budget: min(n, budget) workers run the
-  // devices' tasks side by side and each kernel gets budget / workers intra-op threads, so the
-  // process still uses num_threads in all.
+  // With n devices, each device is a share of the budget where the budget allows two threads
+  // per device (DefaultWorkerCount): that many workers run the devices' tasks side by side and
+  // each kernel gets budget / workers intra-op threads; on fewer cores one worker runs every
+  // device's tasks, each kernel on the whole budget. The process uses num_threads in all.
   std::set<int> devices;
   for (const plan::Task& task : job->plan_->tasks()) devices.insert(task.device_id());
   const int device_count = static_cast<int>(devices.size());
-  const int workers =
-      options.num_workers > 0 ? options.num_workers : (device_count > 1 ? std::min(device_count, budget) : 1);
+  const int workers = options.num_workers > 0 ? options.num_workers : DefaultWorkerCount(budget, device_count);
   const int kernel_threads = options.kernel_threads > 0 ? options.kernel_threads : std::max(1, budget / workers);
   for (const plan::Task& task : job->plan_->tasks()) {
     if (task.kind() != plan::VARIABLE) continue;

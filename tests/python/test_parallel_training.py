@@ -56,19 +56,32 @@ def _mlp(images, layout):
 
 
 def _lenet(images, layout):
-    """LeNet without dropout; "hybrid": data-parallel convolutions, model-parallel dense layers."""
+    """LeNet without dropout; "hybrid": data-parallel convolutions, model-parallel dense layers
+    (weights split on axis 0); "model1": the dense weights split on axis 1; "placement": the
+    convolutions on device 0, the dense layers on device 1."""
     initializer = flow.truncated_normal(0.1)
-    conv1 = flow.layers.conv2d(images, 8, 5, padding="SAME", activation=flow.nn.relu, name="conv1",
-                               kernel_initializer=initializer)
-    pool1 = flow.nn.max_pool2d(conv1, ksize=2, strides=2, padding="SAME", name="pool1", data_format="NCHW")
-    conv2 = flow.layers.conv2d(pool1, 16, 5, padding="SAME", activation=flow.nn.relu, name="conv2",
-                               kernel_initializer=initializer)
-    pool2 = flow.nn.max_pool2d(conv2, ksize=2, strides=2, padding="SAME", name="pool2", data_format="NCHW")
-    reshape = flow.reshape(pool2, [pool2.shape[0], -1])
-    hint = flow.distribute.split(0) if layout == "hybrid" else None
-    hidden = flow.layers.dense(reshape, 64, activation=flow.nn.relu, kernel_initializer=initializer, name="dense1",
-                               model_distribute=hint)
-    return flow.layers.dense(hidden, 10, kernel_initializer=initializer, name="dense2", model_distribute=hint)
+
+    def features():
+        conv1 = flow.layers.conv2d(images, 8, 5, padding="SAME", activation=flow.nn.relu, name="conv1",
+                                   kernel_initializer=initializer)
+        pool1 = flow.nn.max_pool2d(conv1, ksize=2, strides=2, padding="SAME", name="pool1", data_format="NCHW")
+        conv2 = flow.layers.conv2d(pool1, 16, 5, padding="SAME", activation=flow.nn.relu, name="conv2",
+                                   kernel_initializer=initializer)
+        pool2 = flow.nn.max_pool2d(conv2, ksize=2, strides=2, padding="SAME", name="pool2", data_format="NCHW")
+        return flow.reshape(pool2, [pool2.shape[0], -1])
+
+    def classifier(reshape, hint=None):
+        hidden = flow.layers.dense(reshape, 64, activation=flow.nn.relu, kernel_initializer=initializer,
+                                   name="dense1", model_distribute=hint)
+        return flow.layers.dense(hidden, 10, kernel_initializer=initializer, name="dense2", model_distribute=hint)
+
+    if layout == "placement":
+        with flow.scope.placement("cpu", "0:0"):
+            reshape = features()
+        with flow.scope.placement("cpu", "0:1"):
+            return classifier(reshape)
+    hint = {"hybrid": flow.distribute.split(0), "model1": flow.distribute.split(1)}.get(layout)
+    return classifier(features(), hint)
 
 
 def train(model, devices, layout="data", steps=STEPS, batch=BATCH, checkpoint_in=None, checkpoint_out=None):
@@ -120,6 +133,7 @@ _HINTED_WEIGHTS = {
     ("mlp", "model1"): {"hidden": "S(1)", "output": "S(1)"},
     ("mlp", "hybrid"): {"hidden": "B", "output": "S(0)"},
     ("lenet", "hybrid"): {"dense1": "S(0)", "dense2": "S(0)"},
+    ("lenet", "model1"): {"dense1": "S(1)", "dense2": "S(1)"},
 }
 
 
@@ -155,7 +169,8 @@ def test_mlp_matches_one_device(devices, layout):
     check_against_one_device("mlp", devices, layout)
 
 
-@pytest.mark.parametrize("devices, layout", [(2, "data"), (2, "hybrid")])
+@pytest.mark.parametrize("devices, layout", [(2, "data"), (3, "data"), (2, "hybrid"), (2, "model1"),
+                                             (2, "placement"), (2, "mirrored"), (3, "mirrored")])
 def test_lenet_matches_one_device(devices, layout):
     check_against_one_device("lenet", devices, layout)
 
