@@ -18,7 +18,9 @@
 // (blocked nChw16c on AVX-512, several times faster than its gemm path on plain nchw here) and
 // prebuilt reorders bridge to the plain registers; every buffer and the scratchpad are
 // allocated at build time, so an act never allocates. float64 runs the direct loops below
-// (gradient checks).
+// (gradient checks). The compiler's blocked layout (kernels/blocked_layout.h, attrs
+// channel_block, blocked_inputs/outputs) hands x and y (out, dy, dx) over in oneDNN's own
+// nChw{B}c: the primitive is made for that layout and reads or writes the register directly.
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
@@ -32,6 +34,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "kernels/blocked_layout.h"
 #include "kernels/conv_sbp.h"
 #include "kernels/kernel_util.h"
 #include "kernels/parallel_chunks.h"
@@ -47,6 +50,8 @@ struct ConvGeometry {
   Window2d win;
   int64_t out_channels = 0, groups = 1;
   bool channels_last = false;  // x and out are (N,H,W,C) in memory and in their shapes
+  // Channel block of x's and y's storage (kernels/blocked_layout.h; 0: plain), NCHW float32 only.
+  int64_t x_block = 0, y_block = 0;
 };
 
 StatusOr<bool> ReadChannelsLast(const Attrs& attrs) {
@@ -252,13 +257,17 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
     memory::dims w_dims = g.groups == 1 ? memory::dims{g.out_channels, s.c, s.kh, s.kw}
                                         : memory::dims{g.groups, g.out_channels / g.groups, s.c / g.groups, s.kh, s.kw};
     const memory::format_tag activation_tag = g.channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
-    memory::desc x_plain(x_dims, f32, activation_tag), y_plain(y_dims, f32, activation_tag);
+    // A blocked register is given to oneDNN as it is: the primitive is made for that layout
+    // (its own choice on this CPU, kernels/blocked_layout.h), so no reorder bridges it.
+    auto blocked_tag = [](int64_t block) { return block == 8 ? memory::format_tag::nChw8c : memory::format_tag::nChw16c; };
+    memory::desc x_plain(x_dims, f32, g.x_block ? blocked_tag(g.x_block) : activation_tag);
+    memory::desc y_plain(y_dims, f32, g.y_block ? blocked_tag(g.y_block) : activation_tag);
     memory::desc w_plain(w_dims, f32, g.groups == 1 ? memory::format_tag::oihw : memory::format_tag::goihw);
     // NCHW: "any" lets oneDNN pick its fastest (blocked) layouts and reorders bridge to the
     // registers. NHWC: oneDNN's channels-last kernels read and write the registers directly,
     // about as fast as the blocked ones, with no reorder.
-    memory::desc x_any = g.channels_last ? x_plain : memory::desc(x_dims, f32, memory::format_tag::any);
-    memory::desc y_any = g.channels_last ? y_plain : memory::desc(y_dims, f32, memory::format_tag::any);
+    memory::desc x_any = g.channels_last || g.x_block ? x_plain : memory::desc(x_dims, f32, memory::format_tag::any);
+    memory::desc y_any = g.channels_last || g.y_block ? y_plain : memory::desc(y_dims, f32, memory::format_tag::any);
     memory::desc w_any(w_dims, f32, memory::format_tag::any);
     memory::dims strides = {s.sh, s.sw}, dilates = {s.dh - 1, s.dw - 1}, pad_l = {s.top, s.left}, pad_r = {s.bottom, s.right};
     dnnl::primitive_attr attr;
@@ -430,7 +439,7 @@ KernelFn MakePointwiseGemm(const ConvGeometry& g, const ConvEpilogue& epilogue, 
 
 // Builds the kernel of one pass; x, w, y pointers come from the inputs/outputs named by index.
 bool IsDepthwiseChannelsFirst(const ConvGeometry& g) {
-  return !g.channels_last && g.groups == g.win.c && g.out_channels == g.win.c;
+  return !g.channels_last && g.x_block == 0 && g.y_block == 0 && g.groups == g.win.c && g.out_channels == g.win.c;
 }
 
 // First and one-past-last output index o with 0 <= o * stride + offset < extent (an empty range
@@ -579,6 +588,22 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
 // at least two samples per thread; omp_team (disable_fusion("gemm_chunks")) keeps one call.
 // The filter gradient's partial sums are added in chunk order, so its rounding differs from
 // one call's only by that order.
+// The blocked registers of one conv op (kernels/blocked_layout.h): x and y by slot (>= 100:
+// output slot - 100, as in MakeConvKernel); the filter and `like` stay plain.
+Status ReadConvBlocks(const std::string& op, const KernelInit& init, int x_slot, int y_slot, ConvGeometry& g) {
+  if (g.channels_last && (init.attrs.Has("blocked_inputs") || init.attrs.Has("blocked_outputs")))
+    return InvalidArgument(op + ": a blocked layout (channel_block) needs data_format NCHW");
+  std::vector<int> allowed_inputs, allowed_outputs;
+  for (int slot : {x_slot, y_slot}) (slot >= 100 ? allowed_outputs : allowed_inputs).push_back(slot >= 100 ? slot - 100 : slot);
+  AF_ASSIGN_OR_RETURN(BlockedLayout layout,
+                      ReadBlockedLayout(op, init.attrs, init.inputs, init.outputs, allowed_inputs, allowed_outputs));
+  if (layout.block == 0) return Status::Ok();
+  auto blocked = [&](int slot) { return slot >= 100 ? layout.output(slot - 100) : layout.input(slot); };
+  g.x_block = blocked(x_slot) ? layout.block : 0;
+  g.y_block = blocked(y_slot) ? layout.block : 0;
+  return Status::Ok();
+}
+
 bool UseBatchChunks(const KernelInit& init, const ConvGeometry& g) {
   return init.inputs[0].dtype == DType::kFloat32 && init.num_threads > 1 && g.win.n >= 2 * init.num_threads &&
          !init.attrs.GetBoolOr("omp_team", false);
@@ -686,6 +711,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[0], init.inputs[1], init.attrs));
+    AF_RETURN_IF_ERROR(ReadConvBlocks("conv2d", init, 0, 100, g));
     AF_ASSIGN_OR_RETURN(ConvEpilogue epilogue, ReadEpilogue(init.inputs, init.attrs, g.out_channels));
     if (UseBatchChunks(init, g) && !IsPointwiseChannelsLast(g))
       return MakeBatchChunkedConv(init, ConvPass::kForward, g, epilogue, 0, 1, 100);
@@ -722,6 +748,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   data.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[2], init.inputs[1], init.attrs));
+    AF_RETURN_IF_ERROR(ReadConvBlocks("conv2d_grad_data", init, 100, 0, g));
     if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kBackwardData, g, ConvEpilogue{}, 100, 1, 0);
     return MakeConvKernel(ConvPass::kBackwardData, g, ConvEpilogue{}, init.inputs[0].dtype, init.num_threads, 100, 1, 0);
   };
@@ -746,6 +773,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   filter.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[1], init.inputs[2], init.attrs));
+    AF_RETURN_IF_ERROR(ReadConvBlocks("conv2d_grad_filter", init, 1, 0, g));
     AF_ASSIGN_OR_RETURN(ConvEpilogue bias_gradient, ReadBiasGradient(init.inputs[0], init.attrs));
     if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kBackwardFilter, g, bias_gradient, 1, 100, 0);
     return MakeConvKernel(ConvPass::kBackwardFilter, g, bias_gradient, init.inputs[0].dtype, init.num_threads, 1, 100, 0);
