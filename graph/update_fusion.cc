@@ -166,7 +166,8 @@ std::unique_ptr<Pass> MakeBiasGradientUpdateFusionPass() { return std::make_uniq
 const std::vector<std::string>& FusionNames() {
   static const std::vector<std::string> names = {"dense", "gradient_update", "conv_batch_norm", "conv_activation",
                                                  "channels_last", "gemm_chunks", "pool_relu_grad",
-                                                 "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad", "gemv"};
+                                                 "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad", "gemv",
+                                                 "blocked_layout"};
   return names;
 }
 

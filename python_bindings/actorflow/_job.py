@@ -17,7 +17,8 @@ from ._trace_ctx import BlobDef
 
 # The compiler's fusions a job or graph can turn off (graph/passes.h FusionNames).
 FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation", "channels_last", "gemm_chunks",
-                "pool_relu_grad", "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad", "gemv")
+                "pool_relu_grad", "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad", "gemv",
+                "blocked_layout")
 
 
 # Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
@@ -117,7 +118,9 @@ class FunctionConfig:
         "bias_gradient_update": a bias's gradient summed and applied by its SGD update in one
         op; "conv_bias_grad": a conv layer's bias gradient computed by its filter gradient;
         "gemv": CPU matmuls with a few rows (batch-1 inference) as the kernels' AVX-512 GEMV loop
-        instead of oneDNN), to bisect a numerical difference.
+        instead of oneDNN; "blocked_layout": tensors between convolutions, pools and relus kept in
+        oneDNN's blocked channel layout instead of reordered at each convolution), to bisect a
+        numerical difference.
         ACTORFLOW_DISABLE_FUSION=dense,gradient_update does the same for every job."""
         for name in names:
             if name not in FUSION_NAMES:
