@@ -222,7 +222,29 @@ struct DnnlConv {
   int weights_changed_streak = 0;
   std::vector<char> weights_seen;
   std::string implementation;  // oneDNN's name for the kernel it chose (backward filter only)
+  // The weights' reorder (in, or out for the filter gradient) is left to the caller: batch
+  // chunks share one blocked copy of the weights, and sum their blocked filter gradients
+  // before one reorder out (MakeBatchChunkedConv).
+  bool weights_by_caller = false;
 };
+
+// Whether the forward weights must be reordered this act (see DnnlConv::cache_weights).
+bool WeightsNeedReorder(DnnlConv& state, const void* weights) {
+  if (!state.cache_weights) return true;
+  const size_t bytes = state.weights_seen.size();
+  if (state.weights_seen_valid && std::memcmp(weights, state.weights_seen.data(), bytes) == 0) {
+    state.weights_changed_streak = 0;
+    return false;
+  }
+  if (state.weights_seen_valid && ++state.weights_changed_streak >= 2) {
+    state.cache_weights = false;
+    std::vector<char>().swap(state.weights_seen);
+  } else {
+    std::memcpy(state.weights_seen.data(), weights, bytes);
+    state.weights_seen_valid = true;
+  }
+  return true;
+}
 
 void Bind(BoundTensor& t, const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, bool is_output) {
   dnnl::engine& engine = CpuEngine();
@@ -505,8 +527,9 @@ KernelFn MakeDepthwiseFilterGrad(const ConvGeometry& g, int threads) {
   };
 }
 
+// `built` (optional): receives the oneDNN state when the kernel runs one (null otherwise).
 StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, DType dtype, int threads,
-                                  int x_at, int w_at, int y_at) {
+                                  int x_at, int w_at, int y_at, std::shared_ptr<DnnlConv>* built = nullptr) {
   // Index >= 100 names output (index - 100).
   auto pick = [](KernelContext& c, int at) { return at >= 100 ? c.output(at - 100).data : c.input(at).data; };
   if (dtype == DType::kFloat64)
@@ -520,6 +543,7 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
   if (pass == ConvPass::kBackwardFilter && !epilogue.bias && IsDepthwiseChannelsFirst(g) &&
       state->implementation.find("gemm") != std::string::npos)
     return MakeDepthwiseFilterGrad(g, threads);
+  if (built != nullptr) *built = state;
   const int64_t channels = g.out_channels;
   return KernelFn([=](KernelContext& c) {
     omp_set_num_threads(state->threads);
@@ -539,29 +563,18 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
     if (state->epilogue.batch_norm)
       BatchNormScaleShift(state->epilogue, c, channels, static_cast<float*>(state->scale.get_data_handle()),
                           static_cast<float*>(state->shift.get_data_handle()));
-    bool reorder_weights = true;
-    if (state->cache_weights) {
-      const void* weights = pick(c, w_at);
-      const size_t bytes = state->weights_seen.size();
-      if (state->weights_seen_valid && std::memcmp(weights, state->weights_seen.data(), bytes) == 0) {
-        reorder_weights = false;
-        state->weights_changed_streak = 0;
-      } else if (state->weights_seen_valid && ++state->weights_changed_streak >= 2) {
-        state->cache_weights = false;
-        std::vector<char>().swap(state->weights_seen);
-      } else {
-        std::memcpy(state->weights_seen.data(), weights, bytes);
-        state->weights_seen_valid = true;
-      }
-    }
+    const bool reorder_weights = !state->weights_by_caller && WeightsNeedReorder(*state, pick(c, w_at));
     dnnl_status_t status = dnnl_success;
     for (int i = 0; i < 3; ++i) {
       BoundTensor& t = state->tensors[i];
       if (t.reorder && !t.is_output && (i != 1 || reorder_weights) && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
     }
     if (status == dnnl_success) status = run(state->primitive, state->args);
-    for (BoundTensor& t : state->tensors)
-      if (t.reorder && t.is_output && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
+    for (int i = 0; i < 3; ++i) {
+      BoundTensor& t = state->tensors[i];
+      if (t.reorder && t.is_output && (i != 1 || !state->weights_by_caller) && status == dnnl_success)
+        status = run(*t.reorder, t.reorder_args);
+    }
     if (status == dnnl_success) status = dnnl_stream_wait(state->stream.get());
     if (status != dnnl_success) {
       state->weights_seen_valid = false;  // the blocked weights may be partly written
@@ -587,7 +600,9 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
 // norm inputs are read whole by every chunk. Used for float32 with more than one thread and
 // at least two samples per thread; omp_team (disable_fusion("gemm_chunks")) keeps one call.
 // The filter gradient's partial sums are added in chunk order, so its rounding differs from
-// one call's only by that order.
+// one call's only by that order. Where oneDNN computes in blocked weights, the chunks share one
+// blocked copy of the weights (one reorder per act, not one per chunk) and the filter gradient
+// is summed in the blocked layout, then reordered out once.
 // The blocked registers of one conv op (kernels/blocked_layout.h): x and y by slot (>= 100:
 // output slot - 100, as in MakeConvKernel); the filter and `like` stay plain.
 Status ReadConvBlocks(const std::string& op, const KernelInit& init, int x_slot, int y_slot, ConvGeometry& g) {
@@ -623,6 +638,12 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
     std::vector<std::vector<float>> partial_filters;  // filter gradient: chunks 1.. write here
     std::vector<std::vector<float>> partial_biases;   // and their bias gradients (fuse_bias_grad)
     bool prepared = false;
+    // Blocked weights shared by the chunks (weights_by_caller): forward and data gradient
+    // reorder the plain weights once per act into chunk 0's blocked buffer, which every chunk
+    // reads; the filter gradient's chunks each write their own blocked buffer, summed into
+    // chunk 0's and reordered out once (instead of partial_filters).
+    std::vector<std::shared_ptr<DnnlConv>> convs;
+    bool shared_weights = false;
   };
   auto state = std::make_shared<Chunked>();
   const TensorDesc& x_desc = x_at >= 100 ? init.outputs[x_at - 100] : init.inputs[x_at];
@@ -634,13 +655,34 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
     state->partial_filters.assign(count - 1, std::vector<float>(init.outputs[0].num_elements()));
   const bool bias_gradient = filter_gradient && epilogue.bias;
   if (bias_gradient) state->partial_biases.assign(count - 1, std::vector<float>(init.outputs[1].num_elements()));
+  state->convs.resize(count);
   for (int64_t i = 0; i < count; ++i) {
     ConvGeometry part = g;
     part.win.n = i + 1 < count ? step : last;
-    AF_ASSIGN_OR_RETURN(KernelFn kernel, MakeConvKernel(pass, part, epilogue, DType::kFloat32, 1, x_at, w_at, y_at));
+    AF_ASSIGN_OR_RETURN(KernelFn kernel,
+                        MakeConvKernel(pass, part, epilogue, DType::kFloat32, 1, x_at, w_at, y_at, &state->convs[i]));
     state->kernels.push_back(std::move(kernel));
   }
-  return KernelFn([state, count, step, x_at, y_at, threads, filter_gradient, bias_gradient](KernelContext& c) {
+  bool shared = state->convs[0] && state->convs[0]->tensors[1].reorder;
+  for (int64_t i = 1; i < count && shared; ++i)
+    shared = state->convs[i] && state->convs[i]->tensors[1].reorder &&
+             state->convs[i]->tensors[1].internal.get_desc() == state->convs[0]->tensors[1].internal.get_desc();
+  if (shared) {
+    for (int64_t i = 0; i < count; ++i) {
+      DnnlConv& conv = *state->convs[i];
+      conv.weights_by_caller = true;
+      if (i > 0 && !filter_gradient) {
+        conv.tensors[1].internal.set_data_handle(state->convs[0]->tensors[1].internal.get_data_handle());
+        conv.cache_weights = false;
+        std::vector<char>().swap(conv.weights_seen);
+      }
+    }
+    std::vector<std::vector<float>>().swap(state->partial_filters);
+  } else {
+    std::vector<std::shared_ptr<DnnlConv>>().swap(state->convs);
+  }
+  state->shared_weights = shared;
+  return KernelFn([state, count, step, x_at, w_at, y_at, threads, filter_gradient, bias_gradient](KernelContext& c) {
     Chunked& s = *state;
     if (!s.prepared) {  // first call: the views' descriptions, with the chunks' sample counts
       s.inputs.assign(count, *c.inputs);
@@ -659,8 +701,26 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
         TensorView& v = at >= 100 ? s.outputs[i][at - 100] : s.inputs[i][at];
         v.data = static_cast<char*>(v.data) + i * step * (at == x_at ? s.x_stride : s.y_stride);
       }
-      if (filter_gradient && i > 0) s.outputs[i][0].data = s.partial_filters[i - 1].data();
+      if (filter_gradient && i > 0 && !s.shared_weights) s.outputs[i][0].data = s.partial_filters[i - 1].data();
       if (bias_gradient && i > 0) s.outputs[i][1].data = s.partial_biases[i - 1].data();
+    }
+    auto run_weights_reorder = [&](DnnlConv& conv, void* plain) -> Status {
+      BoundTensor& w = conv.tensors[1];
+      dnnl_status_t status = dnnl_memory_set_data_handle(w.user.get(), plain);
+      if (status == dnnl_success)
+        status = dnnl_primitive_execute(w.reorder->get(), conv.stream.get(), static_cast<int>(w.reorder_args.size()),
+                                        w.reorder_args.data());
+      if (status == dnnl_success) status = dnnl_stream_wait(conv.stream.get());
+      if (status == dnnl_success) return Status::Ok();
+      conv.weights_seen_valid = false;
+      return Internal("oneDNN weight reorder failed with status " + std::to_string(status));
+    };
+    // The reorders below run on this thread: one OpenMP thread, as each chunk's primitive (a
+    // reorder sizes its team by the calling thread's setting).
+    if (s.shared_weights) omp_set_num_threads(1);
+    if (s.shared_weights && !filter_gradient) {
+      void* weights = c.input(w_at).data;
+      if (WeightsNeedReorder(*s.convs[0], weights)) AF_RETURN_IF_ERROR(run_weights_reorder(*s.convs[0], weights));
     }
     std::atomic<bool> failed{false};
     Status first_error = Status::Ok();
@@ -676,7 +736,16 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
     };
     ParallelChunks(static_cast<int>(count), c.threads > threads ? c.threads : threads, run);
     if (failed.load()) return first_error;
-    if (filter_gradient) {
+    if (filter_gradient && s.shared_weights) {
+      const dnnl::memory& first = s.convs[0]->tensors[1].internal;
+      float* __restrict sum = static_cast<float*>(first.get_data_handle());
+      const int64_t elements = static_cast<int64_t>(first.get_desc().get_size() / sizeof(float));
+      for (int64_t i = 1; i < count; ++i) {
+        const float* __restrict p = static_cast<const float*>(s.convs[i]->tensors[1].internal.get_data_handle());
+        for (int64_t e = 0; e < elements; ++e) sum[e] += p[e];
+      }
+      AF_RETURN_IF_ERROR(run_weights_reorder(*s.convs[0], c.output(0).data));
+    } else if (filter_gradient) {
       float* __restrict out = c.output(0).as<float>();
       const int64_t elements = c.output(0).num_elements();
       for (const std::vector<float>& partial : s.partial_filters) {
