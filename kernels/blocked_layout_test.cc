@@ -177,14 +177,15 @@ TEST(BlockedLayout, ConvolutionErrors) {
 }
 
 // Pooling, forward and backward, max (with relu_mask, NaN in x) and average, tiling / padded /
-// overlapping windows, out (forward) and dy (backward) blocked or plain; 2 threads on a tensor
+// overlapping windows, odd sizes (vector rows and columns of windows, then the edges), out
+// (forward) and dy (backward) blocked or plain; 2 threads on a tensor
 // large enough to split its planes.
 TEST(BlockedLayout, PoolsMatchPlain) {
   WithTimeout([] {
     Attrs tiled{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
     Attrs padded{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", Ints{1, 0, 1, 0}}};
     Attrs overlap{{"ksize", int64_t{3}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
-    for (const Shape& shape : {Shape{3, 16, 10, 10}, Shape{4, 48, 30, 30}})
+    for (const Shape& shape : {Shape{3, 16, 10, 10}, Shape{2, 16, 9, 11}, Shape{4, 48, 30, 30}})
       for (const Attrs& attrs : {tiled, padded, overlap})
         for (int64_t block : {8, 16})
           for (const std::string type : {"max_pool2d", "avg_pool2d"}) {

@@ -7,10 +7,12 @@
 // blocked layout (kernels/blocked_layout.h: attrs channel_block, blocked_inputs/outputs) runs
 // the same windows over nChw{B}c tensors, a block of channels per vector.
 #include <limits>
+#include <type_traits>
 
 #include "kernels/blocked_layout.h"
 #include "kernels/kernel_util.h"
 #include "kernels/parallel_chunks.h"
+#include "kernels/pool_avx512.h"
 #include "kernels/sbp_util.h"
 #include "kernels/window.h"
 
@@ -229,13 +231,23 @@ KernelFn PoolBackward(Window2d g, bool max, bool relu_mask, int threads) {
 template <typename T, int kBlock, bool kMax>
 void PoolForwardBlockedLoop(const Window2d& g, const T* x, T* y, bool y_blocked, int64_t first, int64_t end) {
   const int64_t blocks = g.c / kBlock;
+  // Unpadded 2x2 stride-2 windows (LeNet's pools): the rows and columns of windows inside the
+  // plane as AVX-512 vectors (pool_avx512.h), the rest (odd edges) below.
+  int64_t fast_rows = 0, fast_cols = 0;
+  if constexpr (kBlock == 16 && std::is_same_v<T, float>)
+    if (g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.top == 0 && g.left == 0 && CpuHasAvx512())
+      fast_rows = std::min(g.oh, g.h / 2), fast_cols = std::min(g.ow, g.w / 2);
   for (int64_t plane = first; plane < end; ++plane) {
     const T* xp = x + plane * g.h * g.w * kBlock;
     const int64_t n = plane / blocks, channel = plane % blocks * kBlock;
+    if constexpr (kBlock == 16 && std::is_same_v<T, float>)
+      if (fast_rows > 0 && fast_cols > 0)
+        Pool2x2Block16Forward(kMax, xp, g.w, fast_rows, fast_cols, g.ow, y_blocked ? y + plane * g.oh * g.ow * kBlock : nullptr,
+                              y_blocked ? nullptr : y + (n * g.c + channel) * g.oh * g.ow, g.oh * g.ow);
     for (int64_t oh = 0; oh < g.oh; ++oh) {
       const int64_t h0 = oh * g.sh - g.top;
       const int64_t hb = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.h);
-      for (int64_t ow = 0; ow < g.ow; ++ow) {
+      for (int64_t ow = oh < fast_rows ? fast_cols : 0; ow < g.ow; ++ow) {
         const int64_t w0 = ow * g.sw - g.left;
         const int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.w);
         T acc[kBlock];
@@ -269,10 +281,18 @@ void PoolBackwardBlockedLoop(const Window2d& g, const T* x, const T* dy, bool dy
   const bool covers_all = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.top == 0 && g.left == 0 &&
                           g.oh * 2 == g.h && g.ow * 2 == g.w;
   if (!covers_all) std::fill(dx + first * plane_in, dx + end * plane_in, T(0));
+  bool vectors = false;  // the AVX-512 loop of pool_avx512.h
+  if constexpr (kBlock == 16 && std::is_same_v<T, float>) vectors = covers_all && CpuHasAvx512();
   for (int64_t plane = first; plane < end; ++plane) {
     const T* xp = x + plane * plane_in;
     T* dxp = dx + plane * plane_in;
     const int64_t n = plane / blocks, channel = plane % blocks * kBlock;
+    if constexpr (kBlock == 16 && std::is_same_v<T, float>)
+      if (vectors) {
+        Pool2x2Block16Backward(kMax, relu_mask, xp, g.oh, g.ow, dy_blocked ? dy + plane * g.oh * g.ow * kBlock : nullptr,
+                               dy_blocked ? nullptr : dy + (n * g.c + channel) * g.oh * g.ow, g.oh * g.ow, dxp);
+        continue;
+      }
     for (int64_t oh = 0; oh < g.oh; ++oh)
       for (int64_t ow = 0; ow < g.ow; ++ow) {
         T d[kBlock];
