@@ -2,13 +2,17 @@
 PyTorch at its best, same thread budget: one SGD train step and inference, batch 100.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_lenet.py [--threads N] [--json out.json]
+        [--without FUSION ...]
 
 As in bench_mlp.py: OpenBLAS's core pinned when misdetected, every PyTorch variant (eager,
 torch.jit, dense layers as matmul + add) under every split of its threads between OpenMP and
 OpenBLAS, the fastest compared, all interleaved ABBA in one process. The train step is also
 stated as a multiple of its conv + GEMM lower bound: build/bench/conv_bound (oneDNN's own
 convolution primitives at their best algorithm, the dense layers' FLOPs at the fastest sgemm
-call; same threads), run before and after the rounds, the faster pass of the two counted."""
+call; same threads), run before and after the rounds, the faster pass of the two counted.
+--without FUSION (repeatable, e.g. blocked_layout): a further candidate in the same interleaved
+rounds, "actorflow without ...", the same jobs compiled with those fusions disabled (its median
+is listed beside the others; it is no peer): a fusion's effect measured in one process."""
 import json
 import subprocess
 import os
@@ -17,6 +21,23 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402  (sets the BLAS environment before numpy loads)
 
+
+def _pop_without():
+    """The --without FUSION arguments, taken out of sys.argv before the common parser sees it."""
+    names, rest, args = [], [], sys.argv[1:]
+    while args:
+        arg = args.pop(0)
+        if arg == "--without" and args:
+            names.append(args.pop(0))
+        elif arg.startswith("--without="):
+            names.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    sys.argv[1:] = rest
+    return names
+
+
+WITHOUT = _pop_without()
 ARGS = _common.parse_args(__doc__.splitlines()[0])
 
 import numpy as np  # noqa: E402
@@ -54,6 +75,26 @@ def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28)),
 @flow.global_function(type="predict")
 def predict_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28))) -> tp.Numpy:
     return lenet(images)
+
+
+def jobs_without(fusions):
+    """The train and predict jobs compiled without `fusions` (same variables)."""
+    config = flow.function_config()
+    config.num_threads(ARGS.threads)
+    config.disable_fusion(*fusions)
+
+    @flow.global_function(type="train", function_config=config)
+    def train_job_without(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28)),
+                          labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, lenet(images), name="softmax_loss")
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+
+    @flow.global_function(type="predict", function_config=config)
+    def predict_job_without(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28))) -> tp.Numpy:
+        return lenet(images)
+
+    return train_job_without, predict_job_without
 
 
 class TorchLeNet(torch.nn.Module):
@@ -131,13 +172,19 @@ def main():
     jit = _common.torch_predict(torch, _common.torch_jit_for_inference(torch, TorchLeNet(), x))
     matmul = _common.torch_predict(torch, TorchLeNet(dense_as_matmul=True).eval())
     predict = [("eager", lambda: eager(x)), ("jit", lambda: jit(x)), ("matmul+add", lambda: matmul(x))]
+    train_without, predict_without = [], []
+    if WITHOUT:
+        name = "actorflow without " + ",".join(WITHOUT)
+        train_other, predict_other = jobs_without(WITHOUT)
+        train_without = [_common.Candidate(name, lambda: train_other(x, y), "reference")]
+        predict_without = [_common.Candidate(name, lambda: predict_other(x), "reference")]
     bound_runs = [conv_bound()]
     rows = [
         _common.Row("LeNet train step (SGD), batch 100",
-                    [_common.Candidate("actorflow", lambda: train_job(x, y), "actorflow")]
+                    [_common.Candidate("actorflow", lambda: train_job(x, y), "actorflow")] + train_without
                     + _common.torch_variants(torch, ARGS.blas, ARGS.threads, train)).measure(ARGS),
         _common.Row("LeNet inference, batch 100",
-                    [_common.Candidate("actorflow", lambda: predict_job(x), "actorflow")]
+                    [_common.Candidate("actorflow", lambda: predict_job(x), "actorflow")] + predict_without
                     + _common.torch_variants(torch, ARGS.blas, ARGS.threads, predict)).measure(ARGS),
     ]
     bound_runs.append(conv_bound())

@@ -721,6 +721,8 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   if (enabled("conv_batch_norm") || enabled("conv_activation"))
     passes.push_back(MakeConvFusionPass(enabled("conv_batch_norm"), enabled("conv_activation")));
   if (enabled("channels_last")) passes.push_back(MakeChannelsLastPass());
+  // After channels_last: the convolutions it moved to NHWC are not blocked.
+  if (enabled("blocked_layout")) passes.push_back(MakeBlockedLayoutPass());
   if (!enabled("gemm_chunks")) passes.push_back(MakeOpenMpGemmPass());
   if (!enabled("gemv")) passes.push_back(MakeNoGemvPass());
   if (!enabled("narrow_gemm")) passes.push_back(MakeNoNarrowGemmPass());

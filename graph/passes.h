@@ -102,6 +102,12 @@ std::unique_ptr<Pass> MakeConvBiasGradFusionPass(bool placed = false);
 // Predict jobs on one CPU device (graph/channels_last.cc): regions of convolutions and the
 // per-element/per-channel ops between them run in NHWC, converted once at their borders.
 std::unique_ptr<Pass> MakeChannelsLastPass();
+// Jobs on one CPU device (graph/blocked_layout.cc, "blocked_layout"): tensors between
+// convolutions, pools and elementwise ops that all work on oneDNN's blocked channel layout
+// nChw{B}c are stored in it (attrs channel_block, blocked_inputs, blocked_outputs), instead of
+// being reordered in and out of it by each convolution. channel_block < 0: this CPU's own
+// (kernels/blocked_layout.h NativeChannelBlock; 0 turns the pass off).
+std::unique_ptr<Pass> MakeBlockedLayoutPass(int64_t channel_block = -1);
 
 // The fusions a user can turn off to bisect a numerical difference (CompileOptions::
 // disabled_fusions): "dense" (MakeFusionPass), "gradient_update", "conv_batch_norm" and
@@ -110,9 +116,9 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 // MakeOpenMpGemmPass), "pool_relu_grad" (MakePoolReluGradFusionPass), "matmul_relu_grad"
 // (MakeMatmulReluGradFusionPass), "bias_gradient_update" (MakeBiasGradientUpdateFusionPass),
 // "conv_bias_grad" (MakeConvBiasGradFusionPass), "gemv" (batch-1 matmuls as the kernels' GEMV
-// loop; off: MakeNoGemvPass) and "narrow_gemm" (GEMMs with one small dimension as the kernels'
+// loop; off: MakeNoGemvPass), "narrow_gemm" (GEMMs with one small dimension as the kernels'
 // loops; off: MakeNoNarrowGemmPass), "softmax_cross_entropy_grad"
-// (MakeSoftmaxCrossEntropyGradFusionPass).
+// (MakeSoftmaxCrossEntropyGradFusionPass) and "blocked_layout" (MakeBlockedLayoutPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every

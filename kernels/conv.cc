@@ -18,7 +18,9 @@
 // (blocked nChw16c on AVX-512, several times faster than its gemm path on plain nchw here) and
 // prebuilt reorders bridge to the plain registers; every buffer and the scratchpad are
 // allocated at build time, so an act never allocates. float64 runs the direct loops below
-// (gradient checks).
+// (gradient checks). The compiler's blocked layout (kernels/blocked_layout.h, attrs
+// channel_block, blocked_inputs/outputs) hands x and y (out, dy, dx) over in oneDNN's own
+// nChw{B}c: the primitive is made for that layout and reads or writes the register directly.
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
@@ -32,6 +34,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "kernels/blocked_layout.h"
+#include "kernels/conv_depthwise.h"
 #include "kernels/conv_sbp.h"
 #include "kernels/kernel_util.h"
 #include "kernels/parallel_chunks.h"
@@ -47,6 +51,8 @@ struct ConvGeometry {
   Window2d win;
   int64_t out_channels = 0, groups = 1;
   bool channels_last = false;  // x and out are (N,H,W,C) in memory and in their shapes
+  // Channel block of x's and y's storage (kernels/blocked_layout.h; 0: plain), NCHW float32 only.
+  int64_t x_block = 0, y_block = 0;
 };
 
 StatusOr<bool> ReadChannelsLast(const Attrs& attrs) {
@@ -217,7 +223,29 @@ struct DnnlConv {
   int weights_changed_streak = 0;
   std::vector<char> weights_seen;
   std::string implementation;  // oneDNN's name for the kernel it chose (backward filter only)
+  // The weights' reorder (in, or out for the filter gradient) is left to the caller: batch
+  // chunks share one blocked copy of the weights, and sum their blocked filter gradients
+  // before one reorder out (MakeBatchChunkedConv).
+  bool weights_by_caller = false;
 };
+
+// Whether the forward weights must be reordered this act (see DnnlConv::cache_weights).
+bool WeightsNeedReorder(DnnlConv& state, const void* weights) {
+  if (!state.cache_weights) return true;
+  const size_t bytes = state.weights_seen.size();
+  if (state.weights_seen_valid && std::memcmp(weights, state.weights_seen.data(), bytes) == 0) {
+    state.weights_changed_streak = 0;
+    return false;
+  }
+  if (state.weights_seen_valid && ++state.weights_changed_streak >= 2) {
+    state.cache_weights = false;
+    std::vector<char>().swap(state.weights_seen);
+  } else {
+    std::memcpy(state.weights_seen.data(), weights, bytes);
+    state.weights_seen_valid = true;
+  }
+  return true;
+}
 
 void Bind(BoundTensor& t, const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, bool is_output) {
   dnnl::engine& engine = CpuEngine();
@@ -252,13 +280,17 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
     memory::dims w_dims = g.groups == 1 ? memory::dims{g.out_channels, s.c, s.kh, s.kw}
                                         : memory::dims{g.groups, g.out_channels / g.groups, s.c / g.groups, s.kh, s.kw};
     const memory::format_tag activation_tag = g.channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
-    memory::desc x_plain(x_dims, f32, activation_tag), y_plain(y_dims, f32, activation_tag);
+    // A blocked register is given to oneDNN as it is: the primitive is made for that layout
+    // (its own choice on this CPU, kernels/blocked_layout.h), so no reorder bridges it.
+    auto blocked_tag = [](int64_t block) { return block == 8 ? memory::format_tag::nChw8c : memory::format_tag::nChw16c; };
+    memory::desc x_plain(x_dims, f32, g.x_block ? blocked_tag(g.x_block) : activation_tag);
+    memory::desc y_plain(y_dims, f32, g.y_block ? blocked_tag(g.y_block) : activation_tag);
     memory::desc w_plain(w_dims, f32, g.groups == 1 ? memory::format_tag::oihw : memory::format_tag::goihw);
     // NCHW: "any" lets oneDNN pick its fastest (blocked) layouts and reorders bridge to the
     // registers. NHWC: oneDNN's channels-last kernels read and write the registers directly,
     // about as fast as the blocked ones, with no reorder.
-    memory::desc x_any = g.channels_last ? x_plain : memory::desc(x_dims, f32, memory::format_tag::any);
-    memory::desc y_any = g.channels_last ? y_plain : memory::desc(y_dims, f32, memory::format_tag::any);
+    memory::desc x_any = g.channels_last || g.x_block ? x_plain : memory::desc(x_dims, f32, memory::format_tag::any);
+    memory::desc y_any = g.channels_last || g.y_block ? y_plain : memory::desc(y_dims, f32, memory::format_tag::any);
     memory::desc w_any(w_dims, f32, memory::format_tag::any);
     memory::dims strides = {s.sh, s.sw}, dilates = {s.dh - 1, s.dw - 1}, pad_l = {s.top, s.left}, pad_r = {s.bottom, s.right};
     dnnl::primitive_attr attr;
@@ -430,74 +462,12 @@ KernelFn MakePointwiseGemm(const ConvGeometry& g, const ConvEpilogue& epilogue, 
 
 // Builds the kernel of one pass; x, w, y pointers come from the inputs/outputs named by index.
 bool IsDepthwiseChannelsFirst(const ConvGeometry& g) {
-  return !g.channels_last && g.groups == g.win.c && g.out_channels == g.win.c;
+  return !g.channels_last && g.x_block == 0 && g.y_block == 0 && g.groups == g.win.c && g.out_channels == g.win.c;
 }
 
-// First and one-past-last output index o with 0 <= o * stride + offset < extent (an empty range
-// when none), so the inner loop needs no bounds test.
-std::pair<int64_t, int64_t> ValidOutputs(int64_t outputs, int64_t stride, int64_t offset, int64_t extent) {
-  const int64_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
-  const int64_t last = extent - 1 - offset < 0 ? -1 : (extent - 1 - offset) / stride;
-  return {first, std::min(outputs, last + 1)};
-}
-
-// dfilter(C,1,KH,KW) of a depthwise convolution (NCHW, one filter per channel), as direct
-// loops: dfilter[c,kh,kw] = sum over n, oh, ow of dy[n,c,oh,ow] * x[n,c,oh*sh-top+kh*dh,
-// ow*sw-left+kw*dw]. For the planes where oneDNN 2.6 has no depthwise backward-weights kernel
-// and runs one GEMM per group (MobileNetV2's 1x1 and 2x2 planes at batch 64: 5-12 ms of CPU
-// each, against 0.1-0.3 ms here). Such planes are small, so the innermost loop runs over the
-// channels (contiguous for 1x1 planes), each thread over its own block of them.
-KernelFn MakeDepthwiseFilterGrad(const ConvGeometry& g, int threads) {
-  const Window2d& s = g.win;
-  // Per tap: the output rows and columns whose input falls inside the plane (no bounds tests
-  // in the loops), and the input offset of output (0, 0).
-  struct Tap {
-    int64_t oh_first, oh_end, ow_first, ow_end, offset;
-  };
-  std::vector<Tap> taps;
-  for (int64_t kh = 0; kh < s.kh; ++kh)
-    for (int64_t kw = 0; kw < s.kw; ++kw) {
-      const auto [oh_first, oh_end] = ValidOutputs(s.oh, s.sh, kh * s.dh - s.top, s.h);
-      const auto [ow_first, ow_end] = ValidOutputs(s.ow, s.sw, kw * s.dw - s.left, s.w);
-      taps.push_back({oh_first, oh_end, ow_first, ow_end, (kh * s.dh - s.top) * s.w + kw * s.dw - s.left});
-    }
-  const int team = s.n * s.oh * s.ow * s.kh * s.kw * s.c >= (int64_t{1} << 18) ? std::max(1, threads) : 1;
-  // Sums per (tap, channel), made once: the kernel's acts are serial.
-  auto sums = std::make_shared<std::vector<float>>(taps.size() * s.c);
-  return [s, taps, team, sums](KernelContext& c) {
-    const float* dy = c.input(0).as<float>();
-    const float* x = c.input(1).as<float>();
-    float* dfilter = c.output(0).as<float>();
-    const int64_t plane_in = s.h * s.w, plane_out = s.oh * s.ow, tap_count = static_cast<int64_t>(taps.size());
-    float* acc = sums->data();
-#pragma omp parallel num_threads(team)
-    {
-      const int thread = omp_get_thread_num(), threads_here = omp_get_num_threads();
-      const int64_t first = s.c * thread / threads_here, end = s.c * (thread + 1) / threads_here;
-      for (int64_t t = 0; t < tap_count; ++t) std::fill(acc + t * s.c + first, acc + t * s.c + end, 0.0f);
-      for (int64_t n = 0; n < s.n; ++n) {
-        const float* dy_sample = dy + n * s.c * plane_out;
-        const float* x_sample = x + n * s.c * plane_in;
-        for (int64_t t = 0; t < tap_count; ++t) {
-          const Tap& tap = taps[t];
-          float* __restrict a = acc + t * s.c;
-          for (int64_t oh = tap.oh_first; oh < tap.oh_end; ++oh)
-            for (int64_t ow = tap.ow_first; ow < tap.ow_end; ++ow) {
-              const float* dy_at = dy_sample + oh * s.ow + ow;
-              const float* x_at = x_sample + oh * s.sh * s.w + ow * s.sw + tap.offset;
-              for (int64_t ch = first; ch < end; ++ch) a[ch] += dy_at[ch * plane_out] * x_at[ch * plane_in];
-            }
-        }
-      }
-      for (int64_t ch = first; ch < end; ++ch)
-        for (int64_t t = 0; t < tap_count; ++t) dfilter[ch * tap_count + t] = acc[t * s.c + ch];
-    }
-    return Status::Ok();
-  };
-}
-
+// `built` (optional): receives the oneDNN state when the kernel runs one (null otherwise).
 StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, DType dtype, int threads,
-                                  int x_at, int w_at, int y_at) {
+                                  int x_at, int w_at, int y_at, std::shared_ptr<DnnlConv>* built = nullptr) {
   // Index >= 100 names output (index - 100).
   auto pick = [](KernelContext& c, int at) { return at >= 100 ? c.output(at - 100).data : c.input(at).data; };
   if (dtype == DType::kFloat64)
@@ -510,7 +480,8 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
   AF_ASSIGN_OR_RETURN(std::shared_ptr<DnnlConv> state, BuildDnnlConv(pass, g, epilogue, threads));
   if (pass == ConvPass::kBackwardFilter && !epilogue.bias && IsDepthwiseChannelsFirst(g) &&
       state->implementation.find("gemm") != std::string::npos)
-    return MakeDepthwiseFilterGrad(g, threads);
+    return MakeDepthwiseFilterGrad(g.win, threads);
+  if (built != nullptr) *built = state;
   const int64_t channels = g.out_channels;
   return KernelFn([=](KernelContext& c) {
     omp_set_num_threads(state->threads);
@@ -530,29 +501,18 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
     if (state->epilogue.batch_norm)
       BatchNormScaleShift(state->epilogue, c, channels, static_cast<float*>(state->scale.get_data_handle()),
                           static_cast<float*>(state->shift.get_data_handle()));
-    bool reorder_weights = true;
-    if (state->cache_weights) {
-      const void* weights = pick(c, w_at);
-      const size_t bytes = state->weights_seen.size();
-      if (state->weights_seen_valid && std::memcmp(weights, state->weights_seen.data(), bytes) == 0) {
-        reorder_weights = false;
-        state->weights_changed_streak = 0;
-      } else if (state->weights_seen_valid && ++state->weights_changed_streak >= 2) {
-        state->cache_weights = false;
-        std::vector<char>().swap(state->weights_seen);
-      } else {
-        std::memcpy(state->weights_seen.data(), weights, bytes);
-        state->weights_seen_valid = true;
-      }
-    }
+    const bool reorder_weights = !state->weights_by_caller && WeightsNeedReorder(*state, pick(c, w_at));
     dnnl_status_t status = dnnl_success;
     for (int i = 0; i < 3; ++i) {
       BoundTensor& t = state->tensors[i];
       if (t.reorder && !t.is_output && (i != 1 || reorder_weights) && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
     }
     if (status == dnnl_success) status = run(state->primitive, state->args);
-    for (BoundTensor& t : state->tensors)
-      if (t.reorder && t.is_output && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
+    for (int i = 0; i < 3; ++i) {
+      BoundTensor& t = state->tensors[i];
+      if (t.reorder && t.is_output && (i != 1 || !state->weights_by_caller) && status == dnnl_success)
+        status = run(*t.reorder, t.reorder_args);
+    }
     if (status == dnnl_success) status = dnnl_stream_wait(state->stream.get());
     if (status != dnnl_success) {
       state->weights_seen_valid = false;  // the blocked weights may be partly written
@@ -578,7 +538,25 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
 // norm inputs are read whole by every chunk. Used for float32 with more than one thread and
 // at least two samples per thread; omp_team (disable_fusion("gemm_chunks")) keeps one call.
 // The filter gradient's partial sums are added in chunk order, so its rounding differs from
-// one call's only by that order.
+// one call's only by that order. Where oneDNN computes in blocked weights, the chunks share one
+// blocked copy of the weights (one reorder per act, not one per chunk) and the filter gradient
+// is summed in the blocked layout, then reordered out once.
+// The blocked registers of one conv op (kernels/blocked_layout.h): x and y by slot (>= 100:
+// output slot - 100, as in MakeConvKernel); the filter and `like` stay plain.
+Status ReadConvBlocks(const std::string& op, const KernelInit& init, int x_slot, int y_slot, ConvGeometry& g) {
+  if (g.channels_last && (init.attrs.Has("blocked_inputs") || init.attrs.Has("blocked_outputs")))
+    return InvalidArgument(op + ": a blocked layout (channel_block) needs data_format NCHW");
+  std::vector<int> allowed_inputs, allowed_outputs;
+  for (int slot : {x_slot, y_slot}) (slot >= 100 ? allowed_outputs : allowed_inputs).push_back(slot >= 100 ? slot - 100 : slot);
+  AF_ASSIGN_OR_RETURN(BlockedLayout layout,
+                      ReadBlockedLayout(op, init.attrs, init.inputs, init.outputs, allowed_inputs, allowed_outputs));
+  if (layout.block == 0) return Status::Ok();
+  auto blocked = [&](int slot) { return slot >= 100 ? layout.output(slot - 100) : layout.input(slot); };
+  g.x_block = blocked(x_slot) ? layout.block : 0;
+  g.y_block = blocked(y_slot) ? layout.block : 0;
+  return Status::Ok();
+}
+
 bool UseBatchChunks(const KernelInit& init, const ConvGeometry& g) {
   return init.inputs[0].dtype == DType::kFloat32 && init.num_threads > 1 && g.win.n >= 2 * init.num_threads &&
          !init.attrs.GetBoolOr("omp_team", false);
@@ -598,6 +576,12 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
     std::vector<std::vector<float>> partial_filters;  // filter gradient: chunks 1.. write here
     std::vector<std::vector<float>> partial_biases;   // and their bias gradients (fuse_bias_grad)
     bool prepared = false;
+    // Blocked weights shared by the chunks (weights_by_caller): forward and data gradient
+    // reorder the plain weights once per act into chunk 0's blocked buffer, which every chunk
+    // reads; the filter gradient's chunks each write their own blocked buffer, summed into
+    // chunk 0's and reordered out once (instead of partial_filters).
+    std::vector<std::shared_ptr<DnnlConv>> convs;
+    bool shared_weights = false;
   };
   auto state = std::make_shared<Chunked>();
   const TensorDesc& x_desc = x_at >= 100 ? init.outputs[x_at - 100] : init.inputs[x_at];
@@ -609,13 +593,34 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
     state->partial_filters.assign(count - 1, std::vector<float>(init.outputs[0].num_elements()));
   const bool bias_gradient = filter_gradient && epilogue.bias;
   if (bias_gradient) state->partial_biases.assign(count - 1, std::vector<float>(init.outputs[1].num_elements()));
+  state->convs.resize(count);
   for (int64_t i = 0; i < count; ++i) {
     ConvGeometry part = g;
     part.win.n = i + 1 < count ? step : last;
-    AF_ASSIGN_OR_RETURN(KernelFn kernel, MakeConvKernel(pass, part, epilogue, DType::kFloat32, 1, x_at, w_at, y_at));
+    AF_ASSIGN_OR_RETURN(KernelFn kernel,
+                        MakeConvKernel(pass, part, epilogue, DType::kFloat32, 1, x_at, w_at, y_at, &state->convs[i]));
     state->kernels.push_back(std::move(kernel));
   }
-  return KernelFn([state, count, step, x_at, y_at, threads, filter_gradient, bias_gradient](KernelContext& c) {
+  bool shared = state->convs[0] && state->convs[0]->tensors[1].reorder;
+  for (int64_t i = 1; i < count && shared; ++i)
+    shared = state->convs[i] && state->convs[i]->tensors[1].reorder &&
+             state->convs[i]->tensors[1].internal.get_desc() == state->convs[0]->tensors[1].internal.get_desc();
+  if (shared) {
+    for (int64_t i = 0; i < count; ++i) {
+      DnnlConv& conv = *state->convs[i];
+      conv.weights_by_caller = true;
+      if (i > 0 && !filter_gradient) {
+        conv.tensors[1].internal.set_data_handle(state->convs[0]->tensors[1].internal.get_data_handle());
+        conv.cache_weights = false;
+        std::vector<char>().swap(conv.weights_seen);
+      }
+    }
+    std::vector<std::vector<float>>().swap(state->partial_filters);
+  } else {
+    std::vector<std::shared_ptr<DnnlConv>>().swap(state->convs);
+  }
+  state->shared_weights = shared;
+  return KernelFn([state, count, step, x_at, w_at, y_at, threads, filter_gradient, bias_gradient](KernelContext& c) {
     Chunked& s = *state;
     if (!s.prepared) {  // first call: the views' descriptions, with the chunks' sample counts
       s.inputs.assign(count, *c.inputs);
@@ -634,8 +639,26 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
         TensorView& v = at >= 100 ? s.outputs[i][at - 100] : s.inputs[i][at];
         v.data = static_cast<char*>(v.data) + i * step * (at == x_at ? s.x_stride : s.y_stride);
       }
-      if (filter_gradient && i > 0) s.outputs[i][0].data = s.partial_filters[i - 1].data();
+      if (filter_gradient && i > 0 && !s.shared_weights) s.outputs[i][0].data = s.partial_filters[i - 1].data();
       if (bias_gradient && i > 0) s.outputs[i][1].data = s.partial_biases[i - 1].data();
+    }
+    auto run_weights_reorder = [&](DnnlConv& conv, void* plain) -> Status {
+      BoundTensor& w = conv.tensors[1];
+      dnnl_status_t status = dnnl_memory_set_data_handle(w.user.get(), plain);
+      if (status == dnnl_success)
+        status = dnnl_primitive_execute(w.reorder->get(), conv.stream.get(), static_cast<int>(w.reorder_args.size()),
+                                        w.reorder_args.data());
+      if (status == dnnl_success) status = dnnl_stream_wait(conv.stream.get());
+      if (status == dnnl_success) return Status::Ok();
+      conv.weights_seen_valid = false;
+      return Internal("oneDNN weight reorder failed with status " + std::to_string(status));
+    };
+    // The reorders below run on this thread: one OpenMP thread, as each chunk's primitive (a
+    // reorder sizes its team by the calling thread's setting).
+    if (s.shared_weights) omp_set_num_threads(1);
+    if (s.shared_weights && !filter_gradient) {
+      void* weights = c.input(w_at).data;
+      if (WeightsNeedReorder(*s.convs[0], weights)) AF_RETURN_IF_ERROR(run_weights_reorder(*s.convs[0], weights));
     }
     std::atomic<bool> failed{false};
     Status first_error = Status::Ok();
@@ -651,7 +674,16 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
     };
     ParallelChunks(static_cast<int>(count), c.threads > threads ? c.threads : threads, run);
     if (failed.load()) return first_error;
-    if (filter_gradient) {
+    if (filter_gradient && s.shared_weights) {
+      const dnnl::memory& first = s.convs[0]->tensors[1].internal;
+      float* __restrict sum = static_cast<float*>(first.get_data_handle());
+      const int64_t elements = static_cast<int64_t>(first.get_desc().get_size() / sizeof(float));
+      for (int64_t i = 1; i < count; ++i) {
+        const float* __restrict p = static_cast<const float*>(s.convs[i]->tensors[1].internal.get_data_handle());
+        for (int64_t e = 0; e < elements; ++e) sum[e] += p[e];
+      }
+      AF_RETURN_IF_ERROR(run_weights_reorder(*s.convs[0], c.output(0).data));
+    } else if (filter_gradient) {
       float* __restrict out = c.output(0).as<float>();
       const int64_t elements = c.output(0).num_elements();
       for (const std::vector<float>& partial : s.partial_filters) {
@@ -686,6 +718,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[0], init.inputs[1], init.attrs));
+    AF_RETURN_IF_ERROR(ReadConvBlocks("conv2d", init, 0, 100, g));
     AF_ASSIGN_OR_RETURN(ConvEpilogue epilogue, ReadEpilogue(init.inputs, init.attrs, g.out_channels));
     if (UseBatchChunks(init, g) && !IsPointwiseChannelsLast(g))
       return MakeBatchChunkedConv(init, ConvPass::kForward, g, epilogue, 0, 1, 100);
@@ -722,6 +755,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   data.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[2], init.inputs[1], init.attrs));
+    AF_RETURN_IF_ERROR(ReadConvBlocks("conv2d_grad_data", init, 100, 0, g));
     if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kBackwardData, g, ConvEpilogue{}, 100, 1, 0);
     return MakeConvKernel(ConvPass::kBackwardData, g, ConvEpilogue{}, init.inputs[0].dtype, init.num_threads, 100, 1, 0);
   };
@@ -746,6 +780,7 @@ void RegisterConvOps(OpRegistry& registry) {
   };
   filter.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[1], init.inputs[2], init.attrs));
+    AF_RETURN_IF_ERROR(ReadConvBlocks("conv2d_grad_filter", init, 1, 0, g));
     AF_ASSIGN_OR_RETURN(ConvEpilogue bias_gradient, ReadBiasGradient(init.inputs[0], init.attrs));
     if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kBackwardFilter, g, bias_gradient, 1, 100, 0);
     return MakeConvKernel(ConvPass::kBackwardFilter, g, bias_gradient, init.inputs[0].dtype, init.num_threads, 1, 100, 0);

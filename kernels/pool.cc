@@ -3,11 +3,16 @@
 // not counted by the average (TensorFlow/OneFlow semantics). Backward ops recompute the
 // window: max_pool2d_grad (x, y, dy) routes dy to the first maximum, avg_pool2d_grad (dy, x)
 // spreads dy evenly over the window's valid positions. Plain loops over (sample, channel)
-// planes; large poolings split the planes over the kernel's threads (ForPlanes).
+// planes; large poolings split the planes over the kernel's threads (ForPlanes). The compiler's
+// blocked layout (kernels/blocked_layout.h: attrs channel_block, blocked_inputs/outputs) runs
+// the same windows over nChw{B}c tensors, a block of channels per vector.
 #include <limits>
+#include <type_traits>
 
+#include "kernels/blocked_layout.h"
 #include "kernels/kernel_util.h"
 #include "kernels/parallel_chunks.h"
+#include "kernels/pool_avx512.h"
 #include "kernels/sbp_util.h"
 #include "kernels/window.h"
 
@@ -218,6 +223,168 @@ KernelFn PoolBackward(Window2d g, bool max, bool relu_mask, int threads) {
   };
 }
 
+// Blocked layout (kernels/blocked_layout.h): the planes are (sample, channel block) pairs of
+// H * W * kBlock values and the innermost loops run over a block's kBlock channels, one vector,
+// each lane computing what the plain loops compute for its channel (max: the first maximum in
+// row-major window order, the first NaN; average: the valid positions' sum over their count).
+// x (forward) and x, dx (backward) are blocked; out (forward) and dy (backward) may be either.
+template <typename T, int kBlock, bool kMax>
+void PoolForwardBlockedLoop(const Window2d& g, const T* x, T* y, bool y_blocked, int64_t first, int64_t end) {
+  const int64_t blocks = g.c / kBlock;
+  // Unpadded 2x2 stride-2 windows (LeNet's pools): the rows and columns of windows inside the
+  // plane as AVX-512 vectors (pool_avx512.h), the rest (odd edges) below.
+  int64_t fast_rows = 0, fast_cols = 0;
+  if constexpr (kBlock == 16 && std::is_same_v<T, float>)
+    if (g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.top == 0 && g.left == 0 && CpuHasAvx512())
+      fast_rows = std::min(g.oh, g.h / 2), fast_cols = std::min(g.ow, g.w / 2);
+  for (int64_t plane = first; plane < end; ++plane) {
+    const T* xp = x + plane * g.h * g.w * kBlock;
+    const int64_t n = plane / blocks, channel = plane % blocks * kBlock;
+    if constexpr (kBlock == 16 && std::is_same_v<T, float>)
+      if (fast_rows > 0 && fast_cols > 0)
+        Pool2x2Block16Forward(kMax, xp, g.w, fast_rows, fast_cols, g.ow, y_blocked ? y + plane * g.oh * g.ow * kBlock : nullptr,
+                              y_blocked ? nullptr : y + (n * g.c + channel) * g.oh * g.ow, g.oh * g.ow);
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const int64_t h0 = oh * g.sh - g.top;
+      const int64_t hb = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.h);
+      for (int64_t ow = oh < fast_rows ? fast_cols : 0; ow < g.ow; ++ow) {
+        const int64_t w0 = ow * g.sw - g.left;
+        const int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.w);
+        T acc[kBlock];
+        for (int l = 0; l < kBlock; ++l) acc[l] = kMax ? -std::numeric_limits<T>::infinity() : T(0);
+        for (int64_t ih = hb; ih < he; ++ih)
+          for (int64_t iw = wb; iw < we; ++iw) {
+            const T* __restrict v = xp + (ih * g.w + iw) * kBlock;
+            for (int l = 0; l < kBlock; ++l) acc[l] = kMax ? NanMax(v[l], acc[l]) : acc[l] + v[l];
+          }
+        if (!kMax) {
+          const T count = static_cast<T>(std::max<int64_t>((he - hb) * (we - wb), 1));
+          for (int l = 0; l < kBlock; ++l) acc[l] /= count;
+        }
+        if (y_blocked) {
+          T* __restrict out = y + ((plane * g.oh + oh) * g.ow + ow) * kBlock;
+          for (int l = 0; l < kBlock; ++l) out[l] = acc[l];
+        } else {
+          for (int l = 0; l < kBlock; ++l) y[((n * g.c + channel + l) * g.oh + oh) * g.ow + ow] = acc[l];
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int kBlock, bool kMax>
+void PoolBackwardBlockedLoop(const Window2d& g, const T* x, const T* dy, bool dy_blocked, T* dx, bool relu_mask,
+                             int64_t first, int64_t end) {
+  const int64_t blocks = g.c / kBlock, plane_in = g.h * g.w * kBlock;
+  // 2x2 stride-2 windows tiling the whole image (LeNet's pools) write every position of dx
+  // once: no zeroing, and each window's four vectors are written with selects.
+  const bool covers_all = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.top == 0 && g.left == 0 &&
+                          g.oh * 2 == g.h && g.ow * 2 == g.w;
+  if (!covers_all) std::fill(dx + first * plane_in, dx + end * plane_in, T(0));
+  bool vectors = false;  // the AVX-512 loop of pool_avx512.h
+  if constexpr (kBlock == 16 && std::is_same_v<T, float>) vectors = covers_all && CpuHasAvx512();
+  for (int64_t plane = first; plane < end; ++plane) {
+    const T* xp = x + plane * plane_in;
+    T* dxp = dx + plane * plane_in;
+    const int64_t n = plane / blocks, channel = plane % blocks * kBlock;
+    if constexpr (kBlock == 16 && std::is_same_v<T, float>)
+      if (vectors) {
+        Pool2x2Block16Backward(kMax, relu_mask, xp, g.oh, g.ow, dy_blocked ? dy + plane * g.oh * g.ow * kBlock : nullptr,
+                               dy_blocked ? nullptr : dy + (n * g.c + channel) * g.oh * g.ow, g.oh * g.ow, dxp);
+        continue;
+      }
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        T d[kBlock];
+        if (dy_blocked) {
+          const T* __restrict dyp = dy + ((plane * g.oh + oh) * g.ow + ow) * kBlock;
+          for (int l = 0; l < kBlock; ++l) d[l] = dyp[l];
+        } else {
+          for (int l = 0; l < kBlock; ++l) d[l] = dy[((n * g.c + channel + l) * g.oh + oh) * g.ow + ow];
+        }
+        if (covers_all) {
+          const int64_t at = (2 * oh * g.w + 2 * ow) * kBlock, down = g.w * kBlock;
+          const T* __restrict r0 = xp + at;
+          const T* __restrict r1 = r0 + down;
+          T* __restrict d0 = dxp + at;
+          T* __restrict d1 = d0 + down;
+          for (int l = 0; l < kBlock; ++l) {
+            if constexpr (kMax) {
+              const T a = r0[l], b = r0[kBlock + l], c = r1[l], e = r1[kBlock + l];
+              int best = 0;
+              T m = a;
+              if (NanBeats(b, m)) m = b, best = 1;
+              if (NanBeats(c, m)) m = c, best = 2;
+              if (NanBeats(e, m)) m = e, best = 3;
+              const T v = relu_mask && !(m > T(0)) ? T(0) : d[l];
+              d0[l] = best == 0 ? v : T(0);
+              d0[kBlock + l] = best == 1 ? v : T(0);
+              d1[l] = best == 2 ? v : T(0);
+              d1[kBlock + l] = best == 3 ? v : T(0);
+            } else {
+              const T share = d[l] * T(0.25);
+              d0[l] = share, d0[kBlock + l] = share, d1[l] = share, d1[kBlock + l] = share;
+            }
+          }
+          continue;
+        }
+        const int64_t h0 = oh * g.sh - g.top, w0 = ow * g.sw - g.left;
+        const int64_t hb = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.h);
+        const int64_t wb = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.w);
+        if (he <= hb || we <= wb) continue;
+        if constexpr (kMax) {
+          for (int l = 0; l < kBlock; ++l) {
+            int64_t best = hb * g.w + wb;
+            T m = xp[best * kBlock + l];
+            for (int64_t ih = hb; ih < he; ++ih)
+              for (int64_t iw = wb; iw < we; ++iw) {
+                const T v = xp[(ih * g.w + iw) * kBlock + l];
+                if (NanBeats(v, m)) m = v, best = ih * g.w + iw;
+              }
+            if (!relu_mask || m > T(0)) dxp[best * kBlock + l] += d[l];
+          }
+        } else {
+          const T count = static_cast<T>((he - hb) * (we - wb));
+          for (int l = 0; l < kBlock; ++l) d[l] /= count;
+          for (int64_t ih = hb; ih < he; ++ih)
+            for (int64_t iw = wb; iw < we; ++iw) {
+              T* __restrict out = dxp + (ih * g.w + iw) * kBlock;
+              for (int l = 0; l < kBlock; ++l) out[l] += d[l];
+            }
+        }
+      }
+  }
+}
+
+template <typename T, int kBlock>
+KernelFn PoolForwardBlocked(Window2d g, bool max, bool y_blocked, int threads) {
+  return [g, max, y_blocked, threads](KernelContext& c) {
+    const T* x = c.input(0).as<T>();
+    T* y = c.output(0).as<T>();
+    ForPlanes(g.n * g.c / kBlock, threads, c, [&](int64_t first, int64_t end) {
+      if (max) PoolForwardBlockedLoop<T, kBlock, true>(g, x, y, y_blocked, first, end);
+      else PoolForwardBlockedLoop<T, kBlock, false>(g, x, y, y_blocked, first, end);
+    });
+    return Status::Ok();
+  };
+}
+
+// max: inputs (x, y, dy), y unread (the maximum is found again in x, as the plain 2x2 path
+// does); avg: inputs (dy, x), x unread.
+template <typename T, int kBlock>
+KernelFn PoolBackwardBlocked(Window2d g, bool max, bool relu_mask, bool dy_blocked, int threads) {
+  return [g, max, relu_mask, dy_blocked, threads](KernelContext& c) {
+    const T* x = max ? c.input(0).as<T>() : nullptr;
+    const T* dy = c.input(max ? 2 : 0).as<T>();
+    T* dx = c.output(0).as<T>();
+    ForPlanes(g.n * g.c / kBlock, threads, c, [&](int64_t first, int64_t end) {
+      if (max) PoolBackwardBlockedLoop<T, kBlock, true>(g, x, dy, dy_blocked, dx, relu_mask, first, end);
+      else PoolBackwardBlockedLoop<T, kBlock, false>(g, x, dy, dy_blocked, dx, false, first, end);
+    });
+    return Status::Ok();
+  };
+}
+
 // Windows run within one (sample, channel) plane: S(0) and S(1) on every tensor. Average
 // pooling and both backward ops are linear in their data input (x, dy: `linear_input`, -1 for
 // max pooling), the others whole.
@@ -247,6 +414,13 @@ void RegisterPool(OpRegistry& registry, const std::string& type, bool max) {
   def.kernel_factories[kCpuDevice] = [type, max](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(Window2d g, ReadPool(init.inputs[0], init.attrs, type));
     const int threads = PoolThreads(init, g);
+    AF_ASSIGN_OR_RETURN(BlockedLayout layout, ReadBlockedLayout(type, init.attrs, init.inputs, init.outputs, {0}, {0}));
+    if (layout.output(0) && !layout.input(0))
+      return InvalidArgument(type + ": a blocked output needs a blocked input x (blocked_inputs)");
+    if (layout.input(0)) {
+      if (layout.block == 8) return PoolForwardBlocked<float, 8>(g, max, layout.output(0), threads);
+      return PoolForwardBlocked<float, 16>(g, max, layout.output(0), threads);
+    }
     return DispatchFloat(init.inputs[0].dtype, [&]<typename T>() -> StatusOr<KernelFn> { return PoolForward<T>(g, max, threads); });
   };
   def.grad = [type, max](GradBuilder& g) -> Status {
@@ -273,6 +447,20 @@ void RegisterPool(OpRegistry& registry, const std::string& type, bool max) {
     const bool relu_mask = init.attrs.GetBoolOr("relu_mask", false);
     if (relu_mask && !max) return InvalidArgument(type + "_grad: relu_mask applies to max pooling only");
     const int threads = PoolThreads(init, g);
+    // max (x, y, dy) -> dx: x and dx share a layout, and y (unread by the blocked loop) may be
+    // listed only with them; avg (dy, x) -> dx: x is unread. dy may be either beside a blocked dx.
+    const int dy_slot = max ? 2 : 0;
+    AF_ASSIGN_OR_RETURN(BlockedLayout layout, ReadBlockedLayout(type + "_grad", init.attrs, init.inputs, init.outputs,
+                                                                max ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1}, {0}));
+    if (max && layout.input(0) != layout.output(0))
+      return InvalidArgument(type + "_grad: x and dx must be both blocked or both plain (blocked_inputs, blocked_outputs)");
+    if ((max && layout.input(1) && !layout.input(0)) || (layout.input(dy_slot) && !layout.output(0)))
+      return InvalidArgument(type + "_grad: a blocked " + (layout.input(dy_slot) ? "dy" : "y") +
+                             " needs a blocked dx (blocked_outputs)");
+    if (layout.output(0)) {
+      if (layout.block == 8) return PoolBackwardBlocked<float, 8>(g, max, relu_mask, layout.input(dy_slot), threads);
+      return PoolBackwardBlocked<float, 16>(g, max, relu_mask, layout.input(dy_slot), threads);
+    }
     return DispatchFloat(init.inputs[0].dtype,
                          [&]<typename T>() -> StatusOr<KernelFn> { return PoolBackward<T>(g, max, relu_mask, threads); });
   };

@@ -18,7 +18,7 @@ from ._trace_ctx import BlobDef
 # The compiler's fusions a job or graph can turn off (graph/passes.h FusionNames).
 FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation", "channels_last", "gemm_chunks",
                 "pool_relu_grad", "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad", "gemv",
-                "narrow_gemm", "softmax_cross_entropy_grad")
+                "narrow_gemm", "softmax_cross_entropy_grad", "blocked_layout")
 
 
 # Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
@@ -120,8 +120,9 @@ class FunctionConfig:
         "gemv": CPU matmuls with a few rows (batch-1 inference) as the kernels' AVX-512 GEMV loop
         instead of oneDNN; "narrow_gemm": CPU GEMMs with one dimension of at most 16 (a dense layer
         with few units and its gradients) as the kernels' AVX-512 loops instead of oneDNN;
-        "softmax_cross_entropy_grad": sparse softmax cross-entropy and its gradient as one op), to
-        bisect a numerical difference.
+        "softmax_cross_entropy_grad": sparse softmax cross-entropy and its gradient as one op;
+        "blocked_layout": tensors between convolutions, pools and relus kept in oneDNN's blocked
+        channel layout instead of reordered at each convolution), to bisect a numerical difference.
         ACTORFLOW_DISABLE_FUSION=dense,gradient_update does the same for every job."""
         for name in names:
             if name not in FUSION_NAMES:

@@ -1,0 +1,175 @@
+"""The blocked_layout pass: tensors between convolutions, pools and relus stay in oneDNN's blocked
+channel layout (nChw16c with AVX-512, nChw8c with AVX2) instead of being reordered at each
+convolution. A LeNet-like network (16 and 32 channels) trains one SGD step with and without
+the pass (disable_fusion("blocked_layout")), on one thread and two (batch chunks, plane blocks),
+with the relus fused into the convolutions and pooling gradients and as their own ops, and both
+match PyTorch's float64 gradients from the same initial variables; inference matches too;
+returned or watched tensors and channel counts that are no multiple of the block stay plain."""
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import actorflow as flow
+import actorflow.typing as tp
+
+BATCH, LR = 6, 0.1
+
+
+def _native_block():
+    flags = open("/proc/cpuinfo").read()
+    return 16 if re.search(r"\bavx512f\b", flags) else 8 if re.search(r"\bavx2\b", flags) else 0
+
+
+BLOCK = _native_block()
+needs_block = pytest.mark.skipif(BLOCK == 0, reason="no AVX2: oneDNN uses no blocked layout here")
+
+
+def _net(images, channels=(16, 32), watch=None, relu_ops=False):
+    """relu_ops: each relu its own op after the conv layer (else the layer's bias_add carries it)."""
+    init = flow.random_normal_initializer(stddev=0.2, seed=3)
+
+    def conv(x, filters, size, name):
+        y = flow.layers.conv2d(x, filters, size, padding="SAME", activation=None if relu_ops else flow.nn.relu,
+                               kernel_initializer=init, bias_initializer=init, name=name)
+        return flow.nn.relu(y) if relu_ops else y
+
+    x = conv(images, channels[0], 5, "c1")
+    if watch is not None:
+        flow.watch(x, watch)
+    x = flow.nn.max_pool2d(x, ksize=2, strides=2, padding="SAME")
+    x = conv(x, channels[1], 3, "c2")
+    x = flow.nn.max_pool2d(x, ksize=2, strides=2, padding="SAME")
+    return flow.layers.dense(flow.reshape(x, [BATCH, -1]), 3, kernel_initializer=init, name="d")
+
+
+def _data():
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 3, BATCH).astype(np.int32)
+    images = (rng.normal(size=(BATCH, 1, 12, 12)) + labels[:, None, None, None]).astype(np.float32)
+    return images, labels
+
+
+def _step(disabled, threads, channels=(16, 32), relu_ops=False):
+    """Logits, initial variables, variables after one SGD step, and the train plan."""
+    flow.clear_default_session()
+    config = flow.function_config()
+    config.num_threads(threads)
+    if disabled:
+        config.disable_fusion(*disabled)
+
+    @flow.global_function(function_config=config)
+    def predict(images: tp.Numpy.Placeholder((BATCH, 1, 12, 12))) -> tp.Numpy:
+        return _net(images, channels, relu_ops=relu_ops)
+
+    @flow.global_function(type="train", function_config=config)
+    def train(images: tp.Numpy.Placeholder((BATCH, 1, 12, 12)), labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
+              ) -> tp.Numpy:
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, _net(images, channels, relu_ops=relu_ops)))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LR]), momentum=0).minimize(loss)
+        return loss
+
+    images, labels = _data()
+    logits = predict(images)  # also creates the variables
+    before = {k: v.copy() for k, v in flow.get_all_variables().items() if not k.startswith("System")}
+    train(images, labels)
+    after = {k: flow.get_all_variables()[k].copy() for k in before}
+    return logits, before, after, train._compiled.plan_text(), predict._compiled.plan_text()
+
+
+def _torch_gradients(images, labels, variables):
+    v = {k: torch.from_numpy(a.astype(np.float64)).requires_grad_(True) for k, a in variables.items()}
+    x = torch.from_numpy(images.astype(np.float64))
+    x = torch.relu(torch.nn.functional.conv2d(x, v["c1-weight"], v["c1-bias"], padding=2))
+    x = torch.nn.functional.max_pool2d(x, 2, 2)
+    x = torch.relu(torch.nn.functional.conv2d(x, v["c2-weight"], v["c2-bias"], padding=1))
+    x = torch.nn.functional.max_pool2d(x, 2, 2)
+    logits = x.reshape(BATCH, -1) @ v["d-weight"].T + v["d-bias"]
+    torch.nn.functional.cross_entropy(logits, torch.from_numpy(labels.astype(np.int64))).backward()
+    return {k: t.grad.numpy() for k, t in v.items()}
+
+
+def _blocked_ops(plan):
+    """How many plan tasks read or write a blocked tensor (each carries channel_block)."""
+    return plan.count('key: "channel_block"')
+
+
+@needs_block
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("relu_fusions", [True, False])
+def test_blocked_step_matches_plain_and_pytorch(threads, relu_fusions):
+    # relu_fusions False: relu and relu_grad run as their own (layout-free) ops inside the region.
+    others = [] if relu_fusions else ["conv_activation", "pool_relu_grad"]
+    relu_ops = not relu_fusions
+    logits, before, blocked, plan, predict_plan = _step(others, threads, relu_ops=relu_ops)
+    plain_logits, plain_before, plain, plain_plan, plain_predict_plan = _step(others + ["blocked_layout"], threads,
+                                                                              relu_ops=relu_ops)
+    # conv1 (out), pool1 (x, out), conv2 (x, out), pool2 (x; its out is reshaped: plain), and
+    # backward pool2_grad (x, dx; dy comes from a matmul: plain), conv2's data and filter
+    # gradients, pool1_grad, conv1's filter gradient (dy; its x is the plain images)
+    assert _blocked_ops(plan) == 9, plan
+    assert 'key: "blocked_inputs"' in plan and 'key: "blocked_outputs"' in plan
+    assert _blocked_ops(predict_plan) == 4
+    assert _blocked_ops(plain_plan) == 0 and _blocked_ops(plain_predict_plan) == 0
+    if not relu_fusions:
+        assert plan.count('op_type: "relu"') == 2 and plan.count('op_type: "relu_grad"') >= 2
+    np.testing.assert_allclose(logits, plain_logits, rtol=1e-5, atol=1e-6)
+    for name in before:
+        np.testing.assert_array_equal(before[name], plain_before[name])
+    images, labels = _data()
+    expected = _torch_gradients(images, labels, before)
+    for name, gradient in expected.items():
+        assert np.abs(gradient).max() > 1e-4, name  # every gradient is exercised
+        want = before[name] - LR * gradient
+        np.testing.assert_allclose(blocked[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(plain[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(blocked[name], plain[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@needs_block
+def test_channel_counts_off_the_block_stay_plain():
+    logits, before, after, plan, predict_plan = _step([], 1, channels=(6, 12))
+    assert _blocked_ops(plan) == 0 and _blocked_ops(predict_plan) == 0
+    assert np.isfinite(logits).all()
+
+
+@needs_block
+def test_returned_and_watched_tensors_stay_plain():
+    """A conv output the job returns, or one it watches, is read by the caller as NCHW: it stays
+    plain while the rest of the chain is blocked, and its values equal the unblocked job's."""
+    images, _ = _data()
+    seen = {}
+
+    def run(disabled):
+        flow.clear_default_session()
+        config = flow.function_config()
+        if disabled:
+            config.disable_fusion(*disabled)
+
+        @flow.global_function(function_config=config)
+        def predict(images: tp.Numpy.Placeholder((BATCH, 1, 12, 12))) -> tp.Numpy:
+            return _net(images, watch=lambda v: seen.__setitem__(tuple(disabled), np.array(v, copy=True)))
+
+        @flow.global_function(function_config=config)
+        def features(images: tp.Numpy.Placeholder((BATCH, 1, 12, 12))) -> tp.Tuple[tp.Numpy, tp.Numpy]:
+            init = flow.random_normal_initializer(stddev=0.2, seed=3)
+            c = flow.layers.conv2d(images, 16, 3, padding="SAME", kernel_initializer=init, name="f1")
+            p = flow.nn.max_pool2d(c, ksize=2, strides=2, padding="SAME")
+            q = flow.layers.conv2d(p, 16, 3, padding="SAME", kernel_initializer=init, name="f2")
+            return c, flow.nn.avg_pool2d(q, ksize=2, strides=2, padding="SAME")
+
+        return predict(images), features(images), predict._compiled.plan_text(), features._compiled.plan_text()
+
+    logits, (conv, pooled), predict_plan, features_plan = run([])
+    plain_logits, (plain_conv, plain_pooled), _, _ = run(["blocked_layout"])
+    # predict: the watched conv1 output stays plain, so does pool1's (a pool writes blocked only
+    # from a blocked input): conv2 (out) and pool2 (x) remain
+    assert _blocked_ops(predict_plan) == 2
+    # features: the returned conv output and its pool stay plain; f2 (out) and the returned avg
+    # pool (x) remain
+    assert _blocked_ops(features_plan) == 2
+    np.testing.assert_allclose(logits, plain_logits, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(seen[()], seen[("blocked_layout",)], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(conv, plain_conv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(pooled, plain_pooled, rtol=1e-5, atol=1e-6)
