@@ -1,20 +1,27 @@
 // Cross-machine transfer over loopback, two processes (this binary starts its rank 1 itself):
-//  - send/recv round trip: a plan whose source on machine 0 is sent to machine 1, whose recv is
-//    sent back to machine 0's sink (two send/recv pairs, the data plane of comm/data_plane.h on
-//    the control plane's connection, runtimes on both sides): one call = one round trip;
+//  - register round trip (the goal's measure): machine 0's register is sent to machine 1, whose
+//    RECV register is sent straight back into machine 0's RECV register (two send/recv pairs of
+//    comm/data_plane.h, runtimes on both sides, no feed, fetch or copy: RegisterRoundTripPlan);
+//  - call round trip: the same through runtime calls, what a job pays: rank 0 feeds the bytes
+//    and fetches them, a task on machine 1 copies its RECV register into the one it sends back;
 //  - raw TCP round trip: the same bytes echoed over one loopback TCP connection (TCP_NODELAY,
-//    blocking read/write of the whole buffer): the transport's limit on this machine.
+//    the data plane's only socket option; blocking write/read of the whole buffer);
 //  - Gloo point-to-point round trip (when built with Gloo): the same bytes sent and echoed with
 //    Gloo's unbound buffers (bench/gloo_baseline.h), the engine the design first proposed.
-// Prints one line per size: the median over rounds (they alternate) of each round's median
-// round trip, and the bandwidth 2 * bytes / time, for each.
+// The measures interleave within each round (every other round in the opposite order); the
+// ratios are taken per round (the same minute) and printed as median [min-max] over the rounds,
+// the times as medians of the per-round medians; bandwidth = 2 * bytes / round trip.
 //
 //   cluster_bench [--sizes 4096,1048576,16777216] [--seconds 1] [--rounds 3] [--authenticate 1]
+//     (--seconds: how long each raw TCP measure runs at least)
 //   cluster_bench --all-reduce 2|3 [--sizes 1048576,16777216,67108864] [--rounds 3] [--authenticate 1]
+//     [--funnel 1]
 //     (--authenticate 1: the data plane tags and checks every frame, comm/data_plane_frames.h,
 //     as with --tls; compare with a run without it for the cost)
-//     (the ring all-reduce next to the funnel through machine 0 and Gloo's ring and
-//     halving-doubling all-reduce; see RunAllReduceBench)
+//     (the ring all-reduce on registers next to Gloo's ring and halving-doubling run(), and
+//     through runtime calls next to Gloo with a copy in and out; --funnel 1: also the funnel
+//     through machine 0; see RunAllReduceBench)
+//   Use an odd --rounds (5 or more) for a median that is one round's value.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,6 +32,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <cstdio>
@@ -66,6 +74,7 @@ struct BenchRank {
 };
 
 bool authenticate_frames = false;  // --authenticate 1
+bool with_funnel = false;          // --funnel 1 (all-reduce): also the funnel through machine 0
 
 BenchRank JoinCluster(int rank, int world, int port, const std::string& job_id) {
   actorflow::ClusterOptions options;
@@ -149,6 +158,92 @@ void AddInput(actorflow::plan::Task* task, int64_t producer, bool control) {
   in->set_control(control);
 }
 
+// Recomputes every register's consumer list from the tasks' inputs (what the compiler's passes
+// leave in a plan; the hand-made plans below need it too).
+void FillConsumers(actorflow::plan::Plan& plan) {
+  for (auto& task : *plan.mutable_tasks())
+    for (auto& reg : *task.mutable_registers()) reg.clear_consumer_task_ids();
+  for (const auto& task : plan.tasks())
+    for (const auto& in : task.inputs()) {
+      auto* reg = plan.mutable_tasks(static_cast<int>(in.producer_task_id()))->mutable_registers(in.producer_register());
+      if (std::find(reg->consumer_task_ids().begin(), reg->consumer_task_ids().end(), task.id()) ==
+          reg->consumer_task_ids().end())
+        reg->add_consumer_task_ids(task.id());
+    }
+}
+
+// A data-plane task of a hand-made plan (what graph::InsertCrossMachineTransfers makes).
+actorflow::plan::Task* AddTransfer(actorflow::plan::Plan& plan, const char* op, int machine, int peer, int channel,
+                                   int64_t bytes) {
+  auto* task = AddTask(plan, std::string(op) + std::to_string(channel), actorflow::plan::COMPUTE, machine);
+  task->set_op_type(op);
+  task->set_asynchronous(true);
+  (*task->mutable_attrs())["channel"].set_i(channel);
+  (*task->mutable_attrs())["peer"].set_i(peer);
+  (*task->mutable_attrs())["bytes"].set_i(bytes);
+  return task;
+}
+
+// The register transfer alone, register to register and back, as raw TCP moves a user buffer
+// to a user buffer and back: machine 0's "origin" task (no inputs: ticked each iteration,
+// writes nothing but an iteration stamp into the register's first and last 8 bytes) is sent to
+// machine 1, whose RECV register is sent straight back (no task between them) into machine 0's
+// RECV register, which a "check" task reads (the stamps each iteration, every byte on the last).
+// No feed, no fetch, no relay copy: what a consumer task reading a received register pays
+// nothing more for. Returns machine `rank`'s plan.
+actorflow::plan::Plan RegisterRoundTripPlan(int64_t bytes, int rank) {
+  actorflow::plan::Plan plan;
+  plan.set_job_name("register_round_trip_" + std::to_string(bytes));
+  auto* origin = AddTask(plan, "origin", actorflow::plan::COMPUTE, 0);
+  origin->set_op_type("origin");
+  AddRegister(origin, "out", bytes);
+  auto* send_out = AddTransfer(plan, "send", 0, 1, 0, bytes);
+  AddInput(send_out, origin->id(), false);
+  AddRegister(send_out, "done", -1);
+  auto* receive_there = AddTransfer(plan, "recv", 1, 0, 0, bytes);
+  AddRegister(receive_there, "out", bytes);
+  auto* send_back = AddTransfer(plan, "send", 1, 0, 1, bytes);
+  AddInput(send_back, receive_there->id(), false);
+  AddRegister(send_back, "done", -1);
+  auto* receive_back = AddTransfer(plan, "recv", 0, 1, 1, bytes);
+  AddRegister(receive_back, "out", bytes);
+  auto* check = AddTask(plan, "check", actorflow::plan::COMPUTE, 0);
+  check->set_op_type("check");
+  AddInput(check, receive_back->id(), false);
+  AddRegister(check, "done", -1);
+  auto* sink0 = AddTask(plan, "output", actorflow::plan::SINK, 0);
+  AddInput(sink0, check->id(), true);
+  AddInput(sink0, send_out->id(), true);
+  auto* sink1 = AddTask(plan, "output@machine1", actorflow::plan::SINK, 1);
+  AddInput(sink1, send_back->id(), true);
+  FillConsumers(plan);
+  auto local = actorflow::graph::ExtractMachinePlan(plan, rank);
+  if (!local.ok()) Die(local.status().ToString());
+  return local->plan;
+}
+
+// The stamp the origin writes into both ends of its register at `iteration`, and checks.
+void Stamp(char* data, int64_t bytes, int64_t iteration) {
+  std::memcpy(data, &iteration, sizeof iteration);
+  std::memcpy(data + bytes - static_cast<int64_t>(sizeof iteration), &iteration, sizeof iteration);
+}
+bool Stamped(const char* data, int64_t bytes, int64_t iteration) {
+  int64_t head = -1, tail = -1;
+  std::memcpy(&head, data, sizeof head);
+  std::memcpy(&tail, data + bytes - static_cast<int64_t>(sizeof tail), sizeof tail);
+  return head == iteration && tail == iteration;
+}
+
+// Median and range of per-round values.
+struct Spread {
+  double median = 0, low = 0, high = 0;
+};
+Spread SpreadOf(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  if (values.empty()) return {};
+  return {values[values.size() / 2], values.front(), values.back()};
+}
+
 // Round trips per measurement of the two-process bench, the same on both ranks.
 int RoundTripsFor(int64_t bytes) { return bytes <= 65536 ? 400 : bytes <= (4 << 20) ? 60 : 12; }
 
@@ -156,15 +251,26 @@ int RoundTripsFor(int64_t bytes) { return bytes <= 65536 ? 400 : bytes <= (4 << 
 int CallsFor(int64_t bytes) { return bytes <= (1 << 20) ? 40 : bytes <= (16 << 20) ? 12 : 6; }
 
 // ---- All-reduce over `world` processes (cluster_bench --all-reduce N): per size, the ring
-// (one ALL_REDUCE task per machine, comm/data_plane.h) next to the funnel the compiler made
-// before (every machine sends its partial sum to machine 0, which adds them and sends the total
-// back to every machine: send/recv pairs from graph::InsertCrossMachineTransfers), rounds
-// alternating. Prints the median call time, the algorithm bandwidth (bytes / time) and rank 0's
-// traffic per call (payload bytes sent plus received, counted by the data plane, in units of
-// the buffer: the ring 4 (N - 1) / N, the funnel 2 (N - 1)).
-actorflow::plan::Plan AllReducePlan(int world, int64_t bytes, bool ring) {
+// (one ALL_REDUCE task per machine, comm/data_plane.h) on registers and through calls, Gloo's
+// algorithms called directly (run() alone and with a copy in and out), and with --funnel 1 the
+// funnel the compiler made before (every machine sends its partial sum to machine 0, which adds
+// them and sends the total back to every machine: send/recv pairs from
+// graph::InsertCrossMachineTransfers), interleaved per round. Prints the median call time, the
+// algorithm bandwidth (bytes / time), rank 0's traffic per call (payload bytes sent plus
+// received, counted by the data plane, in units of the buffer: the ring 4 (N - 1) / N, the
+// funnel 2 (N - 1)) and the per-round ratios like with like: the ring on registers vs the
+// best Gloo run(), the ring through calls vs the best Gloo with the same two copies.
+// How an all-reduce measure runs: through runtime calls (each rank feeds its values and fetches
+// the sum: the runtime's copies in and out) by the ring or by the funnel, or the ring on
+// registers alone: an "origin" task per machine (no inputs, ticked each call) holds the values,
+// a "check" task reads the sum (stamps at both ends each call, every element on the last), no
+// feed and no fetch, as Gloo's run() sums a buffer in place.
+enum class AllReduceMode { kRingCall, kFunnelCall, kRingRegisters };
+
+actorflow::plan::Plan AllReducePlan(int world, int64_t bytes, AllReduceMode mode) {
+  const bool ring = mode != AllReduceMode::kFunnelCall, registers = mode == AllReduceMode::kRingRegisters;
   actorflow::plan::Plan plan;
-  plan.set_job_name(std::string(ring ? "ring_" : "funnel_") + std::to_string(bytes));
+  plan.set_job_name(std::string(registers ? "ring_registers_" : ring ? "ring_" : "funnel_") + std::to_string(bytes));
   auto add_float_register = [](actorflow::plan::Task* task) {
     auto* reg = task->add_registers();
     reg->set_name("out");
@@ -181,8 +287,10 @@ actorflow::plan::Plan AllReducePlan(int world, int64_t bytes, bool ring) {
   };
   std::vector<int64_t> sources;
   for (int m = 0; m < world; ++m) {
-    auto* source = AddTask(plan, "partial@" + std::to_string(m), actorflow::plan::SOURCE, m);
-    source->set_feed_index(0);
+    auto* source = AddTask(plan, "partial@" + std::to_string(m),
+                           registers ? actorflow::plan::COMPUTE : actorflow::plan::SOURCE, m);
+    if (registers) source->set_op_type("origin");
+    else source->set_feed_index(0);
     add_float_register(source);
     set_bytes(source, bytes);
     sources.push_back(source->id());
@@ -209,9 +317,18 @@ actorflow::plan::Plan AllReducePlan(int world, int64_t bytes, bool ring) {
     totals.assign(world, sum->id());
   }
   for (int m = 0; m < world; ++m) {
+    int64_t read = totals[m];
+    if (registers) {
+      auto* check = AddTask(plan, "check@" + std::to_string(m), actorflow::plan::COMPUTE, m);
+      check->set_op_type("check");
+      AddInput(check, totals[m], false);
+      AddRegister(check, "done", -1);
+      read = check->id();
+    }
     auto* sink = AddTask(plan, m == 0 ? "output" : "output@machine" + std::to_string(m), actorflow::plan::SINK, m);
-    AddInput(sink, totals[m], false);
+    AddInput(sink, read, registers);
   }
+  if (registers) FillConsumers(plan);
   return plan;
 }
 
@@ -227,7 +344,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
       std::vector<std::string> arguments = {self, "--all-reduce", std::to_string(world), "--rank", std::to_string(r),
                                             "--port", std::to_string(port), "--sizes", size_text, "--rounds",
                                             std::to_string(rounds), "--gloo-store", gloo_store, "--authenticate",
-                                            authenticate_frames ? "1" : "0"};
+                                            authenticate_frames ? "1" : "0", "--funnel", with_funnel ? "1" : "0"};
       std::vector<char*> child_argv;
       for (auto& a : arguments) child_argv.push_back(a.data());
       child_argv.push_back(nullptr);
@@ -243,15 +360,43 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
   const bool with_gloo = gloo_store != "-";
   auto gloo = with_gloo ? actorflow_bench::GlooBaseline::Connect(rank, world, gloo_store) : nullptr;
   double traffic = 0;  // of the last measure
-  auto measure = [&](int64_t bytes, bool ring) {
-    const actorflow::plan::Plan plan = AllReducePlan(world, bytes, ring);
+  const float expected = static_cast<float>(world * (world + 1) / 2);
+  auto measure = [&](int64_t bytes, AllReduceMode mode) {
+    const bool ring = mode != AllReduceMode::kFunnelCall, registers = mode == AllReduceMode::kRingRegisters;
+    const int calls = CallsFor(bytes);
+    const int64_t count = bytes / 4;
+    const actorflow::plan::Plan plan = AllReducePlan(world, bytes, mode);
     auto global = actorflow::graph::InsertCrossMachineTransfers(plan, 2);
     if (!global.ok()) Die(global.status().ToString());
     auto local = actorflow::graph::ExtractMachinePlan(*global, rank);
     if (!local.ok()) Die(local.status().ToString());
+    std::vector<const void*> filled;  // origin registers already filled
     actorflow::RuntimeHooks hooks;
     hooks.make_kernel = [&](const actorflow::plan::Task& task) -> actorflow::StatusOr<actorflow::KernelFn> {
       if (actorflow::DataPlane::Handles(task.op_type())) return plane.MakeKernel(plan.job_name(), task);
+      // The origin's values: rank + 1 everywhere, and at both ends (rank + 1) * (iteration + 1),
+      // so that each call's sum is told apart from an earlier one's (exact in float32).
+      if (task.op_type() == "origin")
+        return actorflow::KernelFn([this_rank = rank, count, &filled](actorflow::KernelContext& ctx) {
+          float* values = static_cast<float*>(ctx.output(0).data);
+          if (std::find(filled.begin(), filled.end(), values) == filled.end()) {  // each register once
+            std::fill(values, values + count, static_cast<float>(this_rank + 1));
+            filled.push_back(values);
+          }
+          values[0] = values[count - 1] = static_cast<float>((this_rank + 1) * (ctx.iteration + 1));
+          return Status::Ok();
+        });
+      if (task.op_type() == "check")
+        return actorflow::KernelFn([expected, count, calls](actorflow::KernelContext& ctx) {
+          const float* sum = static_cast<const float*>(ctx.input(0).data);
+          const float ends = expected * static_cast<float>(ctx.iteration + 1);
+          if (sum[0] != ends || sum[count - 1] != ends)
+            return actorflow::Internal("all-reduce " + std::to_string(ctx.iteration) + ": not this call's sum");
+          if (ctx.iteration == calls - 1)
+            for (int64_t k = 1; k < count - 1; ++k)
+              if (sum[k] != expected) return actorflow::Internal("all-reduce: wrong sum at " + std::to_string(k));
+          return Status::Ok();
+        });
       return actorflow::KernelFn([](actorflow::KernelContext& ctx) {  // the funnel's sum on machine 0
         const int64_t n = static_cast<int64_t>(ctx.output(0).byte_size());
         std::memcpy(ctx.output(0).data, ctx.input(0).data, static_cast<size_t>(n));
@@ -262,17 +407,23 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     };
     auto runtime = actorflow::Runtime::Create(local->plan, hooks, {}, environment);
     if (!runtime.ok()) Die(runtime.status().ToString());
-    std::vector<float> in(static_cast<size_t>(bytes / 4), static_cast<float>(rank + 1)), out(in.size(), 0.f);
-    actorflow::TensorDesc desc{{bytes / 4}, actorflow::DType::kFloat32};
+    std::vector<float> in(registers ? 0 : static_cast<size_t>(count), static_cast<float>(rank + 1)),
+        out(in.size(), 0.f);
+    actorflow::TensorDesc desc{{count}, actorflow::DType::kFloat32};
+    std::vector<actorflow::TensorView> feeds, fetches;
+    if (!registers) {
+      feeds.push_back({in.data(), desc});
+      fetches.push_back({out.data(), desc});
+    }
     std::vector<double> times;
-    const int calls = CallsFor(bytes);
     const auto traffic_before = plane.PayloadBytes();
     for (int i = 0; i < calls; ++i) {
       auto start = Clock::now();
-      Check((*runtime)->Run({{in.data(), desc}}, {{out.data(), desc}}), ring ? "ring all-reduce" : "funnel");
-      if (i >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      Check((*runtime)->Run(feeds, fetches), ring ? "ring all-reduce" : "funnel");
+      // Registers: the last call checks every element, not timed.
+      if (i >= 2 && !(registers && i == calls - 1))
+        times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
-    const float expected = static_cast<float>(world * (world + 1) / 2);
     for (float v : out)
       if (v != expected) Die(std::string(ring ? "ring" : "funnel") + ": wrong sum");
     Check((*runtime)->Shutdown(), "shutdown");
@@ -289,50 +440,73 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
         out(in.size());
     const double time = gloo->MedianAllReduce(in.data(), data.data(), out.data(), bytes / 4, CallsFor(bytes),
                                               halving_doubling, time_copies);
-    const float expected = static_cast<float>(world * (world + 1) / 2);
     for (float v : data)
       if (v != expected) Die(std::string("gloo ") + (halving_doubling ? "halving-doubling" : "ring") + ": wrong sum");
     return time;
   };
-  std::vector<std::vector<double>> ring_times(sizes.size()), funnel_times(sizes.size()), gloo_ring(sizes.size()),
-      gloo_halving_doubling(sizes.size()), gloo_halving_doubling_copies(sizes.size());
+  std::vector<std::vector<double>> ring_times(sizes.size()), funnel_times(sizes.size()), register_times(sizes.size()),
+      gloo_ring(sizes.size()), gloo_halving_doubling(sizes.size()), gloo_ring_copies(sizes.size()),
+      gloo_halving_doubling_copies(sizes.size());
   std::vector<double> ring_traffic(sizes.size()), funnel_traffic(sizes.size());
+  const int kinds = 6;
   for (int round = 0; round < rounds; ++round)
-    for (size_t s = 0; s < sizes.size(); ++s) {
-      ring_times[s].push_back(measure(sizes[s], true));
-      ring_traffic[s] = traffic;
-      funnel_times[s].push_back(measure(sizes[s], false));
-      funnel_traffic[s] = traffic;
-      if (with_gloo) {
-        gloo_ring[s].push_back(measure_gloo(sizes[s], false, false));
-        gloo_halving_doubling[s].push_back(measure_gloo(sizes[s], true, false));
-        gloo_halving_doubling_copies[s].push_back(measure_gloo(sizes[s], true, true));
-      }
-    }
+    for (size_t s = 0; s < sizes.size(); ++s)
+      // Every other round in the opposite order, so that no measure always follows another.
+      for (int step = 0; step < kinds; ++step) switch (const int k = round % 2 == 0 ? step : kinds - 1 - step; k) {
+          case 0:
+            register_times[s].push_back(measure(sizes[s], AllReduceMode::kRingRegisters));
+            break;
+          case 1:
+            ring_times[s].push_back(measure(sizes[s], AllReduceMode::kRingCall));
+            ring_traffic[s] = traffic;
+            if (with_funnel) {
+              funnel_times[s].push_back(measure(sizes[s], AllReduceMode::kFunnelCall));
+              funnel_traffic[s] = traffic;
+            }
+            break;
+          default:
+            if (!with_gloo) break;
+            const bool halving_doubling = k % 2 == 1, copies = k >= 4;
+            auto& times = halving_doubling ? (copies ? gloo_halving_doubling_copies : gloo_halving_doubling)
+                                           : (copies ? gloo_ring_copies : gloo_ring);
+            times[s].push_back(measure_gloo(sizes[s], halving_doubling, copies));
+        }
   if (rank == 0) {
     auto median_of = [](std::vector<double> values) {
       std::sort(values.begin(), values.end());
       return values[values.size() / 2];
     };
+    // Per round, best Gloo / ours (both in the same minute); median [range] over the rounds.
+    auto versus = [&](const std::vector<double>& ours, const std::vector<double>& a, const std::vector<double>& b) {
+      std::vector<double> ratios;
+      for (int round = 0; round < rounds; ++round) ratios.push_back(std::min(a[round], b[round]) / ours[round]);
+      return SpreadOf(ratios);
+    };
     std::printf("all-reduce over %d processes (float32; medians of %d rounds; frame authentication %s)\n", world, rounds,
                 authenticate_frames ? "on" : "off");
     for (size_t s = 0; s < sizes.size(); ++s) {
-      const double ring = median_of(ring_times[s]), funnel = median_of(funnel_times[s]);
+      const double ring = median_of(ring_times[s]), on_registers = median_of(register_times[s]);
       const double bytes = static_cast<double>(sizes[s]);
-      std::printf("%10lld bytes  ring %9.2f ms %6.2f GB/s (rank 0 moves %.2fx the bytes)   funnel %9.2f ms %6.2f GB/s "
-                  "(rank 0 moves %.2fx)   time funnel/ring %.2f\n",
-                  static_cast<long long>(sizes[s]), ring * 1e3, bytes / ring / 1e9, ring_traffic[s], funnel * 1e3,
-                  bytes / funnel / 1e9, funnel_traffic[s], funnel / ring);
+      std::printf("%10lld bytes  ring on registers %9.2f ms %6.2f GB/s   ring through calls (feed + fetch) %9.2f ms "
+                  "%6.2f GB/s (rank 0 moves %.2fx the bytes)\n",
+                  static_cast<long long>(sizes[s]), on_registers * 1e3, bytes / on_registers / 1e9, ring * 1e3,
+                  bytes / ring / 1e9, ring_traffic[s]);
+      if (with_funnel) {
+        const double funnel = median_of(funnel_times[s]);
+        std::printf("%10s        funnel through calls %9.2f ms %6.2f GB/s (rank 0 moves %.2fx)   time funnel/ring %.2f\n",
+                    "", funnel * 1e3, bytes / funnel / 1e9, funnel_traffic[s], funnel / ring);
+      }
       if (with_gloo) {
         const double gring = median_of(gloo_ring[s]), ghd = median_of(gloo_halving_doubling[s]);
-        const double ghd_copies = median_of(gloo_halving_doubling_copies[s]);
-        const double best = std::min(gring, ghd);
-        std::printf("%10s        gloo ring %9.2f ms %6.2f GB/s   gloo halving-doubling %9.2f ms %6.2f GB/s   "
-                    "ring vs best gloo %.0f%%\n",
-                    "", gring * 1e3, bytes / gring / 1e9, ghd * 1e3, bytes / ghd / 1e9, 100.0 * best / ring);
-        std::printf("%10s        gloo halving-doubling with a copy in and out (as a call's feed and fetch) %9.2f ms   "
-                    "ring vs it %.0f%%\n",
-                    "", ghd_copies * 1e3, 100.0 * ghd_copies / ring);
+        const Spread like = versus(register_times[s], gloo_ring[s], gloo_halving_doubling[s]);
+        const Spread calls = versus(ring_times[s], gloo_ring_copies[s], gloo_halving_doubling_copies[s]);
+        std::printf("%10s        gloo run(): ring %9.2f ms, halving-doubling %9.2f ms   ring on registers vs best "
+                    "gloo %.0f%% [%.0f-%.0f%%]\n",
+                    "", gring * 1e3, ghd * 1e3, 100 * like.median, 100 * like.low, 100 * like.high);
+        std::printf("%10s        gloo with a copy in and out: ring %9.2f ms, halving-doubling %9.2f ms   ring through "
+                    "calls vs best of them %.0f%% [%.0f-%.0f%%]\n",
+                    "", median_of(gloo_ring_copies[s]) * 1e3, median_of(gloo_halving_doubling_copies[s]) * 1e3,
+                    100 * calls.median, 100 * calls.low, 100 * calls.high);
       }
     }
     std::fflush(stdout);
@@ -366,6 +540,7 @@ int main(int argc, char** argv) {
     else if (flag == "--all-reduce") all_reduce_world = std::atoi(argv[i + 1]);
     else if (flag == "--gloo-store") gloo_store = argv[i + 1];
     else if (flag == "--authenticate") authenticate_frames = std::atoi(argv[i + 1]) == 1;
+    else if (flag == "--funnel") with_funnel = std::atoi(argv[i + 1]) == 1;
     else if (flag == "--sizes") {
       sizes.clear();
       for (char* item = std::strtok(argv[i + 1], ","); item; item = std::strtok(nullptr, ",")) sizes.push_back(std::atoll(item));
@@ -535,17 +710,82 @@ int main(int argc, char** argv) {
     std::sort(times.begin(), times.end());
     return rank == 0 ? times[times.size() / 2] : 0.0;
   };
+  // One size, register to register (RegisterRoundTripPlan): rank 0 returns the median round
+  // trip. Rank 0 calls synchronously, one round trip per call; rank 1 pushes all its calls at
+  // once, so its RECV registers are posted before the bytes come, as raw TCP's rank 1 waits in
+  // read() before they come (the receiving side of a pipeline; memory stays bounded by the
+  // registers: ticks wait for a free RECV register).
+  auto measure_registers = [&](size_t s) {
+    const int64_t bytes = sizes[s];
+    const int calls = RoundTripsFor(bytes);
+    const actorflow::plan::Plan local = RegisterRoundTripPlan(bytes, rank);
+    const std::string job = "register_round_trip_" + std::to_string(bytes);
+    std::vector<const void*> filled;  // origin registers already filled (register_num of them)
+    actorflow::RuntimeHooks hooks;
+    hooks.make_kernel = [&](const actorflow::plan::Task& task) -> actorflow::StatusOr<actorflow::KernelFn> {
+      if (actorflow::DataPlane::Handles(task.op_type())) return plane.MakeKernel(job, task);
+      if (task.op_type() == "origin")
+        return actorflow::KernelFn([bytes, &filled](actorflow::KernelContext& ctx) {
+          char* data = static_cast<char*>(ctx.output(0).data);
+          if (std::find(filled.begin(), filled.end(), data) == filled.end()) {
+            std::memset(data, 0x5a, static_cast<size_t>(bytes));
+            filled.push_back(data);
+          }
+          Stamp(data, bytes, ctx.iteration);
+          return Status::Ok();
+        });
+      return actorflow::KernelFn([bytes, calls](actorflow::KernelContext& ctx) {  // "check"
+        const char* data = static_cast<const char*>(ctx.input(0).data);
+        if (!Stamped(data, bytes, ctx.iteration))
+          return actorflow::Internal("round trip " + std::to_string(ctx.iteration) + ": another iteration's bytes came back");
+        if (ctx.iteration == calls - 1)
+          for (int64_t k = 8; k < bytes - 8; ++k)
+            if (data[k] != 0x5a) return actorflow::Internal("the bytes came back changed at " + std::to_string(k));
+        return Status::Ok();
+      });
+    };
+    auto runtime = actorflow::Runtime::Create(local, hooks, {}, environment);
+    if (!runtime.ok()) Die(runtime.status().ToString());
+    std::vector<double> times;
+    if (rank == 0) {
+      for (int i = 0; i < calls; ++i) {
+        auto start = Clock::now();
+        Check((*runtime)->Run({}, {}), "register round trip");
+        // The last call checks every byte: not timed.
+        if (i >= 3 && i < calls - 1) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      }
+    } else {
+      std::atomic<int> failed{0};
+      for (int i = 0; i < calls; ++i) {
+        auto pushed = (*runtime)->Push({}, {}, [&failed](int64_t, const Status& status) {
+          if (!status.ok()) failed.fetch_add(1);
+        });
+        Check(pushed.status(), "register round trip (rank 1)");
+      }
+      (*runtime)->Drain();
+      if (failed.load() != 0) Die("register round trip failed on rank 1");
+    }
+    Check((*runtime)->Shutdown(), "shutdown");
+    std::sort(times.begin(), times.end());
+    return rank == 0 ? times[times.size() / 2] : 0.0;
+  };
   // Rounds alternate the two (the machine is shared: conditions drift); the medians of the
   // per-round medians are printed.
-  std::vector<std::vector<double>> tcp(sizes.size()), plane_times(sizes.size()), gloo_times(sizes.size());
+  std::vector<std::vector<double>> tcp(sizes.size()), plane_times(sizes.size()), gloo_times(sizes.size()),
+      register_times(sizes.size());
   for (int round = 0; round < rounds; ++round)
     for (size_t s = 0; s < sizes.size(); ++s) {
-      tcp[s].push_back(measure_tcp(s));
-      plane_times[s].push_back(measure_data_plane(s));
-      if (with_gloo) {
-        std::vector<char> buffer(static_cast<size_t>(sizes[s]), 5);
-        gloo_times[s].push_back(gloo->MedianRoundTrip(buffer.data(), sizes[s], RoundTripsFor(sizes[s])));
-      }
+      // Every other round in the opposite order, so that no measure always follows another.
+      for (int k = 0; k < 4; ++k) switch (round % 2 == 0 ? k : 3 - k) {
+          case 0: tcp[s].push_back(measure_tcp(s)); break;
+          case 1: register_times[s].push_back(measure_registers(s)); break;
+          case 2: plane_times[s].push_back(measure_data_plane(s)); break;
+          default:
+            if (with_gloo) {
+              std::vector<char> buffer(static_cast<size_t>(sizes[s]), 5);
+              gloo_times[s].push_back(gloo->MedianRoundTrip(buffer.data(), sizes[s], RoundTripsFor(sizes[s])));
+            }
+        }
     }
   if (rank == 0) {
     auto median_of = [](std::vector<double> values) {
@@ -554,17 +794,39 @@ int main(int argc, char** argv) {
     };
     std::printf("send/recv round trips (medians of %d rounds; frame authentication %s)\n", rounds,
                 authenticate_frames ? "on" : "off");
+    // The goal's measure: register to register next to raw TCP, the ratio taken per round (both
+    // measured in the same minute), its median and range over the rounds.
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      std::vector<double> ratios;
+      for (int round = 0; round < rounds; ++round) ratios.push_back(tcp[s][round] / register_times[s][round]);
+      const Spread ratio = SpreadOf(ratios), ours = SpreadOf(register_times[s]), raw = SpreadOf(tcp[s]);
+      const double bytes = static_cast<double>(sizes[s]);
+      std::printf("%10lld bytes  register round trip %9.1f us [%.1f-%.1f] %6.2f GB/s   raw TCP %9.1f us [%.1f-%.1f] "
+                  "%6.2f GB/s   registers vs raw TCP %.0f%% [%.0f-%.0f%%]\n",
+                  static_cast<long long>(sizes[s]), ours.median * 1e6, ours.low * 1e6, ours.high * 1e6,
+                  2.0 * bytes / ours.median / 1e9, raw.median * 1e6, raw.low * 1e6, raw.high * 1e6,
+                  2.0 * bytes / raw.median / 1e9, 100 * ratio.median, 100 * ratio.low, 100 * ratio.high);
+    }
+    std::printf("and through runtime calls (rank 0 feeds and fetches, a task on rank 1 copies the received bytes "
+                "into the register it sends back; rank 1 calls synchronously):\n");
     for (size_t s = 0; s < sizes.size(); ++s) {
       const double ours = median_of(plane_times[s]), raw = median_of(tcp[s]);
       const double bytes = static_cast<double>(sizes[s]);
-      std::printf("%10lld bytes  send/recv round trip %9.1f us  %6.2f GB/s   raw TCP %9.1f us  %6.2f GB/s   (%.0f%%)\n",
-                  static_cast<long long>(sizes[s]), ours * 1e6, 2.0 * bytes / ours / 1e9, raw * 1e6,
-                  2.0 * bytes / raw / 1e9, 100.0 * raw / ours);
+      std::vector<double> ratios;
+      for (int round = 0; round < rounds; ++round) ratios.push_back(tcp[s][round] / plane_times[s][round]);
+      const Spread ratio = SpreadOf(ratios);
+      std::printf("%10lld bytes  call round trip %9.1f us  %6.2f GB/s   vs raw TCP %.0f%% [%.0f-%.0f%%]\n",
+                  static_cast<long long>(sizes[s]), ours * 1e6, 2.0 * bytes / ours / 1e9, 100 * ratio.median,
+                  100 * ratio.low, 100 * ratio.high);
       if (with_gloo) {
         const double direct = median_of(gloo_times[s]);
-        std::printf("%10s        gloo point-to-point %9.1f us  %6.2f GB/s   send/recv vs gloo %.0f%%   gloo vs raw TCP "
-                    "%.0f%%\n",
-                    "", direct * 1e6, 2.0 * bytes / direct / 1e9, 100.0 * direct / ours, 100.0 * raw / direct);
+        std::vector<double> versus_gloo;
+        for (int round = 0; round < rounds; ++round) versus_gloo.push_back(gloo_times[s][round] / register_times[s][round]);
+        const Spread gloo_ratio = SpreadOf(versus_gloo);
+        std::printf("%10s        gloo point-to-point %9.1f us  %6.2f GB/s   gloo vs raw TCP %.0f%%   registers vs gloo "
+                    "%.0f%% [%.0f-%.0f%%]\n",
+                    "", direct * 1e6, 2.0 * bytes / direct / 1e9, 100.0 * raw / direct, 100 * gloo_ratio.median,
+                    100 * gloo_ratio.low, 100 * gloo_ratio.high);
       }
     }
     std::fflush(stdout);
