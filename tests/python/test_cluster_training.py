@@ -3,10 +3,12 @@ MLP data-parallel exactly as one process with 2 devices does; a lost rank fails 
 call naming it; bad configurations are clear errors. At most 2 processes at a time; every wait is
 bounded and every process started here is killed if it outlives its test."""
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -126,6 +128,52 @@ def test_a_frozen_rank_fails_the_survivor_and_the_launch():
     assert float(failed[0].split()[4]) < 10, failed[0]
     assert "actorflow.launch: rank 0 failed with exit code 7" in out
     assert elapsed < 40, elapsed
+
+
+def _network_namespace_prefix():
+    """The command prefix that runs a command in a fresh network namespace with loopback up (an
+    unprivileged user namespace maps this user to root there); None where that is not possible."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return None
+    probe = subprocess.run(["unshare", "--net", "-r", "ip", "link", "set", "lo", "up"], capture_output=True, timeout=30)
+    return ["unshare", "--net", "-r", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"] if probe.returncode == 0 else None
+
+
+def test_a_cut_off_rank_fails_every_survivor_and_the_launch_with_the_default_timing():
+    """A silent partition: the whole launch runs in a network namespace made for it, and rank 1
+    takes its loopback down before step 4 (no connection closes: only the heartbeats' absence
+    tells). Every rank's call fails within 10 s naming the other, the launcher exits non-zero
+    within 20 s; the default heartbeat (1 s) and connection timeout (5 s)."""
+    prefix = _network_namespace_prefix()
+    if prefix is None:
+        pytest.skip("no network namespace here (unshare --net -r and ip are needed)")
+    process = subprocess.Popen([*prefix, PYTHON, "-m", "actorflow.launch", "--nproc", "2", PROGRAM, "20", "1",
+                                "/dev/null/unused", "cut-network-at=4"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_clean_env())
+    lines, cut_at = [], None
+    # Read line by line to time the launcher's end from the cut.
+    reader = threading.Thread(target=lambda: [lines.append((time.monotonic(), line)) for line in process.stdout])
+    reader.start()
+    try:
+        code = process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        pytest.fail("the launch did not end within 120 s:\n" + "".join(line for _, line in lines))
+    ended = time.monotonic()
+    reader.join(timeout=10)
+    assert not reader.is_alive()
+    out = "".join(line for _, line in lines)
+    cut_at = [at for at, line in lines if "rank 1 cut the network at step 4" in line]
+    assert cut_at, out
+    assert code == 7 and "actorflow.launch: rank" in out, out
+    assert ended - cut_at[0] < 20, (ended - cut_at[0], out)
+    failed = [line for _, line in lines if line.startswith("step ")]
+    assert failed and failed[0].startswith("step 4 failed") and "lost rank 1" in failed[0], out
+    assert float(failed[0].split()[4]) < 10, failed[0]
+    # Rank 1 survives the partition too: when it reports before the launcher stops it, it names rank 0.
+    for line in (line for _, line in lines if line.startswith("[rank 1] step ")):
+        assert "lost rank 0" in line and float(line.split()[6]) < 10, line
 
 
 def test_ranks_compiling_different_plans_fail_naming_the_op(tmp_path):
