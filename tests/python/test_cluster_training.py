@@ -1,7 +1,8 @@
-"""Jobs across processes (docs/cluster.md): 2 ranks on loopback, one CPU device each, run the seed
-MLP data-parallel exactly as one process with 2 devices does; a lost rank fails the survivor's
-call naming it; bad configurations are clear errors. At most 2 processes at a time; every wait is
-bounded and every process started here is killed if it outlives its test."""
+"""Jobs across processes (docs/cluster.md): 2 or 3 ranks on loopback, one or two CPU devices each,
+run the seed MLP data-parallel as one process with as many devices does; a lost (killed, frozen,
+cut off) rank fails the survivors' calls naming it; bad configurations are clear errors. At most
+3 processes at a time; every wait is bounded and every process started here is killed if it
+outlives its test."""
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ PYTHON = sys.executable
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(HERE, "cluster_program.py")
 STEPS = 8
+TRAIN_STEPS = 100  # the goal's length for the training comparison
 
 
 def _clean_env(**extra):
@@ -74,26 +76,31 @@ def _ranks_by_hand(args, timeout=60, secrets=("0" * 64, "0" * 64), **extra):
                 p.wait()
 
 
-@pytest.mark.parametrize("processes", [2, 3])
-def test_processes_train_the_seed_mlp_as_one_process_with_as_many_devices(tmp_path, processes):
-    reference = subprocess.run([PYTHON, PROGRAM, str(STEPS), str(processes), str(tmp_path / "one")],
+@pytest.mark.parametrize("processes, devices", [(2, 1), (3, 1), (2, 2), (3, 2)])
+def test_processes_train_the_seed_mlp_as_one_process_with_as_many_devices(tmp_path, processes, devices):
+    """100 steps data-parallel over `processes` x `devices` give the losses and weights of one
+    process with processes * devices devices: within 1e-3 relative (the goal), and within 1e-5
+    over the first 8 steps (float rounding only)."""
+    reference = subprocess.run([PYTHON, PROGRAM, str(TRAIN_STEPS), str(processes * devices), str(tmp_path / "one")],
                                capture_output=True, text=True, timeout=180, env=_clean_env())
     assert reference.returncode == 0, reference.stdout + reference.stderr
-    code, out = _launch([str(STEPS), "1", str(tmp_path / "two")], processes=processes)
+    code, out = _launch([str(TRAIN_STEPS), str(devices), str(tmp_path / "two")], processes=processes)
     assert code == 0, out
     one = np.load(tmp_path / "one.rank0.npz")
     ranks = [np.load(tmp_path / ("two.rank%d.npz" % rank)) for rank in range(processes)]
     rank0 = ranks[0]
-    assert len(one["losses"]) == STEPS and one["losses"][-1] < one["losses"][0]  # it learns
+    assert len(one["losses"]) == TRAIN_STEPS and one["losses"][-1] < 0.2 * one["losses"][0]  # it learns
     # The ranks ran their parts of one job, not the whole job each.
     assert not one["distributed"] and all(rank["distributed"] for rank in ranks)
     # Every rank's call returns the job's result.
     for rank in ranks:
-        np.testing.assert_allclose(rank["losses"], one["losses"], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(rank["losses"], one["losses"], rtol=1e-3, atol=0)
+        np.testing.assert_allclose(rank["losses"][:STEPS], one["losses"][:STEPS], rtol=0, atol=1e-5)
     variables = [k for k in one.files if k.startswith("variable:")]
     assert len(variables) >= 4
     for name in variables:
-        np.testing.assert_allclose(rank0[name], one[name], rtol=0, atol=1e-5, err_msg=name)
+        scale = np.max(np.abs(one[name]))
+        np.testing.assert_allclose(rank0[name], one[name], rtol=0, atol=1e-3 * scale, err_msg=name)
         # Every machine updated its own copy with the same all-reduced gradients: the copies
         # agree bit for bit (each rank runs the same kernels on the same sums).
         for rank, values in enumerate(ranks[1:], 1):
@@ -101,7 +108,7 @@ def test_processes_train_the_seed_mlp_as_one_process_with_as_many_devices(tmp_pa
     # Not bit for bit against one process: there the small gradients (biases, the output layer's
     # weight) are computed whole on one device from activations gathered at no copy, and dW1's
     # GEMM accumulates into the weight (graph/parallel.cc, graph/update_fusion.cc), where the
-    # machines sum partial gradients; the tolerance above holds.
+    # machines sum partial gradients; the tolerances above hold.
 
 
 def test_a_killed_rank_fails_the_survivors_pending_call_naming_it():
