@@ -88,7 +88,12 @@ struct CollectiveChannel {
   // (iteration, step) -> a chunk that came before its act launched (bounded: the previous rank
   // sends step t + 1 only after it received step t, and launches at most register_num acts).
   std::map<std::pair<int64_t, int64_t>, std::vector<char>> early;
+  // Buffers of earlier early chunks, reused (at most kSpareChunks kept), so that a chunk that
+  // comes before its act allocates and faults in nothing after the first iterations.
+  std::vector<std::vector<char>> spare;
 };
+
+constexpr size_t kSpareChunks = 2;
 
 inline bool WriteAll(int fd, const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
@@ -447,11 +452,19 @@ class DataPlaneCore {
   // mu held. Why a chunk cannot belong to this act ("" when it can).
   std::string Mismatch(const CollectiveChannel& channel, uint64_t step, uint64_t bytes, int from) const;
 
-  // Applies the chunk of `step` into the act's sum, from `source`, or read from `connection`
-  // (the frame of `header`) when source is null; then queues the next step. Called without mu,
-  // with the act busy on the caller's behalf (released here). False when reading failed.
+  // Applies the chunk of `step` into the act's sum: its first `from_source` bytes from `source`
+  // (bytes that came before the act launched), the rest read from `connection` (the frame of
+  // `header`; null when source holds the whole chunk); then queues the next step. Called
+  // without mu, with the act busy on the caller's behalf (released here). False when reading
+  // failed.
   bool ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step,
-                 const char* source, Connection* connection, const Header* header, std::vector<char>& scratch);
+                 const char* source, int64_t from_source, Connection* connection, const Header* header,
+                 std::vector<char>& scratch);
+
+  // mu held. An early chunk's buffer done with: kept for the channel's next early chunk (bounded).
+  void KeepSpareChunk(CollectiveChannel& channel, std::vector<char> buffer) {
+    if (channel.spare.size() < kSpareChunks) channel.spare.push_back(std::move(buffer));
+  }
 
   // The reader's collective frame: into its act when it launched, else kept for the launch.
   bool ReceiveCollective(Connection* connection, const Header& header, std::vector<char>& scratch);
