@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "actors/proto/plan.pb.h"
+#include "bench/cluster_bench_plans.h"
 #include "bench/gloo_baseline.h"
 #include "actors/runtime.h"
 #include "comm/cluster.h"
@@ -53,6 +54,7 @@ extern char** environ;
 
 namespace {
 
+using namespace actorflow_bench;  // the plans of the measures
 using Clock = std::chrono::steady_clock;
 using actorflow::Status;
 
@@ -128,122 +130,6 @@ void RemoveGlooStore(const std::string& directory) {
   if (directory != "-") std::filesystem::remove_all(directory, ignored);
 }
 
-void AddRegister(actorflow::plan::Task* task, const char* name, int64_t bytes) {
-  auto* reg = task->add_registers();
-  reg->set_name(name);
-  reg->set_register_num(2);
-  if (bytes < 0) return;
-  auto* blob = reg->add_blobs();
-  blob->set_name(std::string(task->name()) + "/" + name);
-  blob->add_shape(bytes);
-  blob->set_dtype(actorflow::plan::DT_UINT8);
-  blob->set_byte_size(bytes);
-}
-
-actorflow::plan::Task* AddTask(actorflow::plan::Plan& plan, const std::string& name, actorflow::plan::TaskKind kind,
-                               int machine) {
-  auto* task = plan.add_tasks();
-  task->set_id(plan.tasks_size() - 1);
-  task->set_name(name);
-  task->set_kind(kind);
-  task->set_device_type("cpu");
-  task->set_machine_id(machine);
-  return task;
-}
-
-void AddInput(actorflow::plan::Task* task, int64_t producer, bool control) {
-  auto* in = task->add_inputs();
-  in->set_producer_task_id(producer);
-  in->set_producer_register(0);
-  in->set_control(control);
-}
-
-// Recomputes every register's consumer list from the tasks' inputs (what the compiler's passes
-// leave in a plan; the hand-made plans below need it too).
-void FillConsumers(actorflow::plan::Plan& plan) {
-  for (auto& task : *plan.mutable_tasks())
-    for (auto& reg : *task.mutable_registers()) reg.clear_consumer_task_ids();
-  for (const auto& task : plan.tasks())
-    for (const auto& in : task.inputs()) {
-      auto* reg = plan.mutable_tasks(static_cast<int>(in.producer_task_id()))->mutable_registers(in.producer_register());
-      if (std::find(reg->consumer_task_ids().begin(), reg->consumer_task_ids().end(), task.id()) ==
-          reg->consumer_task_ids().end())
-        reg->add_consumer_task_ids(task.id());
-    }
-}
-
-// A data-plane task of a hand-made plan (what graph::InsertCrossMachineTransfers makes).
-actorflow::plan::Task* AddTransfer(actorflow::plan::Plan& plan, const char* op, int machine, int peer, int channel,
-                                   int64_t bytes) {
-  auto* task = AddTask(plan, std::string(op) + std::to_string(channel), actorflow::plan::COMPUTE, machine);
-  task->set_op_type(op);
-  task->set_asynchronous(true);
-  (*task->mutable_attrs())["channel"].set_i(channel);
-  (*task->mutable_attrs())["peer"].set_i(peer);
-  (*task->mutable_attrs())["bytes"].set_i(bytes);
-  return task;
-}
-
-// The register transfer alone, register to register and back, as raw TCP moves a user buffer
-// to a user buffer and back: machine 0's "origin" task (no inputs: ticked each iteration,
-// writes nothing but an iteration stamp into the register's first and last 8 bytes) is sent to
-// machine 1, whose RECV register is sent straight back (no task between them) into machine 0's
-// RECV register, which a "check" task reads (the stamps each iteration, every byte on the last).
-// No feed, no fetch, no relay copy: what a consumer task reading a received register pays
-// nothing more for. Returns machine `rank`'s plan.
-actorflow::plan::Plan RegisterRoundTripPlan(int64_t bytes, int rank) {
-  actorflow::plan::Plan plan;
-  plan.set_job_name("register_round_trip_" + std::to_string(bytes));
-  auto* origin = AddTask(plan, "origin", actorflow::plan::COMPUTE, 0);
-  origin->set_op_type("origin");
-  AddRegister(origin, "out", bytes);
-  auto* send_out = AddTransfer(plan, "send", 0, 1, 0, bytes);
-  AddInput(send_out, origin->id(), false);
-  AddRegister(send_out, "done", -1);
-  auto* receive_there = AddTransfer(plan, "recv", 1, 0, 0, bytes);
-  AddRegister(receive_there, "out", bytes);
-  auto* send_back = AddTransfer(plan, "send", 1, 0, 1, bytes);
-  AddInput(send_back, receive_there->id(), false);
-  AddRegister(send_back, "done", -1);
-  auto* receive_back = AddTransfer(plan, "recv", 0, 1, 1, bytes);
-  AddRegister(receive_back, "out", bytes);
-  auto* check = AddTask(plan, "check", actorflow::plan::COMPUTE, 0);
-  check->set_op_type("check");
-  AddInput(check, receive_back->id(), false);
-  AddRegister(check, "done", -1);
-  auto* sink0 = AddTask(plan, "output", actorflow::plan::SINK, 0);
-  AddInput(sink0, check->id(), true);
-  AddInput(sink0, send_out->id(), true);
-  auto* sink1 = AddTask(plan, "output@machine1", actorflow::plan::SINK, 1);
-  AddInput(sink1, send_back->id(), true);
-  FillConsumers(plan);
-  auto local = actorflow::graph::ExtractMachinePlan(plan, rank);
-  if (!local.ok()) Die(local.status().ToString());
-  return local->plan;
-}
-
-// The stamp the origin writes into both ends of its register at `iteration`, and checks.
-void Stamp(char* data, int64_t bytes, int64_t iteration) {
-  std::memcpy(data, &iteration, sizeof iteration);
-  std::memcpy(data + bytes - static_cast<int64_t>(sizeof iteration), &iteration, sizeof iteration);
-}
-bool Stamped(const char* data, int64_t bytes, int64_t iteration) {
-  int64_t head = -1, tail = -1;
-  std::memcpy(&head, data, sizeof head);
-  std::memcpy(&tail, data + bytes - static_cast<int64_t>(sizeof tail), sizeof tail);
-  return head == iteration && tail == iteration;
-}
-
-// Median and range of per-round values.
-struct Spread {
-  double median = 0, low = 0, high = 0;
-};
-Spread SpreadOf(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  if (values.empty()) return {};
-  return {values[values.size() / 2], values.front(), values.back()};
-}
-
 // Round trips per measurement of the two-process bench, the same on both ranks.
 int RoundTripsFor(int64_t bytes) { return bytes <= 65536 ? 400 : bytes <= (4 << 20) ? 60 : 12; }
 
@@ -260,78 +146,6 @@ int CallsFor(int64_t bytes) { return bytes <= (1 << 20) ? 40 : bytes <= (16 << 2
 // received, counted by the data plane, in units of the buffer: the ring 4 (N - 1) / N, the
 // funnel 2 (N - 1)) and the per-round ratios like with like: the ring on registers vs the
 // best Gloo run(), the ring through calls vs the best Gloo with the same two copies.
-// How an all-reduce measure runs: through runtime calls (each rank feeds its values and fetches
-// the sum: the runtime's copies in and out) by the ring or by the funnel, or the ring on
-// registers alone: an "origin" task per machine (no inputs, ticked each call) holds the values,
-// a "check" task reads the sum (stamps at both ends each call, every element on the last), no
-// feed and no fetch, as Gloo's run() sums a buffer in place.
-enum class AllReduceMode { kRingCall, kFunnelCall, kRingRegisters };
-
-actorflow::plan::Plan AllReducePlan(int world, int64_t bytes, AllReduceMode mode) {
-  const bool ring = mode != AllReduceMode::kFunnelCall, registers = mode == AllReduceMode::kRingRegisters;
-  actorflow::plan::Plan plan;
-  plan.set_job_name(std::string(registers ? "ring_registers_" : ring ? "ring_" : "funnel_") + std::to_string(bytes));
-  auto add_float_register = [](actorflow::plan::Task* task) {
-    auto* reg = task->add_registers();
-    reg->set_name("out");
-    reg->set_register_num(2);
-    auto* blob = reg->add_blobs();
-    blob->set_name(task->name() + "/out");
-    blob->set_dtype(actorflow::plan::DT_FLOAT32);
-    blob->add_shape(0);
-  };
-  auto set_bytes = [](actorflow::plan::Task* task, int64_t n) {
-    auto* blob = task->mutable_registers(0)->mutable_blobs(0);
-    blob->set_shape(0, n / 4);
-    blob->set_byte_size(n);
-  };
-  std::vector<int64_t> sources;
-  for (int m = 0; m < world; ++m) {
-    auto* source = AddTask(plan, "partial@" + std::to_string(m),
-                           registers ? actorflow::plan::COMPUTE : actorflow::plan::SOURCE, m);
-    if (registers) source->set_op_type("origin");
-    else source->set_feed_index(0);
-    add_float_register(source);
-    set_bytes(source, bytes);
-    sources.push_back(source->id());
-  }
-  std::vector<int64_t> totals;
-  if (ring) {
-    for (int m = 0; m < world; ++m) {
-      auto* sum = AddTask(plan, "sum@" + std::to_string(m), actorflow::plan::COMPUTE, m);
-      sum->set_op_type(actorflow::kAllReduceOp);
-      sum->set_asynchronous(true);
-      (*sum->mutable_attrs())["channel"].set_i(0);
-      for (int r = 0; r < world; ++r) (*sum->mutable_attrs())["ring"].mutable_ints()->add_values(r);
-      AddInput(sum, sources[m], false);
-      add_float_register(sum);
-      set_bytes(sum, bytes);
-      totals.push_back(sum->id());
-    }
-  } else {
-    auto* sum = AddTask(plan, "sum", actorflow::plan::COMPUTE, 0);
-    sum->set_op_type("bench_sum");
-    for (int64_t source : sources) AddInput(sum, source, false);
-    add_float_register(sum);
-    set_bytes(sum, bytes);
-    totals.assign(world, sum->id());
-  }
-  for (int m = 0; m < world; ++m) {
-    int64_t read = totals[m];
-    if (registers) {
-      auto* check = AddTask(plan, "check@" + std::to_string(m), actorflow::plan::COMPUTE, m);
-      check->set_op_type("check");
-      AddInput(check, totals[m], false);
-      AddRegister(check, "done", -1);
-      read = check->id();
-    }
-    auto* sink = AddTask(plan, m == 0 ? "output" : "output@machine" + std::to_string(m), actorflow::plan::SINK, m);
-    AddInput(sink, read, registers);
-  }
-  if (registers) FillConsumers(plan);
-  return plan;
-}
-
 int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>& sizes, int rounds, char* self,
                       std::string gloo_store) {
   std::vector<pid_t> children;
@@ -360,6 +174,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
   const bool with_gloo = gloo_store != "-";
   auto gloo = with_gloo ? actorflow_bench::GlooBaseline::Connect(rank, world, gloo_store) : nullptr;
   double traffic = 0;  // of the last measure
+  double copied = 0;   // of the last measure: the share of rank 0's received bytes that came before their act
   const float expected = static_cast<float>(world * (world + 1) / 2);
   auto measure = [&](int64_t bytes, AllReduceMode mode) {
     const bool ring = mode != AllReduceMode::kFunnelCall, registers = mode == AllReduceMode::kRingRegisters;
@@ -417,6 +232,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     }
     std::vector<double> times;
     const auto traffic_before = plane.PayloadBytes();
+    const uint64_t copied_before = plane.CopiedPayloadBytes();
     for (int i = 0; i < calls; ++i) {
       auto start = Clock::now();
       Check((*runtime)->Run(feeds, fetches), ring ? "ring all-reduce" : "funnel");
@@ -431,6 +247,8 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     // Rank 0's sent + received bytes per call, in units of the buffer.
     traffic = static_cast<double>(traffic_after.first - traffic_before.first + traffic_after.second -
                                   traffic_before.second) / calls / static_cast<double>(bytes);
+    const uint64_t received = traffic_after.second - traffic_before.second;
+    copied = received == 0 ? 0.0 : static_cast<double>(plane.CopiedPayloadBytes() - copied_before) / received;
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   };
@@ -448,6 +266,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
       gloo_ring(sizes.size()), gloo_halving_doubling(sizes.size()), gloo_ring_copies(sizes.size()),
       gloo_halving_doubling_copies(sizes.size());
   std::vector<double> ring_traffic(sizes.size()), funnel_traffic(sizes.size());
+  std::vector<std::vector<double>> ring_copied(sizes.size()), register_copied(sizes.size());
   const int kinds = 6;
   for (int round = 0; round < rounds; ++round)
     for (size_t s = 0; s < sizes.size(); ++s)
@@ -455,10 +274,12 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
       for (int step = 0; step < kinds; ++step) switch (const int k = round % 2 == 0 ? step : kinds - 1 - step; k) {
           case 0:
             register_times[s].push_back(measure(sizes[s], AllReduceMode::kRingRegisters));
+            register_copied[s].push_back(copied);
             break;
           case 1:
             ring_times[s].push_back(measure(sizes[s], AllReduceMode::kRingCall));
             ring_traffic[s] = traffic;
+            ring_copied[s].push_back(copied);
             if (with_funnel) {
               funnel_times[s].push_back(measure(sizes[s], AllReduceMode::kFunnelCall));
               funnel_traffic[s] = traffic;
@@ -491,6 +312,9 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
                   "%6.2f GB/s (rank 0 moves %.2fx the bytes)\n",
                   static_cast<long long>(sizes[s]), on_registers * 1e3, bytes / on_registers / 1e9, ring * 1e3,
                   bytes / ring / 1e9, ring_traffic[s]);
+      std::printf("%10s        rank 0's received bytes that came before their act (added from a buffer): on registers "
+                  "%.0f%%, through calls %.0f%% (medians)\n",
+                  "", 100 * median_of(register_copied[s]), 100 * median_of(ring_copied[s]));
       if (with_funnel) {
         const double funnel = median_of(funnel_times[s]);
         std::printf("%10s        funnel through calls %9.2f ms %6.2f GB/s (rank 0 moves %.2fx)   time funnel/ring %.2f\n",
@@ -718,7 +542,9 @@ int main(int argc, char** argv) {
   auto measure_registers = [&](size_t s) {
     const int64_t bytes = sizes[s];
     const int calls = RoundTripsFor(bytes);
-    const actorflow::plan::Plan local = RegisterRoundTripPlan(bytes, rank);
+    auto made = RegisterRoundTripPlan(bytes, rank);
+    if (!made.ok()) Die(made.status().ToString());
+    const actorflow::plan::Plan& local = *made;
     const std::string job = "register_round_trip_" + std::to_string(bytes);
     std::vector<const void*> filled;  // origin registers already filled (register_num of them)
     actorflow::RuntimeHooks hooks;
