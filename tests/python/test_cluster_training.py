@@ -124,17 +124,39 @@ def test_a_killed_rank_fails_the_survivors_pending_call_naming_it():
     assert seconds < 10, failed[0]
 
 
+def _timed_lines(command, timeout, env):
+    """(returncode, [(time, line)], end time) of `command`, its output read line by line."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    reader = threading.Thread(target=lambda: [lines.append((time.monotonic(), line)) for line in process.stdout])
+    reader.start()
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        pytest.fail("did not end within %d s:\n%s" % (timeout, "".join(line for _, line in lines)))
+    ended = time.monotonic()
+    reader.join(timeout=10)
+    assert not reader.is_alive()
+    return code, lines, ended
+
+
 def test_a_frozen_rank_fails_the_survivor_and_the_launch():
     started = time.monotonic()
-    code, out = _launch(["20", "1", "/dev/null/unused", "stop-rank-1-at=4"], timeout=60,
-                        env=_clean_env(ACTORFLOW_HEARTBEAT_MS="500", ACTORFLOW_CONNECTION_TIMEOUT_MS="3000"))
-    elapsed = time.monotonic() - started
+    code, lines, ended = _timed_lines(
+        [PYTHON, "-m", "actorflow.launch", "--nproc", "2", PROGRAM, "20", "1", "/dev/null/unused", "stop-rank-1-at=4"],
+        60, _clean_env(ACTORFLOW_HEARTBEAT_MS="500", ACTORFLOW_CONNECTION_TIMEOUT_MS="3000"))
+    out = "".join(line for _, line in lines)
     assert code == 7, out
-    failed = [line for line in out.splitlines() if line.startswith("step ")]
-    assert failed and "lost rank 1" in failed[0] and failed[0].startswith("step 4 "), out
-    assert float(failed[0].split()[4]) < 10, failed[0]
+    failed = [(at, line) for at, line in lines if line.startswith("step ")]
+    assert failed and "lost rank 1" in failed[0][1] and failed[0][1].startswith("step 4 "), out
+    assert float(failed[0][1].split()[4]) < 10, failed[0][1]
     assert "actorflow.launch: rank 0 failed with exit code 7" in out
-    assert elapsed < 40, elapsed
+    assert ended - started < 40, ended - started
+    # The frozen rank is continued with its SIGTERM: the launcher does not wait out the 5 s
+    # before its SIGKILL.
+    assert ended - failed[0][0] < 4, ended - failed[0][0]
 
 
 def _network_namespace_prefix():
@@ -154,22 +176,8 @@ def test_a_cut_off_rank_fails_every_survivor_and_the_launch_with_the_default_tim
     prefix = _network_namespace_prefix()
     if prefix is None:
         pytest.skip("no network namespace here (unshare --net -r and ip are needed)")
-    process = subprocess.Popen([*prefix, PYTHON, "-m", "actorflow.launch", "--nproc", "2", PROGRAM, "20", "1",
-                                "/dev/null/unused", "cut-network-at=4"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_clean_env())
-    lines, cut_at = [], None
-    # Read line by line to time the launcher's end from the cut.
-    reader = threading.Thread(target=lambda: [lines.append((time.monotonic(), line)) for line in process.stdout])
-    reader.start()
-    try:
-        code = process.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        pytest.fail("the launch did not end within 120 s:\n" + "".join(line for _, line in lines))
-    ended = time.monotonic()
-    reader.join(timeout=10)
-    assert not reader.is_alive()
+    code, lines, ended = _timed_lines([*prefix, PYTHON, "-m", "actorflow.launch", "--nproc", "2", PROGRAM, "20", "1",
+                                       "/dev/null/unused", "cut-network-at=4"], 120, _clean_env())
     out = "".join(line for _, line in lines)
     cut_at = [at for at, line in lines if "rank 1 cut the network at step 4" in line]
     assert cut_at, out
