@@ -102,6 +102,9 @@ class DataPlane {
   // (send/recv) or before their all-reduce act launched, and were copied into the register (or
   // added from a buffer) afterwards; the rest went straight into the register.
   uint64_t CopiedPayloadBytes() const;
+  // Data and ack frames written (whole, or their start) by the thread that sent them, while the
+  // connection's writer thread was idle, instead of being handed to it.
+  uint64_t DirectWrites() const;
 
  private:
   DataPlane() = default;

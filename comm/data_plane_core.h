@@ -133,9 +133,18 @@ struct Connection {
     Header header;
     const char* payload = nullptr;  // data: the register; ack: error text below
     std::string error;
+    // Begun by the thread that sent it (DataPlaneCore::Send: counted, a data frame marked as
+    // being written) with `sent` bytes of it (header, then payload) written: the writer writes
+    // the rest, without the checks of a new frame.
+    bool begun = false;
+    size_t sent = 0;
   };
   std::deque<Frame> queue;
   bool closing = false;
+  // Some thread writes to the socket: the writer thread, or a thread writing its own frame
+  // directly while the writer is idle (DataPlaneCore::Send). One at a time keeps frames whole
+  // and in order.
+  bool socket_busy = false;
   std::thread reader, writer;
   // The data frame being written (under DataPlaneCore::mu): its send is completed by the
   // writer once the write ended, never while the write may still read the register.
@@ -209,10 +218,11 @@ class DataPlaneCore {
   }
 
   // The writer's data frame: written unless the data plane failed; if it failed before or
-  // during the write, the send is completed with the failure here.
+  // during the write, the send is completed with the failure here. A frame begun by its
+  // sender's thread is marked as being written already: its rest is written.
   bool WriteData(Connection* connection, const Connection::Frame& frame) {
     const std::pair<uint64_t, int64_t> key{frame.header.job, frame.header.channel};
-    {
+    if (!frame.begun) {
       std::lock_guard<std::mutex> lock(mu);
       if (failure.empty()) {
         connection->writing = true;
@@ -220,7 +230,15 @@ class DataPlaneCore {
         connection->writing_iteration = frame.header.iteration;
       }
     }
-    bool written = connection->writing && WriteFrame(connection, frame.header, frame.payload);
+    bool written = connection->writing && (!frame.begun ? WriteFrame(connection, frame.header, frame.payload)
+                                                        : WriteRest(connection, frame, 0));
+    return EndDataWrite(connection, frame, written);
+  }
+
+  // After a data frame's write (whole, or the rest of it): the send is completed with the
+  // failure when the data plane failed meanwhile. Returns written || failed.
+  bool EndDataWrite(Connection* connection, const Connection::Frame& frame, bool written) {
+    const std::pair<uint64_t, int64_t> key{frame.header.job, frame.header.channel};
     KernelCompletion done;
     std::string task, why;
     {
@@ -256,31 +274,51 @@ class DataPlaneCore {
     connection.cv.notify_one();
   }
 
+  // A data or ack frame (not with mu held): when the connection's writer is idle with nothing
+  // queued (and frames are not authenticated), this thread writes what the socket takes at once
+  // (non-blocking) and queues only the rest for the writer: no hand-off to the writer thread on
+  // the transfer's path when the socket has room (a wake-up per transfer saved, each one a
+  // scheduler latency on loaded cores). Otherwise the frame is queued for the writer.
+  void Send(int peer, Connection::Frame frame);
+
   void Ack(int peer, uint64_t job, int64_t channel, int64_t iteration, std::string error) {
     Connection::Frame frame;
     frame.header = Header{job, channel, iteration, kAck, static_cast<uint32_t>(rank), error.size()};
     frame.error = std::move(error);
-    Enqueue(peer, std::move(frame));
+    Send(peer, std::move(frame));
   }
+
+  // Frames written whole or in part by the thread that sent them (DataPlane::DirectWrites).
+  std::atomic<uint64_t> direct_writes{0};
 
   void Writer(Connection* connection) {
     for (;;) {
       Connection::Frame frame;
       {
         std::unique_lock<std::mutex> lock(connection->mu);
-        connection->cv.wait(lock, [&] { return connection->closing || !connection->queue.empty(); });
+        // A frame to write once no sender's thread writes its own; or the end.
+        connection->cv.wait(lock, [&] {
+          return connection->queue.empty() ? connection->closing : !connection->socket_busy;
+        });
         if (connection->queue.empty()) return;  // closing
         frame = std::move(connection->queue.front());
         connection->queue.pop_front();
+        connection->socket_busy = true;
       }
       bool written;
-      if (frame.header.kind != kAck) connection->payload_sent.fetch_add(frame.header.bytes, std::memory_order_relaxed);
+      if (frame.header.kind != kAck && !frame.begun)
+        connection->payload_sent.fetch_add(frame.header.bytes, std::memory_order_relaxed);
       if (frame.header.kind == kData) {
         written = WriteData(connection, frame);
       } else if (frame.header.kind == kCollective) {
         written = WriteCollective(connection, frame);
       } else {
-        written = WriteFrame(connection, frame.header, frame.error.data());
+        written = !frame.begun ? WriteFrame(connection, frame.header, frame.error.data())
+                               : WriteRest(connection, frame, 0);
+      }
+      {
+        std::lock_guard<std::mutex> lock(connection->mu);
+        connection->socket_busy = false;
       }
       if (!written) {
         Lost(connection->peer, "writing to its data connection: " + std::string(std::strerror(errno)));
@@ -477,6 +515,14 @@ class DataPlaneCore {
   // (comm/data_plane_frames.h). Implemented in data_plane.cc.
   // The writer thread's: false when the connection broke.
   bool WriteFrame(Connection* connection, const Header& header, const char* payload);
+  // An unauthenticated frame's bytes from frame.sent on (header, then payload; an ack's payload
+  // is its error text). flags 0: blocks until all are written; MSG_DONTWAIT: what the socket
+  // takes now. Returns the bytes of the frame written in all (frame.sent included), or -1 when
+  // the connection broke; WriteRest(connection, frame, 0) is true when the frame is whole.
+  int64_t WriteFrom(Connection* connection, const Connection::Frame& frame, int flags);
+  bool WriteRest(Connection* connection, const Connection::Frame& frame, int flags) {
+    return WriteFrom(connection, frame, flags) == static_cast<int64_t>(sizeof(Header) + frame.header.bytes);
+  }
   // The reader thread's: the next header (its tag checked), then its payload in one or more
   // pieces (ReadPayload), then EndPayload (the payload's tag, checked). False when the
   // connection closed or a tag failed, with the reason in connection->read_error.

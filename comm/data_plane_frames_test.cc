@@ -396,5 +396,106 @@ TEST(AllReduceEarlyChunkTest, AChunkThatStartsBeforeItsActIsFinishedStraightFrom
   close(peer);
 }
 
+// A send whose connection's writer is idle is written by the act's own thread, as much as the
+// socket takes at once; the writer thread writes the rest. Rank 1 (the test) reads the frame
+// only after the send began: the bytes arrive whole and in order, the send completes when rank
+// 1 acknowledges them, and a second send behind it (queued while the first was incomplete)
+// follows it intact.
+TEST(DirectWriteTest, ASendLargerThanTheSocketBufferIsFinishedByTheWriter) {
+  constexpr int64_t kLarge = 8 << 20;  // far more than a socket pair's buffer
+  constexpr char kSendJob[] = "direct_write";
+  int ends[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
+  const int peer = ends[1];
+  DataPlane::PeerConnection connection;
+  connection.peer = 1;
+  connection.fd = ends[0];
+  std::shared_ptr<DataPlane> plane = DataPlane::Start(0, {connection});
+  // source on machine 0 -> machine 1's sink: rank 0 runs the source and its SEND.
+  plan::Plan plan;
+  plan.set_job_name(kSendJob);
+  for (int machine = 0; machine < 2; ++machine) {
+    plan::Task* task = plan.add_tasks();
+    task->set_id(machine);
+    task->set_kind(machine == 0 ? plan::SOURCE : plan::SINK);
+    task->set_name(machine == 0 ? "source" : "output@machine1");
+    task->set_device_type("cpu");
+    task->set_machine_id(machine);
+    if (machine == 1) {
+      task->add_inputs()->set_producer_task_id(0);
+      continue;
+    }
+    task->set_feed_index(0);
+    plan::RegisterDesc* out = task->add_registers();
+    out->set_name("out");
+    out->set_register_num(2);
+    plan::BlobDesc* blob = out->add_blobs();
+    blob->set_name("source/out");
+    blob->add_shape(kLarge);
+    blob->set_dtype(plan::DT_UINT8);
+    blob->set_byte_size(kLarge);
+  }
+  plan::Task* sink0 = plan.add_tasks();  // machine 0's main sink (it waits for the send)
+  sink0->set_id(2);
+  sink0->set_name("output");
+  sink0->set_kind(plan::SINK);
+  sink0->set_device_type("cpu");
+  sink0->set_machine_id(0);
+  auto global = graph::InsertCrossMachineTransfers(plan, 2);
+  ASSERT_TRUE(global.ok()) << global.status().ToString();
+  auto local = graph::ExtractMachinePlan(*global, 0);
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  int64_t channel = -1;
+  for (const plan::Task& task : local->plan.tasks())
+    if (task.op_type() == "send") channel = task.attrs().at("channel").i();
+  ASSERT_GE(channel, 0);
+  RuntimeHooks hooks;
+  hooks.make_kernel = [&](const plan::Task& task) -> StatusOr<KernelFn> { return plane->MakeKernel(kSendJob, task); };
+  auto runtime = Runtime::Create(local->plan, hooks);
+  ASSERT_TRUE(runtime.ok()) << runtime.status().ToString();
+
+  std::vector<std::string> payloads;
+  std::vector<std::future<Status>> calls;
+  const TensorDesc desc{{kLarge}, DType::kUInt8};
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    payloads.emplace_back(static_cast<size_t>(kLarge), static_cast<char>('p' + iteration));
+    for (int64_t i = 0; i < kLarge; i += 4096) payloads.back()[static_cast<size_t>(i)] = static_cast<char>(i / 4096);
+    auto promise = std::make_shared<std::promise<Status>>();
+    calls.push_back(promise->get_future());
+    ASSERT_TRUE((*runtime)->Push({{payloads.back().data(), desc}}, {},
+                                 [promise](int64_t, const Status& status) { promise->set_value(status); }).ok());
+  }
+  auto read_all = [&](void* data, size_t n) {
+    char* bytes = static_cast<char*>(data);
+    for (size_t done = 0; done < n;) {
+      ssize_t got = recv(peer, bytes + done, n - done, 0);
+      ASSERT_GT(got, 0);
+      done += static_cast<size_t>(got);
+    }
+  };
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    Header header;
+    read_all(&header, sizeof header);
+    ASSERT_EQ(header.kind, data_plane_internal::kData);
+    ASSERT_EQ(header.iteration, iteration);
+    ASSERT_EQ(header.bytes, static_cast<uint64_t>(kLarge));
+    std::string received(static_cast<size_t>(kLarge), 0);
+    read_all(received.data(), received.size());
+    EXPECT_TRUE(received == payloads[static_cast<size_t>(iteration)]) << "iteration " << iteration;
+    Header ack{Fnv1a64(kSendJob), channel, iteration, data_plane_internal::kAck, 1, 0};
+    ASSERT_EQ(send(peer, &ack, sizeof ack, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof ack));
+  }
+  for (auto& call : calls) {
+    ASSERT_EQ(call.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "a send did not complete";
+    EXPECT_TRUE(call.get().ok());
+  }
+  // The first send found the writer idle and began itself; the second was queued behind its rest.
+  EXPECT_GE(plane->DirectWrites(), 1u);
+  EXPECT_TRUE((*runtime)->Shutdown().ok());
+  runtime->reset();
+  plane.reset();
+  close(peer);
+}
+
 }  // namespace
 }  // namespace actorflow
