@@ -316,12 +316,13 @@ class DataPlaneCore {
         written = !frame.begun ? WriteFrame(connection, frame.header, frame.error.data())
                                : WriteRest(connection, frame, 0);
       }
+      const int write_error = errno;
       {
         std::lock_guard<std::mutex> lock(connection->mu);
         connection->socket_busy = false;
       }
       if (!written) {
-        Lost(connection->peer, "writing to its data connection: " + std::string(std::strerror(errno)));
+        Lost(connection->peer, "writing to its data connection: " + std::string(std::strerror(write_error)));
         // Keep draining the queue: queued sends are completed (failed) by WriteData.
       }
     }
