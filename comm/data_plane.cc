@@ -184,7 +184,7 @@ void DataPlaneCore::Send(int peer, Connection::Frame frame) {
   } else {
     if (frame.header.kind != kAck) connection.payload_sent.fetch_add(frame.header.bytes, std::memory_order_relaxed);
     const int64_t sent = WriteFrom(&connection, frame, MSG_DONTWAIT);
-    direct_writes.fetch_add(1, std::memory_order_relaxed);
+    if (sent > 0) direct_writes.fetch_add(1, std::memory_order_relaxed);
     if (sent < 0) {  // the connection broke: as when the writer's write fails
       const std::string why = std::strerror(errno);
       if (frame.header.kind == kData) (void)EndDataWrite(&connection, frame, false);
