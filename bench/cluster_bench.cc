@@ -1,20 +1,27 @@
 // Cross-machine transfer over loopback, two processes (this binary starts its rank 1 itself):
-//  - send/recv round trip: a plan whose source on machine 0 is sent to machine 1, whose recv is
-//    sent back to machine 0's sink (two send/recv pairs, the data plane of comm/data_plane.h on
-//    the control plane's connection, runtimes on both sides): one call = one round trip;
+//  - register round trip (the goal's measure): machine 0's register is sent to machine 1, whose
+//    RECV register is sent straight back into machine 0's RECV register (two send/recv pairs of
+//    comm/data_plane.h, runtimes on both sides, no feed, fetch or copy: RegisterRoundTripPlan);
+//  - call round trip: the same through runtime calls, what a job pays: rank 0 feeds the bytes
+//    and fetches them, a task on machine 1 copies its RECV register into the one it sends back;
 //  - raw TCP round trip: the same bytes echoed over one loopback TCP connection (TCP_NODELAY,
-//    blocking read/write of the whole buffer): the transport's limit on this machine.
+//    the data plane's only socket option; blocking write/read of the whole buffer);
 //  - Gloo point-to-point round trip (when built with Gloo): the same bytes sent and echoed with
 //    Gloo's unbound buffers (bench/gloo_baseline.h), the engine the design first proposed.
-// Prints one line per size: the median over rounds (they alternate) of each round's median
-// round trip, and the bandwidth 2 * bytes / time, for each.
+// The measures interleave within each round (every other round in the opposite order); the
+// ratios are taken per round (the same minute) and printed as median [min-max] over the rounds,
+// the times as medians of the per-round medians; bandwidth = 2 * bytes / round trip.
 //
 //   cluster_bench [--sizes 4096,1048576,16777216] [--seconds 1] [--rounds 3] [--authenticate 1]
+//     (--seconds: how long each raw TCP measure runs at least)
 //   cluster_bench --all-reduce 2|3 [--sizes 1048576,16777216,67108864] [--rounds 3] [--authenticate 1]
+//     [--funnel 1]
 //     (--authenticate 1: the data plane tags and checks every frame, comm/data_plane_frames.h,
 //     as with --tls; compare with a run without it for the cost)
-//     (the ring all-reduce next to the funnel through machine 0 and Gloo's ring and
-//     halving-doubling all-reduce; see RunAllReduceBench)
+//     (the ring all-reduce on registers next to Gloo's ring and halving-doubling run(), and
+//     through runtime calls next to Gloo with a copy in and out; --funnel 1: also the funnel
+//     through machine 0; see RunAllReduceBench)
+//   Use an odd --rounds (5 or more) for a median that is one round's value.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,6 +32,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <cstdio>
@@ -34,6 +42,7 @@
 #include <vector>
 
 #include "actors/proto/plan.pb.h"
+#include "bench/cluster_bench_plans.h"
 #include "bench/gloo_baseline.h"
 #include "actors/runtime.h"
 #include "comm/cluster.h"
@@ -45,6 +54,7 @@ extern char** environ;
 
 namespace {
 
+using namespace actorflow_bench;  // the plans of the measures
 using Clock = std::chrono::steady_clock;
 using actorflow::Status;
 
@@ -66,6 +76,7 @@ struct BenchRank {
 };
 
 bool authenticate_frames = false;  // --authenticate 1
+bool with_funnel = false;          // --funnel 1 (all-reduce): also the funnel through machine 0
 
 BenchRank JoinCluster(int rank, int world, int port, const std::string& job_id) {
   actorflow::ClusterOptions options;
@@ -119,36 +130,6 @@ void RemoveGlooStore(const std::string& directory) {
   if (directory != "-") std::filesystem::remove_all(directory, ignored);
 }
 
-void AddRegister(actorflow::plan::Task* task, const char* name, int64_t bytes) {
-  auto* reg = task->add_registers();
-  reg->set_name(name);
-  reg->set_register_num(2);
-  if (bytes < 0) return;
-  auto* blob = reg->add_blobs();
-  blob->set_name(std::string(task->name()) + "/" + name);
-  blob->add_shape(bytes);
-  blob->set_dtype(actorflow::plan::DT_UINT8);
-  blob->set_byte_size(bytes);
-}
-
-actorflow::plan::Task* AddTask(actorflow::plan::Plan& plan, const std::string& name, actorflow::plan::TaskKind kind,
-                               int machine) {
-  auto* task = plan.add_tasks();
-  task->set_id(plan.tasks_size() - 1);
-  task->set_name(name);
-  task->set_kind(kind);
-  task->set_device_type("cpu");
-  task->set_machine_id(machine);
-  return task;
-}
-
-void AddInput(actorflow::plan::Task* task, int64_t producer, bool control) {
-  auto* in = task->add_inputs();
-  in->set_producer_task_id(producer);
-  in->set_producer_register(0);
-  in->set_control(control);
-}
-
 // Round trips per measurement of the two-process bench, the same on both ranks.
 int RoundTripsFor(int64_t bytes) { return bytes <= 65536 ? 400 : bytes <= (4 << 20) ? 60 : 12; }
 
@@ -156,65 +137,15 @@ int RoundTripsFor(int64_t bytes) { return bytes <= 65536 ? 400 : bytes <= (4 << 
 int CallsFor(int64_t bytes) { return bytes <= (1 << 20) ? 40 : bytes <= (16 << 20) ? 12 : 6; }
 
 // ---- All-reduce over `world` processes (cluster_bench --all-reduce N): per size, the ring
-// (one ALL_REDUCE task per machine, comm/data_plane.h) next to the funnel the compiler made
-// before (every machine sends its partial sum to machine 0, which adds them and sends the total
-// back to every machine: send/recv pairs from graph::InsertCrossMachineTransfers), rounds
-// alternating. Prints the median call time, the algorithm bandwidth (bytes / time) and rank 0's
-// traffic per call (payload bytes sent plus received, counted by the data plane, in units of
-// the buffer: the ring 4 (N - 1) / N, the funnel 2 (N - 1)).
-actorflow::plan::Plan AllReducePlan(int world, int64_t bytes, bool ring) {
-  actorflow::plan::Plan plan;
-  plan.set_job_name(std::string(ring ? "ring_" : "funnel_") + std::to_string(bytes));
-  auto add_float_register = [](actorflow::plan::Task* task) {
-    auto* reg = task->add_registers();
-    reg->set_name("out");
-    reg->set_register_num(2);
-    auto* blob = reg->add_blobs();
-    blob->set_name(task->name() + "/out");
-    blob->set_dtype(actorflow::plan::DT_FLOAT32);
-    blob->add_shape(0);
-  };
-  auto set_bytes = [](actorflow::plan::Task* task, int64_t n) {
-    auto* blob = task->mutable_registers(0)->mutable_blobs(0);
-    blob->set_shape(0, n / 4);
-    blob->set_byte_size(n);
-  };
-  std::vector<int64_t> sources;
-  for (int m = 0; m < world; ++m) {
-    auto* source = AddTask(plan, "partial@" + std::to_string(m), actorflow::plan::SOURCE, m);
-    source->set_feed_index(0);
-    add_float_register(source);
-    set_bytes(source, bytes);
-    sources.push_back(source->id());
-  }
-  std::vector<int64_t> totals;
-  if (ring) {
-    for (int m = 0; m < world; ++m) {
-      auto* sum = AddTask(plan, "sum@" + std::to_string(m), actorflow::plan::COMPUTE, m);
-      sum->set_op_type(actorflow::kAllReduceOp);
-      sum->set_asynchronous(true);
-      (*sum->mutable_attrs())["channel"].set_i(0);
-      for (int r = 0; r < world; ++r) (*sum->mutable_attrs())["ring"].mutable_ints()->add_values(r);
-      AddInput(sum, sources[m], false);
-      add_float_register(sum);
-      set_bytes(sum, bytes);
-      totals.push_back(sum->id());
-    }
-  } else {
-    auto* sum = AddTask(plan, "sum", actorflow::plan::COMPUTE, 0);
-    sum->set_op_type("bench_sum");
-    for (int64_t source : sources) AddInput(sum, source, false);
-    add_float_register(sum);
-    set_bytes(sum, bytes);
-    totals.assign(world, sum->id());
-  }
-  for (int m = 0; m < world; ++m) {
-    auto* sink = AddTask(plan, m == 0 ? "output" : "output@machine" + std::to_string(m), actorflow::plan::SINK, m);
-    AddInput(sink, totals[m], false);
-  }
-  return plan;
-}
-
+// (one ALL_REDUCE task per machine, comm/data_plane.h) on registers and through calls, Gloo's
+// algorithms called directly (run() alone and with a copy in and out), and with --funnel 1 the
+// funnel the compiler made before (every machine sends its partial sum to machine 0, which adds
+// them and sends the total back to every machine: send/recv pairs from
+// graph::InsertCrossMachineTransfers), interleaved per round. Prints the median call time, the
+// algorithm bandwidth (bytes / time), rank 0's traffic per call (payload bytes sent plus
+// received, counted by the data plane, in units of the buffer: the ring 4 (N - 1) / N, the
+// funnel 2 (N - 1)) and the per-round ratios like with like: the ring on registers vs the
+// best Gloo run(), the ring through calls vs the best Gloo with the same two copies.
 int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>& sizes, int rounds, char* self,
                       std::string gloo_store) {
   std::vector<pid_t> children;
@@ -227,7 +158,7 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
       std::vector<std::string> arguments = {self, "--all-reduce", std::to_string(world), "--rank", std::to_string(r),
                                             "--port", std::to_string(port), "--sizes", size_text, "--rounds",
                                             std::to_string(rounds), "--gloo-store", gloo_store, "--authenticate",
-                                            authenticate_frames ? "1" : "0"};
+                                            authenticate_frames ? "1" : "0", "--funnel", with_funnel ? "1" : "0"};
       std::vector<char*> child_argv;
       for (auto& a : arguments) child_argv.push_back(a.data());
       child_argv.push_back(nullptr);
@@ -243,15 +174,44 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
   const bool with_gloo = gloo_store != "-";
   auto gloo = with_gloo ? actorflow_bench::GlooBaseline::Connect(rank, world, gloo_store) : nullptr;
   double traffic = 0;  // of the last measure
-  auto measure = [&](int64_t bytes, bool ring) {
-    const actorflow::plan::Plan plan = AllReducePlan(world, bytes, ring);
+  double copied = 0;   // of the last measure: the share of rank 0's received bytes that came before their act
+  const float expected = static_cast<float>(world * (world + 1) / 2);
+  auto measure = [&](int64_t bytes, AllReduceMode mode) {
+    const bool ring = mode != AllReduceMode::kFunnelCall, registers = mode == AllReduceMode::kRingRegisters;
+    const int calls = CallsFor(bytes);
+    const int64_t count = bytes / 4;
+    const actorflow::plan::Plan plan = AllReducePlan(world, bytes, mode);
     auto global = actorflow::graph::InsertCrossMachineTransfers(plan, 2);
     if (!global.ok()) Die(global.status().ToString());
     auto local = actorflow::graph::ExtractMachinePlan(*global, rank);
     if (!local.ok()) Die(local.status().ToString());
+    std::vector<const void*> filled;  // origin registers already filled
     actorflow::RuntimeHooks hooks;
     hooks.make_kernel = [&](const actorflow::plan::Task& task) -> actorflow::StatusOr<actorflow::KernelFn> {
       if (actorflow::DataPlane::Handles(task.op_type())) return plane.MakeKernel(plan.job_name(), task);
+      // The origin's values: rank + 1 everywhere, and at both ends (rank + 1) * (iteration + 1),
+      // so that each call's sum is told apart from an earlier one's (exact in float32).
+      if (task.op_type() == "origin")
+        return actorflow::KernelFn([this_rank = rank, count, &filled](actorflow::KernelContext& ctx) {
+          float* values = static_cast<float*>(ctx.output(0).data);
+          if (std::find(filled.begin(), filled.end(), values) == filled.end()) {  // each register once
+            std::fill(values, values + count, static_cast<float>(this_rank + 1));
+            filled.push_back(values);
+          }
+          values[0] = values[count - 1] = static_cast<float>((this_rank + 1) * (ctx.iteration + 1));
+          return Status::Ok();
+        });
+      if (task.op_type() == "check")
+        return actorflow::KernelFn([expected, count, calls](actorflow::KernelContext& ctx) {
+          const float* sum = static_cast<const float*>(ctx.input(0).data);
+          const float ends = expected * static_cast<float>(ctx.iteration + 1);
+          if (sum[0] != ends || sum[count - 1] != ends)
+            return actorflow::Internal("all-reduce " + std::to_string(ctx.iteration) + ": not this call's sum");
+          if (ctx.iteration == calls - 1)
+            for (int64_t k = 1; k < count - 1; ++k)
+              if (sum[k] != expected) return actorflow::Internal("all-reduce: wrong sum at " + std::to_string(k));
+          return Status::Ok();
+        });
       return actorflow::KernelFn([](actorflow::KernelContext& ctx) {  // the funnel's sum on machine 0
         const int64_t n = static_cast<int64_t>(ctx.output(0).byte_size());
         std::memcpy(ctx.output(0).data, ctx.input(0).data, static_cast<size_t>(n));
@@ -262,17 +222,24 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     };
     auto runtime = actorflow::Runtime::Create(local->plan, hooks, {}, environment);
     if (!runtime.ok()) Die(runtime.status().ToString());
-    std::vector<float> in(static_cast<size_t>(bytes / 4), static_cast<float>(rank + 1)), out(in.size(), 0.f);
-    actorflow::TensorDesc desc{{bytes / 4}, actorflow::DType::kFloat32};
+    std::vector<float> in(registers ? 0 : static_cast<size_t>(count), static_cast<float>(rank + 1)),
+        out(in.size(), 0.f);
+    actorflow::TensorDesc desc{{count}, actorflow::DType::kFloat32};
+    std::vector<actorflow::TensorView> feeds, fetches;
+    if (!registers) {
+      feeds.push_back({in.data(), desc});
+      fetches.push_back({out.data(), desc});
+    }
     std::vector<double> times;
-    const int calls = CallsFor(bytes);
     const auto traffic_before = plane.PayloadBytes();
+    const uint64_t copied_before = plane.CopiedPayloadBytes();
     for (int i = 0; i < calls; ++i) {
       auto start = Clock::now();
-      Check((*runtime)->Run({{in.data(), desc}}, {{out.data(), desc}}), ring ? "ring all-reduce" : "funnel");
-      if (i >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      Check((*runtime)->Run(feeds, fetches), ring ? "ring all-reduce" : "funnel");
+      // Registers: the last call checks every element, not timed.
+      if (i >= 2 && !(registers && i == calls - 1))
+        times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
-    const float expected = static_cast<float>(world * (world + 1) / 2);
     for (float v : out)
       if (v != expected) Die(std::string(ring ? "ring" : "funnel") + ": wrong sum");
     Check((*runtime)->Shutdown(), "shutdown");
@@ -280,6 +247,8 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
     // Rank 0's sent + received bytes per call, in units of the buffer.
     traffic = static_cast<double>(traffic_after.first - traffic_before.first + traffic_after.second -
                                   traffic_before.second) / calls / static_cast<double>(bytes);
+    const uint64_t received = traffic_after.second - traffic_before.second;
+    copied = received == 0 ? 0.0 : static_cast<double>(plane.CopiedPayloadBytes() - copied_before) / received;
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   };
@@ -289,50 +258,79 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
         out(in.size());
     const double time = gloo->MedianAllReduce(in.data(), data.data(), out.data(), bytes / 4, CallsFor(bytes),
                                               halving_doubling, time_copies);
-    const float expected = static_cast<float>(world * (world + 1) / 2);
     for (float v : data)
       if (v != expected) Die(std::string("gloo ") + (halving_doubling ? "halving-doubling" : "ring") + ": wrong sum");
     return time;
   };
-  std::vector<std::vector<double>> ring_times(sizes.size()), funnel_times(sizes.size()), gloo_ring(sizes.size()),
-      gloo_halving_doubling(sizes.size()), gloo_halving_doubling_copies(sizes.size());
+  std::vector<std::vector<double>> ring_times(sizes.size()), funnel_times(sizes.size()), register_times(sizes.size()),
+      gloo_ring(sizes.size()), gloo_halving_doubling(sizes.size()), gloo_ring_copies(sizes.size()),
+      gloo_halving_doubling_copies(sizes.size());
   std::vector<double> ring_traffic(sizes.size()), funnel_traffic(sizes.size());
+  std::vector<std::vector<double>> ring_copied(sizes.size()), register_copied(sizes.size());
+  const int kinds = 6;
   for (int round = 0; round < rounds; ++round)
-    for (size_t s = 0; s < sizes.size(); ++s) {
-      ring_times[s].push_back(measure(sizes[s], true));
-      ring_traffic[s] = traffic;
-      funnel_times[s].push_back(measure(sizes[s], false));
-      funnel_traffic[s] = traffic;
-      if (with_gloo) {
-        gloo_ring[s].push_back(measure_gloo(sizes[s], false, false));
-        gloo_halving_doubling[s].push_back(measure_gloo(sizes[s], true, false));
-        gloo_halving_doubling_copies[s].push_back(measure_gloo(sizes[s], true, true));
-      }
-    }
+    for (size_t s = 0; s < sizes.size(); ++s)
+      // Every other round in the opposite order, so that no measure always follows another.
+      for (int step = 0; step < kinds; ++step) switch (const int k = round % 2 == 0 ? step : kinds - 1 - step; k) {
+          case 0:
+            register_times[s].push_back(measure(sizes[s], AllReduceMode::kRingRegisters));
+            register_copied[s].push_back(copied);
+            break;
+          case 1:
+            ring_times[s].push_back(measure(sizes[s], AllReduceMode::kRingCall));
+            ring_traffic[s] = traffic;
+            ring_copied[s].push_back(copied);
+            if (with_funnel) {
+              funnel_times[s].push_back(measure(sizes[s], AllReduceMode::kFunnelCall));
+              funnel_traffic[s] = traffic;
+            }
+            break;
+          default:
+            if (!with_gloo) break;
+            const bool halving_doubling = k % 2 == 1, copies = k >= 4;
+            auto& times = halving_doubling ? (copies ? gloo_halving_doubling_copies : gloo_halving_doubling)
+                                           : (copies ? gloo_ring_copies : gloo_ring);
+            times[s].push_back(measure_gloo(sizes[s], halving_doubling, copies));
+        }
   if (rank == 0) {
     auto median_of = [](std::vector<double> values) {
       std::sort(values.begin(), values.end());
       return values[values.size() / 2];
     };
+    // Per round, best Gloo / ours (both in the same minute); median [range] over the rounds.
+    auto versus = [&](const std::vector<double>& ours, const std::vector<double>& a, const std::vector<double>& b) {
+      std::vector<double> ratios;
+      for (int round = 0; round < rounds; ++round) ratios.push_back(std::min(a[round], b[round]) / ours[round]);
+      return SpreadOf(ratios);
+    };
     std::printf("all-reduce over %d processes (float32; medians of %d rounds; frame authentication %s)\n", world, rounds,
                 authenticate_frames ? "on" : "off");
     for (size_t s = 0; s < sizes.size(); ++s) {
-      const double ring = median_of(ring_times[s]), funnel = median_of(funnel_times[s]);
+      const double ring = median_of(ring_times[s]), on_registers = median_of(register_times[s]);
       const double bytes = static_cast<double>(sizes[s]);
-      std::printf("%10lld bytes  ring %9.2f ms %6.2f GB/s (rank 0 moves %.2fx the bytes)   funnel %9.2f ms %6.2f GB/s "
-                  "(rank 0 moves %.2fx)   time funnel/ring %.2f\n",
-                  static_cast<long long>(sizes[s]), ring * 1e3, bytes / ring / 1e9, ring_traffic[s], funnel * 1e3,
-                  bytes / funnel / 1e9, funnel_traffic[s], funnel / ring);
+      std::printf("%10lld bytes  ring on registers %9.2f ms %6.2f GB/s   ring through calls (feed + fetch) %9.2f ms "
+                  "%6.2f GB/s (rank 0 moves %.2fx the bytes)\n",
+                  static_cast<long long>(sizes[s]), on_registers * 1e3, bytes / on_registers / 1e9, ring * 1e3,
+                  bytes / ring / 1e9, ring_traffic[s]);
+      std::printf("%10s        rank 0's received bytes that came before their act (added from a buffer): on registers "
+                  "%.0f%%, through calls %.0f%% (medians)\n",
+                  "", 100 * median_of(register_copied[s]), 100 * median_of(ring_copied[s]));
+      if (with_funnel) {
+        const double funnel = median_of(funnel_times[s]);
+        std::printf("%10s        funnel through calls %9.2f ms %6.2f GB/s (rank 0 moves %.2fx)   time funnel/ring %.2f\n",
+                    "", funnel * 1e3, bytes / funnel / 1e9, funnel_traffic[s], funnel / ring);
+      }
       if (with_gloo) {
         const double gring = median_of(gloo_ring[s]), ghd = median_of(gloo_halving_doubling[s]);
-        const double ghd_copies = median_of(gloo_halving_doubling_copies[s]);
-        const double best = std::min(gring, ghd);
-        std::printf("%10s        gloo ring %9.2f ms %6.2f GB/s   gloo halving-doubling %9.2f ms %6.2f GB/s   "
-                    "ring vs best gloo %.0f%%\n",
-                    "", gring * 1e3, bytes / gring / 1e9, ghd * 1e3, bytes / ghd / 1e9, 100.0 * best / ring);
-        std::printf("%10s        gloo halving-doubling with a copy in and out (as a call's feed and fetch) %9.2f ms   "
-                    "ring vs it %.0f%%\n",
-                    "", ghd_copies * 1e3, 100.0 * ghd_copies / ring);
+        const Spread like = versus(register_times[s], gloo_ring[s], gloo_halving_doubling[s]);
+        const Spread calls = versus(ring_times[s], gloo_ring_copies[s], gloo_halving_doubling_copies[s]);
+        std::printf("%10s        gloo run(): ring %9.2f ms, halving-doubling %9.2f ms   ring on registers vs best "
+                    "gloo %.0f%% [%.0f-%.0f%%]\n",
+                    "", gring * 1e3, ghd * 1e3, 100 * like.median, 100 * like.low, 100 * like.high);
+        std::printf("%10s        gloo with a copy in and out: ring %9.2f ms, halving-doubling %9.2f ms   ring through "
+                    "calls vs best of them %.0f%% [%.0f-%.0f%%]\n",
+                    "", median_of(gloo_ring_copies[s]) * 1e3, median_of(gloo_halving_doubling_copies[s]) * 1e3,
+                    100 * calls.median, 100 * calls.low, 100 * calls.high);
       }
     }
     std::fflush(stdout);
@@ -366,6 +364,7 @@ int main(int argc, char** argv) {
     else if (flag == "--all-reduce") all_reduce_world = std::atoi(argv[i + 1]);
     else if (flag == "--gloo-store") gloo_store = argv[i + 1];
     else if (flag == "--authenticate") authenticate_frames = std::atoi(argv[i + 1]) == 1;
+    else if (flag == "--funnel") with_funnel = std::atoi(argv[i + 1]) == 1;
     else if (flag == "--sizes") {
       sizes.clear();
       for (char* item = std::strtok(argv[i + 1], ","); item; item = std::strtok(nullptr, ",")) sizes.push_back(std::atoll(item));
@@ -535,17 +534,84 @@ int main(int argc, char** argv) {
     std::sort(times.begin(), times.end());
     return rank == 0 ? times[times.size() / 2] : 0.0;
   };
+  // One size, register to register (RegisterRoundTripPlan): rank 0 returns the median round
+  // trip. Rank 0 calls synchronously, one round trip per call; rank 1 pushes all its calls at
+  // once, so its RECV registers are posted before the bytes come, as raw TCP's rank 1 waits in
+  // read() before they come (the receiving side of a pipeline; memory stays bounded by the
+  // registers: ticks wait for a free RECV register).
+  auto measure_registers = [&](size_t s) {
+    const int64_t bytes = sizes[s];
+    const int calls = RoundTripsFor(bytes);
+    auto made = RegisterRoundTripPlan(bytes, rank);
+    if (!made.ok()) Die(made.status().ToString());
+    const actorflow::plan::Plan& local = *made;
+    const std::string job = "register_round_trip_" + std::to_string(bytes);
+    std::vector<const void*> filled;  // origin registers already filled (register_num of them)
+    actorflow::RuntimeHooks hooks;
+    hooks.make_kernel = [&](const actorflow::plan::Task& task) -> actorflow::StatusOr<actorflow::KernelFn> {
+      if (actorflow::DataPlane::Handles(task.op_type())) return plane.MakeKernel(job, task);
+      if (task.op_type() == "origin")
+        return actorflow::KernelFn([bytes, &filled](actorflow::KernelContext& ctx) {
+          char* data = static_cast<char*>(ctx.output(0).data);
+          if (std::find(filled.begin(), filled.end(), data) == filled.end()) {
+            std::memset(data, 0x5a, static_cast<size_t>(bytes));
+            filled.push_back(data);
+          }
+          Stamp(data, bytes, ctx.iteration);
+          return Status::Ok();
+        });
+      return actorflow::KernelFn([bytes, calls](actorflow::KernelContext& ctx) {  // "check"
+        const char* data = static_cast<const char*>(ctx.input(0).data);
+        if (!Stamped(data, bytes, ctx.iteration))
+          return actorflow::Internal("round trip " + std::to_string(ctx.iteration) + ": another iteration's bytes came back");
+        if (ctx.iteration == calls - 1)
+          for (int64_t k = 8; k < bytes - 8; ++k)
+            if (data[k] != 0x5a) return actorflow::Internal("the bytes came back changed at " + std::to_string(k));
+        return Status::Ok();
+      });
+    };
+    auto runtime = actorflow::Runtime::Create(local, hooks, {}, environment);
+    if (!runtime.ok()) Die(runtime.status().ToString());
+    std::vector<double> times;
+    if (rank == 0) {
+      for (int i = 0; i < calls; ++i) {
+        auto start = Clock::now();
+        Check((*runtime)->Run({}, {}), "register round trip");
+        // The last call checks every byte: not timed.
+        if (i >= 3 && i < calls - 1) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      }
+    } else {
+      std::atomic<int> failed{0};
+      for (int i = 0; i < calls; ++i) {
+        auto pushed = (*runtime)->Push({}, {}, [&failed](int64_t, const Status& status) {
+          if (!status.ok()) failed.fetch_add(1);
+        });
+        Check(pushed.status(), "register round trip (rank 1)");
+      }
+      (*runtime)->Drain();
+      if (failed.load() != 0) Die("register round trip failed on rank 1");
+    }
+    Check((*runtime)->Shutdown(), "shutdown");
+    std::sort(times.begin(), times.end());
+    return rank == 0 ? times[times.size() / 2] : 0.0;
+  };
   // Rounds alternate the two (the machine is shared: conditions drift); the medians of the
   // per-round medians are printed.
-  std::vector<std::vector<double>> tcp(sizes.size()), plane_times(sizes.size()), gloo_times(sizes.size());
+  std::vector<std::vector<double>> tcp(sizes.size()), plane_times(sizes.size()), gloo_times(sizes.size()),
+      register_times(sizes.size());
   for (int round = 0; round < rounds; ++round)
     for (size_t s = 0; s < sizes.size(); ++s) {
-      tcp[s].push_back(measure_tcp(s));
-      plane_times[s].push_back(measure_data_plane(s));
-      if (with_gloo) {
-        std::vector<char> buffer(static_cast<size_t>(sizes[s]), 5);
-        gloo_times[s].push_back(gloo->MedianRoundTrip(buffer.data(), sizes[s], RoundTripsFor(sizes[s])));
-      }
+      // Every other round in the opposite order, so that no measure always follows another.
+      for (int k = 0; k < 4; ++k) switch (round % 2 == 0 ? k : 3 - k) {
+          case 0: tcp[s].push_back(measure_tcp(s)); break;
+          case 1: register_times[s].push_back(measure_registers(s)); break;
+          case 2: plane_times[s].push_back(measure_data_plane(s)); break;
+          default:
+            if (with_gloo) {
+              std::vector<char> buffer(static_cast<size_t>(sizes[s]), 5);
+              gloo_times[s].push_back(gloo->MedianRoundTrip(buffer.data(), sizes[s], RoundTripsFor(sizes[s])));
+            }
+        }
     }
   if (rank == 0) {
     auto median_of = [](std::vector<double> values) {
@@ -554,17 +620,39 @@ int main(int argc, char** argv) {
     };
     std::printf("send/recv round trips (medians of %d rounds; frame authentication %s)\n", rounds,
                 authenticate_frames ? "on" : "off");
+    // The goal's measure: register to register next to raw TCP, the ratio taken per round (both
+    // measured in the same minute), its median and range over the rounds.
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      std::vector<double> ratios;
+      for (int round = 0; round < rounds; ++round) ratios.push_back(tcp[s][round] / register_times[s][round]);
+      const Spread ratio = SpreadOf(ratios), ours = SpreadOf(register_times[s]), raw = SpreadOf(tcp[s]);
+      const double bytes = static_cast<double>(sizes[s]);
+      std::printf("%10lld bytes  register round trip %9.1f us [%.1f-%.1f] %6.2f GB/s   raw TCP %9.1f us [%.1f-%.1f] "
+                  "%6.2f GB/s   registers vs raw TCP %.0f%% [%.0f-%.0f%%]\n",
+                  static_cast<long long>(sizes[s]), ours.median * 1e6, ours.low * 1e6, ours.high * 1e6,
+                  2.0 * bytes / ours.median / 1e9, raw.median * 1e6, raw.low * 1e6, raw.high * 1e6,
+                  2.0 * bytes / raw.median / 1e9, 100 * ratio.median, 100 * ratio.low, 100 * ratio.high);
+    }
+    std::printf("and through runtime calls (rank 0 feeds and fetches, a task on rank 1 copies the received bytes "
+                "into the register it sends back; rank 1 calls synchronously):\n");
     for (size_t s = 0; s < sizes.size(); ++s) {
       const double ours = median_of(plane_times[s]), raw = median_of(tcp[s]);
       const double bytes = static_cast<double>(sizes[s]);
-      std::printf("%10lld bytes  send/recv round trip %9.1f us  %6.2f GB/s   raw TCP %9.1f us  %6.2f GB/s   (%.0f%%)\n",
-                  static_cast<long long>(sizes[s]), ours * 1e6, 2.0 * bytes / ours / 1e9, raw * 1e6,
-                  2.0 * bytes / raw / 1e9, 100.0 * raw / ours);
+      std::vector<double> ratios;
+      for (int round = 0; round < rounds; ++round) ratios.push_back(tcp[s][round] / plane_times[s][round]);
+      const Spread ratio = SpreadOf(ratios);
+      std::printf("%10lld bytes  call round trip %9.1f us  %6.2f GB/s   vs raw TCP %.0f%% [%.0f-%.0f%%]\n",
+                  static_cast<long long>(sizes[s]), ours * 1e6, 2.0 * bytes / ours / 1e9, 100 * ratio.median,
+                  100 * ratio.low, 100 * ratio.high);
       if (with_gloo) {
         const double direct = median_of(gloo_times[s]);
-        std::printf("%10s        gloo point-to-point %9.1f us  %6.2f GB/s   send/recv vs gloo %.0f%%   gloo vs raw TCP "
-                    "%.0f%%\n",
-                    "", direct * 1e6, 2.0 * bytes / direct / 1e9, 100.0 * direct / ours, 100.0 * raw / direct);
+        std::vector<double> versus_gloo;
+        for (int round = 0; round < rounds; ++round) versus_gloo.push_back(gloo_times[s][round] / register_times[s][round]);
+        const Spread gloo_ratio = SpreadOf(versus_gloo);
+        std::printf("%10s        gloo point-to-point %9.1f us  %6.2f GB/s   gloo vs raw TCP %.0f%%   registers vs gloo "
+                    "%.0f%% [%.0f-%.0f%%]\n",
+                    "", direct * 1e6, 2.0 * bytes / direct / 1e9, 100.0 * raw / direct, 100 * gloo_ratio.median,
+                    100 * gloo_ratio.low, 100 * gloo_ratio.high);
       }
     }
     std::fflush(stdout);

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,36 @@ TEST(ClusterTest, PortInUseIsAClearError) {
   std::string line = second.LineStarting("error", kStep);
   EXPECT_NE(line.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos) << line;
   EXPECT_EQ(second.Wait(kStep), 1);
+}
+
+// The listening sockets of this network namespace on `port` (from /proc/net/tcp, IPv4, and
+// /proc/net/tcp6): their local addresses as /proc writes them ("0100007F" is 127.0.0.1).
+std::vector<std::string> ListeningAddresses(int port) {
+  std::vector<std::string> addresses;
+  char wanted[8];
+  std::snprintf(wanted, sizeof wanted, "%04X", port);
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    FILE* file = std::fopen(table, "r");
+    if (file == nullptr) continue;
+    char line[512];
+    while (std::fgets(line, sizeof line, file) != nullptr) {
+      char local[64] = {0}, remote[64] = {0}, state[8] = {0};
+      if (std::sscanf(line, " %*d: %63s %63s %7s", local, remote, state) != 3) continue;
+      std::string address = local;
+      const size_t colon = address.rfind(':');
+      if (colon == std::string::npos || address.substr(colon + 1) != wanted || std::string(state) != "0A") continue;
+      addresses.push_back(address.substr(0, colon));
+    }
+    std::fclose(file);
+  }
+  return addresses;
+}
+
+TEST(ClusterTest, TheControlPlaneListensOnLoopbackOnly) {
+  Node rank0(Args(0, 2, 0, {"--then", "sleep"}));
+  const int port = PortOf(rank0);
+  // Exactly one listener on the port, bound to 127.0.0.1, not to every interface (00000000).
+  EXPECT_EQ(ListeningAddresses(port), std::vector<std::string>{"0100007F"});
 }
 
 // Survivors wait in a barrier the victim never enters; the victim's loss must end it.

@@ -132,6 +132,83 @@ bool DataPlaneCore::WriteFrame(Connection* connection, const Header& header, con
   return true;
 }
 
+int64_t DataPlaneCore::WriteFrom(Connection* connection, const Connection::Frame& frame, int flags) {
+  const char* payload = frame.header.kind == kAck ? frame.error.data() : frame.payload;
+  const size_t total = sizeof(Header) + frame.header.bytes;
+  size_t sent = frame.sent;
+  while (sent < total) {
+    iovec pieces[2];
+    int count = 0;
+    if (sent < sizeof(Header))
+      pieces[count++] = {reinterpret_cast<char*>(const_cast<Header*>(&frame.header)) + sent, sizeof(Header) - sent};
+    const size_t into_payload = sent < sizeof(Header) ? 0 : sent - sizeof(Header);
+    if (frame.header.bytes > into_payload)
+      pieces[count++] = {const_cast<char*>(payload) + into_payload, frame.header.bytes - into_payload};
+    msghdr message{};
+    message.msg_iov = pieces;
+    message.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t wrote = sendmsg(connection->fd, &message, MSG_NOSIGNAL | flags);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote < 0 && (flags & MSG_DONTWAIT) != 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (wrote <= 0) return -1;
+    sent += static_cast<size_t>(wrote);
+  }
+  return static_cast<int64_t>(sent);
+}
+
+void DataPlaneCore::Send(int peer, Connection::Frame frame) {
+  Connection& connection = *connections.at(peer);
+  {
+    std::lock_guard<std::mutex> lock(connection.mu);
+    if (connection.closing || connection.socket_busy || !connection.queue.empty() || connection.send_auth != nullptr) {
+      connection.queue.push_back(std::move(frame));
+      connection.cv.notify_one();
+      return;
+    }
+    connection.socket_busy = true;  // the writer now waits until this thread is done
+  }
+  bool began = true;
+  if (frame.header.kind == kData) {  // marked as being written, as the writer does (Fail leaves it to us)
+    std::lock_guard<std::mutex> lock(mu);
+    began = failure.empty();
+    if (began) {
+      connection.writing = true;
+      connection.writing_key = {frame.header.job, frame.header.channel};
+      connection.writing_iteration = frame.header.iteration;
+    }
+  }
+  if (!began) {  // the data plane failed: the writer completes the send with the failure
+    std::lock_guard<std::mutex> lock(connection.mu);
+    connection.socket_busy = false;
+    connection.queue.push_front(std::move(frame));
+  } else {
+    if (frame.header.kind != kAck) connection.payload_sent.fetch_add(frame.header.bytes, std::memory_order_relaxed);
+    const int64_t sent = WriteFrom(&connection, frame, MSG_DONTWAIT);
+    if (sent > 0) direct_writes.fetch_add(1, std::memory_order_relaxed);
+    if (sent < 0) {  // the connection broke: as when the writer's write fails
+      const std::string why = std::strerror(errno);
+      if (frame.header.kind == kData) (void)EndDataWrite(&connection, frame, false);
+      {
+        std::lock_guard<std::mutex> lock(connection.mu);
+        connection.socket_busy = false;
+      }
+      connection.cv.notify_one();
+      Lost(peer, "writing to its data connection: " + why);
+      return;
+    }
+    const bool whole = sent == static_cast<int64_t>(sizeof(Header) + frame.header.bytes);
+    if (whole && frame.header.kind == kData) (void)EndDataWrite(&connection, frame, true);
+    std::lock_guard<std::mutex> lock(connection.mu);
+    connection.socket_busy = false;
+    if (!whole) {  // the rest goes first: nothing was queued behind it while this thread wrote
+      frame.begun = true;
+      frame.sent = static_cast<size_t>(sent);
+      connection.queue.push_front(std::move(frame));
+    }
+  }
+  connection.cv.notify_one();
+}
+
 bool DataPlaneCore::ReadHeader(Connection* connection, Header* header) {
   FrameAuthenticator* auth = connection->receive_auth.get();
   if (auth == nullptr) {
@@ -375,6 +452,8 @@ std::pair<uint64_t, uint64_t> DataPlane::PayloadBytes() const {
 
 uint64_t DataPlane::CopiedPayloadBytes() const { return core_->copied_bytes.load(std::memory_order_relaxed); }
 
+uint64_t DataPlane::DirectWrites() const { return core_->direct_writes.load(std::memory_order_relaxed); }
+
 size_t DataPlane::waiting_payloads() const {
   std::lock_guard<std::mutex> lock(core_->mu);
   size_t waiting = 0;
@@ -469,7 +548,7 @@ StatusOr<KernelFn> DataPlane::MakeKernel(const std::string& job, const plan::Tas
     frame.header = Header{key.first, key.second, ctx.iteration, kData, static_cast<uint32_t>(from_rank),
                           static_cast<uint64_t>(bytes)};
     frame.payload = payload;
-    core->Enqueue(to, std::move(frame));
+    core->Send(to, std::move(frame));
     return Status::Ok();
   });
 }

@@ -98,9 +98,13 @@ class DataPlane {
   // Payload bytes this rank sent and received so far (data and all-reduce frames, all peers):
   // what the benchmarks report as traffic per rank.
   std::pair<uint64_t, uint64_t> PayloadBytes() const;
-  // Of the send/recv payload bytes received, those that came before their RECV act posted its
-  // register and were copied into it afterwards (the rest went straight into the register).
+  // Of the payload bytes received, those that came before their RECV act posted its register
+  // (send/recv) or before their all-reduce act launched, and were copied into the register (or
+  // added from a buffer) afterwards; the rest went straight into the register.
   uint64_t CopiedPayloadBytes() const;
+  // Data and ack frames written (whole, or their start) by the thread that sent them, while the
+  // connection's writer thread was idle, instead of being handed to it.
+  uint64_t DirectWrites() const;
 
  private:
   DataPlane() = default;

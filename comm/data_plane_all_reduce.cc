@@ -42,29 +42,31 @@ std::string DataPlaneCore::Mismatch(const CollectiveChannel& channel, uint64_t s
 }
 
 bool DataPlaneCore::ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act,
-                              int step, const char* source, Connection* connection, const Header* header,
-                              std::vector<char>& scratch) {
+                              int step, const char* source, int64_t from_source, Connection* connection,
+                              const Header* header, std::vector<char>& scratch) {
   const RingSchedule& ring = *channel.schedule;
   const int chunk = ring.ReceiveChunk(step);
   char* destination = act.sum + ring.ChunkOffset(chunk);
   const char* own = act.input + ring.ChunkOffset(chunk);  // this rank's values of the chunk
   const int64_t bytes = ring.ChunkBytes(chunk);
+  const int64_t prefix = source == nullptr ? 0 : std::min(from_source, bytes);  // a multiple of the element size
+  if (prefix > 0) copied_bytes.fetch_add(static_cast<uint64_t>(prefix), std::memory_order_relaxed);
   bool read = true;
   if (!ring.Reduces(step)) {
-    if (source != nullptr && bytes > 0) std::memcpy(destination, source, static_cast<size_t>(bytes));
-    else if (source == nullptr) read = ReadPayload(connection, destination, static_cast<size_t>(bytes));
-  } else if (source != nullptr) {
-    AddInto(destination, own, source, bytes, channel.dtype);
+    if (prefix > 0) std::memcpy(destination, source, static_cast<size_t>(prefix));
+    if (connection != nullptr && prefix < bytes)
+      read = ReadPayload(connection, destination + prefix, static_cast<size_t>(bytes - prefix));
   } else {
+    if (prefix > 0) AddInto(destination, own, source, prefix, channel.dtype);
     // The sum streams as bytes come. With frame authentication the chunk's tag is checked only
     // after it was added in: a forged chunk fails the act (its sum is then never used).
-    for (int64_t done = 0; read && done < bytes; done += kReducePiece) {
+    for (int64_t done = prefix; connection != nullptr && read && done < bytes; done += kReducePiece) {
       const int64_t piece = std::min<int64_t>(bytes - done, kReducePiece);
       read = ReadPayload(connection, scratch.data(), static_cast<size_t>(piece));
       if (read) AddInto(destination + done, own + done, scratch.data(), piece, channel.dtype);
     }
   }
-  if (read && source == nullptr) read = EndPayload(connection, *header);
+  if (read && connection != nullptr) read = EndPayload(connection, *header);
   std::optional<Ended> ended;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -95,9 +97,43 @@ bool DataPlaneCore::ReceiveCollective(Connection* connection, const Header& head
       ++act->busy;
     }
   }
-  if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, nullptr, connection, &header, scratch);
-  std::vector<char> bytes(header.bytes);
-  if (!ReadPayload(connection, bytes.data(), header.bytes) || !EndPayload(connection, header)) return false;
+  if (act != nullptr)
+    return ApplyStep(key, *channel, header.iteration, *act, step, nullptr, 0, connection, &header, scratch);
+  // Before its act: into a spare buffer, in pieces; between them, look whether the act launched
+  // meanwhile (the usual race: the chunk comes as this rank starts its call). Then only what
+  // came so far is applied from the buffer, and the rest straight from the connection.
+  std::vector<char> bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!channel->spare.empty()) {
+      bytes = std::move(channel->spare.back());
+      channel->spare.pop_back();
+    }
+  }
+  bytes.resize(header.bytes);  // a spare of this size (or larger): nothing to fill
+  size_t done = 0;
+  while (done < header.bytes) {
+    const size_t piece = std::min<size_t>(header.bytes - done, kEarlyPiece);
+    if (!ReadPayload(connection, bytes.data() + done, piece)) return false;
+    done += piece;
+    if (done == header.bytes) break;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = channel->acts.find(header.iteration);
+    if (it != channel->acts.end() && it->second.error.empty() &&
+        Mismatch(*channel, header.step, header.bytes, connection->peer).empty()) {
+      act = &it->second;
+      ++act->busy;
+      break;
+    }
+  }
+  if (act != nullptr) {  // launched while the chunk came
+    const bool read = ApplyStep(key, *channel, header.iteration, *act, step, bytes.data(), static_cast<int64_t>(done),
+                                connection, &header, scratch);
+    std::lock_guard<std::mutex> lock(mu);
+    KeepSpareChunk(*channel, std::move(bytes));
+    return read;
+  }
+  if (!EndPayload(connection, header)) return false;
   std::optional<Ended> ended;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -118,7 +154,12 @@ bool DataPlaneCore::ReceiveCollective(Connection* connection, const Header& head
     }
   }
   if (ended) (void)ended->done.Complete(ended->status);
-  if (act != nullptr) return ApplyStep(key, *channel, header.iteration, *act, step, bytes.data(), nullptr, nullptr, scratch);
+  if (act != nullptr) {
+    ApplyStep(key, *channel, header.iteration, *act, step, bytes.data(), static_cast<int64_t>(bytes.size()), nullptr,
+              nullptr, scratch);
+    std::lock_guard<std::mutex> lock(mu);
+    KeepSpareChunk(*channel, std::move(bytes));
+  }
   return true;
 }
 
@@ -245,7 +286,10 @@ StatusOr<KernelFn> DataPlane::MakeAllReduceKernel(const std::string& job, const 
         act = &launched;
         ++act->busy;
       }
-      core->ApplyStep(key, *channel, iteration, *act, step, early.data(), nullptr, nullptr, unused);
+      core->ApplyStep(key, *channel, iteration, *act, step, early.data(), static_cast<int64_t>(early.size()), nullptr,
+                      nullptr, unused);
+      std::lock_guard<std::mutex> lock(core->mu);
+      core->KeepSpareChunk(*channel, std::move(early));
     }
     std::optional<DataPlaneCore::Ended> ended;
     {

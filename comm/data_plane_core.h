@@ -88,7 +88,12 @@ struct CollectiveChannel {
   // (iteration, step) -> a chunk that came before its act launched (bounded: the previous rank
   // sends step t + 1 only after it received step t, and launches at most register_num acts).
   std::map<std::pair<int64_t, int64_t>, std::vector<char>> early;
+  // Buffers of earlier early chunks, reused (at most kSpareChunks kept), so that a chunk that
+  // comes before its act allocates and faults in nothing after the first iterations.
+  std::vector<std::vector<char>> spare;
 };
+
+constexpr size_t kSpareChunks = 2;
 
 inline bool WriteAll(int fd, const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
@@ -128,9 +133,18 @@ struct Connection {
     Header header;
     const char* payload = nullptr;  // data: the register; ack: error text below
     std::string error;
+    // Begun by the thread that sent it (DataPlaneCore::Send: counted, a data frame marked as
+    // being written) with `sent` bytes of it (header, then payload) written: the writer writes
+    // the rest, without the checks of a new frame.
+    bool begun = false;
+    size_t sent = 0;
   };
   std::deque<Frame> queue;
   bool closing = false;
+  // Some thread writes to the socket: the writer thread, or a thread writing its own frame
+  // directly while the writer is idle (DataPlaneCore::Send). One at a time keeps frames whole
+  // and in order.
+  bool socket_busy = false;
   std::thread reader, writer;
   // The data frame being written (under DataPlaneCore::mu): its send is completed by the
   // writer once the write ended, never while the write may still read the register.
@@ -204,10 +218,11 @@ class DataPlaneCore {
   }
 
   // The writer's data frame: written unless the data plane failed; if it failed before or
-  // during the write, the send is completed with the failure here.
+  // during the write, the send is completed with the failure here. A frame begun by its
+  // sender's thread is marked as being written already: its rest is written.
   bool WriteData(Connection* connection, const Connection::Frame& frame) {
     const std::pair<uint64_t, int64_t> key{frame.header.job, frame.header.channel};
-    {
+    if (!frame.begun) {
       std::lock_guard<std::mutex> lock(mu);
       if (failure.empty()) {
         connection->writing = true;
@@ -215,7 +230,15 @@ class DataPlaneCore {
         connection->writing_iteration = frame.header.iteration;
       }
     }
-    bool written = connection->writing && WriteFrame(connection, frame.header, frame.payload);
+    bool written = connection->writing && (!frame.begun ? WriteFrame(connection, frame.header, frame.payload)
+                                                        : WriteRest(connection, frame, 0));
+    return EndDataWrite(connection, frame, written);
+  }
+
+  // After a data frame's write (whole, or the rest of it): the send is completed with the
+  // failure when the data plane failed meanwhile. Returns written || failed.
+  bool EndDataWrite(Connection* connection, const Connection::Frame& frame, bool written) {
+    const std::pair<uint64_t, int64_t> key{frame.header.job, frame.header.channel};
     KernelCompletion done;
     std::string task, why;
     {
@@ -251,34 +274,55 @@ class DataPlaneCore {
     connection.cv.notify_one();
   }
 
+  // A data or ack frame (not with mu held): when the connection's writer is idle with nothing
+  // queued (and frames are not authenticated), this thread writes what the socket takes at once
+  // (non-blocking) and queues only the rest for the writer: no hand-off to the writer thread on
+  // the transfer's path when the socket has room (a wake-up per transfer saved, each one a
+  // scheduler latency on loaded cores). Otherwise the frame is queued for the writer.
+  void Send(int peer, Connection::Frame frame);
+
   void Ack(int peer, uint64_t job, int64_t channel, int64_t iteration, std::string error) {
     Connection::Frame frame;
     frame.header = Header{job, channel, iteration, kAck, static_cast<uint32_t>(rank), error.size()};
     frame.error = std::move(error);
-    Enqueue(peer, std::move(frame));
+    Send(peer, std::move(frame));
   }
+
+  // Frames written whole or in part by the thread that sent them (DataPlane::DirectWrites).
+  std::atomic<uint64_t> direct_writes{0};
 
   void Writer(Connection* connection) {
     for (;;) {
       Connection::Frame frame;
       {
         std::unique_lock<std::mutex> lock(connection->mu);
-        connection->cv.wait(lock, [&] { return connection->closing || !connection->queue.empty(); });
+        // A frame to write once no sender's thread writes its own; or the end.
+        connection->cv.wait(lock, [&] {
+          return connection->queue.empty() ? connection->closing : !connection->socket_busy;
+        });
         if (connection->queue.empty()) return;  // closing
         frame = std::move(connection->queue.front());
         connection->queue.pop_front();
+        connection->socket_busy = true;
       }
       bool written;
-      if (frame.header.kind != kAck) connection->payload_sent.fetch_add(frame.header.bytes, std::memory_order_relaxed);
+      if (frame.header.kind != kAck && !frame.begun)
+        connection->payload_sent.fetch_add(frame.header.bytes, std::memory_order_relaxed);
       if (frame.header.kind == kData) {
         written = WriteData(connection, frame);
       } else if (frame.header.kind == kCollective) {
         written = WriteCollective(connection, frame);
       } else {
-        written = WriteFrame(connection, frame.header, frame.error.data());
+        written = !frame.begun ? WriteFrame(connection, frame.header, frame.error.data())
+                               : WriteRest(connection, frame, 0);
+      }
+      const int write_error = errno;
+      {
+        std::lock_guard<std::mutex> lock(connection->mu);
+        connection->socket_busy = false;
       }
       if (!written) {
-        Lost(connection->peer, "writing to its data connection: " + std::string(std::strerror(errno)));
+        Lost(connection->peer, "writing to its data connection: " + std::string(std::strerror(write_error)));
         // Keep draining the queue: queued sends are completed (failed) by WriteData.
       }
     }
@@ -447,11 +491,19 @@ class DataPlaneCore {
   // mu held. Why a chunk cannot belong to this act ("" when it can).
   std::string Mismatch(const CollectiveChannel& channel, uint64_t step, uint64_t bytes, int from) const;
 
-  // Applies the chunk of `step` into the act's sum, from `source`, or read from `connection`
-  // (the frame of `header`) when source is null; then queues the next step. Called without mu,
-  // with the act busy on the caller's behalf (released here). False when reading failed.
+  // Applies the chunk of `step` into the act's sum: its first `from_source` bytes from `source`
+  // (bytes that came before the act launched), the rest read from `connection` (the frame of
+  // `header`; null when source holds the whole chunk); then queues the next step. Called
+  // without mu, with the act busy on the caller's behalf (released here). False when reading
+  // failed.
   bool ApplyStep(const ChannelKey& key, CollectiveChannel& channel, int64_t iteration, CollectiveAct& act, int step,
-                 const char* source, Connection* connection, const Header* header, std::vector<char>& scratch);
+                 const char* source, int64_t from_source, Connection* connection, const Header* header,
+                 std::vector<char>& scratch);
+
+  // mu held. An early chunk's buffer done with: kept for the channel's next early chunk (bounded).
+  void KeepSpareChunk(CollectiveChannel& channel, std::vector<char> buffer) {
+    if (channel.spare.size() < kSpareChunks) channel.spare.push_back(std::move(buffer));
+  }
 
   // The reader's collective frame: into its act when it launched, else kept for the launch.
   bool ReceiveCollective(Connection* connection, const Header& header, std::vector<char>& scratch);
@@ -464,6 +516,14 @@ class DataPlaneCore {
   // (comm/data_plane_frames.h). Implemented in data_plane.cc.
   // The writer thread's: false when the connection broke.
   bool WriteFrame(Connection* connection, const Header& header, const char* payload);
+  // An unauthenticated frame's bytes from frame.sent on (header, then payload; an ack's payload
+  // is its error text). flags 0: blocks until all are written; MSG_DONTWAIT: what the socket
+  // takes now. Returns the bytes of the frame written in all (frame.sent included), or -1 when
+  // the connection broke; WriteRest(connection, frame, 0) is true when the frame is whole.
+  int64_t WriteFrom(Connection* connection, const Connection::Frame& frame, int flags);
+  bool WriteRest(Connection* connection, const Connection::Frame& frame, int flags) {
+    return WriteFrom(connection, frame, flags) == static_cast<int64_t>(sizeof(Header) + frame.header.bytes);
+  }
   // The reader thread's: the next header (its tag checked), then its payload in one or more
   // pieces (ReadPayload), then EndPayload (the payload's tag, checked). False when the
   // connection closed or a tag failed, with the reason in connection->read_error.

@@ -6,6 +6,8 @@
 // unnoticed (what the tags add).
 #include "comm/data_plane_frames.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/proto/plan.pb.h"
@@ -274,6 +277,224 @@ TEST_F(FramesTest, WithoutAuthenticationAnAlteredPayloadGoesThrough) {
   ASSERT_TRUE(Call(&received).ok());
   EXPECT_NE(received, payload);
   EXPECT_EQ(received, wire.substr(sizeof(Header)));
+}
+
+// The ring all-reduce's early path: rank 1 (the test) sends its first chunk before rank 0's act
+// launched, stops in the middle of it until the act launched, then sends the rest. What came
+// before the launch is added from a buffer, the rest straight from the connection (only the
+// pieces read early are counted as copied), and the sum is exact.
+TEST(AllReduceEarlyChunkTest, AChunkThatStartsBeforeItsActIsFinishedStraightFromTheConnection) {
+  using data_plane_internal::kCollective;
+  using data_plane_internal::DataPlaneCore;
+  constexpr int64_t kChunkBytes = 4 * DataPlaneCore::kEarlyPiece, kElements = 2 * kChunkBytes / 4;
+  constexpr int64_t kEarly = 2 * DataPlaneCore::kEarlyPiece + 88 * 1024;  // sent before the launch
+  constexpr char kRingJob[] = "early_chunk";
+  int ends[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
+  const int peer = ends[1];
+  DataPlane::PeerConnection connection;
+  connection.peer = 1;
+  connection.fd = ends[0];
+  std::shared_ptr<DataPlane> plane = DataPlane::Start(0, {connection});
+  // Rank 0's part: its values fed in, one all_reduce over ranks 0 and 1, the sum fetched.
+  plan::Plan plan;
+  plan.set_job_name(kRingJob);
+  auto add_task = [&](const char* name, plan::TaskKind kind) {
+    plan::Task* task = plan.add_tasks();
+    task->set_id(plan.tasks_size() - 1);
+    task->set_name(name);
+    task->set_kind(kind);
+    task->set_device_type("cpu");
+    if (kind == plan::SINK) return task;
+    plan::BlobDesc* blob = task->add_registers()->add_blobs();
+    task->mutable_registers(0)->set_name("out");
+    task->mutable_registers(0)->set_register_num(2);
+    task->mutable_registers(0)->add_consumer_task_ids(task->id() + 1);
+    blob->set_name(std::string(name) + "/out");
+    blob->add_shape(kElements);
+    blob->set_dtype(plan::DT_FLOAT32);
+    blob->set_byte_size(kElements * 4);
+    return task;
+  };
+  add_task("values", plan::SOURCE)->set_feed_index(0);
+  plan::Task* sum = add_task("sum", plan::COMPUTE);
+  sum->set_op_type(kAllReduceOp);
+  sum->set_asynchronous(true);
+  (*sum->mutable_attrs())["channel"].set_i(0);
+  (*sum->mutable_attrs())["ring"].mutable_ints()->add_values(0);
+  (*sum->mutable_attrs())["ring"].mutable_ints()->add_values(1);
+  sum->add_inputs()->set_producer_task_id(0);
+  add_task("output", plan::SINK)->add_inputs()->set_producer_task_id(1);
+  RuntimeHooks hooks;
+  hooks.make_kernel = [&](const plan::Task& task) -> StatusOr<KernelFn> { return plane->MakeKernel(kRingJob, task); };
+  auto runtime = Runtime::Create(plan, hooks);
+  ASSERT_TRUE(runtime.ok()) << runtime.status().ToString();
+
+  auto write_all = [&](const void* data, size_t n) {
+    const char* bytes = static_cast<const char*>(data);
+    for (size_t done = 0; done < n;) {
+      ssize_t wrote = send(peer, bytes + done, n - done, MSG_NOSIGNAL);
+      ASSERT_GT(wrote, 0);
+      done += static_cast<size_t>(wrote);
+    }
+  };
+  auto read_all = [&](void* data, size_t n) {
+    char* bytes = static_cast<char*>(data);
+    for (size_t done = 0; done < n;) {
+      ssize_t got = recv(peer, bytes + done, n - done, 0);
+      ASSERT_GT(got, 0);
+      done += static_cast<size_t>(got);
+    }
+  };
+  // Rank 0 (ring position 0) receives chunk 1 at step 0 and adds it to its own; rank 1's values
+  // are 2, rank 0's 1 (its chunk 1 ends up 3); at step 1 it receives the total of chunk 0.
+  const std::vector<float> twos(kChunkBytes / 4, 2.0f), threes(kChunkBytes / 4, 3.0f);
+  Header step0{Fnv1a64(kRingJob), 0, 0, kCollective, 1, static_cast<uint64_t>(kChunkBytes), 0};
+  write_all(&step0, sizeof step0);
+  write_all(twos.data(), kEarly);
+  // Wait until rank 0's reader took every byte so far: it read two pieces into a buffer, found
+  // no act after each, and waits in the third.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int unread = 1; unread > 0;) {
+    ASSERT_EQ(ioctl(peer, SIOCOUTQ, &unread), 0);
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << unread << " bytes still unread";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::vector<float> values(kElements, 1.0f), output(kElements, 0.0f);
+  const TensorDesc desc{{kElements}, DType::kFloat32};
+  auto promise = std::make_shared<std::promise<Status>>();
+  std::future<Status> done = promise->get_future();
+  ASSERT_TRUE((*runtime)->Push({{values.data(), desc}}, {{output.data(), desc}},
+                               [promise](int64_t, const Status& status) { promise->set_value(status); }).ok());
+  // The act launched: its step 0 sends rank 0's chunk 0; then the rest of chunk 1 goes.
+  Header header;
+  std::vector<float> chunk(kChunkBytes / 4);
+  read_all(&header, sizeof header);
+  ASSERT_EQ(header.step, 0u);
+  ASSERT_EQ(header.bytes, static_cast<uint64_t>(kChunkBytes));
+  read_all(chunk.data(), kChunkBytes);
+  EXPECT_EQ(chunk, std::vector<float>(kChunkBytes / 4, 1.0f));
+  write_all(reinterpret_cast<const char*>(twos.data()) + kEarly, kChunkBytes - kEarly);
+  // Step 1: rank 0 sends the chunk it finished (1 + 2), and receives the total of chunk 0.
+  read_all(&header, sizeof header);
+  ASSERT_EQ(header.step, 1u);
+  read_all(chunk.data(), kChunkBytes);
+  EXPECT_EQ(chunk, threes);
+  Header step1 = step0;
+  step1.step = 1;
+  write_all(&step1, sizeof step1);
+  write_all(threes.data(), kChunkBytes);
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "the all-reduce did not end";
+  ASSERT_TRUE(done.get().ok());
+  EXPECT_EQ(output, std::vector<float>(kElements, 3.0f));
+  // The three pieces read before the act was found were added from the buffer; the last piece
+  // came straight from the connection.
+  EXPECT_EQ(plane->CopiedPayloadBytes(), static_cast<uint64_t>(3 * DataPlaneCore::kEarlyPiece));
+  EXPECT_TRUE((*runtime)->Shutdown().ok());
+  runtime->reset();
+  plane.reset();
+  close(peer);
+}
+
+// A send whose connection's writer is idle is written by the act's own thread, as much as the
+// socket takes at once; the writer thread writes the rest. Rank 1 (the test) reads the frame
+// only after the send began: the bytes arrive whole and in order, the send completes when rank
+// 1 acknowledges them, and a second send behind it (queued while the first was incomplete)
+// follows it intact.
+TEST(DirectWriteTest, ASendLargerThanTheSocketBufferIsFinishedByTheWriter) {
+  constexpr int64_t kLarge = 8 << 20;  // far more than a socket pair's buffer
+  constexpr char kSendJob[] = "direct_write";
+  int ends[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
+  const int peer = ends[1];
+  DataPlane::PeerConnection connection;
+  connection.peer = 1;
+  connection.fd = ends[0];
+  std::shared_ptr<DataPlane> plane = DataPlane::Start(0, {connection});
+  // source on machine 0 -> machine 1's sink: rank 0 runs the source and its SEND.
+  plan::Plan plan;
+  plan.set_job_name(kSendJob);
+  for (int machine = 0; machine < 2; ++machine) {
+    plan::Task* task = plan.add_tasks();
+    task->set_id(machine);
+    task->set_kind(machine == 0 ? plan::SOURCE : plan::SINK);
+    task->set_name(machine == 0 ? "source" : "output@machine1");
+    task->set_device_type("cpu");
+    task->set_machine_id(machine);
+    if (machine == 1) {
+      task->add_inputs()->set_producer_task_id(0);
+      continue;
+    }
+    task->set_feed_index(0);
+    plan::RegisterDesc* out = task->add_registers();
+    out->set_name("out");
+    out->set_register_num(2);
+    plan::BlobDesc* blob = out->add_blobs();
+    blob->set_name("source/out");
+    blob->add_shape(kLarge);
+    blob->set_dtype(plan::DT_UINT8);
+    blob->set_byte_size(kLarge);
+  }
+  plan::Task* sink0 = plan.add_tasks();  // machine 0's main sink (it waits for the send)
+  sink0->set_id(2);
+  sink0->set_name("output");
+  sink0->set_kind(plan::SINK);
+  sink0->set_device_type("cpu");
+  sink0->set_machine_id(0);
+  auto global = graph::InsertCrossMachineTransfers(plan, 2);
+  ASSERT_TRUE(global.ok()) << global.status().ToString();
+  auto local = graph::ExtractMachinePlan(*global, 0);
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  int64_t channel = -1;
+  for (const plan::Task& task : local->plan.tasks())
+    if (task.op_type() == "send") channel = task.attrs().at("channel").i();
+  ASSERT_GE(channel, 0);
+  RuntimeHooks hooks;
+  hooks.make_kernel = [&](const plan::Task& task) -> StatusOr<KernelFn> { return plane->MakeKernel(kSendJob, task); };
+  auto runtime = Runtime::Create(local->plan, hooks);
+  ASSERT_TRUE(runtime.ok()) << runtime.status().ToString();
+
+  std::vector<std::string> payloads;
+  std::vector<std::future<Status>> calls;
+  const TensorDesc desc{{kLarge}, DType::kUInt8};
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    payloads.emplace_back(static_cast<size_t>(kLarge), static_cast<char>('p' + iteration));
+    for (int64_t i = 0; i < kLarge; i += 4096) payloads.back()[static_cast<size_t>(i)] = static_cast<char>(i / 4096);
+    auto promise = std::make_shared<std::promise<Status>>();
+    calls.push_back(promise->get_future());
+    ASSERT_TRUE((*runtime)->Push({{payloads.back().data(), desc}}, {},
+                                 [promise](int64_t, const Status& status) { promise->set_value(status); }).ok());
+  }
+  auto read_all = [&](void* data, size_t n) {
+    char* bytes = static_cast<char*>(data);
+    for (size_t done = 0; done < n;) {
+      ssize_t got = recv(peer, bytes + done, n - done, 0);
+      ASSERT_GT(got, 0);
+      done += static_cast<size_t>(got);
+    }
+  };
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    Header header;
+    read_all(&header, sizeof header);
+    ASSERT_EQ(header.kind, data_plane_internal::kData);
+    ASSERT_EQ(header.iteration, iteration);
+    ASSERT_EQ(header.bytes, static_cast<uint64_t>(kLarge));
+    std::string received(static_cast<size_t>(kLarge), 0);
+    read_all(received.data(), received.size());
+    EXPECT_TRUE(received == payloads[static_cast<size_t>(iteration)]) << "iteration " << iteration;
+    Header ack{Fnv1a64(kSendJob), channel, iteration, data_plane_internal::kAck, 1, 0};
+    ASSERT_EQ(send(peer, &ack, sizeof ack, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof ack));
+  }
+  for (auto& call : calls) {
+    ASSERT_EQ(call.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "a send did not complete";
+    EXPECT_TRUE(call.get().ok());
+  }
+  // The first send found the writer idle and began itself; the second was queued behind its rest.
+  EXPECT_GE(plane->DirectWrites(), 1u);
+  EXPECT_TRUE((*runtime)->Shutdown().ok());
+  runtime->reset();
+  plane.reset();
+  close(peer);
 }
 
 }  // namespace

@@ -20,8 +20,8 @@ launch), and with TLS ACTORFLOW_TLS_CERT, ACTORFLOW_TLS_KEY, ACTORFLOW_TLS_CA (a
 ACTORFLOW_NODE_ADDR when given). Rank 0's lines pass through unprefixed; each line of rank r > 0 is prefixed with
 "[rank r] ". Where the launcher's stdout/stderr is not a terminal, rank 0's output is copied line
 by line like the others', so no rank's line is ever cut by another's (an unbuffered print writes
-its pieces separately); on a terminal rank 0 writes to it directly (progress bars keep working). When a rank fails (non-zero exit or a signal), the others get SIGTERM, then SIGKILL
-after a grace period, and the launcher exits non-zero naming the rank: the whole job ends within
+its pieces separately); on a terminal rank 0 writes to it directly (progress bars keep working). When a rank fails (non-zero exit or a signal), the others get SIGTERM (and SIGCONT, so that a
+frozen rank handles it), then SIGKILL after a grace period, and the launcher exits non-zero naming the rank: the whole job ends within
 20 s of the failure. See docs/cluster.md.
 """
 import argparse
@@ -159,6 +159,8 @@ def _stop(processes, grace):
     running = [p for p in processes if p.poll() is None]
     for process in running:
         _signal_group(process, signal.SIGTERM)
+        # A frozen (SIGSTOPped) rank would hold its SIGTERM until the SIGKILL: continue it.
+        _signal_group(process, signal.SIGCONT)
     deadline = time.monotonic() + grace
     while any(p.poll() is None for p in running) and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)

@@ -1,13 +1,18 @@
 """The program test_cluster_training.py runs on every rank (and alone, as the reference): the seed
 MLP trained data-parallel, consistent view, on machine_num x cpu_device_num devices.
 
-    python cluster_program.py STEPS DEVICES OUT_PREFIX [kill-rank-1-at=STEP | stop-rank-1-at=STEP]
+    python cluster_program.py STEPS DEVICES OUT_PREFIX [kill-rank-1-at=STEP | stop-rank-1-at=STEP |
+                                                        cut-network-at=STEP]
+
+cut-network-at: rank 1 takes the loopback interface down before that step (a silent partition:
+run it only in a network namespace made for it, `unshare --net`).
 
 Writes OUT_PREFIX.rank<R>.npz with the per-step losses and the variables (every rank holds and
 updates its own copy). A failing call prints "step S failed after T s: <error>" and exits 7.
 """
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -39,8 +44,12 @@ def main():
     losses = []
     for step in range(steps):
         if fault and rank == 1 and step == int(fault.split("=")[1]):
-            print("rank 1 stops itself at step", step, flush=True)
-            os.kill(os.getpid(), signal.SIGKILL if fault.startswith("kill") else signal.SIGSTOP)
+            if fault.startswith("cut-network"):
+                subprocess.run(["ip", "link", "set", "lo", "down"], check=True, timeout=10)
+                print("rank 1 cut the network at step", step, flush=True)
+            else:
+                print("rank 1 stops itself at step", step, flush=True)
+                os.kill(os.getpid(), signal.SIGKILL if fault.startswith("kill") else signal.SIGSTOP)
         started = time.monotonic()
         try:
             loss = train_job(images[step], labels[step])

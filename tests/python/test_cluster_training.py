@@ -1,12 +1,15 @@
-"""Jobs across processes (docs/cluster.md): 2 ranks on loopback, one CPU device each, run the seed
-MLP data-parallel exactly as one process with 2 devices does; a lost rank fails the survivor's
-call naming it; bad configurations are clear errors. At most 2 processes at a time; every wait is
-bounded and every process started here is killed if it outlives its test."""
+"""Jobs across processes (docs/cluster.md): 2 or 3 ranks on loopback, one or two CPU devices each,
+run the seed MLP data-parallel as one process with as many devices does; a lost (killed, frozen,
+cut off) rank fails the survivors' calls naming it; bad configurations are clear errors. At most
+3 processes at a time; every wait is bounded and every process started here is killed if it
+outlives its test."""
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -16,6 +19,7 @@ PYTHON = sys.executable
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(HERE, "cluster_program.py")
 STEPS = 8
+TRAIN_STEPS = 100  # the goal's length for the training comparison
 
 
 def _clean_env(**extra):
@@ -72,26 +76,31 @@ def _ranks_by_hand(args, timeout=60, secrets=("0" * 64, "0" * 64), **extra):
                 p.wait()
 
 
-@pytest.mark.parametrize("processes", [2, 3])
-def test_processes_train_the_seed_mlp_as_one_process_with_as_many_devices(tmp_path, processes):
-    reference = subprocess.run([PYTHON, PROGRAM, str(STEPS), str(processes), str(tmp_path / "one")],
+@pytest.mark.parametrize("processes, devices", [(2, 1), (3, 1), (2, 2), (3, 2)])
+def test_processes_train_the_seed_mlp_as_one_process_with_as_many_devices(tmp_path, processes, devices):
+    """100 steps data-parallel over `processes` x `devices` give the losses and weights of one
+    process with processes * devices devices: within 1e-3 relative (the goal), and within 1e-5
+    over the first 8 steps (float rounding only)."""
+    reference = subprocess.run([PYTHON, PROGRAM, str(TRAIN_STEPS), str(processes * devices), str(tmp_path / "one")],
                                capture_output=True, text=True, timeout=180, env=_clean_env())
     assert reference.returncode == 0, reference.stdout + reference.stderr
-    code, out = _launch([str(STEPS), "1", str(tmp_path / "two")], processes=processes)
+    code, out = _launch([str(TRAIN_STEPS), str(devices), str(tmp_path / "two")], processes=processes)
     assert code == 0, out
     one = np.load(tmp_path / "one.rank0.npz")
     ranks = [np.load(tmp_path / ("two.rank%d.npz" % rank)) for rank in range(processes)]
     rank0 = ranks[0]
-    assert len(one["losses"]) == STEPS and one["losses"][-1] < one["losses"][0]  # it learns
+    assert len(one["losses"]) == TRAIN_STEPS and one["losses"][-1] < 0.2 * one["losses"][0]  # it learns
     # The ranks ran their parts of one job, not the whole job each.
     assert not one["distributed"] and all(rank["distributed"] for rank in ranks)
     # Every rank's call returns the job's result.
     for rank in ranks:
-        np.testing.assert_allclose(rank["losses"], one["losses"], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(rank["losses"], one["losses"], rtol=1e-3, atol=0)
+        np.testing.assert_allclose(rank["losses"][:STEPS], one["losses"][:STEPS], rtol=0, atol=1e-5)
     variables = [k for k in one.files if k.startswith("variable:")]
     assert len(variables) >= 4
     for name in variables:
-        np.testing.assert_allclose(rank0[name], one[name], rtol=0, atol=1e-5, err_msg=name)
+        scale = np.max(np.abs(one[name]))
+        np.testing.assert_allclose(rank0[name], one[name], rtol=0, atol=1e-3 * scale, err_msg=name)
         # Every machine updated its own copy with the same all-reduced gradients: the copies
         # agree bit for bit (each rank runs the same kernels on the same sums).
         for rank, values in enumerate(ranks[1:], 1):
@@ -99,7 +108,7 @@ def test_processes_train_the_seed_mlp_as_one_process_with_as_many_devices(tmp_pa
     # Not bit for bit against one process: there the small gradients (biases, the output layer's
     # weight) are computed whole on one device from activations gathered at no copy, and dW1's
     # GEMM accumulates into the weight (graph/parallel.cc, graph/update_fusion.cc), where the
-    # machines sum partial gradients; the tolerance above holds.
+    # machines sum partial gradients; the tolerances above hold.
 
 
 def test_a_killed_rank_fails_the_survivors_pending_call_naming_it():
@@ -115,17 +124,71 @@ def test_a_killed_rank_fails_the_survivors_pending_call_naming_it():
     assert seconds < 10, failed[0]
 
 
+def _timed_lines(command, timeout, env):
+    """(returncode, [(time, line)], end time) of `command`, its output read line by line."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    reader = threading.Thread(target=lambda: [lines.append((time.monotonic(), line)) for line in process.stdout])
+    reader.start()
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        pytest.fail("did not end within %d s:\n%s" % (timeout, "".join(line for _, line in lines)))
+    ended = time.monotonic()
+    reader.join(timeout=10)
+    assert not reader.is_alive()
+    return code, lines, ended
+
+
 def test_a_frozen_rank_fails_the_survivor_and_the_launch():
     started = time.monotonic()
-    code, out = _launch(["20", "1", "/dev/null/unused", "stop-rank-1-at=4"], timeout=60,
-                        env=_clean_env(ACTORFLOW_HEARTBEAT_MS="500", ACTORFLOW_CONNECTION_TIMEOUT_MS="3000"))
-    elapsed = time.monotonic() - started
+    code, lines, ended = _timed_lines(
+        [PYTHON, "-m", "actorflow.launch", "--nproc", "2", PROGRAM, "20", "1", "/dev/null/unused", "stop-rank-1-at=4"],
+        60, _clean_env(ACTORFLOW_HEARTBEAT_MS="500", ACTORFLOW_CONNECTION_TIMEOUT_MS="3000"))
+    out = "".join(line for _, line in lines)
     assert code == 7, out
-    failed = [line for line in out.splitlines() if line.startswith("step ")]
-    assert failed and "lost rank 1" in failed[0] and failed[0].startswith("step 4 "), out
-    assert float(failed[0].split()[4]) < 10, failed[0]
+    failed = [(at, line) for at, line in lines if line.startswith("step ")]
+    assert failed and "lost rank 1" in failed[0][1] and failed[0][1].startswith("step 4 "), out
+    assert float(failed[0][1].split()[4]) < 10, failed[0][1]
     assert "actorflow.launch: rank 0 failed with exit code 7" in out
-    assert elapsed < 40, elapsed
+    assert ended - started < 40, ended - started
+    # The frozen rank is continued with its SIGTERM: the launcher does not wait out the 5 s
+    # before its SIGKILL.
+    assert ended - failed[0][0] < 4, ended - failed[0][0]
+
+
+def _network_namespace_prefix():
+    """The command prefix that runs a command in a fresh network namespace with loopback up (an
+    unprivileged user namespace maps this user to root there); None where that is not possible."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return None
+    probe = subprocess.run(["unshare", "--net", "-r", "ip", "link", "set", "lo", "up"], capture_output=True, timeout=30)
+    return ["unshare", "--net", "-r", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"] if probe.returncode == 0 else None
+
+
+def test_a_cut_off_rank_fails_every_survivor_and_the_launch_with_the_default_timing():
+    """A silent partition: the whole launch runs in a network namespace made for it, and rank 1
+    takes its loopback down before step 4 (no connection closes: only the heartbeats' absence
+    tells). Every rank's call fails within 10 s naming the other, the launcher exits non-zero
+    within 20 s; the default heartbeat (1 s) and connection timeout (5 s)."""
+    prefix = _network_namespace_prefix()
+    if prefix is None:
+        pytest.skip("no network namespace here (unshare --net -r and ip are needed)")
+    code, lines, ended = _timed_lines([*prefix, PYTHON, "-m", "actorflow.launch", "--nproc", "2", PROGRAM, "20", "1",
+                                       "/dev/null/unused", "cut-network-at=4"], 120, _clean_env())
+    out = "".join(line for _, line in lines)
+    cut_at = [at for at, line in lines if "rank 1 cut the network at step 4" in line]
+    assert cut_at, out
+    assert code == 7 and "actorflow.launch: rank" in out, out
+    assert ended - cut_at[0] < 20, (ended - cut_at[0], out)
+    failed = [line for _, line in lines if line.startswith("step ")]
+    assert failed and failed[0].startswith("step 4 failed") and "lost rank 1" in failed[0], out
+    assert float(failed[0].split()[4]) < 10, failed[0]
+    # Rank 1 survives the partition too: when it reports before the launcher stops it, it names rank 0.
+    for line in (line for _, line in lines if line.startswith("[rank 1] step ")):
+        assert "lost rank 0" in line and float(line.split()[6]) < 10, line
 
 
 def test_ranks_compiling_different_plans_fail_naming_the_op(tmp_path):
