@@ -84,7 +84,7 @@ class ConvFusionPass : public Pass {
   }
 
   StatusOr<bool> Round(Graph& graph) {
-    std::map<std::string, int> readers = CountReaders(graph);
+    std::unordered_map<std::string, int> readers = CountReadersHashed(graph);
     std::set<std::string> pinned = PinnedRefs(graph);
 
     std::map<std::string, std::string> renamed;   // consumer output ref -> fused conv output ref

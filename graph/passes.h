@@ -12,6 +12,7 @@
 #include <set>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,9 @@ void RedirectFusedReaders(Graph& graph, const std::map<std::string, std::string>
                           const std::map<std::string, std::string>& absorbed);
 // For the fusion passes: how many node inputs read each ref (control inputs aside).
 std::map<std::string, int> CountReaders(const Graph& graph);
+// The same counts in a hash map: what a pass looking up a few refs among thousands should use
+// (a lookup hashes the ref instead of comparing strings down a tree).
+std::unordered_map<std::string, int> CountReadersHashed(const Graph& graph);
 // For the fusion passes: refs that must stay where they are, the job's outputs, losses and
 // every watched ref (a pass adds the gradients it must also keep).
 std::set<std::string> PinnedRefs(const Graph& graph);

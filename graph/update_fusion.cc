@@ -36,7 +36,7 @@ class GradientUpdateFusionPass : public Pass {
     if (!graph.is_train()) return Status::Ok();
     if (placed_ ? graph.total_device_num() <= 1 || graph.machine_num() > 1 : graph.total_device_num() > 1)
       return Status::Ok();  // every machine's devices
-    std::map<std::string, int> readers = CountReaders(graph);
+    std::unordered_map<std::string, int> readers = CountReadersHashed(graph);
     std::set<std::string> pinned = PinnedRefs(graph);
     for (const Watch& w : graph.watches()) {  // a watch_diff's gradient
       auto it = w.diff ? graph.gradients().find(w.ref) : graph.gradients().end();
@@ -115,7 +115,7 @@ class BiasGradientUpdateFusionPass : public Pass {
 
   Status Run(Graph& graph) override {
     if (!graph.is_train() || graph.total_device_num() > 1) return Status::Ok();
-    std::map<std::string, int> readers = CountReaders(graph);
+    std::unordered_map<std::string, int> readers = CountReadersHashed(graph);
     std::set<std::string> pinned = PinnedRefs(graph);
     for (const Watch& w : graph.watches()) {  // a watch_diff's gradient
       auto it = w.diff ? graph.gradients().find(w.ref) : graph.gradients().end();
