@@ -42,6 +42,7 @@ def set_current(context):
 
 
 _package_file = {}  # absolute file name -> whether it is in this package (user_location runs per op)
+_base_name = {}  # a code object's file name -> its base name (user_location runs per op)
 
 
 def _is_package_file(filename):
@@ -60,7 +61,11 @@ def user_location():
         frame = frame.f_back
     if frame is None:
         return ""
-    return "%s:%d" % (os.path.basename(frame.f_code.co_filename), frame.f_lineno)
+    filename = frame.f_code.co_filename
+    base = _base_name.get(filename)
+    if base is None:
+        base = _base_name[filename] = os.path.basename(filename)
+    return "%s:%d" % (base, frame.f_lineno)
 
 
 def traceback_location(tb):
