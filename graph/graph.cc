@@ -202,36 +202,48 @@ void Graph::Retain(const std::vector<bool>& keep) {
   // entry stands only where its position still holds a kept node of that name.
   std::vector<size_t> position(nodes_.size());
   size_t kept_count = 0;
+  bool dropped_variable = false;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     position[i] = kept_count;
     kept_count += keep[i] ? 1 : 0;
+    dropped_variable |= !keep[i] && nodes_[i].kind == NodeKind::kVariable;
   }
+  size_t standing = 0;  // entries that stand: at most one per kept position
   for (auto it = index_.begin(); it != index_.end();) {
     const size_t at = it->second;
     if (at < nodes_.size() && keep[at] && nodes_[at].name == it->first) {
       it->second = position[at];
+      ++standing;
       ++it;
     } else {
       it = index_.erase(it);
     }
   }
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (!keep[i]) continue;
-    auto it = index_.find(nodes_[i].name);
-    if (it == index_.end())
-      index_.emplace(nodes_[i].name, position[i]);
-    else if (it->second != position[i])
-      it->second = position[i];  // a later node of the same name: the last one wins, as before
+  // Every kept node has its entry unless a pass put nodes in without Append (or renamed one).
+  bool new_variable = false;
+  if (standing != kept_count) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (!keep[i]) continue;
+      auto it = index_.find(nodes_[i].name);
+      if (it == index_.end() || it->second != position[i]) {
+        index_[nodes_[i].name] = position[i];  // of two nodes of one name, the last one wins, as before
+        new_variable |= nodes_[i].kind == NodeKind::kVariable;
+      }
+    }
   }
   for (size_t i = 0; i < nodes_.size(); ++i)
     if (keep[i] && position[i] != i) nodes_[position[i]] = std::move(nodes_[i]);
   nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(kept_count), nodes_.end());
-  variable_index_.clear();
   next_suffix_.clear();  // names may have been freed
-  for (const Node& n : nodes_)
-    if (n.kind == NodeKind::kVariable) variable_index_.emplace(n.variable_name, n.name);
+  // Each variable's first node is unchanged unless a variable node went or came.
+  if (dropped_variable || new_variable) {
+    variable_index_.clear();
+    for (const Node& n : nodes_)
+      if (n.kind == NodeKind::kVariable) variable_index_.emplace(n.variable_name, n.name);
+  }
   for (Node& n : nodes_)
-    std::erase_if(n.control_inputs, [&](const std::string& c) { return !index_.count(c); });
+    if (!n.control_inputs.empty())
+      std::erase_if(n.control_inputs, [&](const std::string& c) { return !index_.count(c); });
 }
 
 StatusOr<const Node*> Graph::AddOp(const std::string& type, const std::string& name,
