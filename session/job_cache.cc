@@ -1,10 +1,11 @@
 #include "session/job_cache.h"
 
+#include <charconv>
 #include <cstring>
+#include <type_traits>
 #include <google/protobuf/arena.h>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -24,7 +25,32 @@ std::string Exact(double value) {
   return std::to_string(bits);
 }
 
-void WriteAttr(std::ostringstream& out, const AttrValue& value) {
+// The key's text, appended to one string (what std::ostringstream wrote, without a stream's
+// per-insertion cost: the key is written for every job, a hit's included).
+class KeyWriter {
+ public:
+  KeyWriter() { text_.reserve(1 << 16); }
+  KeyWriter& operator<<(const std::string& s) { text_ += s; return *this; }
+  KeyWriter& operator<<(const char* s) { text_ += s; return *this; }
+  KeyWriter& operator<<(char c) { text_ += c; return *this; }
+  template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
+  KeyWriter& operator<<(T value) {
+    if constexpr (std::is_same_v<T, bool>) {
+      text_ += value ? '1' : '0';  // as a stream writes a bool
+    } else {
+      char digits[24];
+      const auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
+      text_.append(digits, end);
+    }
+    return *this;
+  }
+  std::string str() { return std::move(text_); }
+
+ private:
+  std::string text_;
+};
+
+void WriteAttr(KeyWriter& out, const AttrValue& value) {
   out << value.index() << ':';
   std::visit(
       [&](const auto& v) {
@@ -73,7 +99,7 @@ std::string CanonicalJobKey(const Graph& traced, int register_num) {
     return it == variable_position.end() ? "?" + std::to_string(name.size()) + '"' + name
                                          : "v" + std::to_string(it->second);
   };
-  std::ostringstream out;
+  KeyWriter out;
   out << "job " << traced.job_type() << " devices " << traced.device_num() << " gpus " << traced.gpu_device_num()
       << " machines " << traced.machine_num()
       << " registers " << register_num << '\n';
