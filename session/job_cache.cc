@@ -25,6 +25,12 @@ std::string Exact(double value) {
   return std::to_string(bits);
 }
 
+struct KeyToken {
+  char kind;
+  size_t number;
+  std::string_view name, rest;
+};
+
 // The key's text, appended to one string (what std::ostringstream wrote, without a stream's
 // per-insertion cost: the key is written for every job, a hit's included).
 class KeyWriter {
@@ -42,6 +48,15 @@ class KeyWriter {
       const auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
       text_.append(digits, end);
     }
+    return *this;
+  }
+  // "#<position>" (a traced node), "v<position>" (a variable) or "?<size>\"<name>" (a name the
+  // trace does not define), then `rest` (a ref's "/output").
+  KeyWriter& operator<<(const KeyToken& token) {
+    text_ += token.kind;
+    *this << token.number;
+    if (token.kind == '?') (text_ += '"') += token.name;
+    text_ += token.rest;
     return *this;
   }
   std::string str() { return std::move(text_); }
@@ -77,27 +92,27 @@ void WriteAttr(KeyWriter& out, const AttrValue& value) {
 }  // namespace
 
 std::string CanonicalJobKey(const Graph& traced, int register_num) {
-  std::unordered_map<std::string, size_t> position;
-  std::map<std::string, size_t> variable_position;
+  // Views of the trace's names (it outlives this function).
+  std::unordered_map<std::string_view, size_t> position, variable_position;
+  position.reserve(traced.nodes().size());
   for (size_t i = 0; i < traced.nodes().size(); ++i) {
     position.emplace(traced.nodes()[i].name, i);
     if (traced.nodes()[i].kind == graph::NodeKind::kVariable)
       variable_position.emplace(traced.nodes()[i].variable_name, variable_position.size());
   }
   // A name the trace does not define stays itself (it is part of what the job means).
-  auto node = [&](const std::string& name) {
+  auto node = [&](std::string_view name, std::string_view rest = {}) {
     auto it = position.find(name);
-    return it == position.end() ? "?" + std::to_string(name.size()) + '"' + name : "#" + std::to_string(it->second);
+    return it == position.end() ? KeyToken{'?', name.size(), name, rest} : KeyToken{'#', it->second, {}, rest};
   };
   auto ref = [&](const std::string& r) {
     const size_t slash = r.rfind('/');
     if (slash == std::string::npos) return node(r);
-    return node(r.substr(0, slash)) + r.substr(slash);
+    return node(std::string_view(r).substr(0, slash), std::string_view(r).substr(slash));
   };
   auto variable = [&](const std::string& name) {
     auto it = variable_position.find(name);
-    return it == variable_position.end() ? "?" + std::to_string(name.size()) + '"' + name
-                                         : "v" + std::to_string(it->second);
+    return it == variable_position.end() ? KeyToken{'?', name.size(), name, {}} : KeyToken{'v', it->second, {}, {}};
   };
   KeyWriter out;
   out << "job " << traced.job_type() << " devices " << traced.device_num() << " gpus " << traced.gpu_device_num()

@@ -237,7 +237,8 @@ def add_op(op_type, inputs, attrs=None, name=None, num_outputs=1):
                 break
         else:
             return run_eager_op(op_type, inputs, attrs, num_outputs)
-    ctx = current("actorflow op '%s'" % op_type)
+    if ctx is None:
+        ctx = current("actorflow op '%s'" % op_type)  # raises: a BlobDef outside its trace
     if Tensor is not None and any(isinstance(x, Tensor) for x in inputs):
         lifted = []
         for x in inputs:
@@ -251,7 +252,8 @@ def add_op(op_type, inputs, attrs=None, name=None, num_outputs=1):
     if name is not None and not isinstance(name, str):
         raise TypeError("op '%s': name must be a str, got %s (at %s)" % (op_type, type(name).__name__, user_location()))
     for i, x in enumerate(inputs):
-        check_blob(x, ctx, "op '%s': input %d" % (name or op_type, i))
+        if not isinstance(x, BlobDef) or x._ctx is not ctx:  # the message is made only for an error
+            check_blob(x, ctx, "op '%s': input %d" % (name or op_type, i))
     location = user_location()
     op_name = ctx.unique(name or op_type)
     outs = ctx.builder.add_op(op_type, op_name, [x.ref for x in inputs], attrs or {}, location)
