@@ -168,13 +168,13 @@ def main():
                     # trace, the cache, every pass, lowering, the checks), as the cache changes it.
                     compiling = sorted({s for r in rows for which in ("first", "cached") for s in r[which]
                                         if s not in NOT_COMPILING and not s.startswith("cpu ")})
-                    if all("copy graph" in r["first"] and "copy graph" in r["cached"] for r in rows):
+                    if all("copy graph" in r["first"] and "job cache key" in r["cached"] for r in rows):
                         for which in ("first", "cached"):
                             entry[which + "_compile"] = summary(
                                 [sum(r[which].get(s, 0.0) for s in compiling) for r in rows])
                     for which in ("first", "cached"):
                         entry[which + "_cpu"] = summary([r[which]["cpu total"] for r in rows])
-                        if all("cpu copy graph" in r[which] for r in rows):
+                        if all("cpu copy graph" in r[which] or "cpu job cache key" in r[which] for r in rows):
                             entry[which + "_compile_cpu"] = summary(
                                 [sum(r[which].get("cpu " + s, 0.0) for s in compiling) for r in rows])
                             entry[which + "_cpu_steps"] = {
