@@ -95,9 +95,19 @@ second, _ = measure("second_job")
 print("RESULT " + json.dumps({"first": first, "cached": second, "ops": ops_traced}))
 """
 
-STEPS = ["trace", "copy graph", "job cache key", "job cache hit", "job cache miss", "autodiff", "optimizer", "prune", "fusion", "ordering", "placement", "sbp",
-         "boxing", "lower", "verify", "memory", "job cache store", "job cache index", "bind variables",
-         "runtime start"]
+# Steps outside the compiler proper; every other step a build reports (each pass by its name,
+# the job cache's steps, lowering, the checks) counts as compiling.
+NOT_COMPILING = ("trace", "bind variables", "runtime start", "python", "total", "cpu total")
+
+
+def step_names(rows, which):
+    """The steps every sample reports, in the order the session reported them (the trace first)."""
+    names = ["trace"]
+    for r in rows:
+        for step in r[which]:
+            if step not in names and step not in ("total", "cpu total") and not step.startswith("cpu "):
+                names.append(step)
+    return [step for step in names if all(step in r[which] for r in rows)]
 
 
 def run_child(pythonpath, shape, job_type, ops, timeout):
@@ -150,26 +160,26 @@ def main():
                     entry = {"build": name, "shape": shape, "type": job_type, "ops": traced_ops, "requested_ops": ops,
                              "first": summary([r["first"]["total"] for r in rows]),
                              "cached": summary([r["cached"]["total"] for r in rows]), "steps": {}, "cached_steps": {}}
-                    for step in STEPS + ["python"]:
-                        if all(step in r["first"] for r in rows):
-                            entry["steps"][step] = summary([r["first"][step] for r in rows])
-                        if all(step in r["cached"] for r in rows):
-                            entry["cached_steps"][step] = summary([r["cached"][step] for r in rows])
+                    for step in step_names(rows, "first"):
+                        entry["steps"][step] = summary([r["first"][step] for r in rows])
+                    for step in step_names(rows, "cached"):
+                        entry["cached_steps"][step] = summary([r["cached"][step] for r in rows])
                     # "compile": the session's work from the traced job to the plan (copying the
-                    # trace, the cache, the passes, lowering, the check), as the cache changes it.
-                    compiling = [s for s in STEPS if s not in ("trace", "bind variables", "runtime start")]
-                    if all("copy graph" in r["first"] and "copy graph" in r["cached"] for r in rows):
+                    # trace, the cache, every pass, lowering, the checks), as the cache changes it.
+                    compiling = sorted({s for r in rows for which in ("first", "cached") for s in r[which]
+                                        if s not in NOT_COMPILING and not s.startswith("cpu ")})
+                    if all("copy graph" in r["first"] and "job cache key" in r["cached"] for r in rows):
                         for which in ("first", "cached"):
                             entry[which + "_compile"] = summary(
                                 [sum(r[which].get(s, 0.0) for s in compiling) for r in rows])
                     for which in ("first", "cached"):
                         entry[which + "_cpu"] = summary([r[which]["cpu total"] for r in rows])
-                        if all("cpu copy graph" in r[which] for r in rows):
+                        if all("cpu copy graph" in r[which] or "cpu job cache key" in r[which] for r in rows):
                             entry[which + "_compile_cpu"] = summary(
                                 [sum(r[which].get("cpu " + s, 0.0) for s in compiling) for r in rows])
                             entry[which + "_cpu_steps"] = {
                                 step: summary([r[which].get("cpu " + step, 0.0) for r in rows])
-                                for step in STEPS + ["python"] if all("cpu " + step in r[which] for r in rows)}
+                                for step in step_names(rows, which) if all("cpu " + step in r[which] for r in rows)}
                     results.append(entry)
                     per_10 = entry["first"]["median_ms"] / max(1, traced_ops or ops) * 10
                     print("%-8s %-5s %-7s %5s ops: first call %s ms (%.2f ms / 10 ops), second job %s ms" % (

@@ -2,6 +2,8 @@
 // gradient rule (kernels/), through graph's GradBuilder implementation below.
 #include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "graph/passes.h"
 
@@ -29,7 +31,7 @@ class GradientTable {
 
  private:
   Graph& graph_;
-  std::map<std::string, std::vector<std::string>> contributions_;
+  std::unordered_map<std::string, std::vector<std::string>> contributions_;  // looked up only
 };
 
 class GradBuilderImpl : public GradBuilder {
@@ -39,6 +41,7 @@ class GradBuilderImpl : public GradBuilder {
         needs_input_grad_(std::move(needs_input_grad)), input_grads_(forward_.inputs.size()) {
     for (const auto& ref : forward_.inputs) input_descs_.push_back(graph_.Desc(ref).value());
   }
+  const Node& forward() const { return forward_; }
   const std::string& op_name() const override { return forward_.name; }
   const Attrs& attrs() const override { return forward_.attrs; }
   int num_inputs() const override { return static_cast<int>(forward_.inputs.size()); }
@@ -108,17 +111,22 @@ class AutodiffPass : public Pass {
     const size_t forward_count = graph.nodes().size();
     // needs_grad[i]: node i depends on a variable being trained or produces a watch_diff tensor.
     std::vector<bool> needs_grad(forward_count, false);
-    std::map<std::string, size_t> position;
+    // Whether a forward ref's node needs a gradient, found by its position (forward nodes keep
+    // theirs: backward ops are appended after them).
+    auto producer_needs_grad = [&graph, &needs_grad](const std::string& ref) {
+      const Node* node = graph.FindNode(std::string_view(ref).substr(0, ref.rfind('/')));
+      const size_t at = node == nullptr ? needs_grad.size() : static_cast<size_t>(node - graph.nodes().data());
+      return at < needs_grad.size() && needs_grad[at];
+    };
     std::vector<std::string> target_vars;
     for (size_t i = 0; i < forward_count; ++i) {
       const Node& n = graph.nodes()[i];
-      position[n.name] = i;
       if (n.kind == NodeKind::kVariable) {
         bool target = n.trainable && IsFloat(n.output_descs[0].dtype) && (selected.empty() || selected.count(n.variable_name));
         needs_grad[i] = target;
         if (target) target_vars.push_back(n.output_ref(0));
       } else if (n.kind == NodeKind::kOp) {
-        for (const auto& in : n.inputs) needs_grad[i] = needs_grad[i] || needs_grad[position[SplitRef(in)->first]];
+        for (const auto& in : n.inputs) needs_grad[i] = needs_grad[i] || producer_needs_grad(in);
       }
       for (size_t k = 0; k < n.output_names.size(); ++k) needs_grad[i] = needs_grad[i] || watch_refs.count(n.output_ref(k));
     }
@@ -162,21 +170,21 @@ class AutodiffPass : public Pass {
       std::vector<bool> needs;
       bool any_needed = false;
       for (const auto& in : forward.inputs) {
-        auto producer = SplitRef(in)->first;
         auto desc = graph.Desc(in).value();
-        needs.push_back(needs_grad[position[producer]] && IsFloat(desc.dtype));
+        needs.push_back(producer_needs_grad(in) && IsFloat(desc.dtype));
         any_needed |= needs.back();
       }
       if (!any_needed) continue;
       std::string where = "op '" + forward.name + "' (" + forward.type + ") at " + forward.location;
       AF_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(forward.type));
       if (!def->grad) return InvalidArgument(where + ": op type is not differentiable, but a gradient must flow through it");
-      GradBuilderImpl builder(graph, forward, output_grads, needs);
+      GradBuilderImpl builder(graph, std::move(forward), std::move(output_grads), needs);
       Status s = def->grad(builder);
       if (s.ok()) s = builder.error();
       if (!s.ok()) return s.WithContext(where + ": gradient rule");
-      for (size_t k = 0; k < forward.inputs.size(); ++k)
-        if (needs[k] && !builder.input_grads()[k].empty()) table.Add(forward.inputs[k], builder.input_grads()[k]);
+      const std::vector<std::string>& inputs = builder.forward().inputs;
+      for (size_t k = 0; k < inputs.size(); ++k)
+        if (needs[k] && !builder.input_grads()[k].empty()) table.Add(inputs[k], builder.input_grads()[k]);
     }
 
     for (const std::string& var : target_vars) {

@@ -29,6 +29,7 @@
 // parallel.
 #include <cfloat>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "graph/passes.h"
@@ -117,7 +118,13 @@ class ConvFusionPass : public Pass {
   }
 
   StatusOr<bool> Round(Graph& graph) {
-    std::map<std::string, int> readers = CountReaders(graph);
+    // Counted at the first conv2d found (before anything here changes the graph): a job
+    // without convolutions pays nothing.
+    std::optional<std::unordered_map<std::string, int>> counted;
+    auto readers = [&]() -> std::unordered_map<std::string, int>& {
+      if (!counted) counted = CountReadersHashed(graph);
+      return *counted;
+    };
     std::set<std::string> pinned = PinnedRefs(graph);
 
     std::map<std::string, std::string> renamed;   // consumer output ref -> fused conv output ref
@@ -137,12 +144,12 @@ class ConvFusionPass : public Pass {
       const size_t conv_index = static_cast<size_t>(conv - graph.nodes().data());
       if (conv->kind != NodeKind::kOp || conv->type != "conv2d" || touched[conv_index] || !conv->mutable_inputs.empty() ||
           conv->output_descs[0].dtype != DType::kFloat32 || conv->output_descs[0].shape.size() != 4 || !OnCpu(*conv) ||
-          conv->placement.ToString() != consumer.placement.ToString() || readers[consumer.inputs[0]] != 1 ||
+          conv->placement.ToString() != consumer.placement.ToString() || readers()[consumer.inputs[0]] != 1 ||
           pinned.count(consumer.inputs[0]) || consumer.output_descs[0] != conv->output_descs[0])
         continue;
       bool side_outputs_read = false;  // batch norm's mean and inv_std
       for (size_t k = 1; k < consumer.output_names.size(); ++k)
-        side_outputs_read |= readers.count(consumer.output_ref(k)) > 0 || pinned.count(consumer.output_ref(k)) > 0;
+        side_outputs_read |= readers().count(consumer.output_ref(k)) > 0 || pinned.count(consumer.output_ref(k)) > 0;
       if (side_outputs_read) continue;
       // The fused node takes the consumer's place: after the epilogue's parameters (variables
       // may be created after the conv) and before every reader, so the order stays topological.

@@ -9,8 +9,11 @@
 // stays its own op, under the bias_add's name, so its output ref and the backward's readers of
 // it are unchanged, and the SBP pass reduces the partial sums before it. Fusing the relu there
 // would force the SBP pass to gather the hinted weight instead.
+#include <functional>
 #include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "graph/passes.h"
 
@@ -46,8 +49,11 @@ class FusionPass : public Pass {
   std::string name() const override { return "fusion"; }
 
   Status Run(Graph& graph) override {
-    // Who reads each ref, and which refs must stay (job outputs, watches, losses).
-    std::map<std::string, int> readers = CountReaders(graph);
+    // Who reads each matmul product a bias_add adds to, and which refs must stay (job
+    // outputs, watches, losses).
+    std::unordered_map<std::string, int> readers = CountReadersOf(graph, [](const Node& n) -> const std::string* {
+      return n.kind == NodeKind::kOp && n.type == "bias_add" && n.inputs.size() == 2 ? &n.inputs[0] : nullptr;
+    });
     std::set<std::string> pinned(graph.outputs().begin(), graph.outputs().end());
     for (const Watch& w : graph.watches())
       if (!w.diff) pinned.insert(w.ref);
@@ -134,20 +140,50 @@ std::unique_ptr<Pass> MakeFusionPass() { return std::make_unique<FusionPass>(); 
 
 void RedirectFusedReaders(Graph& graph, const std::map<std::string, std::string>& renamed,
                           const std::map<std::string, std::string>& absorbed) {
+  // Every input of every node is looked up: hashed views of the two maps, not tree searches.
+  auto hashed = [](const std::map<std::string, std::string>& map) {
+    std::unordered_map<std::string_view, const std::string*> views;
+    views.reserve(map.size());
+    for (const auto& [from, to] : map) views.emplace(from, &to);
+    return views;
+  };
+  const auto renamed_views = hashed(renamed), absorbed_views = hashed(absorbed);
   for (Node& n : graph.mutable_nodes()) {
-    for (std::string& ref : n.inputs) {
-      auto it = renamed.find(ref);
-      if (it != renamed.end()) ref = it->second;
-    }
-    for (std::string& c : n.control_inputs) {
-      auto it = absorbed.find(c);
-      if (it != absorbed.end() && it->second != n.name) c = it->second;
-    }
+    if (!renamed_views.empty())
+      for (std::string& ref : n.inputs) {
+        auto it = renamed_views.find(ref);
+        if (it != renamed_views.end()) ref = *it->second;
+      }
+    if (!absorbed_views.empty())
+      for (std::string& c : n.control_inputs) {
+        auto it = absorbed_views.find(c);
+        if (it != absorbed_views.end() && *it->second != n.name) c = *it->second;
+      }
   }
 }
 
 std::map<std::string, int> CountReaders(const Graph& graph) {
   std::map<std::string, int> readers;
+  for (const Node& n : graph.nodes())
+    for (const std::string& ref : n.inputs) ++readers[ref];
+  return readers;
+}
+
+std::unordered_map<std::string, int> CountReadersOf(const Graph& graph,
+                                                    const std::function<const std::string*(const Node&)>& asked) {
+  std::unordered_map<std::string, int> readers;
+  for (const Node& n : graph.nodes())
+    if (const std::string* ref = asked(n)) readers.emplace(*ref, 0);
+  if (readers.empty()) return readers;
+  for (const Node& n : graph.nodes())
+    for (const std::string& ref : n.inputs)
+      if (auto it = readers.find(ref); it != readers.end()) ++it->second;
+  return readers;
+}
+
+std::unordered_map<std::string, int> CountReadersHashed(const Graph& graph) {
+  std::unordered_map<std::string, int> readers;
+  readers.reserve(graph.nodes().size() * 2);
   for (const Node& n : graph.nodes())
     for (const std::string& ref : n.inputs) ++readers[ref];
   return readers;
@@ -233,7 +269,9 @@ class PoolReluGradFusionPass : public Pass {
   std::string name() const override { return "pool relu_grad fusion"; }
 
   Status Run(Graph& graph) override {
-    std::map<std::string, int> readers = CountReaders(graph);
+    std::unordered_map<std::string, int> readers = CountReadersOf(graph, [](const Node& n) -> const std::string* {
+      return n.kind == NodeKind::kOp && n.type == "relu_grad" && n.inputs.size() == 2 ? &n.inputs[1] : nullptr;
+    });
     std::set<std::string> pinned = PinnedRefs(graph);
     for (const auto& [variable, ref] : graph.gradients()) pinned.insert(ref);
 
@@ -291,7 +329,9 @@ class MatmulReluGradFusionPass : public Pass {
   std::string name() const override { return "matmul relu_grad fusion"; }
 
   Status Run(Graph& graph) override {
-    std::map<std::string, int> readers = CountReaders(graph);
+    std::unordered_map<std::string, int> readers = CountReadersOf(graph, [](const Node& n) -> const std::string* {
+      return n.kind == NodeKind::kOp && n.type == "relu_grad" && n.inputs.size() == 2 ? &n.inputs[1] : nullptr;
+    });
     std::set<std::string> pinned = PinnedRefs(graph);
     for (const auto& [variable, ref] : graph.gradients()) pinned.insert(ref);
 

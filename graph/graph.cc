@@ -122,22 +122,28 @@ Graph& Graph::operator=(const Graph& other) {
   return *this;
 }
 
-const Node* Graph::FindNode(const std::string& name) const {
+const Node* Graph::FindNode(std::string_view name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &nodes_[it->second];
 }
 
-Node* Graph::FindMutableNode(const std::string& name) {
+Node* Graph::FindMutableNode(std::string_view name) {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &nodes_[it->second];
 }
 
 StatusOr<std::pair<const Node*, int>> Graph::Resolve(const std::string& ref) const {
-  AF_ASSIGN_OR_RETURN(auto parts, SplitRef(ref));
-  const Node* node = FindNode(parts.first);
-  if (!node) return NotFound("tensor '" + ref + "': no op named '" + parts.first + "' in job '" + job_name_ + "'");
+  // SplitRef's parts as views (no strings built: every pass resolves each input it looks at).
+  const size_t slash = ref.rfind('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == ref.size()) return SplitRef(ref).status();
+  const std::string_view node_name = std::string_view(ref).substr(0, slash);
+  const std::string_view output = std::string_view(ref).substr(slash + 1);
+  const Node* node = FindNode(node_name);
+  if (!node)
+    return NotFound("tensor '" + ref + "': no op named '" + std::string(node_name) + "' in job '" + job_name_ + "'");
   for (size_t i = 0; i < node->output_names.size(); ++i)
-    if (node->output_names[i] == parts.second) return std::make_pair(node, static_cast<int>(i));
+    if (node->output_names[i] == output) return std::make_pair(node, static_cast<int>(i));
+  const std::pair<std::string, std::string> parts{std::string(node_name), std::string(output)};
   std::string known;
   for (const auto& n : node->output_names) known += (known.empty() ? "" : ", ") + n;
   return NotFound("tensor '" + ref + "': op '" + node->name + "' (" + node->type + ") has no output '" +
@@ -190,25 +196,54 @@ void Graph::MoveAfter(const std::string& name, const std::string& after) {
 }
 
 void Graph::Retain(const std::vector<bool>& keep) {
-  std::vector<Node> kept;
-  kept.reserve(static_cast<size_t>(std::count(keep.begin(), keep.end(), true)));
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (keep[i]) kept.push_back(std::move(nodes_[i]));
-  nodes_ = std::move(kept);
-  index_.clear();
-  variable_index_.clear();
-  next_suffix_.clear();  // names may have been freed
-  index_.reserve(nodes_.size());
+  // The index is corrected in place instead of rebuilt (a pass fusing a few nodes of thousands
+  // pays a string compare per node, not a string copy and an allocation per node). Passes
+  // may have replaced nodes (a fused node under another node's name, nodes inserted), so an
+  // entry stands only where its position still holds a kept node of that name.
+  std::vector<size_t> position(nodes_.size());
+  size_t kept_count = 0;
+  bool dropped_variable = false;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    index_[nodes_[i].name] = i;
-    if (nodes_[i].kind == NodeKind::kVariable) variable_index_.emplace(nodes_[i].variable_name, nodes_[i].name);
+    position[i] = kept_count;
+    kept_count += keep[i] ? 1 : 0;
+    dropped_variable |= !keep[i] && nodes_[i].kind == NodeKind::kVariable;
   }
-  for (Node& n : nodes_) {
-    std::vector<std::string> control;
-    for (auto& c : n.control_inputs)
-      if (index_.count(c)) control.push_back(c);
-    n.control_inputs = std::move(control);
+  size_t standing = 0;  // entries that stand: at most one per kept position
+  for (auto it = index_.begin(); it != index_.end();) {
+    const size_t at = it->second;
+    if (at < nodes_.size() && keep[at] && nodes_[at].name == it->first) {
+      it->second = position[at];
+      ++standing;
+      ++it;
+    } else {
+      it = index_.erase(it);
+    }
   }
+  // Every kept node has its entry unless a pass put nodes in without Append (or renamed one).
+  bool new_variable = false;
+  if (standing != kept_count) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (!keep[i]) continue;
+      auto it = index_.find(nodes_[i].name);
+      if (it == index_.end() || it->second != position[i]) {
+        index_[nodes_[i].name] = position[i];  // of two nodes of one name, the last one wins, as before
+        new_variable |= nodes_[i].kind == NodeKind::kVariable;
+      }
+    }
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (keep[i] && position[i] != i) nodes_[position[i]] = std::move(nodes_[i]);
+  nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(kept_count), nodes_.end());
+  next_suffix_.clear();  // names may have been freed
+  // Each variable's first node is unchanged unless a variable node went or came.
+  if (dropped_variable || new_variable) {
+    variable_index_.clear();
+    for (const Node& n : nodes_)
+      if (n.kind == NodeKind::kVariable) variable_index_.emplace(n.variable_name, n.name);
+  }
+  for (Node& n : nodes_)
+    if (!n.control_inputs.empty())
+      std::erase_if(n.control_inputs, [&](const std::string& c) { return !index_.count(c); });
 }
 
 StatusOr<const Node*> Graph::AddOp(const std::string& type, const std::string& name,

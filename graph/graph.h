@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -122,8 +123,9 @@ class Graph {
 
   const std::vector<Node>& nodes() const { return nodes_; }
   std::vector<Node>& mutable_nodes() { return nodes_; }
-  const Node* FindNode(const std::string& name) const;
-  Node* FindMutableNode(const std::string& name);
+  // By name; a std::string_view is looked up without building a string (a ref's node part).
+  const Node* FindNode(std::string_view name) const;
+  Node* FindMutableNode(std::string_view name);
   // Node and output index of a reference; NotFound naming the reference otherwise.
   StatusOr<std::pair<const Node*, int>> Resolve(const std::string& ref) const;
   StatusOr<TensorDesc> Desc(const std::string& ref) const;
@@ -185,8 +187,14 @@ class Graph {
   int device_num_ = 1;
   int machine_num_ = 1;
   int gpu_device_num_ = 0;
+  // Looks names up by std::string_view too (no string built per lookup; every pass resolves
+  // thousands of refs).
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
+  };
   std::vector<Node> nodes_;
-  std::unordered_map<std::string, size_t> index_;
+  std::unordered_map<std::string, size_t, NameHash, std::equal_to<>> index_;
   // variable_name -> name of its first kVariable node (rebuilt by Retain; checked on use).
   std::unordered_map<std::string, std::string> variable_index_;
   // base -> the smallest suffix UniqueName has not yet seen taken (see UniqueName).

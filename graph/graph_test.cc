@@ -115,6 +115,54 @@ TEST(JobBuilderTest, JobProtoRoundTrip) {
   EXPECT_EQ(again.graph().ToDot(), m.builder.graph().ToDot());
 }
 
+// Retain corrects the name index in place (graph.cc): whatever the passes did to the node
+// vector before calling it, every kept node is found at its new position, dropped names are
+// gone, control inputs to them are dropped, and variables are found by name.
+TEST(GraphTest, RetainIndexesEveryKeptNodeWhateverThePassesMoved) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("job", "predict"));
+  std::string x = ValueOrDie(b.AddInput("x", {2, 2}, DType::kFloat32, "a.py:1"));
+  std::string w = ValueOrDie(b.AddVariable("w", {2, 2}, DType::kFloat32, "a.py:2"));
+  std::string v = ValueOrDie(b.AddVariable("v", {2, 2}, DType::kFloat32, "a.py:3"));
+  std::string mm = ValueOrDie(b.AddOp("matmul", "mm", {x, w}, {}, "a.py:4"))->output_ref(0);
+  std::string r = ValueOrDie(b.AddOp("relu", "r", {mm}, {}, "a.py:5"))->output_ref(0);
+  ValueOrDie(b.AddOp("relu", "s", {r}, {}, "a.py:6"));
+  Graph graph = b.graph();
+  // As a fusion pass does: the node at "r"'s position becomes "mm" (fused), "mm"'s own
+  // position is dropped, "s" gets a control input on the dropped "r", and variable "v" goes.
+  std::vector<Node>& nodes = graph.mutable_nodes();
+  ASSERT_EQ(nodes.size(), 6u);  // x, w, v, mm, r, s
+  Node fused = nodes[3];
+  fused.attrs.Set("fused", true);
+  nodes[4] = std::move(fused);
+  nodes[5].control_inputs = {"r", "x"};
+  graph.Retain({true, true, false, false, true, true});
+  ASSERT_EQ(graph.nodes().size(), 4u);
+  for (size_t i = 0; i < graph.nodes().size(); ++i) EXPECT_EQ(graph.FindNode(graph.nodes()[i].name), &graph.nodes()[i]);
+  EXPECT_EQ(graph.FindNode("r"), nullptr);
+  EXPECT_EQ(graph.FindNode("v"), nullptr);
+  EXPECT_TRUE(graph.FindNode("mm")->attrs.GetBoolOr("fused", false));
+  EXPECT_EQ(graph.nodes()[3].control_inputs, std::vector<std::string>{"x"});
+  EXPECT_EQ(graph.FindVariable("v"), nullptr);
+  ASSERT_NE(graph.FindVariable("w"), nullptr);
+  EXPECT_EQ(graph.FindVariable("w")->name, "w");
+  // As the channels-last pass does: nodes put in without Append, then Retain of everything.
+  Node inserted = graph.nodes()[3];
+  inserted.name = "s-copy";
+  inserted.control_inputs.clear();
+  graph.mutable_nodes().insert(graph.mutable_nodes().begin() + 1, std::move(inserted));
+  graph.Retain(std::vector<bool>(graph.nodes().size(), true));
+  ASSERT_EQ(graph.nodes().size(), 5u);
+  for (size_t i = 0; i < graph.nodes().size(); ++i) EXPECT_EQ(graph.FindNode(graph.nodes()[i].name), &graph.nodes()[i]);
+  EXPECT_EQ(graph.UniqueName("s-copy"), "s-copy_1");
+  // Resolve's errors are SplitRef's and the lookup's, as before.
+  EXPECT_EQ(graph.Resolve("no-slash").status().message(),
+            "tensor reference 'no-slash' is not of the form 'op_name/output_name'");
+  EXPECT_EQ(graph.Resolve("r/out").status().message(), "tensor 'r/out': no op named 'r' in job 'job'");
+  EXPECT_EQ(graph.Resolve("mm/nope").status().message(),
+            "tensor 'mm/nope': op 'mm' (matmul) has no output 'nope' (outputs: out)");
+  EXPECT_EQ(ValueOrDie(graph.Resolve("s/out")).first, graph.FindNode("s"));
+}
+
 }  // namespace
 }  // namespace graph
 }  // namespace actorflow

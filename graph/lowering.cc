@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -26,6 +27,13 @@ namespace graph {
 namespace {
 
 std::string ProducerOf(const std::string& ref) { return SplitRef(ref).value().first; }
+
+// ProducerOf as a view into `ref` (no string built: the passes look up every input).
+std::string_view ProducerView(const std::string& ref) {
+  const size_t slash = ref.rfind('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == ref.size()) (void)ProducerOf(ref);  // fails as it does
+  return std::string_view(ref).substr(0, slash);
+}
 
 // Refs some op writes in place (variables under an optimizer, batch-norm moving statistics).
 std::set<std::string> InPlaceWrittenRefs(const Graph& graph) {
@@ -69,8 +77,6 @@ class OrderingPass : public Pass {
   Status Run(Graph& graph) override {
     AF_RETURN_IF_ERROR(SnapshotSinkReads(graph));
     const std::vector<Node>& nodes = graph.nodes();
-    std::unordered_map<std::string, int> index;
-    for (size_t i = 0; i < nodes.size(); ++i) index.emplace(nodes[i].name, static_cast<int>(i));
     // Readers (ascending, each once) of every ref some op writes in place.
     std::unordered_map<std::string, std::vector<int>> readers;
     for (const Node& n : nodes)
@@ -85,14 +91,14 @@ class OrderingPass : public Pass {
         candidates.push_back(static_cast<int>(r));
       }
     if (candidates.empty()) return Status::Ok();
-    auto producer_index = [&](const std::string& name) {
-      auto it = index.find(name);
-      return it == index.end() ? -1 : it->second;
+    auto producer_index = [&](std::string_view name) {  // the graph's own index, by position
+      const Node* node = graph.FindNode(name);
+      return node == nullptr ? -1 : static_cast<int>(node - nodes.data());
     };
     std::vector<std::vector<int>> parents(nodes.size());
     for (size_t m = 0; m < nodes.size(); ++m) {
       for (const auto& in : nodes[m].inputs)
-        if (int p = producer_index(ProducerOf(in)); p >= 0) parents[m].push_back(p);
+        if (int p = producer_index(ProducerView(in)); p >= 0) parents[m].push_back(p);
       for (const auto& c : nodes[m].control_inputs)
         if (int p = producer_index(c); p >= 0) parents[m].push_back(p);
     }
@@ -126,15 +132,15 @@ class PrunePass : public Pass {
     const Node* first = graph.nodes().data();
     std::vector<bool> keep(graph.nodes().size(), false);
     std::vector<size_t> stack;
-    auto push = [&](const std::string& name) {
+    auto push = [&](std::string_view name) {
       const Node* n = graph.FindNode(name);
-      if (n == nullptr) throw std::logic_error("prune: no node named " + name);
+      if (n == nullptr) throw std::logic_error("prune: no node named " + std::string(name));
       stack.push_back(static_cast<size_t>(n - first));
     };
-    for (const auto& ref : graph.outputs()) push(ProducerOf(ref));
+    for (const auto& ref : graph.outputs()) push(ProducerView(ref));
     for (const Watch& w : graph.watches()) {
       const std::string ref = w.diff ? graph.gradients()[w.ref] : w.ref;
-      if (!ref.empty()) push(ProducerOf(ref));
+      if (!ref.empty()) push(ProducerView(ref));
     }
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
       const Node& n = graph.nodes()[i];
@@ -146,7 +152,7 @@ class PrunePass : public Pass {
       if (keep[i]) continue;
       keep[i] = true;
       const Node& n = graph.nodes()[i];
-      for (const auto& in : n.inputs) push(ProducerOf(in));
+      for (const auto& in : n.inputs) push(ProducerView(in));
       for (const auto& c : n.control_inputs) push(c);
     }
     graph.Retain(keep);
@@ -224,13 +230,23 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   std::map<std::string, View> views;  // view op output ref -> what it reads
   const std::set<std::string> written = InPlaceWrittenRefs(graph);
   {
-    std::unordered_set<std::string> control_targets;
-    std::unordered_map<std::string, std::vector<std::pair<const Node*, size_t>>> readers;  // ref -> (reader, input)
-    for (const Node& n : graph.nodes()) {
-      control_targets.insert(n.control_inputs.begin(), n.control_inputs.end());
-      for (size_t i = 0; i < n.inputs.size(); ++i) readers[n.inputs[i]].push_back({&n, i});
-    }
+    // Built on first use: most jobs have no reshape, and most reshapes run on one device.
+    std::optional<std::unordered_set<std::string>> control_targets;
+    std::optional<std::unordered_map<std::string, std::vector<std::pair<const Node*, size_t>>>> all_readers;
+    auto is_control_target = [&](const std::string& name) {
+      if (!control_targets) {
+        control_targets.emplace();
+        for (const Node& n : graph.nodes()) control_targets->insert(n.control_inputs.begin(), n.control_inputs.end());
+      }
+      return control_targets->count(name) > 0;
+    };
     auto read_split_or_gathered = [&](const Node& n) {
+      if (!all_readers) {
+        all_readers.emplace();  // ref -> (reader, input)
+        for (const Node& reader : graph.nodes())
+          for (size_t i = 0; i < reader.inputs.size(); ++i) (*all_readers)[reader.inputs[i]].push_back({&reader, i});
+      }
+      auto& readers = *all_readers;
       for (const auto& [reader, i] : readers[n.output_ref(0)]) {
         const bool gathers = reader->type == "boxing" && !reader->output_sbp.empty() &&
                              reader->output_sbp[0].kind == SbpKind::kBroadcast;
@@ -244,7 +260,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     };
     for (const Node& n : graph.nodes()) {
       if (n.kind != NodeKind::kOp || (n.type != "reshape" && n.type != "flatten") || n.inputs.size() != 1 ||
-          n.output_names.size() != 1 || !n.control_inputs.empty() || control_targets.count(n.name) ||
+          n.output_names.size() != 1 || !n.control_inputs.empty() || is_control_target(n.name) ||
           written.count(n.output_ref(0)))
         continue;
       const bool split = devices_of(n).size() > 1;

@@ -98,9 +98,18 @@ class SbpPass : public Pass {
  public:
   std::string name() const override { return "sbp"; }
   Status Run(Graph& graph) override {
-    for (Node& n : graph.mutable_nodes())
+    bool spread = false;  // some op runs on several devices
+    for (Node& n : graph.mutable_nodes()) {
       if (n.devices.empty()) n.devices = {0};  // the placement pass did not run: one device
-    FindFixedReaders(graph);
+      spread |= n.devices.size() > 1;
+    }
+    // The readers' layouts weigh only the choice among signatures, which only ops on several
+    // devices make (a job on one device skips the table of every ref and the refinement).
+    if (spread) {
+      FindFixedReaders(graph);
+    } else {
+      fixed_readers_.clear();
+    }
     boxed_.clear();
     for (Node& n : graph.mutable_nodes()) {
       n.input_sbp.assign(n.inputs.size(), Sbp::Broadcast());
@@ -137,7 +146,7 @@ class SbpPass : public Pass {
       }
       AF_RETURN_IF_ERROR(ChooseSignature(graph, n, *def).status());
     }
-    return RefineSourcelessOps(graph);
+    return spread ? RefineSourcelessOps(graph) : Status::Ok();
   }
 
  private:

@@ -8,10 +8,12 @@
 // ACTORFLOW_DUMP_DOT environment variable), named <job>.<NN>-<pass>.dot.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -55,6 +57,14 @@ void RedirectFusedReaders(Graph& graph, const std::map<std::string, std::string>
                           const std::map<std::string, std::string>& absorbed);
 // For the fusion passes: how many node inputs read each ref (control inputs aside).
 std::map<std::string, int> CountReaders(const Graph& graph);
+// The same counts in a hash map: what a pass looking up a few refs among thousands should use
+// (a lookup hashes the ref instead of comparing strings down a tree).
+std::unordered_map<std::string, int> CountReadersHashed(const Graph& graph);
+// The counts of only the refs a pass will ask about: `asked(node)` names the ref of `node` the
+// pass asks about (nullptr: none). One hashed lookup per node input, no string per ref of
+// the graph. A ref not asked about counts 0 (a pass asking for it would see no reader).
+std::unordered_map<std::string, int> CountReadersOf(const Graph& graph,
+                                                    const std::function<const std::string*(const Node&)>& asked);
 // For the fusion passes: refs that must stay where they are, the job's outputs, losses and
 // every watched ref (a pass adds the gradients it must also keep).
 std::set<std::string> PinnedRefs(const Graph& graph);

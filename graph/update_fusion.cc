@@ -36,7 +36,10 @@ class GradientUpdateFusionPass : public Pass {
     if (!graph.is_train()) return Status::Ok();
     if (placed_ ? graph.total_device_num() <= 1 || graph.machine_num() > 1 : graph.total_device_num() > 1)
       return Status::Ok();  // every machine's devices
-    std::map<std::string, int> readers = CountReaders(graph);
+    // The gradients the updates read: the only refs asked about below.
+    std::unordered_map<std::string, int> readers = CountReadersOf(graph, [](const Node& n) -> const std::string* {
+      return n.kind == NodeKind::kOp && n.type == "sgd_update" && n.inputs.size() == 3 ? &n.inputs[1] : nullptr;
+    });
     std::set<std::string> pinned = PinnedRefs(graph);
     for (const Watch& w : graph.watches()) {  // a watch_diff's gradient
       auto it = w.diff ? graph.gradients().find(w.ref) : graph.gradients().end();
@@ -115,7 +118,10 @@ class BiasGradientUpdateFusionPass : public Pass {
 
   Status Run(Graph& graph) override {
     if (!graph.is_train() || graph.total_device_num() > 1) return Status::Ok();
-    std::map<std::string, int> readers = CountReaders(graph);
+    // The gradients the updates read: the only refs asked about below.
+    std::unordered_map<std::string, int> readers = CountReadersOf(graph, [](const Node& n) -> const std::string* {
+      return n.kind == NodeKind::kOp && n.type == "sgd_update" && n.inputs.size() == 3 ? &n.inputs[1] : nullptr;
+    });
     std::set<std::string> pinned = PinnedRefs(graph);
     for (const Watch& w : graph.watches()) {  // a watch_diff's gradient
       auto it = w.diff ? graph.gradients().find(w.ref) : graph.gradients().end();

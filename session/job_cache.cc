@@ -1,10 +1,12 @@
 #include "session/job_cache.h"
 
+#include <charconv>
 #include <cstring>
+#include <type_traits>
 #include <google/protobuf/arena.h>
 #include <map>
 #include <set>
-#include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -23,7 +25,47 @@ std::string Exact(double value) {
   return std::to_string(bits);
 }
 
-void WriteAttr(std::ostringstream& out, const AttrValue& value) {
+struct KeyToken {
+  char kind;
+  size_t number;
+  std::string_view name, rest;
+};
+
+// The key's text, appended to one string (what std::ostringstream wrote, without a stream's
+// per-insertion cost: the key is written for every job, a hit's included).
+class KeyWriter {
+ public:
+  KeyWriter() { text_.reserve(1 << 16); }
+  KeyWriter& operator<<(const std::string& s) { text_ += s; return *this; }
+  KeyWriter& operator<<(const char* s) { text_ += s; return *this; }
+  KeyWriter& operator<<(char c) { text_ += c; return *this; }
+  template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
+  KeyWriter& operator<<(T value) {
+    if constexpr (std::is_same_v<T, bool>) {
+      text_ += value ? '1' : '0';  // as a stream writes a bool
+    } else {
+      char digits[24];
+      const auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
+      text_.append(digits, end);
+    }
+    return *this;
+  }
+  // "#<position>" (a traced node), "v<position>" (a variable) or "?<size>\"<name>" (a name the
+  // trace does not define), then `rest` (a ref's "/output").
+  KeyWriter& operator<<(const KeyToken& token) {
+    text_ += token.kind;
+    *this << token.number;
+    if (token.kind == '?') (text_ += '"') += token.name;
+    text_ += token.rest;
+    return *this;
+  }
+  std::string str() { return std::move(text_); }
+
+ private:
+  std::string text_;
+};
+
+void WriteAttr(KeyWriter& out, const AttrValue& value) {
   out << value.index() << ':';
   std::visit(
       [&](const auto& v) {
@@ -50,29 +92,29 @@ void WriteAttr(std::ostringstream& out, const AttrValue& value) {
 }  // namespace
 
 std::string CanonicalJobKey(const Graph& traced, int register_num) {
-  std::unordered_map<std::string, size_t> position;
-  std::map<std::string, size_t> variable_position;
+  // Views of the trace's names (it outlives this function).
+  std::unordered_map<std::string_view, size_t> position, variable_position;
+  position.reserve(traced.nodes().size());
   for (size_t i = 0; i < traced.nodes().size(); ++i) {
     position.emplace(traced.nodes()[i].name, i);
     if (traced.nodes()[i].kind == graph::NodeKind::kVariable)
       variable_position.emplace(traced.nodes()[i].variable_name, variable_position.size());
   }
   // A name the trace does not define stays itself (it is part of what the job means).
-  auto node = [&](const std::string& name) {
+  auto node = [&](std::string_view name, std::string_view rest = {}) {
     auto it = position.find(name);
-    return it == position.end() ? "?" + std::to_string(name.size()) + '"' + name : "#" + std::to_string(it->second);
+    return it == position.end() ? KeyToken{'?', name.size(), name, rest} : KeyToken{'#', it->second, {}, rest};
   };
   auto ref = [&](const std::string& r) {
     const size_t slash = r.rfind('/');
     if (slash == std::string::npos) return node(r);
-    return node(r.substr(0, slash)) + r.substr(slash);
+    return node(std::string_view(r).substr(0, slash), std::string_view(r).substr(slash));
   };
   auto variable = [&](const std::string& name) {
     auto it = variable_position.find(name);
-    return it == variable_position.end() ? "?" + std::to_string(name.size()) + '"' + name
-                                         : "v" + std::to_string(it->second);
+    return it == variable_position.end() ? KeyToken{'?', name.size(), name, {}} : KeyToken{'v', it->second, {}, {}};
   };
-  std::ostringstream out;
+  KeyWriter out;
   out << "job " << traced.job_type() << " devices " << traced.device_num() << " gpus " << traced.gpu_device_num()
       << " machines " << traced.machine_num()
       << " registers " << register_num << '\n';
@@ -138,10 +180,11 @@ struct RebindIndex {
   std::vector<uint32_t> input_begin;
   std::vector<DerivedName> inputs;
   // Old compiled name -> position (feeds, outputs and the other few references of a hit).
-  std::unordered_map<std::string, size_t> compiled_index;
+  // Keys view the names of the entry's graphs, which live as long as the entry holding this.
+  std::unordered_map<std::string_view, size_t> compiled_index;
   // Old traced name -> position: a reference to a traced node the passes fused away (a diff
   // watch's forward ref, a gradient's key) is renamed by its traced node.
-  std::unordered_map<std::string, size_t> traced_index;
+  std::unordered_map<std::string_view, size_t> traced_index;
   // Per plan task: the compiled node it lowers (and where a device suffix "@1" starts), its
   // variable; per blob (flattened in task, register, blob order): the compiled node.
   std::vector<DerivedName> task_node, task_variable, blobs;
@@ -154,8 +197,8 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
   const Graph& before = cached.traced;
   const Graph& compiled = *cached.compiled;
   auto index = std::make_shared<RebindIndex>();
-  std::unordered_map<std::string, size_t>& traced_index = index->traced_index;
-  std::unordered_map<std::string, size_t> variable_position;
+  std::unordered_map<std::string_view, size_t>& traced_index = index->traced_index;
+  std::unordered_map<std::string_view, size_t> variable_position;
   traced_index.reserve(before.nodes().size());
   for (size_t i = 0; i < before.nodes().size(); ++i) {
     const Node& n = before.nodes()[i];
@@ -163,11 +206,11 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
     if (n.kind == graph::NodeKind::kVariable) variable_position.emplace(n.variable_name, i);
   }
   // The name itself, or its longest prefix ending before a '-' ("d0-grad_1" from "d0").
-  auto derive = [](const std::unordered_map<std::string, size_t>& names, const std::string& name) {
+  auto derive = [](const std::unordered_map<std::string_view, size_t>& names, const std::string& name) {
     if (auto it = names.find(name); it != names.end())
       return DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(name.size())};
     for (size_t pos = name.rfind('-'); pos != std::string::npos && pos > 0; pos = name.rfind('-', pos - 1))
-      if (auto it = names.find(name.substr(0, pos)); it != names.end())
+      if (auto it = names.find(std::string_view(name).substr(0, pos)); it != names.end())
         return DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(pos)};
     return DerivedName{};
   };
@@ -178,7 +221,7 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
   auto ref = [&](const std::string& r) {
     const size_t slash = r.rfind('/');
     const size_t end = slash == std::string::npos ? r.size() : slash;
-    auto it = index->compiled_index.find(r.substr(0, end));
+    auto it = index->compiled_index.find(std::string_view(r).substr(0, end));
     return it == index->compiled_index.end() ? DerivedName{}
                                              : DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(end)};
   };
@@ -212,7 +255,7 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
     if (auto it = index->compiled_index.find(name); it != index->compiled_index.end()) {
       index->task_node[t] = DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(name.size())};
     } else if (const size_t at = name.rfind('@'); at != std::string::npos) {
-      if (auto it = index->compiled_index.find(name.substr(0, at)); it != index->compiled_index.end())
+      if (auto it = index->compiled_index.find(std::string_view(name).substr(0, at)); it != index->compiled_index.end())
         index->task_node[t] = DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(at)};
     }
     if (task.kind() == plan::VARIABLE) index->task_variable[t] = derive(variable_position, task.variable_name());
@@ -265,7 +308,9 @@ std::optional<std::pair<Graph, std::shared_ptr<const plan::Plan>>> RebindCompile
   const Graph& compiled = *cached.compiled;
   const size_t count = compiled.nodes().size();
   std::vector<std::string> new_name(count), new_location(count);
-  std::unordered_set<std::string> new_names, new_variables, old_variables;
+  // Views of new_name's strings (sized above, never moved while the set lives).
+  std::unordered_set<std::string_view> new_names;
+  std::unordered_set<std::string> new_variables, old_variables;
   new_names.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     const Node& n = compiled.nodes()[i];
@@ -281,8 +326,8 @@ std::optional<std::pair<Graph, std::shared_ptr<const plan::Plan>>> RebindCompile
     }
     if (location == n.location && !ambiguous_locations.count(n.location))
       if (auto it = location_map.find(n.location); it != location_map.end()) location = it->second;
-    if (!new_names.insert(name).second) return std::nullopt;
     new_name[i] = std::move(name);
+    if (!new_names.insert(new_name[i]).second) return std::nullopt;
     new_location[i] = std::move(location);
     if (n.kind == graph::NodeKind::kVariable && old_variables.insert(n.variable_name).second &&
         !new_variables.insert(variable_name(index.node_variable[i], n.variable_name)).second)

@@ -419,8 +419,8 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   graph::StepClock clock(&job->compile_timings_, &job->compile_cpu_timings_);
   auto lap = [&](const std::string& step) { clock.Lap(step); };
   job->session_ = state_;
-  graph::Graph working = builder.graph();  // the trace, which the passes turn into the compiled graph
-  lap("copy graph");
+  // The trace, read in place by the cache's key and a hit; a miss compiles a copy of it.
+  const Graph& traced = builder.graph();
   job->options_ = options;
   graph::CompileOptions compile_options;
   compile_options.register_num = options.register_num;
@@ -450,13 +450,13 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   std::string key;
   bool from_cache = false;
   if (cacheable) {
-    key = CanonicalJobKey(working, options.register_num);
+    key = CanonicalJobKey(traced, options.register_num);
     for (const std::string& fusion : compile_options.disabled_fusions) key += "\nfusion off: " + fusion;
     if (!compile_options.memory_sharing) key += "\nmemory sharing off";
     if (!compile_options.pipelining) key += "\npipelining off";
     lap("job cache key");
     if (std::shared_ptr<const CachedCompile> hit = state_->job_cache.Find(key)) {
-      if (auto rebound = RebindCompiled(*hit, working)) {
+      if (auto rebound = RebindCompiled(*hit, traced)) {
         job->graph_ = std::make_shared<const Graph>(std::move(rebound->first));
         job->plan_ = std::move(rebound->second);
         from_cache = true;
@@ -465,9 +465,11 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     lap(from_cache ? "job cache hit" : "job cache miss");
   }
   if (!from_cache) {
+    graph::Graph working = traced;  // which the passes turn into the compiled graph
+    lap("copy graph");
     auto entry = cacheable ? std::make_shared<CachedCompile>() : nullptr;
     if (entry) {
-      entry->traced = working;  // the passes change `working`
+      entry->traced = traced;
       lap("job cache store");
     }
     clock.Restart();

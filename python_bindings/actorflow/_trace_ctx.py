@@ -42,6 +42,7 @@ def set_current(context):
 
 
 _package_file = {}  # absolute file name -> whether it is in this package (user_location runs per op)
+_base_name = {}  # a code object's file name -> its base name (user_location runs per op)
 
 
 def _is_package_file(filename):
@@ -60,7 +61,11 @@ def user_location():
         frame = frame.f_back
     if frame is None:
         return ""
-    return "%s:%d" % (os.path.basename(frame.f_code.co_filename), frame.f_lineno)
+    filename = frame.f_code.co_filename
+    base = _base_name.get(filename)
+    if base is None:
+        base = _base_name[filename] = os.path.basename(filename)
+    return "%s:%d" % (base, frame.f_lineno)
 
 
 def traceback_location(tb):
@@ -232,7 +237,8 @@ def add_op(op_type, inputs, attrs=None, name=None, num_outputs=1):
                 break
         else:
             return run_eager_op(op_type, inputs, attrs, num_outputs)
-    ctx = current("actorflow op '%s'" % op_type)
+    if ctx is None:
+        ctx = current("actorflow op '%s'" % op_type)  # raises: a BlobDef outside its trace
     if Tensor is not None and any(isinstance(x, Tensor) for x in inputs):
         lifted = []
         for x in inputs:
@@ -246,7 +252,8 @@ def add_op(op_type, inputs, attrs=None, name=None, num_outputs=1):
     if name is not None and not isinstance(name, str):
         raise TypeError("op '%s': name must be a str, got %s (at %s)" % (op_type, type(name).__name__, user_location()))
     for i, x in enumerate(inputs):
-        check_blob(x, ctx, "op '%s': input %d" % (name or op_type, i))
+        if not isinstance(x, BlobDef) or x._ctx is not ctx:  # the message is made only for an error
+            check_blob(x, ctx, "op '%s': input %d" % (name or op_type, i))
     location = user_location()
     op_name = ctx.unique(name or op_type)
     outs = ctx.builder.add_op(op_type, op_name, [x.ref for x in inputs], attrs or {}, location)
