@@ -8,6 +8,39 @@
 namespace actorflow {
 namespace {
 
+// labels (N,) int32/int64 and float logits (N,C): the inputs of both sparse cross-entropy ops.
+Status CheckLabelsAndLogits(const TensorDesc& labels, const TensorDesc& logits) {
+  AF_RETURN_IF_ERROR(ExpectFloat(logits, "logits"));
+  AF_RETURN_IF_ERROR(ExpectRank(logits, 2, "logits"));
+  if (labels.dtype != DType::kInt32 && labels.dtype != DType::kInt64)
+    return InvalidArgument(std::string("labels must be int32 or int64, got ") + DTypeName(labels.dtype));
+  if (labels.shape != Shape{logits.shape[0]})
+    return InvalidArgument("labels must have shape (" + std::to_string(logits.shape[0]) + ",) to match logits " +
+                           ShapeToString(logits.shape) + ", got " + ShapeToString(labels.shape));
+  return Status::Ok();
+}
+
+// Row i's label (int64 or int32 labels).
+inline int64_t LabelAt(const KernelContext& c, bool labels64, int64_t i) {
+  return labels64 ? c.input(0).as<int64_t>()[i] : c.input(0).as<int32_t>()[i];
+}
+
+Status LabelOutOfRange(int64_t label, int64_t i, int64_t classes) {
+  return InvalidArgument("label " + std::to_string(label) + " at position " + std::to_string(i) +
+                         " is out of range [0, " + std::to_string(classes) + ")");
+}
+
+// exp(row - max(row)) into p; returns the row's maximum and the sum of p. Both cross-entropy ops
+// use it, so the fused op computes the same floats as the forward op.
+template <typename T>
+std::pair<T, T> ShiftedExp(const T* row, T* p, int64_t classes) {
+  T mx = row[0];
+  for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, row[j]);
+  T sum = 0;
+  for (int64_t j = 0; j < classes; ++j) { p[j] = std::exp(row[j] - mx); sum += p[j]; }
+  return {mx, sum};
+}
+
 // Sparse softmax cross-entropy: labels (N,) int32/int64, logits (N,C) -> loss (N,), prob (N,C).
 // prob is kept for the backward op: dlogits = (prob - onehot(labels)) * dloss.
 void RegisterSparseCrossEntropy(OpRegistry& registry) {
@@ -16,14 +49,8 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
   def.input_names = {"labels", "logits"};
   def.output_names = {"loss", "prob"};
   def.infer = [](InferContext& ctx) -> Status {
-    const TensorDesc &labels = ctx.inputs[0], &logits = ctx.inputs[1];
-    AF_RETURN_IF_ERROR(ExpectFloat(logits, "logits"));
-    AF_RETURN_IF_ERROR(ExpectRank(logits, 2, "logits"));
-    if (labels.dtype != DType::kInt32 && labels.dtype != DType::kInt64)
-      return InvalidArgument(std::string("labels must be int32 or int64, got ") + DTypeName(labels.dtype));
-    if (labels.shape != Shape{logits.shape[0]})
-      return InvalidArgument("labels must have shape (" + std::to_string(logits.shape[0]) + ",) to match logits " +
-                             ShapeToString(logits.shape) + ", got " + ShapeToString(labels.shape));
+    const TensorDesc& logits = ctx.inputs[1];
+    AF_RETURN_IF_ERROR(CheckLabelsAndLogits(ctx.inputs[0], logits));
     ctx.outputs = {TensorDesc{{logits.shape[0]}, logits.dtype}, logits};
     return Status::Ok();
   };
@@ -36,16 +63,11 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
         T* loss = c.output(0).as<T>();
         T* prob = c.output(1).as<T>();
         for (int64_t i = 0; i < n; ++i) {
-          int64_t label = labels64 ? c.input(0).as<int64_t>()[i] : c.input(0).as<int32_t>()[i];
-          if (label < 0 || label >= classes)
-            return InvalidArgument("label " + std::to_string(label) + " at position " + std::to_string(i) +
-                                   " is out of range [0, " + std::to_string(classes) + ")");
+          int64_t label = LabelAt(c, labels64, i);
+          if (label < 0 || label >= classes) return LabelOutOfRange(label, i, classes);
           const T* row = logits + i * classes;
           T* p = prob + i * classes;
-          T mx = row[0];
-          for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, row[j]);
-          T sum = 0;
-          for (int64_t j = 0; j < classes; ++j) { p[j] = std::exp(row[j] - mx); sum += p[j]; }
+          auto [mx, sum] = ShiftedExp(row, p, classes);
           T inv = T(1) / sum;
           for (int64_t j = 0; j < classes; ++j) p[j] *= inv;
           loss[i] = -(row[label] - mx - std::log(sum));
@@ -90,7 +112,7 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
         const T* dloss = c.input(2).as<T>();
         T* d = c.output(0).as<T>();
         for (int64_t i = 0; i < n; ++i) {
-          int64_t label = labels64 ? c.input(0).as<int64_t>()[i] : c.input(0).as<int32_t>()[i];
+          int64_t label = LabelAt(c, labels64, i);
           T s = dloss[i];
           for (int64_t j = 0; j < classes; ++j) d[i * classes + j] = prob[i * classes + j] * s;
           d[i * classes + label] -= s;
@@ -118,15 +140,9 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
   fused.input_names = {"labels", "logits", "dloss"};
   fused.output_names = {"loss", "dlogits"};
   fused.infer = [](InferContext& ctx) -> Status {
-    const TensorDesc &labels = ctx.inputs[0], &logits = ctx.inputs[1], &dloss = ctx.inputs[2];
-    AF_RETURN_IF_ERROR(ExpectFloat(logits, "logits"));
-    AF_RETURN_IF_ERROR(ExpectRank(logits, 2, "logits"));
-    if (labels.dtype != DType::kInt32 && labels.dtype != DType::kInt64)
-      return InvalidArgument(std::string("labels must be int32 or int64, got ") + DTypeName(labels.dtype));
+    const TensorDesc &logits = ctx.inputs[1], &dloss = ctx.inputs[2];
+    AF_RETURN_IF_ERROR(CheckLabelsAndLogits(ctx.inputs[0], logits));
     const TensorDesc loss{{logits.shape[0]}, logits.dtype};
-    if (labels.shape != loss.shape)
-      return InvalidArgument("labels must have shape (" + std::to_string(logits.shape[0]) + ",) to match logits " +
-                             ShapeToString(logits.shape) + ", got " + ShapeToString(labels.shape));
     if (dloss != loss) return InvalidArgument("dloss must be " + loss.ToString() + " like the loss, got " + dloss.ToString());
     ctx.outputs = {loss, logits};
     return Status::Ok();
@@ -141,17 +157,12 @@ void RegisterSparseCrossEntropy(OpRegistry& registry) {
         T* loss = c.output(0).as<T>();
         T* d = c.output(1).as<T>();
         for (int64_t i = 0; i < n; ++i) {
-          int64_t label = labels64 ? c.input(0).as<int64_t>()[i] : c.input(0).as<int32_t>()[i];
-          if (label < 0 || label >= classes)
-            return InvalidArgument("label " + std::to_string(label) + " at position " + std::to_string(i) +
-                                   " is out of range [0, " + std::to_string(classes) + ")");
+          int64_t label = LabelAt(c, labels64, i);
+          if (label < 0 || label >= classes) return LabelOutOfRange(label, i, classes);
           // The two ops' expressions in their order: the same floats.
           const T* row = logits + i * classes;
           T* p = d + i * classes;
-          T mx = row[0];
-          for (int64_t j = 1; j < classes; ++j) mx = std::max(mx, row[j]);
-          T sum = 0;
-          for (int64_t j = 0; j < classes; ++j) { p[j] = std::exp(row[j] - mx); sum += p[j]; }
+          auto [mx, sum] = ShiftedExp(row, p, classes);
           T inv = T(1) / sum;
           const T s = dloss[i];
           for (int64_t j = 0; j < classes; ++j) p[j] = (p[j] * inv) * s;
