@@ -1,0 +1,252 @@
+"""Dynamic lists in the mirrored view: a device's array of a tp.ListNumpy / tp.ListListNumpy
+placeholder may have from 1 up to the placeholder's rows on axis 0. The job runs on the rows
+given (a variant compiled per set of per-device rows, sharing the job's variables): results
+per device have that device's rows, and training is the mathematics of the concatenated batch,
+checked here against NumPy computed independently."""
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import actorflow as flow
+import actorflow.typing as tp
+from actorflow import _job
+
+HERE = os.path.basename(__file__)
+ROWS, FEATURES, UNITS = 4, 3, 2
+RATE, MOMENTUM = 0.1, 0.9
+
+
+def _mirrored():
+    config = flow.function_config()
+    config.default_logical_view(flow.scope.mirrored_view())
+    return config
+
+
+def _initial_weight():
+    return (np.arange(UNITS * FEATURES, dtype=np.float32).reshape(UNITS, FEATURES) - 2.5) / 10
+
+
+def _train_job(devices, kind=tp.ListNumpy):
+    """A dense layer (weight (units, in), bias) trained on a mean squared error with momentum
+    SGD; returns the per-sample outputs per device."""
+    flow.config.cpu_device_num(devices)
+
+    @flow.global_function(type="train", function_config=_mirrored())
+    def train(x: kind.Placeholder((ROWS, FEATURES)), y: kind.Placeholder((ROWS, UNITS))) -> tp.ListNumpy:
+        weight = flow.get_variable("dense-weight", shape=(UNITS, FEATURES),
+                                   initializer=lambda shape, dtype: _initial_weight().astype(dtype))
+        bias = flow.get_variable("dense-bias", shape=(UNITS,), initializer=flow.zeros_initializer())
+        out = flow.nn.bias_add(flow.matmul(x, weight, transpose_b=True), bias)
+        loss = flow.math.reduce_mean(flow.math.square(out - y))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [RATE]), momentum=MOMENTUM).minimize(loss)
+        return out
+
+    return train
+
+
+class NumpyDense:
+    """The same model and update on the concatenated batch, in float64."""
+
+    def __init__(self):
+        self.weight = _initial_weight().astype(np.float64)
+        self.bias = np.zeros(UNITS)
+        self.velocity = [np.zeros_like(self.weight), np.zeros_like(self.bias)]
+
+    def forward(self, x):
+        return x @ self.weight.T + self.bias
+
+    def step(self, xs, ys):
+        x, y = np.concatenate(xs).astype(np.float64), np.concatenate(ys).astype(np.float64)
+        out = self.forward(x)
+        grad_out = 2.0 * (out - y) / out.size
+        grads = [grad_out.T @ x, grad_out.sum(axis=0)]
+        for index, (param, grad) in enumerate(zip((self.weight, self.bias), grads)):
+            self.velocity[index] = MOMENTUM * self.velocity[index] - RATE * grad
+            param += self.velocity[index]
+        return np.split(out, np.cumsum([len(part) for part in xs])[:-1])
+
+
+def _batch(random, rows):
+    xs = [random.randn(r, FEATURES).astype(np.float32) for r in rows]
+    ys = [random.randn(r, UNITS).astype(np.float32) for r in rows]
+    return xs, ys
+
+
+def _variables():
+    values = flow.get_all_variables()
+    return {name: np.asarray(values[name]) for name in ("dense-weight", "dense-bias")}
+
+
+def _check_outputs(got, expected, rows):
+    assert isinstance(got, list) and [part.shape for part in got] == [(r, UNITS) for r in rows]
+    for part, want in zip(got, expected):
+        np.testing.assert_allclose(part, want, rtol=1e-5, atol=1e-6)
+
+
+def _check_variables(reference):
+    variables = _variables()
+    np.testing.assert_allclose(variables["dense-weight"], reference.weight, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(variables["dense-bias"], reference.bias, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("devices,rows", [(2, (3, 1)), (2, (1, 4)), (3, (4, 2, 1)), (3, (2, 4, 3))])
+def test_predict_uneven_rows_per_device(devices, rows):
+    flow.config.cpu_device_num(devices)
+
+    @flow.global_function(function_config=_mirrored())
+    def predict(x: tp.ListNumpy.Placeholder((ROWS, FEATURES))) -> tp.ListNumpy:
+        weight = flow.get_variable("dense-weight", shape=(UNITS, FEATURES),
+                                   initializer=lambda shape, dtype: _initial_weight().astype(dtype))
+        return flow.math.relu(flow.matmul(x, weight, transpose_b=True))
+
+    random = np.random.RandomState(devices)
+    full, _ = _batch(random, (ROWS,) * devices)
+    xs, _ = _batch(random, rows)
+    weight = _initial_weight().astype(np.float64)
+    for batch, batch_rows in ((full, (ROWS,) * devices), (xs, rows), (full, (ROWS,) * devices), (xs, rows)):
+        _check_outputs(predict(batch), [np.maximum(x @ weight.T, 0) for x in batch], batch_rows)
+    assert len(predict._variants) == 1  # the smaller shape compiled once, the full one is the job itself
+
+
+@pytest.mark.parametrize("devices,rows", [(2, (3, 1)), (3, (4, 1, 2))])
+def test_train_uneven_rows_matches_numpy_on_the_concatenated_batch(devices, rows):
+    train = _train_job(devices)
+    reference = NumpyDense()
+    random = np.random.RandomState(10 + devices)
+    for _ in range(5):
+        xs, ys = _batch(random, rows)
+        expected = reference.step(xs, ys)
+        _check_outputs(train(xs, ys), expected, rows)
+    _check_variables(reference)
+    assert train._step == 5
+
+
+def test_alternating_shapes_train_the_same_variables_and_optimizer_state():
+    """Full, smaller, full, another smaller...: every call updates the one set of variables (and
+    the one momentum) in call order, as the NumPy model does step after step."""
+    train = _train_job(2)
+    reference = NumpyDense()
+    random = np.random.RandomState(7)
+    schedule = [(4, 4), (3, 1), (4, 4), (2, 4), (3, 1), (4, 4), (1, 1)]
+    for rows in schedule:
+        xs, ys = _batch(random, rows)
+        expected = reference.step(xs, ys)
+        _check_outputs(train(xs, ys), expected, rows)
+        _check_variables(reference)
+    assert train._step == len(schedule)
+    names = flow.get_all_variables().keys()
+    assert {"dense-weight-momentum", "dense-bias-momentum"} <= set(names)  # one optimizer state, shared
+    assert len(train._variants) == 3
+
+
+def test_list_list_numpy_input_with_fewer_rows():
+    train = _train_job(2, tp.ListListNumpy)
+    reference = NumpyDense()
+    random = np.random.RandomState(3)
+    xs, ys = _batch(random, (3, 2))
+    expected = reference.step(xs, ys)
+    # device 0 gives its 3 rows in two pieces
+    got = train([[xs[0][:1], xs[0][1:]], [xs[1]]], [[ys[0][:2], ys[0][2:]], [ys[1]]])
+    _check_outputs(got, expected, (3, 2))
+    _check_variables(reference)
+
+
+def test_too_many_rows_and_wrong_feature_axis_are_errors_and_the_next_call_works():
+    train = _train_job(2)
+    reference = NumpyDense()
+    random = np.random.RandomState(5)
+    xs, ys = _batch(random, (2, 3))
+    with pytest.raises(ValueError) as info:
+        train([xs[0], np.zeros((5, FEATURES), np.float32)], ys)
+    message = str(info.value)
+    assert "argument 'x' device 1" in message and "from 1 to 4" in message and "(5, 3)" in message
+    assert HERE + ":" in message
+    with pytest.raises(ValueError) as info:
+        train(xs, [ys[0], np.zeros((3, UNITS + 1), np.float32)])
+    message = str(info.value)
+    assert "argument 'y' device 1 must have shape (4, 2)" in message and "got (3, 3)" in message
+    assert HERE + ":" in message
+    with pytest.raises(ValueError) as info:
+        train([np.zeros((0, FEATURES), np.float32), xs[1]], ys)
+    assert "argument 'x' device 0 has 0 rows" in str(info.value)
+    with pytest.raises(ValueError) as info:  # features and labels of a device must pair up
+        train(xs, [ys[1], ys[0]])
+    assert "argument 'y' has [3, 2] rows per device but argument 'x'" in str(info.value)
+    assert train._step == 0 and train._variants == {}  # nothing ran, nothing compiled
+    _check_variables(reference)
+    expected = reference.step(xs, ys)
+    _check_outputs(train(xs, ys), expected, (2, 3))
+    _check_variables(reference)
+
+
+def test_checkpoint_after_variant_calls_holds_the_updated_weights(tmp_path):
+    train = _train_job(2)
+    reference = NumpyDense()
+    random = np.random.RandomState(11)
+    for rows in ((1, 3), (4, 4), (2, 2)):
+        xs, ys = _batch(random, rows)
+        reference.step(xs, ys)
+        train(xs, ys)
+    path = str(tmp_path / "saved")
+    flow.train.CheckPoint().save(path)
+    saved = flow.checkpoint.get(path)
+    np.testing.assert_allclose(np.asarray(saved["dense-weight"]), reference.weight, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(saved["dense-bias"]), reference.bias, rtol=1e-5, atol=1e-6)
+    assert int(np.asarray(saved[_job.STEP_PREFIX + "train"]).reshape(-1)[0]) == 3
+    # loading it back is seen by the variants too: training resumes from the saved weights
+    xs, ys = _batch(random, (3, 1))
+    expected = reference.step(xs, ys)
+    train(xs, ys)
+    flow.train.CheckPoint().load(path)
+    reference.__init__()
+    reference.weight[...] = np.asarray(saved["dense-weight"])
+    reference.bias[...] = np.asarray(saved["dense-bias"])
+    reference.velocity = [np.asarray(saved["dense-weight-momentum"], np.float64),
+                          np.asarray(saved["dense-bias-momentum"], np.float64)]
+    expected = reference.step(xs, ys)
+    _check_outputs(train(xs, ys), expected, (3, 1))
+    _check_variables(reference)
+
+
+def test_variants_are_bounded_and_an_evicted_one_compiles_again():
+    train = _train_job(2)
+    reference = NumpyDense()
+    random = np.random.RandomState(13)
+    shapes = [(a, b) for a in range(1, 4) for b in range(1, 4)]  # 9 smaller shapes
+    for rows in shapes + [shapes[0]]:
+        xs, ys = _batch(random, rows)
+        expected = reference.step(xs, ys)
+        _check_outputs(train(xs, ys), expected, rows)
+        assert len(train._variants) <= _job.VARIANTS_PER_JOB
+    _check_variables(reference)
+    assert list(train._variants)[-1] == (("x", shapes[0]), ("y", shapes[0]))
+
+
+def test_watch_and_async_results_of_a_variant_have_each_device_rows():
+    flow.config.cpu_device_num(2)
+    seen = []
+
+    def per_device(values: tp.ListNumpy):
+        seen.append([v.copy() for v in values])
+
+    @flow.global_function(function_config=_mirrored())
+    def predict(x: tp.ListNumpy.Placeholder((ROWS, FEATURES))) -> tp.Callback[tp.ListNumpy]:
+        y = flow.math.relu(x)
+        flow.watch(y, per_device)
+        return y
+
+    xs = [np.full((3, FEATURES), -1.0, np.float32), np.arange(FEATURES, dtype=np.float32)[None, :]]
+    results, done = [], threading.Event()
+
+    def callback(value):
+        results.append(value)
+        done.set()
+
+    predict(xs)(callback)
+    assert done.wait(timeout=60), "the asynchronous call did not finish"
+    assert [part.shape for part in results[0]] == [(3, FEATURES), (1, FEATURES)]
+    np.testing.assert_array_equal(results[0][1], np.maximum(xs[1], 0))
+    assert [[part.shape for part in values] for values in seen] == [[(3, FEATURES), (1, FEATURES)]]
+    np.testing.assert_array_equal(seen[0][0], np.zeros((3, FEATURES), np.float32))
