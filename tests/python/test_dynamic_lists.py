@@ -250,3 +250,37 @@ def test_watch_and_async_results_of_a_variant_have_each_device_rows():
     np.testing.assert_array_equal(results[0][1], np.maximum(xs[1], 0))
     assert [[part.shape for part in values] for values in seen] == [[(3, FEATURES), (1, FEATURES)]]
     np.testing.assert_array_equal(seen[0][0], np.zeros((3, FEATURES), np.float32))
+
+
+def test_concurrent_calls_at_different_shapes():
+    """Threads calling one job at several shapes compile each variant once and get their own rows."""
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(function_config=_mirrored())
+    def predict(x: tp.ListNumpy.Placeholder((ROWS, FEATURES))) -> tp.ListNumpy:
+        return flow.math.square(x)
+
+    shapes = [(4, 4), (3, 1), (1, 2), (2, 4)]
+    failures = []
+
+    def worker(index):
+        random = np.random.RandomState(index)
+        try:
+            for call in range(20):
+                rows = shapes[(index + call) % len(shapes)]
+                xs = [random.randn(r, FEATURES).astype(np.float32) for r in rows]
+                got = predict(xs)
+                assert [part.shape for part in got] == [(r, FEATURES) for r in rows]
+                for part, x in zip(got, xs):
+                    np.testing.assert_allclose(part, x * x, rtol=1e-6)
+        except BaseException as error:  # reported below: an assert in a thread would be lost
+            failures.append(error)
+
+    threads = [threading.Thread(target=worker, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "calls did not finish"
+    assert not failures, failures
+    assert len(predict._variants) == 3
