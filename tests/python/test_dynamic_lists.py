@@ -5,6 +5,7 @@ per device have that device's rows, and training is the mathematics of the conca
 checked here against NumPy computed independently."""
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -248,6 +249,9 @@ def test_watch_and_async_results_of_a_variant_have_each_device_rows():
     assert done.wait(timeout=60), "the asynchronous call did not finish"
     assert [part.shape for part in results[0]] == [(3, FEATURES), (1, FEATURES)]
     np.testing.assert_array_equal(results[0][1], np.maximum(xs[1], 0))
+    deadline = time.monotonic() + 60  # the watch handler runs on an actor thread, maybe after the result
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert [[part.shape for part in values] for values in seen] == [[(3, FEATURES), (1, FEATURES)]]
     np.testing.assert_array_equal(seen[0][0], np.zeros((3, FEATURES), np.float32))
 
