@@ -369,7 +369,8 @@ class JobFunction:
                 ctx.batch_sizes.add(shape[0])
             blobs.append(BlobDef(ref, shape, spec.dtype, ctx))
         seed = self._config.options.get("seed")
-        if seed is not None and variant_rows is None:  # config.seed(n): this job's new variables initialize reproducibly
+        # config.seed(n): this job's new variables initialize reproducibly (a variant has none)
+        if seed is not None and variant_rows is None:
             from . import initializers
             initializers.seed(seed)
         previous = _trace_ctx.get_current()
@@ -575,7 +576,16 @@ class JobFunction:
             with self._variants_lock:
                 found = self._variants.get(key)
             if found is None:
-                found = self._compile(dict(key))
+                try:
+                    found = self._compile(dict(key))
+                except Exception as error:
+                    # A job that compiles at its placeholders' shapes may not at these (a shape
+                    # written as a constant): say which call's shapes it was traced at.
+                    if (type(error).__str__ is BaseException.__str__ and len(error.args) == 1
+                            and isinstance(error.args[0], str)):
+                        error.args = ("%s [traced for a dynamic-list call with rows per device %s]" % (
+                            error.args[0], ", ".join("%s: %s" % (n, list(r)) for n, r in key)),)
+                    raise
                 with self._variants_lock:
                     self._variants[key] = found
                     while len(self._variants) > VARIANTS_PER_JOB:

@@ -288,3 +288,20 @@ def test_concurrent_calls_at_different_shapes():
     assert not any(thread.is_alive() for thread in threads), "calls did not finish"
     assert not failures, failures
     assert len(predict._variants) == 3
+
+
+def test_a_job_that_only_compiles_at_full_shape_says_so_and_the_full_shape_still_works():
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(function_config=_mirrored())
+    def predict(x: tp.ListNumpy.Placeholder((ROWS, FEATURES))) -> tp.ListNumpy:
+        return flow.reshape(x, (2 * ROWS, FEATURES))  # the logical batch written as a constant
+
+    full = [np.ones((ROWS, FEATURES), np.float32)] * 2
+    assert [part.shape for part in predict(full)] == [(ROWS, FEATURES)] * 2
+    with pytest.raises(Exception) as info:
+        predict([np.ones((3, FEATURES), np.float32), np.ones((1, FEATURES), np.float32)])
+    message = str(info.value)
+    assert "rows per device x: [3, 1]" in message and HERE + ":" in message
+    assert predict._variants == {}
+    np.testing.assert_array_equal(predict(full)[1], full[1])
