@@ -305,3 +305,20 @@ def test_a_job_that_only_compiles_at_full_shape_says_so_and_the_full_shape_still
     assert "rows per device x: [3, 1]" in message and HERE + ":" in message
     assert predict._variants == {}
     np.testing.assert_array_equal(predict(full)[1], full[1])
+
+
+def test_a_per_sample_loss_is_scaled_by_the_call_rows_as_in_oneflow():
+    """minimize(per-sample loss): the devices' summed gradient over the call's loss elements
+    (OneFlow's scaling of a dynamic loss), here (3*1 + 1*5) / 4 rows, not per-device means
+    averaged ((1 + 5) / 2)."""
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="train", function_config=_mirrored())
+    def train(x: tp.ListNumpy.Placeholder((ROWS, 1))) -> tp.ListNumpy:
+        weight = flow.get_variable("w", shape=(1,), initializer=flow.zeros_initializer())
+        loss = x * weight  # d loss_i / d w = x_i
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0])).minimize(loss)
+        return loss
+
+    train([np.full((3, 1), 1, np.float32), np.full((1, 1), 5, np.float32)])
+    np.testing.assert_allclose(flow.get_all_variables()["w"], [-(3 * 1 + 1 * 5) / 4], rtol=1e-6)
