@@ -322,3 +322,17 @@ def test_a_per_sample_loss_is_scaled_by_the_call_rows_as_in_oneflow():
 
     train([np.full((3, 1), 1, np.float32), np.full((1, 1), 5, np.float32)])
     np.testing.assert_allclose(flow.get_all_variables()["w"], [-(3 * 1 + 1 * 5) / 4], rtol=1e-6)
+
+
+def test_list_arguments_of_different_placeholders_with_ambiguous_totals_are_an_error():
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(function_config=_mirrored())
+    def predict(x: tp.ListNumpy.Placeholder((4, 1)), z: tp.ListNumpy.Placeholder((3, 1))) -> tp.ListNumpy:
+        return flow.math.relu(x)
+
+    rows = lambda *counts: [np.ones((r, 1), np.float32) for r in counts]  # noqa: E731
+    with pytest.raises(ValueError) as info:
+        predict(rows(3, 2), rows(2, 3))  # both 5 rows in all: whose split would a result of 5 rows be?
+    assert "same total rows" in str(info.value) and HERE + ":" in str(info.value)
+    assert [part.shape for part in predict(rows(3, 2), rows(1, 3))] == [(3, 1), (2, 1)]
