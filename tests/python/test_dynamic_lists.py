@@ -336,3 +336,38 @@ def test_list_arguments_of_different_placeholders_with_ambiguous_totals_are_an_e
         predict(rows(3, 2), rows(2, 3))  # both 5 rows in all: whose split would a result of 5 rows be?
     assert "same total rows" in str(info.value) and HERE + ":" in str(info.value)
     assert [part.shape for part in predict(rows(3, 2), rows(1, 3))] == [(3, 1), (2, 1)]
+
+
+def test_asynchronous_calls_at_mixed_shapes_update_the_variables_in_call_order():
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(type="train", function_config=_mirrored())
+    def train(x: tp.ListNumpy.Placeholder((ROWS, FEATURES)),
+              y: tp.ListNumpy.Placeholder((ROWS, UNITS))) -> tp.Callback[tp.ListNumpy]:
+        weight = flow.get_variable("dense-weight", shape=(UNITS, FEATURES),
+                                   initializer=lambda shape, dtype: _initial_weight().astype(dtype))
+        bias = flow.get_variable("dense-bias", shape=(UNITS,), initializer=flow.zeros_initializer())
+        out = flow.nn.bias_add(flow.matmul(x, weight, transpose_b=True), bias)
+        loss = flow.math.reduce_mean(flow.math.square(out - y))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [RATE]), momentum=MOMENTUM).minimize(loss)
+        return out
+
+    reference = NumpyDense()
+    random = np.random.RandomState(17)
+    schedule = [(4, 4), (3, 1), (4, 4), (3, 1), (1, 2), (4, 4), (1, 2), (3, 1)]
+    expected, results, finished = [], {}, threading.Semaphore(0)
+    for index, rows in enumerate(schedule):
+        xs, ys = _batch(random, rows)
+        expected.append(reference.step(xs, ys))
+
+        def deliver(value, index=index):
+            results[index] = value
+            finished.release()
+        train(xs, ys)(deliver)  # no wait: the calls overlap in the pipelines of three plans
+    for _ in schedule:
+        assert finished.acquire(timeout=60), "an asynchronous call did not finish"
+    for index, rows in enumerate(schedule):
+        assert not isinstance(results[index], BaseException), results[index]
+        _check_outputs(results[index], expected[index], rows)
+    _check_variables(reference)
+    assert train._step == len(schedule)
