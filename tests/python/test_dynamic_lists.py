@@ -371,3 +371,31 @@ def test_asynchronous_calls_at_mixed_shapes_update_the_variables_in_call_order()
         _check_outputs(results[index], expected[index], rows)
     _check_variables(reference)
     assert train._step == len(schedule)
+
+
+def test_a_variant_evicted_while_its_asynchronous_calls_run_still_delivers_them(monkeypatch):
+    monkeypatch.setattr(_job, "VARIANTS_PER_JOB", 1)  # every new shape drops the previous variant
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function(function_config=_mirrored())
+    def predict(x: tp.ListNumpy.Placeholder((ROWS, FEATURES))) -> tp.Callback[tp.ListNumpy]:
+        return flow.math.square(x)
+
+    random = np.random.RandomState(19)
+    schedule = [(3, 1), (1, 2), (3, 1), (2, 2), (1, 1), (3, 1)] * 3
+    inputs, results, finished = [], {}, threading.Semaphore(0)
+    for index, rows in enumerate(schedule):
+        xs = [random.randn(r, FEATURES).astype(np.float32) for r in rows]
+        inputs.append(xs)
+
+        def deliver(value, index=index):
+            results[index] = value
+            finished.release()
+        predict(xs)(deliver)
+    for _ in schedule:
+        assert finished.acquire(timeout=60), "an asynchronous call did not finish"
+    for index, xs in enumerate(inputs):
+        assert not isinstance(results[index], BaseException), results[index]
+        for part, x in zip(results[index], xs):
+            np.testing.assert_allclose(part, x * x, rtol=1e-6)
+    assert len(predict._variants) == 1
