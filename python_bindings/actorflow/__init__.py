@@ -66,7 +66,8 @@ def _watch(blob, handler, diff):
     name = ctx.unique(("watch_diff_" if diff else "watch_") + blob.name)
     if _annotation(handler) in (typing.ListNumpy, typing.ListListNumpy):  # one array per device
         _job._per_device_check(blob.shape, ctx, "the blob '%s' watched by %r" % (blob.ref, handler))
-        handler = _per_device_handler(handler, ctx.devices, _annotation(handler) is typing.ListListNumpy)
+        handler = _per_device_handler(handler, ctx.devices, _annotation(handler) is typing.ListListNumpy,
+                                      ctx.row_splits)
     ctx.builder.add_watch(blob.ref, name, diff, _user_location())
     ctx.watch_handlers[name] = handler
 
@@ -81,9 +82,9 @@ def _annotation(handler):
     return parameters[0].annotation if parameters else None
 
 
-def _per_device_handler(handler, devices, nested):
+def _per_device_handler(handler, devices, nested, row_splits=None):
     def per_device(array):
-        parts = _job.per_device(array, devices)
+        parts = _job.per_device(array, devices, row_splits)
         handler([[p] for p in parts] if nested else parts)
     return per_device
 

@@ -1,5 +1,6 @@
 """@flow.global_function: trace on the first call, compile to a plan, then only feed and
 fetch. Arguments are checked here so mistakes get Python errors naming the argument."""
+import collections
 import functools
 import inspect
 import os
@@ -20,6 +21,10 @@ FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation"
                 "pool_relu_grad", "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad", "gemv",
                 "narrow_gemm", "softmax_cross_entropy_grad", "blocked_layout")
 
+
+# Dynamic lists: compiled variants of one job (one per set of per-device rows) kept, the most
+# recently used; each holds a runtime (actors, registers), never variables.
+VARIANTS_PER_JOB = 8
 
 # Train jobs by name, for checkpoints: a job's step count (which drives its learning-rate
 # schedule and Adam's bias correction) is saved as the pseudo-variable STEP_PREFIX + name.
@@ -183,6 +188,7 @@ class _Result:
         self.blobs = []
         self._ctx = ctx
         self._devices = ctx.devices if ctx is not None else 1
+        self._row_splits = ctx.row_splits if ctx is not None else None
         self.structure = self._parse(inner, value, job_name)
 
     def _parse(self, annotation, value, job_name):
@@ -228,19 +234,24 @@ class _Result:
         if kind == "blob":
             return arrays[payload]
         if kind == "list":
-            return per_device(arrays[payload], self._devices)
+            return per_device(arrays[payload], self._devices, self._row_splits)
         if kind == "list_list":
-            return [[part] for part in per_device(arrays[payload], self._devices)]
+            return [[part] for part in per_device(arrays[payload], self._devices, self._row_splits)]
         if kind == "tuple":
             return tuple(self.build(arrays, n) for n in payload)
         return {k: self.build(arrays, n) for k, n in payload.items()}
 
 
-def per_device(array, devices):
+def per_device(array, devices, row_splits=None):
     """The parts of a logical array split on axis 0 over `devices` as the compiler splits
-    (balanced: the first size % devices parts get one more row), as views (no copy)."""
+    (balanced: the first size % devices parts get one more row), as views (no copy). In a
+    dynamic-list variant (row_splits: logical axis 0 -> rows per device) the parts are the
+    devices' own row counts, as fed."""
     if devices == 1:
         return [array]
+    rows = row_splits.get(array.shape[0]) if row_splits and array.ndim else None
+    if rows is not None:
+        return list(np.split(array, np.cumsum(rows)[:-1], axis=0))
     return list(np.array_split(array, devices, axis=0))
 
 
@@ -305,13 +316,20 @@ class JobFunction:
         self._step = 0  # successful calls (what checkpoints save)
         self._in_flight = 0  # calls fed but not finished
         self._step_lock = threading.Lock()
+        self._logical_view = None  # the view of the first trace (variants are traced in it too)
+        self._variants = collections.OrderedDict()  # dynamic lists: rows per device -> (compiled, result)
+        self._variants_lock = threading.Lock()
         functools.update_wrapper(self, fn)
         if job_type == "train":
             _train_jobs[fn.__name__] = self
             self._step = _pending_steps.pop(fn.__name__, 0)
 
     # -- tracing and compiling (first call) --
-    def _compile(self):
+    def _compile(self, variant_rows=None):
+        """Traces and compiles the job. variant_rows (dynamic lists): argument name -> rows per
+        device of each list argument; the job is then traced with each list placeholder's
+        logical axis 0 the sum of its parts, and (compiled job, result) returned without
+        touching the job's own compiled plan (JobFunction._variant)."""
         from . import checkpoint
         from . import config as _config
         from . import _parallel
@@ -329,6 +347,9 @@ class JobFunction:
             _env.ensure_started()
         ctx.devices = _parallel.device_count("cpu") * machines
         ctx.logical_view = self._config.logical_view or _parallel.scoped_view() or "consistent"
+        if variant_rows is not None:
+            ctx.logical_view = self._logical_view  # the view the job was first traced in
+            ctx.row_splits = {sum(rows): list(rows) for rows in variant_rows.values()}
         builder.set_job_config(settings["cpu_device_num"], settings["gpu_device_num"], ctx.logical_view, machines)
         blobs = []
         for pname, spec in self._specs:
@@ -340,7 +361,8 @@ class JobFunction:
                     raise ValueError("job function '%s' at %s: parameter '%s' is a list placeholder (one part per "
                                      "device, split on axis 0) and needs a shape of rank >= 1, got ()" % (
                                          name, self._location, pname))
-                shape = (shape[0] * ctx.devices,) + tuple(shape[1:])
+                rows = shape[0] * ctx.devices if variant_rows is None else sum(variant_rows[pname])
+                shape = (rows,) + tuple(shape[1:])
             ref = builder.add_input(pname, list(shape), spec.dtype.name, self._location)
             if spec.kind != "numpy":
                 builder.set_output_sbp(ref, "split", 0)
@@ -348,7 +370,8 @@ class JobFunction:
                 ctx.batch_sizes.add(shape[0])
             blobs.append(BlobDef(ref, shape, spec.dtype, ctx))
         seed = self._config.options.get("seed")
-        if seed is not None:  # config.seed(n): this job's new variables initialize reproducibly
+        # config.seed(n): this job's new variables initialize reproducibly (a variant has none)
+        if seed is not None and variant_rows is None:
             from . import initializers
             initializers.seed(seed)
         previous = _trace_ctx.get_current()
@@ -370,7 +393,8 @@ class JobFunction:
                 if from_checkpoint:
                     checkpoint._pending.setdefault(var_name, var_value)
             raise _with_location(error, _trace_ctx.traceback_location(error.__traceback__) or self._location)
-        self._builder = builder  # job_text() shows the last trace, also when it does not compile
+        if variant_rows is None:
+            self._builder = builder  # job_text() shows the last trace, also when it does not compile
         traced = time.perf_counter()
         traced_cpu = time.thread_time()
         session = _C.default_session()
@@ -395,6 +419,10 @@ class JobFunction:
                 if from_checkpoint:
                     checkpoint._pending.setdefault(var_name, var_value)
             raise
+        if variant_rows is not None:
+            for handler_name, fn in ctx.watch_handlers.items():
+                compiled.set_watch_handler(handler_name, _snapshot.as_callback(fn))
+            return compiled, result
         compiled_at = time.perf_counter()
         compiled_at_cpu = time.thread_time()
         # Where the first call's compile went (bench/bench_compile.py): the Python trace, the
@@ -410,6 +438,7 @@ class JobFunction:
             compiled.set_watch_handler(handler_name, _snapshot.as_callback(fn))
         self._input_descs = compiled.input_descs
         self._devices = ctx.devices
+        self._logical_view = ctx.logical_view
         self._result = result
         self._optimizer = ctx.optimizer
         # Jobs whose every argument is a tp.Numpy placeholder, without a learning-rate feed and
@@ -432,10 +461,17 @@ class JobFunction:
 
     # -- every call --
     def _feeds(self, args):
+        """The call's feeds, and None or (dynamic lists) argument name -> rows per device of
+        each list argument, when some device's array has fewer rows than its placeholder."""
         feeds = []
+        dynamic = None
         for (pname, spec), value in zip(self._specs, args):
             if spec.kind != "numpy":
-                feeds.append(self._list_feed(pname, spec, value))
+                feed, rows = self._list_feed(pname, spec, value)
+                feeds.append(feed)
+                if rows is not None:
+                    dynamic = {} if dynamic is None else dynamic
+                    dynamic[pname] = rows
                 continue
             if not isinstance(value, np.ndarray):
                 raise TypeError("argument '%s' must be a numpy.ndarray of shape %s and dtype %s, got %s" % (
@@ -446,50 +482,116 @@ class JobFunction:
                 value = _cast_input(value, spec.dtype, pname)
             # np.ascontiguousarray would turn a 0-d array into shape (1,)
             feeds.append(value if value.flags.c_contiguous else np.array(value, order="C"))
-        return feeds
+        if dynamic is not None:
+            self._check_dynamic(dynamic)
+        return feeds, dynamic
+
+    def _check_dynamic(self, dynamic):
+        """Every list argument whose placeholder has the same axis 0 must have the same rows
+        per device: the job pairs their rows (features with labels), and concatenating parts
+        of different sizes would pair one device's rows with another's."""
+        lists = [(pname, spec) for pname, spec in self._specs if spec.kind != "numpy"]
+        for index, (pname, spec) in enumerate(lists):
+            rows = dynamic.get(pname, (spec.shape[0],) * self._devices)
+            for other_name, other_spec in lists[:index]:
+                other_rows = dynamic.get(other_name, (other_spec.shape[0],) * self._devices)
+                if other_spec.shape[0] == spec.shape[0] and other_rows != rows:
+                    raise ValueError("argument '%s' has %s rows per device but argument '%s' (a placeholder of the "
+                                     "same %d rows) has %s: list arguments of one call must have the same rows on "
+                                     "each device (at %s)" % (pname, list(rows), other_name, spec.shape[0],
+                                                              list(other_rows), _trace_ctx.user_location()))
 
     def _list_feed(self, pname, spec, value):
         """The logical input of a list placeholder: each device's array copied once into its
-        slice of one buffer (np.concatenate, casting on the way when the dtype differs)."""
+        slice of one buffer (np.concatenate, casting on the way when the dtype differs), and
+        None, or each device's rows when some device has fewer rows than the placeholder
+        (a dynamic list: from 1 up to the placeholder's rows; other axes exactly)."""
         devices = self._devices
         listlist = spec.kind == "list_list_numpy"
         what = "tp.ListListNumpy" if listlist else "tp.ListNumpy"
         if not isinstance(value, (list, tuple)) or len(value) != devices:
             raise TypeError("argument '%s' is a %s.Placeholder: pass a list with one %s per device (%d devices), "
-                            "got %s" % (pname, what, "list of arrays" if listlist else "array", devices,
-                                        "a list of %d" % len(value) if isinstance(value, (list, tuple))
-                                        else type(value).__name__))
+                            "got %s (at %s)" % (pname, what, "list of arrays" if listlist else "array", devices,
+                                                "a list of %d" % len(value) if isinstance(value, (list, tuple))
+                                                else type(value).__name__, _trace_ctx.user_location()))
         parts = []
+        device_rows = []
         for device, item in enumerate(value):
             pieces = item if listlist else [item]
             if listlist and (not isinstance(item, (list, tuple)) or not item):
                 raise TypeError("argument '%s' device %d: a tp.ListListNumpy.Placeholder takes a non-empty list of "
-                                "arrays per device, got %r" % (pname, device, type(item).__name__))
+                                "arrays per device, got %r (at %s)" % (pname, device, type(item).__name__,
+                                                                      _trace_ctx.user_location()))
             rows = 0
             for piece in pieces:
                 if not isinstance(piece, np.ndarray):
                     raise TypeError("argument '%s' device %d must be a numpy.ndarray of shape %s and dtype %s, got %s"
-                                    % (pname, device, spec.shape, spec.dtype.name, type(piece).__name__))
+                                    " (at %s)" % (pname, device, spec.shape, spec.dtype.name, type(piece).__name__,
+                                                  _trace_ctx.user_location()))
                 if piece.ndim != len(spec.shape) or piece.shape[1:] != spec.shape[1:]:
-                    raise ValueError("argument '%s' device %d must have shape %s, got %s" % (
-                        pname, device, spec.shape, piece.shape))
+                    raise ValueError("argument '%s' device %d must have shape %s (axis 0 from 1 to %d: a dynamic "
+                                     "list), got %s (at %s)" % (pname, device, spec.shape, spec.shape[0],
+                                                                piece.shape, _trace_ctx.user_location()))
                 rows += piece.shape[0]
-            if rows != spec.shape[0]:
-                got = (rows,) + spec.shape[1:]
-                if rows < spec.shape[0]:
-                    raise ValueError("argument '%s' device %d has shape %s, smaller than the placeholder's %s along "
-                                     "axis 0: per-device arrays smaller than the placeholder (dynamic lists) are not "
-                                     "supported yet; pass exactly %d rows per device" % (
-                                         pname, device, got, spec.shape, spec.shape[0]))
-                raise ValueError("argument '%s' device %d must have shape %s, got %s" % (
-                    pname, device, spec.shape, got))
+            if not 1 <= rows <= spec.shape[0]:
+                raise ValueError("argument '%s' device %d has %d rows along axis 0, expected from 1 to %d (the "
+                                 "placeholder's shape %s), got shape %s (at %s)" % (
+                                     pname, device, rows, spec.shape[0], spec.shape, (rows,) + spec.shape[1:],
+                                     _trace_ctx.user_location()))
+            device_rows.append(rows)
             for piece in pieces:
                 if piece.dtype != spec.dtype.numpy:
                     piece = _cast_input(piece, spec.dtype, pname)
                 parts.append(piece)
+        full = spec.shape[0]
+        rows = None if all(r == full for r in device_rows) else tuple(device_rows)
         if len(parts) == 1:
-            return parts[0] if parts[0].flags.c_contiguous else np.array(parts[0], order="C")
-        return np.concatenate(parts, axis=0)
+            return (parts[0] if parts[0].flags.c_contiguous else np.array(parts[0], order="C")), rows
+        return np.concatenate(parts, axis=0), rows
+
+    def _variant(self, dynamic):
+        """(compiled job, result) for a call whose list arguments have these rows per device:
+        the job traced again with each list placeholder's logical axis 0 the sum of its parts,
+        reading and updating the job's variables (and optimizer state) by name, as jobs sharing
+        variables do. The most recently used VARIANTS_PER_JOB stay compiled; dropping one
+        releases its runtime, never a variable."""
+        key = tuple(sorted(dynamic.items()))
+        with self._variants_lock:
+            found = self._variants.get(key)
+            if found is not None:
+                self._variants.move_to_end(key)
+                return found
+        totals = {}
+        for pname, rows in key:
+            if totals.setdefault(sum(rows), rows) != rows:
+                other = next(n for n, r in key if sum(r) == sum(rows) and r != rows)
+                raise ValueError("arguments '%s' (%s rows per device) and '%s' (%s) have the same total rows but "
+                                 "different rows per device: their per-device results could not be told apart "
+                                 "(at %s)" % (pname, list(rows), other, list(totals[sum(rows)]),
+                                              _trace_ctx.user_location()))
+        with _trace_ctx.trace_lock:
+            if _trace_ctx.get_current() is not None:
+                raise RuntimeError("job function '%s' called while job '%s' is traced: a job function cannot "
+                                   "call another one (at %s)" % (self._fn.__name__, _trace_ctx.get_current().job_name,
+                                                                 _trace_ctx.user_location()))
+            with self._variants_lock:
+                found = self._variants.get(key)
+            if found is None:
+                try:
+                    found = self._compile(dict(key))
+                except Exception as error:
+                    # A job that compiles at its placeholders' shapes may not at these (a shape
+                    # written as a constant): say which call's shapes it was traced at.
+                    if (type(error).__str__ is BaseException.__str__ and len(error.args) == 1
+                            and isinstance(error.args[0], str)):
+                        error.args = ("%s [traced for a dynamic-list call with rows per device %s]" % (
+                            error.args[0], ", ".join("%s: %s" % (n, list(r)) for n, r in key)),)
+                    raise
+                with self._variants_lock:
+                    self._variants[key] = found
+                    while len(self._variants) > VARIANTS_PER_JOB:
+                        self._variants.popitem(last=False)
+        return found
 
     def sbp_summary(self):
         """What the compiler chose, one line per op: "name (type) on cpu 0:0,0:1: S(0),B->S(0)
@@ -563,27 +665,27 @@ class JobFunction:
                 return arrays[0] if self._plain_single_result else self._result.build(arrays)
         args = self._bind(args, kwargs)
         self._ensure_compiled()
-        feeds = self._feeds(args)
+        feeds, dynamic = self._feeds(args)
+        compiled, result = (self._compiled, self._result) if dynamic is None else self._variant(dynamic)
         # Jobs sharing variables are ordered by the session (per variable); others overlap.
         # From taking the train step until the runtime accepted the iteration, snapshots
         # (checkpoint saves, loads) wait: the saved step always matches the saved weights.
-        if self._result.is_async:
-            return self._register_callback(feeds)
+        if result.is_async:
+            return self._register_callback(feeds, compiled, result)
         _snapshot.gate.enter_call()
         try:
             self._begin_step(feeds)
             try:
-                arrays = self._compiled.run(feeds)
+                arrays = compiled.run(feeds)
             except BaseException:
                 self._end_step(False)
                 raise
             self._end_step(True)
         finally:
             _snapshot.gate.exit_call()
-        return self._result.build(arrays)
+        return result.build(arrays)
 
-    def _register_callback(self, feeds):
-        result = self._result
+    def _register_callback(self, feeds, compiled, result):
         job_name = self._fn.__name__
         registered = []
 
@@ -603,6 +705,9 @@ class JobFunction:
                 # The step is settled and the gate left before the user's callback runs, so a
                 # callback that raises cannot leave either unsettled (the raised error goes to
                 # sys.unraisablehook), and a snapshot never sees a step its weights lack.
+                # Referenced here so the call's compiled job (a variant evicted meanwhile too)
+                # lives until the call is delivered.
+                running = compiled  # noqa: F841
                 failed = isinstance(arrays, BaseException)
                 self._end_step(not failed)
                 _snapshot.gate.exit_call()
@@ -616,7 +721,7 @@ class JobFunction:
             _snapshot.gate.enter_call()
             self._begin_step(feeds)
             try:
-                self._compiled.push(feeds, deliver)
+                compiled.push(feeds, deliver)
             except BaseException:
                 self._end_step(False)
                 _snapshot.gate.exit_call()

@@ -94,6 +94,9 @@ class TraceContext:
         self.optimizer_location = ""
         self.placement = None  # (device_type, ids) of the innermost flow.scope.placement; None: all devices
         self.devices = 1  # CPU devices of the config: the parts of a tp.ListNumpy placeholder or result
+        # A dynamic-list variant's per-device rows: logical axis 0 -> rows of each device (the
+        # parts of its tp.ListNumpy results and watched blobs); None: balanced parts.
+        self.row_splits = None
         self.batch_sizes = set()  # axis 0 of the placeholders (logical), for per-device results
         self.logical_view = "consistent"
         self.default_dtype = _dtypes.float32
