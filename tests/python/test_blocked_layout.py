@@ -9,10 +9,10 @@ import re
 
 import numpy as np
 import pytest
-import torch
 
 import actorflow as flow
 import actorflow.typing as tp
+from lenet_reference import torch_lenet_gradients
 
 BATCH, LR = 6, 0.1
 
@@ -78,18 +78,6 @@ def _step(disabled, threads, channels=(16, 32), relu_ops=False):
     return logits, before, after, train._compiled.plan_text(), predict._compiled.plan_text()
 
 
-def _torch_gradients(images, labels, variables):
-    v = {k: torch.from_numpy(a.astype(np.float64)).requires_grad_(True) for k, a in variables.items()}
-    x = torch.from_numpy(images.astype(np.float64))
-    x = torch.relu(torch.nn.functional.conv2d(x, v["c1-weight"], v["c1-bias"], padding=2))
-    x = torch.nn.functional.max_pool2d(x, 2, 2)
-    x = torch.relu(torch.nn.functional.conv2d(x, v["c2-weight"], v["c2-bias"], padding=1))
-    x = torch.nn.functional.max_pool2d(x, 2, 2)
-    logits = x.reshape(BATCH, -1) @ v["d-weight"].T + v["d-bias"]
-    torch.nn.functional.cross_entropy(logits, torch.from_numpy(labels.astype(np.int64))).backward()
-    return {k: t.grad.numpy() for k, t in v.items()}
-
-
 def _blocked_ops(plan):
     """How many plan tasks read or write a blocked tensor (each carries channel_block)."""
     return plan.count('key: "channel_block"')
@@ -118,7 +106,7 @@ def test_blocked_step_matches_plain_and_pytorch(threads, relu_fusions):
     for name in before:
         np.testing.assert_array_equal(before[name], plain_before[name])
     images, labels = _data()
-    expected = _torch_gradients(images, labels, before)
+    expected = torch_lenet_gradients(images, labels, before)
     for name, gradient in expected.items():
         assert np.abs(gradient).max() > 1e-4, name  # every gradient is exercised
         want = before[name] - LR * gradient

@@ -5,10 +5,10 @@ call) and two (sample chunks, each with its partial bias sum), against PyTorch's
 the same initial variables."""
 import numpy as np
 import pytest
-import torch
 
 import actorflow as flow
 import actorflow.typing as tp
+from lenet_reference import torch_lenet_gradients
 
 BATCH, LR = 8, 0.1
 
@@ -53,18 +53,6 @@ def _step(disabled, threads):
     return images, labels, before, after, train._compiled.plan_text()
 
 
-def _torch_gradients(images, labels, variables):
-    v = {k: torch.from_numpy(a.astype(np.float64)).requires_grad_(True) for k, a in variables.items()}
-    x = torch.from_numpy(images.astype(np.float64))
-    x = torch.relu(torch.nn.functional.conv2d(x, v["c1-weight"], v["c1-bias"], padding=2))
-    x = torch.nn.functional.max_pool2d(x, 2, 2)
-    x = torch.relu(torch.nn.functional.conv2d(x, v["c2-weight"], v["c2-bias"], padding=1))
-    x = torch.nn.functional.max_pool2d(x, 2, 2)
-    logits = x.reshape(BATCH, -1) @ v["d-weight"].T + v["d-bias"]
-    torch.nn.functional.cross_entropy(logits, torch.from_numpy(labels.astype(np.int64))).backward()
-    return {k: t.grad.numpy() for k, t in v.items()}
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fused_bias_gradient_matches_unfused_and_pytorch(threads):
     # bias_gradient_update (the dense layer's bias gradient summed by its SGD update) is off in
@@ -77,8 +65,8 @@ def test_fused_bias_gradient_matches_unfused_and_pytorch(threads):
     assert "fuse_bias_grad" not in plain_plan
     for name in before:
         np.testing.assert_array_equal(before[name], plain_before[name])
-    assert before["d-weight"].shape == (3, 6 * 3 * 3)  # (out, in): the layout _torch_gradients assumes
-    expected = _torch_gradients(images, labels, before)
+    assert before["d-weight"].shape == (3, 6 * 3 * 3)  # (out, in): the layout torch_lenet_gradients assumes
+    expected = torch_lenet_gradients(images, labels, before)
     for name, gradient in expected.items():
         assert np.abs(gradient).max() > 1e-4, name  # every gradient is exercised
         want = before[name] - LR * gradient
