@@ -21,6 +21,10 @@
 //     (the ring all-reduce on registers next to Gloo's ring and halving-doubling run(), and
 //     through runtime calls next to Gloo with a copy in and out; --funnel 1: also the funnel
 //     through machine 0; see RunAllReduceBench)
+//   --poll-attempts N (either mode): the CAF workers of both ranks poll their queues N times
+//     after their last job before they sleep (work-stealing.aggressive-poll-attempts; default:
+//     the actor environment's, actors/environment.cc). On one host the ranks' polling workers
+//     take the cores that the other rank's data-plane threads need: compare a run with 1.
 //   Use an odd --rounds (5 or more) for a median that is one round's value.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -76,6 +80,11 @@ struct BenchRank {
 };
 
 bool authenticate_frames = false;  // --authenticate 1
+int64_t poll_attempts = -1;        // --poll-attempts N; -1: the environment's default
+
+std::string PollText() {
+  return poll_attempts < 0 ? "as the environment sets" : std::to_string(poll_attempts) + " times before sleeping";
+}
 bool with_funnel = false;          // --funnel 1 (all-reduce): also the funnel through machine 0
 
 BenchRank JoinCluster(int rank, int world, int port, const std::string& job_id) {
@@ -91,6 +100,13 @@ BenchRank JoinCluster(int rank, int world, int port, const std::string& job_id) 
   actorflow::EnvironmentOptions environment_options;
   environment_options.num_threads = 1;
   actorflow::AddNetworkLayer(environment_options, options);
+  if (poll_attempts >= 0) {
+    auto network_layer = environment_options.configure_system;
+    environment_options.configure_system = [network_layer](caf::actor_system_config& config) {
+      network_layer(config);
+      config.set("work-stealing.aggressive-poll-attempts", static_cast<size_t>(poll_attempts));
+    };
+  }
   BenchRank joined;
   auto environment = actorflow::ActorEnvironment::Create(environment_options);
   if (!environment.ok()) Die(environment.status().ToString());
@@ -158,7 +174,8 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
       std::vector<std::string> arguments = {self, "--all-reduce", std::to_string(world), "--rank", std::to_string(r),
                                             "--port", std::to_string(port), "--sizes", size_text, "--rounds",
                                             std::to_string(rounds), "--gloo-store", gloo_store, "--authenticate",
-                                            authenticate_frames ? "1" : "0", "--funnel", with_funnel ? "1" : "0"};
+                                            authenticate_frames ? "1" : "0", "--funnel", with_funnel ? "1" : "0",
+                                            "--poll-attempts", std::to_string(poll_attempts)};
       std::vector<char*> child_argv;
       for (auto& a : arguments) child_argv.push_back(a.data());
       child_argv.push_back(nullptr);
@@ -303,8 +320,8 @@ int RunAllReduceBench(int rank, int world, int port, const std::vector<int64_t>&
       for (int round = 0; round < rounds; ++round) ratios.push_back(std::min(a[round], b[round]) / ours[round]);
       return SpreadOf(ratios);
     };
-    std::printf("all-reduce over %d processes (float32; medians of %d rounds; frame authentication %s)\n", world, rounds,
-                authenticate_frames ? "on" : "off");
+    std::printf("all-reduce over %d processes (float32; medians of %d rounds; frame authentication %s; workers poll %s)\n",
+                world, rounds, authenticate_frames ? "on" : "off", PollText().c_str());
     for (size_t s = 0; s < sizes.size(); ++s) {
       const double ring = median_of(ring_times[s]), on_registers = median_of(register_times[s]);
       const double bytes = static_cast<double>(sizes[s]);
@@ -364,6 +381,7 @@ int main(int argc, char** argv) {
     else if (flag == "--all-reduce") all_reduce_world = std::atoi(argv[i + 1]);
     else if (flag == "--gloo-store") gloo_store = argv[i + 1];
     else if (flag == "--authenticate") authenticate_frames = std::atoi(argv[i + 1]) == 1;
+    else if (flag == "--poll-attempts") poll_attempts = std::atoll(argv[i + 1]);
     else if (flag == "--funnel") with_funnel = std::atoi(argv[i + 1]) == 1;
     else if (flag == "--sizes") {
       sizes.clear();
@@ -383,7 +401,8 @@ int main(int argc, char** argv) {
                                           std::to_string(tcp_port), "--sizes", size_text, "--seconds",
                                           std::to_string(seconds), "--rounds", std::to_string(rounds),
                                           "--gloo-store", gloo_store, "--authenticate",
-                                          authenticate_frames ? "1" : "0"};
+                                          authenticate_frames ? "1" : "0", "--poll-attempts",
+                                          std::to_string(poll_attempts)};
     std::vector<char*> child_argv;
     for (auto& a : arguments) child_argv.push_back(a.data());
     child_argv.push_back(nullptr);
@@ -618,8 +637,8 @@ int main(int argc, char** argv) {
       std::sort(values.begin(), values.end());
       return values[values.size() / 2];
     };
-    std::printf("send/recv round trips (medians of %d rounds; frame authentication %s)\n", rounds,
-                authenticate_frames ? "on" : "off");
+    std::printf("send/recv round trips (medians of %d rounds; frame authentication %s; workers poll %s)\n", rounds,
+                authenticate_frames ? "on" : "off", PollText().c_str());
     // The goal's measure: register to register next to raw TCP, the ratio taken per round (both
     // measured in the same minute), its median and range over the rounds.
     for (size_t s = 0; s < sizes.size(); ++s) {
