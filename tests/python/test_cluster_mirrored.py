@@ -35,7 +35,7 @@ def _launch(args, processes, timeout=240, **env):
     return done.returncode, done.stdout
 
 
-@pytest.mark.parametrize("processes, devices", [(2, 1), (2, 2), (3, 1)])
+@pytest.mark.parametrize("processes, devices", [(2, 1), (2, 2), (3, 1), (3, 2)])
 def test_ranks_feeding_their_own_devices_train_as_one_process_fed_the_same_arrays(tmp_path, processes, devices):
     """Each rank feeds arrays r*d .. r*d+d-1 of the step's processes*d per-device arrays; one
     process with processes*d devices is fed all of them. The per-sample losses each rank gets
