@@ -10,7 +10,8 @@ one-process reference fed the same arrays.
 
 Writes OUT_PREFIX.rank<R>.npz: "losses" (steps x rows of this rank's devices, the per-sample
 losses its devices returned) and the variables. wrong-count-on-rank-1: rank 1 passes one array
-too few at step 0, prints the error and exits 3. rank-1-ends-at=S: rank 1 stops calling before
+too few at step 0, prints the error and exits 3; fewer-rows-on-rank-1: the same with one row
+fewer on each device. rank-1-ends-at=S: rank 1 stops calling before
 step S and ends its program normally (leaving the cluster at exit) while rank 0 goes on; a
 failing call prints "step S failed after T s: <error>" and exits 7.
 """
@@ -52,13 +53,16 @@ def main():
     for step in range(steps):
         image_parts = np.split(images[step], all_devices)[own]
         label_parts = np.split(labels[step], all_devices)[own]
-        if fault == "wrong-count-on-rank-1" and rank == 1:
+        if fault in ("wrong-count-on-rank-1", "fewer-rows-on-rank-1") and rank == 1:
             try:
-                train_job(image_parts[:-1], label_parts[:-1])
-            except TypeError as error:
+                if fault == "wrong-count-on-rank-1":
+                    train_job(image_parts[:-1], label_parts[:-1])
+                else:
+                    train_job([p[:-1] for p in image_parts], [p[:-1] for p in label_parts])
+            except (TypeError, ValueError) as error:
                 print("rank 1 error: %s" % error, flush=True)
                 os._exit(3)
-            print("rank 1: no error for a short list", flush=True)
+            print("rank 1: no error for %s" % fault, flush=True)
             os._exit(4)
         if fault.startswith("rank-1-ends-at=") and rank == 1 and step == int(fault.split("=")[1]):
             print("rank 1 stops calling at step", step, flush=True)

@@ -5,6 +5,7 @@ arrays. A rank passing the wrong number of arrays is named; a rank that stops ca
 others' pending call instead of hanging. At most 3 processes; every wait is bounded."""
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -33,6 +34,35 @@ def _launch(args, processes, timeout=240, **env):
     except subprocess.TimeoutExpired as expired:  # subprocess.run killed the launcher
         pytest.fail("the launch timed out after %d s:\n%s" % (timeout, expired.output))
     return done.returncode, done.stdout
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _ranks_by_hand(args, timeout=60, **extra):
+    """Both ranks with the launcher's environment but no launcher (which would stop the survivor
+    as soon as the other rank exits, maybe before it printed its error): [(returncode, output)]."""
+    shared = dict(ACTORFLOW_WORLD_SIZE="2", ACTORFLOW_MASTER_ADDR="127.0.0.1", ACTORFLOW_MASTER_PORT=str(_free_port()),
+                  ACTORFLOW_JOB_ID="mirrored%d" % os.getpid(), ACTORFLOW_CLUSTER_SECRET="0" * 64, **extra)
+    processes = [subprocess.Popen([PYTHON, PROGRAM, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=_clean_env(ACTORFLOW_RANK=str(rank), **shared))
+                 for rank in range(2)]
+    results = []
+    try:
+        for process in processes:
+            try:
+                results.append((process.communicate(timeout=timeout)[0], process.returncode))
+            except subprocess.TimeoutExpired:
+                pytest.fail("a rank ran past %d s" % timeout)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return [(code, out) for out, code in results]
 
 
 @pytest.mark.parametrize("processes, devices", [(2, 1), (2, 2), (3, 1), (3, 2)])
@@ -78,13 +108,23 @@ def test_a_rank_passing_the_wrong_number_of_arrays_is_named_and_the_launch_fails
     assert "rank 1 failed with exit code 3" in out, out
 
 
+def test_a_rank_feeding_fewer_rows_than_the_placeholder_is_named():
+    """Dynamic lists recompile per call shape in one process; across machines each rank would
+    compile its own shapes, so fewer rows are refused, naming the rank."""
+    code, out = _launch(["20", "2", "2", "/dev/null/unused", "fewer-rows-on-rank-1"], 2, timeout=120)
+    assert code != 0, out
+    assert ("rank 1 error: argument 'images' of job 'train_job' on rank 1 has [2, 2] rows per device: in the "
+            "mirrored view across machines every device takes exactly the placeholder's 3 rows") in out, out
+
+
 def test_a_rank_that_stops_calling_fails_the_others_pending_call_naming_it():
     """Rank 1 ends its program before step 5 while rank 0 calls on: rank 0's call waits for rank
     1's arrays until rank 1 leaves (its exit waits ACTORFLOW_EXIT_TIMEOUT_MS for the others),
     then fails naming rank 1; nothing hangs."""
-    code, out = _launch(["20", "1", "2", "/dev/null/unused", "rank-1-ends-at=5"], 2, timeout=120,
-                        ACTORFLOW_EXIT_TIMEOUT_MS="3000")
-    assert code != 0, out
+    (code, out), (code1, out1) = _ranks_by_hand(["20", "1", "2", "/dev/null/unused", "rank-1-ends-at=5"],
+                                                ACTORFLOW_EXIT_TIMEOUT_MS="3000")
+    assert "rank 1 stops calling at step 5" in out1, out1
+    assert code == 7, out  # the program's exit code for a failed call
     failed = [line for line in out.splitlines() if line.startswith("step ")]
     assert len(failed) == 1 and failed[0].startswith("step 5 failed after"), out
     assert "rank 1" in failed[0], out
