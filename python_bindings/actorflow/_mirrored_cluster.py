@@ -39,10 +39,11 @@ class ClusterMirror:
             finally:
                 builder.clear_placement()
             parts.append(ref)
-        # A concatenation has no split layout (its inputs' rows would interleave), so the
-        # logical blob is whole on every device and the identity after it is split on axis 0
-        # (the caller's hint): each device keeps its rows, at the cost of every machine's rows
-        # reaching every device.
+        # A concatenation on axis 0 cannot be split on axis 0 (its inputs' rows would
+        # interleave): the compiler concatenates another layout (split on axis 1 for the seed
+        # MLP) and boxes it to the identity's split on axis 0 (the caller's hint), so each
+        # machine's rows cross the network and come back (about the machine's rows' bytes
+        # received per machine and call) before every device holds its own.
         joined = builder.add_op("concat", pname + "-machines", parts, {"axis": 0}, location)[0][0]
         return builder.add_op("identity", pname + "-devices", [joined], {}, location)[0][0]
 
