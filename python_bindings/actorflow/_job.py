@@ -189,6 +189,7 @@ class _Result:
         self._ctx = ctx
         self._devices = ctx.devices if ctx is not None else 1
         self._row_splits = ctx.row_splits if ctx is not None else None
+        self.own_parts = None  # a mirrored job on several machines: this rank's devices' parts
         self.structure = self._parse(inner, value, job_name)
 
     def _parse(self, annotation, value, job_name):
@@ -233,10 +234,11 @@ class _Result:
         kind, payload = node
         if kind == "blob":
             return arrays[payload]
-        if kind == "list":
-            return per_device(arrays[payload], self._devices, self._row_splits)
-        if kind == "list_list":
-            return [[part] for part in per_device(arrays[payload], self._devices, self._row_splits)]
+        if kind in ("list", "list_list"):
+            parts = per_device(arrays[payload], self._devices, self._row_splits)
+            if self.own_parts is not None:
+                parts = self.own_parts(parts)
+            return parts if kind == "list" else [[part] for part in parts]
         if kind == "tuple":
             return tuple(self.build(arrays, n) for n in payload)
         return {k: self.build(arrays, n) for k, n in payload.items()}
@@ -311,6 +313,7 @@ class JobFunction:
         self.compile_cpu_timings = []  # the same steps' CPU time on the calling thread
         self._builder = None
         self._devices = 1
+        self._cluster_mirror = None  # _mirrored_cluster.ClusterMirror of a mirrored job on several machines
         self._result = None
         self._optimizer = None
         self._step = 0  # successful calls (what checkpoints save)
@@ -347,6 +350,11 @@ class JobFunction:
             _env.ensure_started()
         ctx.devices = _parallel.device_count("cpu") * machines
         ctx.logical_view = self._config.logical_view or _parallel.scoped_view() or "consistent"
+        mirror = None
+        if machines > 1 and ctx.logical_view == "mirrored":
+            from . import _mirrored_cluster, env as _env
+            mirror = _mirrored_cluster.ClusterMirror(name, machines, _env.ensure_started(),
+                                                     _parallel.device_count("cpu"))
         if variant_rows is not None:
             ctx.logical_view = self._logical_view  # the view the job was first traced in
             ctx.row_splits = {sum(rows): list(rows) for rows in variant_rows.values()}
@@ -363,7 +371,10 @@ class JobFunction:
                                          name, self._location, pname))
                 rows = shape[0] * ctx.devices if variant_rows is None else sum(variant_rows[pname])
                 shape = (rows,) + tuple(shape[1:])
-            ref = builder.add_input(pname, list(shape), spec.dtype.name, self._location)
+            if mirror is not None and spec.kind != "numpy":
+                ref = mirror.add_input(builder, pname, spec.shape, spec.dtype.name, self._location)
+            else:
+                ref = builder.add_input(pname, list(shape), spec.dtype.name, self._location)
             if spec.kind != "numpy":
                 builder.set_output_sbp(ref, "split", 0)
             if shape:
@@ -439,6 +450,8 @@ class JobFunction:
         self._input_descs = compiled.input_descs
         self._devices = ctx.devices
         self._logical_view = ctx.logical_view
+        self._cluster_mirror = mirror
+        result.own_parts = mirror.own_parts if mirror is not None else None
         self._result = result
         self._optimizer = ctx.optimizer
         # Jobs whose every argument is a tp.Numpy placeholder, without a learning-rate feed and
@@ -466,6 +479,9 @@ class JobFunction:
         feeds = []
         dynamic = None
         for (pname, spec), value in zip(self._specs, args):
+            if spec.kind != "numpy" and self._cluster_mirror is not None:
+                feeds.append(self._cluster_mirror.list_feed(self._list_feed, pname, spec, value))
+                continue
             if spec.kind != "numpy":
                 feed, rows = self._list_feed(pname, spec, value)
                 feeds.append(feed)
@@ -484,6 +500,9 @@ class JobFunction:
             feeds.append(value if value.flags.c_contiguous else np.array(value, order="C"))
         if dynamic is not None:
             self._check_dynamic(dynamic)
+        if self._cluster_mirror is not None:
+            from . import _mirrored_cluster
+            return _mirrored_cluster.expand_feeds(self._cluster_mirror, self._specs, feeds), None
         return feeds, dynamic
 
     def _check_dynamic(self, dynamic):
@@ -501,12 +520,12 @@ class JobFunction:
                                      "each device (at %s)" % (pname, list(rows), other_name, spec.shape[0],
                                                               list(other_rows), _trace_ctx.user_location()))
 
-    def _list_feed(self, pname, spec, value):
+    def _list_feed(self, pname, spec, value, devices=None):
         """The logical input of a list placeholder: each device's array copied once into its
         slice of one buffer (np.concatenate, casting on the way when the dtype differs), and
         None, or each device's rows when some device has fewer rows than the placeholder
         (a dynamic list: from 1 up to the placeholder's rows; other axes exactly)."""
-        devices = self._devices
+        devices = self._devices if devices is None else devices
         listlist = spec.kind == "list_list_numpy"
         what = "tp.ListListNumpy" if listlist else "tp.ListNumpy"
         if not isinstance(value, (list, tuple)) or len(value) != devices:
