@@ -26,7 +26,7 @@ constexpr int64_t kSumBlock = 2048;  // elements: 8 KiB of float32, with the sha
 // four-device sum 1.4-2x faster from L3 here). The order of the additions is the same either
 // way, ((x + y) + z) + w, so the result does not depend on how sources are grouped.
 template <typename T>
-inline void AddSources(T* __restrict block, const T* const* sources, size_t count, int64_t length, bool first) {
+__attribute__((always_inline)) inline void AddSources(T* __restrict block, const T* const* sources, size_t count, int64_t length, bool first) {
   const T* __restrict a = sources[0];
   const T* __restrict b = count > 1 ? sources[1] : nullptr;
   const T* __restrict c = count > 2 ? sources[2] : nullptr;
@@ -45,13 +45,29 @@ inline void AddSources(T* __restrict block, const T* const* sources, size_t coun
   }
 }
 
-// AddSources for float, compiled also for AVX2 (chosen once, at load, where the CPU has it):
-// the build targets baseline x86-64 (SSE2), whose 4-float vectors take twice the instructions
-// per byte, and a sum of shards in L2/L3 is bound by how many loads per cycle issue, not by
-// memory. Same loops, same order of additions, so the same bits either way.
-__attribute__((target_clones("avx2", "default"))) __attribute__((noinline)) void AddFloatSources(
+// AddSources for float, compiled also for AVX2 (chosen once, at the first call, where the CPU has
+// it): the build targets baseline x86-64 (SSE2), whose 4-float vectors take twice the
+// instructions per byte, and a sum of shards in L2/L3 is bound by how many loads per cycle
+// issue, not by memory. Same loops, same order of additions, so the same bits either way. A
+// plain run-time check, not an ifunc (target_clones): an ifunc resolver runs while the dynamic
+// loader relocates the program, before a sanitizer's runtime is set up, and crashed there.
+__attribute__((target("avx2"))) __attribute__((noinline)) void AddFloatSourcesAvx2(
     float* __restrict block, const float* const* sources, size_t count, int64_t length, bool first) {
   AddSources<float>(block, sources, count, length, first);
+}
+
+__attribute__((noinline)) void AddFloatSourcesBaseline(float* __restrict block, const float* const* sources,
+                                                       size_t count, int64_t length, bool first) {
+  AddSources<float>(block, sources, count, length, first);
+}
+
+void AddFloatSources(float* __restrict block, const float* const* sources, size_t count, int64_t length, bool first) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    AddFloatSourcesAvx2(block, sources, count, length, first);
+  } else {
+    AddFloatSourcesBaseline(block, sources, count, length, first);
+  }
 }
 
 // block[0, length) = the sum of source(k) + begin over every k (count >= 2): the first four in
