@@ -13,10 +13,10 @@ packages=(
   libssl-dev libcaf-openssl0.17 openssl python3-cryptography libgloo-dev
   graphviz dataset-fashion-mnist
 )
-# Tests render the trace viewer in Chromium and check some layers against PyTorch;
-# benchmarks compare with PyTorch side by side.
+# Tests render the trace viewer in Chromium, check some layers against PyTorch and cut a cluster
+# off in a network namespace (unshare, ip); benchmarks compare with PyTorch side by side.
 if [[ "${1:-}" == "--test" || "${1:-}" == "--bench" ]]; then
-  packages+=(chromium python3-torch)
+  packages+=(chromium python3-torch util-linux iproute2)
 fi
 
 missing=()

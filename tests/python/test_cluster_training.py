@@ -161,11 +161,15 @@ def test_a_frozen_rank_fails_the_survivor_and_the_launch():
 
 def _network_namespace_prefix():
     """The command prefix that runs a command in a fresh network namespace with loopback up (an
-    unprivileged user namespace maps this user to root there); None where that is not possible."""
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return None
-    probe = subprocess.run(["unshare", "--net", "-r", "ip", "link", "set", "lo", "up"], capture_output=True, timeout=30)
-    return ["unshare", "--net", "-r", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"] if probe.returncode == 0 else None
+    unprivileged user namespace maps this user to root there). scripts/setup.sh --test installs
+    unshare (util-linux) and ip (iproute2); a host that cannot make the namespace fails the test,
+    naming why, rather than leaving the partition case unchecked."""
+    for tool in ("unshare", "ip"):
+        assert shutil.which(tool) is not None, "%s is needed for the partition test (scripts/setup.sh --test)" % tool
+    probe = subprocess.run(["unshare", "--net", "-r", "ip", "link", "set", "lo", "up"], capture_output=True, text=True,
+                           timeout=30)
+    assert probe.returncode == 0, "cannot make a network namespace here: " + probe.stderr
+    return ["unshare", "--net", "-r", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
 
 
 def test_a_cut_off_rank_fails_every_survivor_and_the_launch_with_the_default_timing():
@@ -174,8 +178,6 @@ def test_a_cut_off_rank_fails_every_survivor_and_the_launch_with_the_default_tim
     tells). Every rank's call fails within 10 s naming the other, the launcher exits non-zero
     within 20 s; the default heartbeat (1 s) and connection timeout (5 s)."""
     prefix = _network_namespace_prefix()
-    if prefix is None:
-        pytest.skip("no network namespace here (unshare --net -r and ip are needed)")
     code, lines, ended = _timed_lines([*prefix, PYTHON, "-m", "actorflow.launch", "--nproc", "2", PROGRAM, "20", "1",
                                        "/dev/null/unused", "cut-network-at=4"], 120, _clean_env())
     out = "".join(line for _, line in lines)
