@@ -71,6 +71,27 @@ TEST(FrameAuthenticatorTest, ChecksExactlyTheBytesKeyPartAndSequenceItSigned) {
   EXPECT_FALSE(receiver.Check(tag.data()));
 }
 
+// Rank 0's data plane connected to one end of a socket pair; the test plays rank 1 on `peer`.
+// `keys`: the connection's frame keys (disabled by default).
+struct PlaneWithTestPeer {
+  explicit PlaneWithTestPeer(const FrameKeys& keys = {}) {
+    int ends[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
+    peer = ends[1];
+    DataPlane::PeerConnection connection;
+    connection.peer = 1;
+    connection.fd = ends[0];
+    connection.keys = keys;
+    plane = DataPlane::Start(0, {connection});
+  }
+  ~PlaneWithTestPeer() {
+    plane.reset();
+    close(peer);
+  }
+  int peer = -1;
+  std::shared_ptr<DataPlane> plane;
+};
+
 // Rank 1, played by the test: writes frames to rank 0's data plane as its writer would.
 class FramesTest : public ::testing::Test {
  protected:
@@ -289,13 +310,10 @@ TEST(AllReduceEarlyChunkTest, AChunkThatStartsBeforeItsActIsFinishedStraightFrom
   constexpr int64_t kChunkBytes = 4 * DataPlaneCore::kEarlyPiece, kElements = 2 * kChunkBytes / 4;
   constexpr int64_t kEarly = 2 * DataPlaneCore::kEarlyPiece + 88 * 1024;  // sent before the launch
   constexpr char kRingJob[] = "early_chunk";
-  int ends[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
-  const int peer = ends[1];
-  DataPlane::PeerConnection connection;
-  connection.peer = 1;
-  connection.fd = ends[0];
-  std::shared_ptr<DataPlane> plane = DataPlane::Start(0, {connection});
+  PlaneWithTestPeer connected;
+  ASSERT_GE(connected.peer, 0);
+  const int peer = connected.peer;
+  std::shared_ptr<DataPlane>& plane = connected.plane;
   // Rank 0's part: its values fed in, one all_reduce over ranks 0 and 1, the sum fetched.
   plan::Plan plan;
   plan.set_job_name(kRingJob);
@@ -392,8 +410,6 @@ TEST(AllReduceEarlyChunkTest, AChunkThatStartsBeforeItsActIsFinishedStraightFrom
   EXPECT_EQ(plane->CopiedPayloadBytes(), static_cast<uint64_t>(3 * DataPlaneCore::kEarlyPiece));
   EXPECT_TRUE((*runtime)->Shutdown().ok());
   runtime->reset();
-  plane.reset();
-  close(peer);
 }
 
 // A send whose connection's writer is idle is written by the act's own thread, as much as the
@@ -404,13 +420,10 @@ TEST(AllReduceEarlyChunkTest, AChunkThatStartsBeforeItsActIsFinishedStraightFrom
 TEST(DirectWriteTest, ASendLargerThanTheSocketBufferIsFinishedByTheWriter) {
   constexpr int64_t kLarge = 8 << 20;  // far more than a socket pair's buffer
   constexpr char kSendJob[] = "direct_write";
-  int ends[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
-  const int peer = ends[1];
-  DataPlane::PeerConnection connection;
-  connection.peer = 1;
-  connection.fd = ends[0];
-  std::shared_ptr<DataPlane> plane = DataPlane::Start(0, {connection});
+  PlaneWithTestPeer connected;
+  ASSERT_GE(connected.peer, 0);
+  const int peer = connected.peer;
+  std::shared_ptr<DataPlane>& plane = connected.plane;
   // source on machine 0 -> machine 1's sink: rank 0 runs the source and its SEND.
   plan::Plan plan;
   plan.set_job_name(kSendJob);
@@ -493,8 +506,6 @@ TEST(DirectWriteTest, ASendLargerThanTheSocketBufferIsFinishedByTheWriter) {
   EXPECT_GE(plane->DirectWrites(), 1u);
   EXPECT_TRUE((*runtime)->Shutdown().ok());
   runtime->reset();
-  plane.reset();
-  close(peer);
 }
 
 }  // namespace
