@@ -124,6 +124,15 @@ class Runtime::Impl : public RuntimeCore {
   std::vector<TensorDesc> input_descs, output_descs;
   std::string inline_refusal = "RuntimeOptions::run_inline is off";
 
+  // How errors name the job and task `i` (RuntimeOptions::names, else the plan's own).
+  const std::string& JobName() const { return options_.names ? options_.names->job_name : plan_.job_name(); }
+  const std::string& TaskName(int i) const {
+    return options_.names ? options_.names->task_names[i] : plan_.tasks(i).name();
+  }
+  const std::string& SourceLocation(int i) const {
+    return options_.names ? options_.names->source_locations[i] : plan_.tasks(i).source_location();
+  }
+
  private:
   // Runs iteration `iteration`, already in flight, on this thread (inline_); push_lock held.
   void RunInline(std::unique_lock<std::mutex>& push_lock, int64_t iteration, const std::vector<TensorView>& inputs,
@@ -186,7 +195,7 @@ Status Runtime::Impl::Instantiate() {
                       AllocateSharedBlocks(plan_, allocators, *register_memory_, kAlignment));
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
-    auto state = std::make_unique<TaskState>(task, i, this, options_.observer);
+    auto state = std::make_unique<TaskState>(task, i, this, options_.observer, TaskName(i), SourceLocation(i));
     for (const plan::RegisterDesc& reg : task.registers()) {
       OutputSlots out;
       const MemoryCase memory_case = MemoryCaseOf(reg);
@@ -231,7 +240,7 @@ Status Runtime::Impl::Instantiate() {
         } else if (block_bytes > 0) {
           auto block = register_memory_->Allocate(allocator.value(), memory_case, block_bytes, kAlignment);
           if (!block.ok())
-            return block.status().WithContext("allocating register " + std::to_string(r) + " of task '" + task.name() + "'");
+            return block.status().WithContext("allocating register " + std::to_string(r) + " of task '" + TaskName(i) + "'");
           memory = static_cast<char*>(block.value());
         }
         out.register_memory.push_back(memory);
@@ -251,8 +260,8 @@ Status Runtime::Impl::Instantiate() {
         if (!hooks_.make_kernel) return InvalidArgument("plan has compute tasks but no make_kernel hook");
         auto kernel = hooks_.make_kernel(task);
         if (!kernel.ok())
-          return kernel.status().WithContext("building kernel of op '" + task.name() + "' (" + task.op_type() + ")" +
-                                             (task.source_location().empty() ? "" : " at " + task.source_location()));
+          return kernel.status().WithContext("building kernel of op '" + TaskName(i) + "' (" + task.op_type() + ")" +
+                                             (SourceLocation(i).empty() ? "" : " at " + SourceLocation(i)));
         state->set_kernel(std::move(kernel).value());
         break;
       }
@@ -421,7 +430,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
     return InvalidArgument("expected " + std::to_string(sources_.size()) + " inputs, got " + std::to_string(inputs.size()));
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (inputs[k].desc != input_descs[k])
-      return InvalidArgument("input " + std::to_string(k) + " ('" + states_[sources_[k]]->task().name() + "'): expected " +
+      return InvalidArgument("input " + std::to_string(k) + " ('" + states_[sources_[k]]->name() + "'): expected " +
                              input_descs[k].ToString() + ", got " + inputs[k].desc.ToString());
     if (inputs[k].data == nullptr && input_descs[k].byte_size() > 0)
       return InvalidArgument("input " + std::to_string(k) + " has no data");
@@ -490,7 +499,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
     Status copied = CopyBytes(out.blob(regs[k], 0), out.place, inputs[k].data, HostPlace(), inputs[k].byte_size());
     if (!copied.ok())  // fails this iteration only; the register still travels so it completes
       RecordError(iteration, copied.WithContext("copying input " + std::to_string(k) + " ('" +
-                                                states_[sources_[k]]->task().name() + "') into its register"));
+                                                states_[sources_[k]]->name() + "') into its register"));
     Send(nullptr, actors_[sources_[k]], out.channel(regs[k]), fill_atom::value, regs[k], iteration, act_start);
   }
   if (sources_.empty())  // otherwise the first source passes the tick on (Instantiate)
@@ -584,7 +593,7 @@ Status Runtime::Impl::Shutdown() {
         for (const std::string& act : state->OutstandingCompletions())
           outstanding += (outstanding.empty() ? "; completions never called: " : ", ") + act;
       shutdown_status_ = Internal(
-          "runtime of plan '" + plan_.job_name() + "' did not shut down within " +
+          "runtime of plan '" + JobName() + "' did not shut down within " +
           std::to_string(options_.shutdown_timeout.count()) + " ms (" +
           (drained ? std::to_string(states_.size() - finished_actors_) + " of " + std::to_string(states_.size()) +
                          " actors did not finish end of stream"
@@ -661,7 +670,12 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const plan::Plan& plan, Runti
 StatusOr<std::unique_ptr<Runtime>> Runtime::Create(std::shared_ptr<const plan::Plan> plan, RuntimeHooks hooks,
                                                    RuntimeOptions options, std::shared_ptr<ActorEnvironment> environment) {
   if (plan == nullptr) return InvalidArgument("Runtime::Create: no plan");
-  const std::string job_name = plan->job_name();
+  if (options.names != nullptr && (options.names->task_names.size() != static_cast<size_t>(plan->tasks_size()) ||
+                                   options.names->source_locations.size() != static_cast<size_t>(plan->tasks_size())))
+    return InvalidArgument("Runtime::Create: " + std::to_string(options.names->task_names.size()) + " task names and " +
+                           std::to_string(options.names->source_locations.size()) + " source lines for a plan of " +
+                           std::to_string(plan->tasks_size()) + " tasks");
+  const std::string job_name = options.names != nullptr ? options.names->job_name : plan->job_name();
   auto impl = std::make_unique<Impl>(std::move(plan), std::move(hooks), options, std::move(environment));
   Status status = impl->Instantiate();
   if (!status.ok()) return status.WithContext("instantiating plan '" + job_name + "'");

@@ -39,6 +39,16 @@
 namespace actorflow {
 namespace plan { class Plan; class Task; }
 
+// The names a job gives a plan it shares with other jobs (session/job_cache.h: a structure
+// compiled once, each job function of that structure binding its own names): the job's name
+// and, per task position, the task name and the user's source line the runtime reports (errors,
+// inline refusals) instead of the plan's own. Sink names and variable names stay the plan's:
+// the hooks receive the plan's task and translate them.
+struct PlanNames {
+  std::string job_name;
+  std::vector<std::string> task_names, source_locations;  // one per task of the plan
+};
+
 struct RuntimeOptions {
   // The thread budget of the environment the runtime makes for itself when Create is given
   // none (see EnvironmentOptions); ignored when it is given one, whose budget holds.
@@ -77,6 +87,8 @@ struct RuntimeOptions {
   // calls that the two copies would split (the caller checks the ops: session.cc).
   bool run_inline = false;
   size_t inline_register_bytes = size_t{8} << 20;
+  // Null: the plan's own names. Otherwise one name and source line per task (checked at Create).
+  std::shared_ptr<const PlanNames> names;
 };
 
 struct RuntimeHooks {

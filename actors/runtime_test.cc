@@ -241,6 +241,74 @@ TEST(Runtime, KernelErrorNamesOpTypeAndSourceLine) {
   EXPECT_EQ(relu_calls.load(), 1);
 }
 
+// A plan shared by several jobs (the job cache) runs under each job's names: errors name the
+// task and source line of the table, through the actors and inline; a table of the wrong size
+// is refused.
+TEST(Runtime, ErrorsNameTheTasksOfThePlanNamesTable) {
+  plan::Plan plan;
+  plan.set_job_name("first_job");
+  for (int id = 0; id < 3; ++id) {
+    plan::Task* t = plan.add_tasks();
+    t->set_id(id);
+    t->set_name(std::string("first_") + (id == 0 ? "x" : id == 1 ? "check" : "out"));
+    t->set_kind(id == 0 ? plan::SOURCE : id == 1 ? plan::COMPUTE : plan::SINK);
+    if (id == 1) {
+      t->set_op_type("check");
+      t->set_source_location("first.py:3");
+    }
+    if (id < 2) {
+      plan::RegisterDesc* r = t->add_registers();
+      r->set_register_num(2);
+      plan::BlobDesc* b = r->add_blobs();
+      b->add_shape(1);
+      b->set_dtype(plan::DT_FLOAT32);
+      b->set_byte_size(4);
+      r->add_consumer_task_ids(id + 1);
+    }
+    if (id > 0) t->add_inputs()->set_producer_task_id(id - 1);
+  }
+  RuntimeHooks hooks;
+  hooks.make_kernel = [](const plan::Task&) -> StatusOr<KernelFn> {
+    return KernelFn([](KernelContext& c) {
+      if (*c.input(0).as<float>() < 0) return InvalidArgument("negative input");
+      *c.output(0).as<float>() = *c.input(0).as<float>();
+      return Status::Ok();
+    });
+  };
+  auto names = std::make_shared<PlanNames>();
+  names->job_name = "second_job";
+  names->task_names = {"second_x", "second_check", "second_out"};
+  names->source_locations = {"", "second.py:9", ""};
+  for (bool run_inline : {false, true}) {
+    SCOPED_TRACE(run_inline ? "inline" : "actors");
+    RuntimeOptions options;
+    options.names = names;
+    options.run_inline = run_inline;
+    auto runtime = Runtime::Create(std::make_shared<const plan::Plan>(plan), hooks, options);
+    ASSERT_TRUE(runtime.ok()) << runtime.status().ToString();
+    EXPECT_EQ((*runtime)->inline_refusal().empty(), run_inline) << (*runtime)->inline_refusal();
+    float good = 2, negative = -1, out = 0;
+    Status s = (*runtime)->Run({View(&negative)}, {View(&out)});
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("op 'second_check' (check) at second.py:9, iteration 0"), std::string::npos)
+        << s.message();
+    EXPECT_EQ(s.message().find("first"), std::string::npos) << s.message();
+    EXPECT_TRUE((*runtime)->Run({View(&good)}, {View(&out)}).ok());
+    EXPECT_EQ(out, 2.0f);
+    float wrong[2] = {0, 0};
+    s = (*runtime)->Run({TensorView{wrong, {{2}, DType::kFloat32}}}, {View(&out)});
+    EXPECT_NE(s.message().find("input 0 ('second_x')"), std::string::npos) << s.message();
+  }
+  auto short_names = std::make_shared<PlanNames>(*names);
+  short_names->task_names.pop_back();
+  RuntimeOptions options;
+  options.names = short_names;
+  auto refused = Runtime::Create(std::make_shared<const plan::Plan>(plan), hooks, options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("2 task names and 3 source lines for a plan of 3 tasks"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(Runtime, BadPushIsRejectedAndNextCallWorks) {
   Pipeline p;
   Port x = p.AddInput("x", kScalar);

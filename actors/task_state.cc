@@ -42,11 +42,12 @@ std::string TaskPolicies::ToString() const {
          " act=" + kAct[static_cast<int>(act)];
 }
 
-TaskState::TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer)
-    : task_(task), index_(index), core_(core), observer_(observer) {
-  where_ = "op '" + task_.name() + "'";
+TaskState::TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer,
+                     const std::string& name, const std::string& source_location)
+    : task_(task), name_(name), index_(index), core_(core), observer_(observer) {
+  where_ = "op '" + name_ + "'";
   if (!task_.op_type().empty()) where_ += " (" + task_.op_type() + ")";
-  if (!task_.source_location().empty()) where_ += " at " + task_.source_location();
+  if (!source_location.empty()) where_ += " at " + source_location;
 }
 
 Status TaskState::FinishSetup(std::shared_ptr<const void> register_memory) {
@@ -189,7 +190,7 @@ int64_t TaskState::TakeInputsAndOutputs(bool* failed, int* registers) {
         input_views_[i].data = static_cast<char*>(in.producer_slots->blob(block, d.blob_index)) + d.byte_offset;
         for (int e : d.slice_edges)
           AF_CHECK_EQ(in_edges_[e].next().register_index, block)
-              << "'" << task_.name() << "' reads a block whole whose slices are in another block (rotation broken)";
+              << "'" << name_ << "' reads a block whole whose slices are in another block (rotation broken)";
       }
       for (InputSlots& in : in_edges_) {
         const InputSlots::Ready& ready = in.next();
@@ -203,12 +204,12 @@ int64_t TaskState::TakeInputsAndOutputs(bool* failed, int* registers) {
       --pending_ticks_;
       break;
     case InputPolicy::kNone:
-      AF_CHECK(false) << "act of '" << task_.name() << "', which the host fills";
+      AF_CHECK(false) << "act of '" << name_ << "', which the host fills";
   }
   size_t v = 0;
   for (size_t o = 0; o < outputs_.size(); ++o) {
     OutputSlots& out = outputs_[o];
-    AF_CHECK(out.has_free()) << "act of '" << task_.name() << "' without a free output register";
+    AF_CHECK(out.has_free()) << "act of '" << name_ << "' without a free output register";
     const int reg = out.take_free();
     registers[o] = reg;
     for (size_t b = 0; b < out.blob_descs.size(); ++b) output_views_[v++].data = out.blob(reg, static_cast<int>(b));
@@ -347,11 +348,11 @@ void TaskState::OnComplete(caf::event_based_actor* self, int slot_index, int64_t
   {
     std::lock_guard<std::mutex> lock(slot.mu);  // orders the completing thread's writes before us
     AF_CHECK(slot.launch == launch && !slot.armed)
-        << "completion of launch " << launch << " of '" << task_.name() << "' in a slot serving launch " << slot.launch;
+        << "completion of launch " << launch << " of '" << name_ << "' in a slot serving launch " << slot.launch;
     status = std::move(slot.status);
   }
   LaunchRecord& record = launches_[slot_index];
-  AF_CHECK(!record.done) << "second completion of one act of '" << task_.name() << "'";
+  AF_CHECK(!record.done) << "second completion of one act of '" << name_ << "'";
   if (record.status.ok()) record.status = std::move(status);  // a failed launch keeps its own error
   record.done = true;
   RetireCompletedLaunches(self, tracing() ? trace_clock::Now() : last_act_end_);
@@ -436,7 +437,7 @@ void TaskState::OnReady(caf::event_based_actor* self, int in_edge, int reg, int6
 void TaskState::OnAck(caf::event_based_actor* self, int output, int reg, int64_t sent) {
   OutputSlots& out = outputs_[output];
   HappensAfterReceive(out.channel(reg));
-  AF_CHECK_GT(out.pending_acks[reg], 0) << "ack of register " << reg << " of '" << task_.name() << "' nobody holds";
+  AF_CHECK_GT(out.pending_acks[reg], 0) << "ack of register " << reg << " of '" << name_ << "' nobody holds";
   if (--out.pending_acks[reg] > 0) return;
   if (policies_.output == OutputPolicy::kHostPool) {
     core_->ReleaseSourceRegister(index_, reg);

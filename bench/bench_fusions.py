@@ -2,7 +2,8 @@
 with every fusion, without "gradient_update", without "gemm_chunks" (each GEMM one OpenMP team
 instead of blocks on the kernel helper threads), without "narrow_gemm" (the output layer's
 10-wide GEMMs in oneDNN instead of the kernels' loops), without "softmax_cross_entropy_grad"
-(the loss and its gradient as two ops), and without any, interleaved ABBA in one
+(the loss and its gradient as two ops), without "matmul_bias_grad" (the hidden bias's gradient
+summed by its own op instead of by the masked data-gradient matmul), and without any, interleaved ABBA in one
 process (blocks of --block-seconds each), median [min-max] ms per step over rounds and the
 median [min-max] over rounds of each round's ratio to the all-fusions job (adjacent blocks: the
 ratio is what a loaded host distorts least), and the 10th percentile and minimum of single calls. Also checks they give the same loss on the first call.
@@ -24,7 +25,9 @@ BATCH, IN, HIDDEN, OUT = 100, 784, 512, 10
 VARIANTS = [("all fusions", []), ("no gradient_update", ["gradient_update"]),
             ("no gemm_chunks", ["gemm_chunks"]), ("no narrow_gemm", ["narrow_gemm"]),
             ("no softmax_cross_entropy_grad", ["softmax_cross_entropy_grad"]),
-            ("no fusion", ["dense", "gradient_update", "gemm_chunks", "narrow_gemm", "softmax_cross_entropy_grad"])]
+            ("no matmul_bias_grad", ["matmul_bias_grad"]),
+            ("no fusion", ["dense", "gradient_update", "gemm_chunks", "narrow_gemm", "softmax_cross_entropy_grad",
+                           "matmul_bias_grad"])]
 PREDICT_VARIANTS = [("all fusions", []), ("no narrow_gemm", ["narrow_gemm"]), ("no fusion", ["dense", "narrow_gemm"])]
 
 

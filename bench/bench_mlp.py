@@ -8,14 +8,17 @@ PyTorch runs with OpenBLAS's core pinned when its detection is below the CPU's (
 _common.pin_blas_core), each variant (eager, torch.jit, matmul + add) under each split of the
 threads between its OpenMP and OpenBLAS pools; the fastest variant per row is compared. All
 candidates are interleaved ABBA in one process. The train step is also stated as a multiple of
-its GEMM lower bound: forward + backward matmul FLOPs at the best sgemm rate measured in the
-same run with the same threads (oneDNN through actorflow or OpenBLAS through torch)."""
+its GEMM lower bound (bench/_gemm_bound.py): each GEMM of the step, at its own shape, transposes
+and alpha/beta, timed through oneDNN's and OpenBLAS's sgemm directly at the same thread count,
+in the same ABBA rounds as the step (next to it); a round's bound is the sum of the faster
+library's times, and the step's ratio to it is taken per round."""
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402  (sets the BLAS environment before numpy loads)
+import _gemm_bound  # noqa: E402
 
 ARGS = _common.parse_args(__doc__.splitlines()[0])
 
@@ -28,7 +31,7 @@ import actorflow.typing as tp  # noqa: E402
 flow.config.num_threads(ARGS.threads)
 flow.random.seed(0)
 IN, HIDDEN, OUT, BATCH = 784, 512, 10, 100
-GEMM_N = 1024  # the sgemm rate's square size: large enough to reach the machine's peak
+LEARNING_RATE = 0.1
 
 
 def mlp(images):
@@ -86,13 +89,14 @@ def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float)
               labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
     logits = mlp(images)
     loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="softmax_loss")
-    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LEARNING_RATE]), momentum=0).minimize(loss)
     return loss
 
 
-@flow.global_function(type="predict")
-def gemm_job(x: tp.Numpy.Placeholder((GEMM_N, GEMM_N)), y: tp.Numpy.Placeholder((GEMM_N, GEMM_N))) -> tp.Numpy:
-    return flow.matmul(x, y)
+# The train step's GEMMs as its kernels call them; the bound's probes (bench/_gemm_bound.py).
+# alpha of the fused weight updates scaled down so thousands of timed calls keep the floats tame.
+STEP_GEMMS = _gemm_bound.mlp_train_gemms(BATCH, IN, HIDDEN, OUT, LEARNING_RATE * 1e-3)
+LIBRARIES = ("oneDNN", "OpenBLAS")
 
 
 def torch_model():
@@ -143,67 +147,72 @@ def train_row(rng):
     mm_step = _common.torch_train_step(torch, MatmulMLP())
     variants = [("eager", lambda: eager_step(x, y64)), ("jit", lambda: jit_step(x, y64)),
                 ("matmul+add", lambda: mm_step(x, y64))]
-    a = np.random.default_rng(1).random((GEMM_N, GEMM_N), dtype=np.float32)
-    ta = torch.from_numpy(a)
-
-    def all_threads_to_blas():
-        torch.set_num_threads(ARGS.threads)
-        ARGS.blas.set_threads(ARGS.threads)
-    references = [_common.Candidate("sgemm oneDNN (actorflow matmul job)", lambda: gemm_job(a, a), "reference"),
-                  _common.Candidate("sgemm OpenBLAS (torch.mm)", lambda: torch.mm(ta, ta), "reference",
-                                    all_threads_to_blas)]
+    # The bound's probes right after the step in the candidate list: ABBA then puts them next to
+    # the step's block in every round, under the same load.
+    # One-thread probes too (with more threads): the perfect-scaling bound (gemm_bound).
+    probe_rng = np.random.default_rng(1)
+    references = []
+    for threads in sorted({ARGS.threads, 1}, reverse=True):
+        for gemm in STEP_GEMMS:
+            for library in LIBRARIES:
+                probe = _gemm_bound.Sgemm(library, gemm, threads, probe_rng)
+                probe.verify()  # the timed call computes the real product
+                references.append(_common.Candidate(probe.name, probe.call, "reference", probe.setup))
+                references[-1].probe = probe
     return _common.Row("MLP train step (SGD), batch 100",
-                       [_common.Candidate("actorflow", lambda: train_job(x, y), "actorflow")]
-                       + _common.torch_variants(torch, ARGS.blas, ARGS.threads, variants) + references)
+                       [_common.Candidate("actorflow", lambda: train_job(x, y), "actorflow")] + references
+                       + _common.torch_variants(torch, ARGS.blas, ARGS.threads, variants))
 
 
 def gemm_bound(row):
-    """The train step's GEMM FLOPs at the best sgemm rate seen in the run (either library, any
-    round), and the step as a multiple of it per round (actorflow and the best PyTorch variant).
-    The best rate, not each round's: on a shared host a 1024^3 call (5-20 ms) is often
-    descheduled mid-way, and a round's rate then says more about the load than the machine; so
-    the fastest of single calls timed alone after the rounds counts too."""
-    # forward: x.W1, h.W2; backward: dW1, dW2, dh (no gradient w.r.t. the input images)
-    flops = 2 * BATCH * (IN * HIDDEN + HIDDEN * OUT) + 2 * BATCH * (IN * HIDDEN + 2 * HIDDEN * OUT)
-    gemm_flops = 2 * GEMM_N ** 3
-    onednn = [gemm_flops / s for s in row.get("sgemm oneDNN (actorflow matmul job)").samples]
-    openblas = [gemm_flops / s for s in row.get("sgemm OpenBLAS (torch.mm)").samples]
-    peak = max(onednn + openblas + [gemm_flops / s for s in row.fastest_single_calls])
-    bound = flops / peak
-    ours = [t / bound for t in row.actorflow.samples]
-    peer = [t / bound for t in row.best.samples]
-    row.extra = {"train_gemm_mflop": flops / 1e6, "sgemm_gflops_peak": peak / 1e9,
-                 "sgemm_gflops_onednn": _common.summary([r / 1e9 for r in onednn]),
-                 "sgemm_gflops_openblas": _common.summary([r / 1e9 for r in openblas]),
-                 "bound_seconds": bound,
-                 "actorflow_over_bound": _common.summary(ours),
-                 "best_peer_over_bound": _common.summary(peer)}
+    """The train step against its GEMM lower bound, round by round: a round's bound is the sum
+    over the step's GEMMs of the faster library's time per call in that round (probes timed in
+    blocks of hundreds of calls next to the step's block); the ratio is the step's time that
+    round over it. Reports the bound's rate (the step's GEMM FLOPs / bound) with its range, and
+    the perfect-scaling bound: each library's one-thread time / the thread count."""
+    flops = sum(g.flops for g in STEP_GEMMS)
+    probes = [c for c in row.candidates if hasattr(c, "probe")]
+    samples = {(c.probe.library, c.probe.gemm.name): c.samples for c in probes if c.probe.threads == ARGS.threads}
+    bounds, alone = _gemm_bound.round_bounds(STEP_GEMMS, samples)
+    one_thread = {(c.probe.library, c.probe.gemm.name): [t / ARGS.threads for t in c.samples]
+                  for c in probes if c.probe.threads == 1}
+    strict = _gemm_bound.round_bounds(STEP_GEMMS, one_thread)[0] if ARGS.threads > 1 else bounds
+    ours_strict = [t / b for t, b in zip(row.actorflow.samples, strict)]
+    ours = [t / b for t, b in zip(row.actorflow.samples, bounds)]
+    peer = [t / b for t, b in zip(row.best.samples, bounds)]
+    rates = [flops / b / 1e9 for b in bounds]
     gflops = lambda r: "%.0f" % r  # noqa: E731
     multiple = lambda r: "%.2fx" % r  # noqa: E731
-    return ["sgemm %dx%d, %d threads, GFLOP/s per round: oneDNN (through actorflow) %s, OpenBLAS %s; "
-            "fastest single call of either: %.0f"
-            % (GEMM_N, GEMM_N, ARGS.threads, _common.fmt_range([r / 1e9 for r in onednn], gflops),
-               _common.fmt_range([r / 1e9 for r in openblas], gflops),
-               gemm_flops / min(row.fastest_single_calls) / 1e9),
-            "MLP train step: %.1f MFLOP of GEMMs; lower bound at the run's best sgemm rate (%.0f GFLOP/s) %s; "
-            "actorflow step = %s the bound, best PyTorch (%s) = %s"
-            % (flops / 1e6, flops / bound / 1e9, _common.fmt_time(bound), _common.fmt_range(ours, multiple),
-               row.best.name, _common.fmt_range(peer, multiple))]
-
-
-def fastest_single_calls(row, calls=30):
-    """Each sgemm reference timed call by call (its setup first): the fastest calls escape the
-    preemptions that a loaded host puts into every block."""
-    times = []
-    for name in ("sgemm oneDNN (actorflow matmul job)", "sgemm OpenBLAS (torch.mm)"):
-        candidate = row.get(name)
-        if candidate.setup:
-            candidate.setup()
-        for _ in range(calls):
-            started = time.perf_counter()
-            candidate.fn()
-            times.append(time.perf_counter() - started)
-    return times
+    per_gemm = {g.name: {library: _common.summary([g.flops / t / 1e9 for t in samples[(library, g.name)]])
+                         for library in LIBRARIES} for g in STEP_GEMMS}
+    row.extra = {"train_gemm_mflop": flops / 1e6, "bound_seconds": _common.summary(bounds),
+                 "bound_gflops": _common.summary(rates),
+                 "bound_seconds_one_library": {lib: _common.summary(v) for lib, v in alone.items()},
+                 "gemm_gflops": per_gemm,
+                 "actorflow_over_bound": _common.summary(ours),
+                 "perfect_scaling_bound_seconds": _common.summary(strict),
+                 "actorflow_over_perfect_scaling_bound": _common.summary(ours_strict),
+                 "actorflow_median_over_bound_median": _common.summary(row.actorflow.samples)["median"]
+                 / _common.summary(bounds)["median"],
+                 "best_peer_over_bound": _common.summary(peer)}
+    lines = ["MLP train step GEMMs at %d threads, GFLOP/s per round (oneDNN / OpenBLAS sgemm, called directly):"
+             % ARGS.threads]
+    for g in STEP_GEMMS:
+        lines.append("  %-34s %s / %s" % (g.name, *(_common.fmt_range([g.flops / t / 1e9 for t in samples[(lib, g.name)]],
+                                                                     gflops) for lib in LIBRARIES)))
+    lines.append("MLP train step: %.1f MFLOP of GEMMs; bound per round (the faster library per GEMM) %s = %s GFLOP/s "
+                 "(oneDNN alone %s, OpenBLAS alone %s); actorflow step = %s the bound per round (medians: %.2fx), "
+                 "best PyTorch (%s) = %s"
+                 % (flops / 1e6, _common.fmt_range(bounds, _common.fmt_time), _common.fmt_range(rates, gflops),
+                    _common.fmt_range(alone["oneDNN"], _common.fmt_time),
+                    _common.fmt_range(alone["OpenBLAS"], _common.fmt_time), _common.fmt_range(ours, multiple),
+                    row.extra["actorflow_median_over_bound_median"], row.best.name, _common.fmt_range(peer, multiple)))
+    if ARGS.threads > 1:
+        lines.append("perfect-scaling bound (each library's one-thread time per GEMM / %d, the faster per GEMM): %s = %s "
+                     "GFLOP/s; actorflow step = %s of it per round"
+                     % (ARGS.threads, _common.fmt_range(strict, _common.fmt_time),
+                        _common.fmt_range([flops / b / 1e9 for b in strict], gflops), _common.fmt_range(ours_strict, multiple)))
+    return lines
 
 
 # BENCH_MLP_ROWS=b100,train (any of b1, b100, empty, train) runs only those rows, e.g. to A/B a
@@ -229,7 +238,6 @@ def main():
     notes = []
     if "train" in ROWS:
         train = train_row(rng).measure(ARGS)
-        train.fastest_single_calls = fastest_single_calls(train)
         rows.append(train)
         notes += gemm_bound(train)
     notes += ["actorflow: synchronous calls of an idle job run inline on the calling thread (run_inline); "

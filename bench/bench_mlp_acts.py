@@ -5,7 +5,7 @@ made faster even on a loaded host, where whole steps swing by several times; run
 build's PYTHONPATH alternately to A/B two builds.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_mlp_acts.py [--threads 2] [--steps 400]
-        [--disable-fusion narrow_gemm,softmax_cross_entropy_grad]
+        [--disable-fusion narrow_gemm,softmax_cross_entropy_grad] [--trace out.json]
 """
 import argparse
 import collections
@@ -17,8 +17,10 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--threads", type=int, default=2)
 parser.add_argument("--steps", type=int, default=400)
 parser.add_argument("--disable-fusion", default="", help="comma-separated fusions to turn off")
+parser.add_argument("--trace", help="write the trace here (default: a fresh temporary directory); "
+                    "python -m actorflow.trace view/summary reads it")
 args = parser.parse_args()
-trace_path = os.path.join(tempfile.mkdtemp(prefix="bench_mlp_acts."), "trace.json")
+trace_path = args.trace or os.path.join(tempfile.mkdtemp(prefix="bench_mlp_acts."), "trace.json")
 os.environ["ACTORFLOW_TRACE"] = trace_path  # read when the first job compiles
 
 import numpy as np  # noqa: E402

@@ -22,9 +22,9 @@
 //     through runtime calls next to Gloo with a copy in and out; --funnel 1: also the funnel
 //     through machine 0; see RunAllReduceBench)
 //   --poll-attempts N (either mode): the CAF workers of both ranks poll their queues N times
-//     after their last job before they sleep (work-stealing.aggressive-poll-attempts; default:
-//     the actor environment's, actors/environment.cc). On one host the ranks' polling workers
-//     take the cores that the other rank's data-plane threads need: compare a run with 1.
+//     after their last job before they sleep (work-stealing.aggressive-poll-attempts;
+//     default: the actor environment's, 10000, actors/environment.cc): compare runs at a few
+//     settings for the polling's cost.
 //   Use an odd --rounds (5 or more) for a median that is one round's value.
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -179,14 +179,18 @@ struct AllReduceRun {
   }
 };
 
-StatusOr<std::unique_ptr<AllReduceRun>> MakeAllReduceRun(int64_t bytes, int devices, bool gather_task, int tasks) {
+// `one_worker`: the session's default on this budget instead (DefaultWorkerCount: one worker
+// for 2 threads), each kernel act on both threads (a sum split over the kernel helper).
+StatusOr<std::unique_ptr<AllReduceRun>> MakeAllReduceRun(int64_t bytes, int devices, bool gather_task, int tasks,
+                                                         bool one_worker = false) {
   auto run = std::make_unique<AllReduceRun>();
   const int64_t elements = bytes / 4;
   run->plan = AllReducePlan(elements, devices, gather_task, tasks);
   run->shards.assign(devices, std::vector<float>(elements, 0.5f));
   const plan::Plan* plan = &run->plan;
+  const int threads = one_worker ? kThreads / DefaultWorkerCount(kThreads, devices) : 1;
   RuntimeHooks hooks;
-  hooks.make_kernel = [plan](const plan::Task& task) -> StatusOr<KernelFn> {
+  hooks.make_kernel = [plan, threads](const plan::Task& task) -> StatusOr<KernelFn> {
     KernelInit init;
     for (const plan::InputDesc& in : task.inputs()) {
       if (in.control()) continue;
@@ -196,6 +200,7 @@ StatusOr<std::unique_ptr<AllReduceRun>> MakeAllReduceRun(int64_t bytes, int devi
     const plan::BlobDesc& out = task.registers(0).blobs(0);
     init.outputs.push_back(TensorDesc{Shape(out.shape().begin(), out.shape().end()), DType::kFloat32});
     init.attrs = graph::AttrsFromProto(task.attrs());
+    init.num_threads = threads;
     return MakeCpuKernel("boxing", init);
   };
   AllReduceRun* raw = run.get();
@@ -204,8 +209,8 @@ StatusOr<std::unique_ptr<AllReduceRun>> MakeAllReduceRun(int64_t bytes, int devi
   };
   RuntimeOptions options;
   options.num_threads = kThreads;
-  options.num_workers = std::min(devices, kThreads);
-  options.kernel_threads = 1;
+  options.num_workers = one_worker ? DefaultWorkerCount(kThreads, devices) : std::min(devices, kThreads);
+  options.kernel_threads = kThreads / options.num_workers;
   RegisterAllOps();
   AF_ASSIGN_OR_RETURN(run->runtime, Runtime::Create(run->plan, hooks, options));
   run->inputs = {{&run->trigger, {{1}, DType::kFloat32}}};
@@ -241,31 +246,64 @@ void AllReduceGatherTask(benchmark::State& state) { RunAllReduce(state, true); }
 //    all-reduce (copying (n + 1) / 2 x bytes: n x bytes read + bytes written, so the same
 //    footprint in the caches too) over the all-reduce's time; 100% = the all-reduce moves its
 //    bytes as fast as memcpy moves as many.
+// Two more modes bound what the runtime could reach:
+//  - "per_core": one reduce-scatter task per core (min(devices, 2) tasks of 1/2 each), one call
+//    at a time: the same sum with half the hops and messages of "per_device" on 4 devices.
+//  - "one_worker": per_device's tasks as a job on this budget runs them by default: one worker
+//    (DefaultWorkerCount for 2 threads), each task's sum split over both threads.
+//  - "kernels_serial": every device's reduce-scatter kernel (RunBoxing, the code the tasks run)
+//    called in turn on the calling thread, no runtime: the summing work alone. Its _pct is the
+//    measured ceiling of one core; twice it is the ceiling on two cores if they add bandwidth
+//    (they do not at all where DRAM is the limit, fully where each core reads its own caches).
 // Counters: each mode's median GB/s over the rounds (memcpy_same_traffic: bytes copied) and the
 // medians of the rounds' percentages.
 void AllReduceVsMemcpy(benchmark::State& state) {
   const int64_t bytes = state.range(0);
   const int devices = static_cast<int>(state.range(1));
   auto per_device = MakeAllReduceRun(bytes, devices, false, 0), one_task = MakeAllReduceRun(bytes, devices, false, 1);
-  if (!per_device.ok() || !one_task.ok())
-    return state.SkipWithError((per_device.ok() ? one_task.status() : per_device.status()).ToString().c_str());
+  auto per_core = MakeAllReduceRun(bytes, devices, false, std::min(devices, kThreads));
+  auto one_worker = MakeAllReduceRun(bytes, devices, false, 0, /*one_worker=*/true);
+  for (auto* made : {&per_device, &one_task, &per_core, &one_worker})
+    if (!made->ok()) return state.SkipWithError(made->status().ToString().c_str());
+  // kernels_serial: the shards of per_device's run (0.5f each) and one output block.
+  const Shape logical = {bytes / 4};
+  std::vector<TensorView> shard_views;
+  for (int d = 0; d < devices; ++d)
+    shard_views.push_back({per_device.value()->shards[d].data(), {logical, DType::kFloat32}});
+  std::vector<float> summed(static_cast<size_t>(bytes / 4), 0.0f);
+  auto kernels_serial = [&]() -> bool {
+    int64_t offset = 0;
+    for (int d = 0; d < devices; ++d) {
+      const BoxingSpec spec{logical, DType::kFloat32, Sbp::PartialSum(), Sbp::Split(0), devices, devices, d};
+      const Shape piece = PhysicalShape(logical, spec.out, devices, d).value();
+      if (!RunBoxing(spec, shard_views, {summed.data() + offset, {piece, DType::kFloat32}}).ok()) return false;
+      offset += NumElements(piece);
+    }
+    benchmark::ClobberMemory();
+    return true;
+  };
   const int64_t same_traffic_bytes = bytes * (devices + 1) / 2;
   std::vector<char> from(static_cast<size_t>(same_traffic_bytes), 1), to(static_cast<size_t>(same_traffic_bytes), 0);
   const int calls = static_cast<int>(std::max<int64_t>(4, (64 << 20) / bytes));  // ~64 MB a block
-  constexpr int kModes = 6;
-  static const char* kNames[kModes] = {"memcpy", "per_device", "one_task", "per_device_pipelined",
-                                       "one_task_pipelined", "memcpy_same_traffic"};
+  constexpr int kModes = 9;
+  static const char* kNames[kModes] = {"memcpy",   "per_device",          "one_task", "per_device_pipelined",
+                                       "one_task_pipelined", "memcpy_same_traffic", "per_core", "kernels_serial",
+                                       "one_worker"};
   auto block = [&](int mode) {  // seconds per call of one block
     const auto start = std::chrono::steady_clock::now();
-    AllReduceRun& run = *(mode == 1 || mode == 3 ? per_device : one_task).value();
-    if (mode == 0 || mode == 5) {
+    AllReduceRun& run =
+        *(mode == 1 || mode == 3 ? per_device : mode == 6 ? per_core : mode == 8 ? one_worker : one_task).value();
+    if (mode == 7) {
+      for (int i = 0; i < calls; ++i)
+        if (!kernels_serial()) return -1.0;
+    } else if (mode == 0 || mode == 5) {
       const size_t copied = static_cast<size_t>(mode == 0 ? bytes : same_traffic_bytes);
       for (int i = 0; i < calls; ++i) {
         std::memcpy(to.data(), from.data(), copied);
         benchmark::DoNotOptimize(to.data());
         benchmark::ClobberMemory();
       }
-    } else if (mode <= 2) {
+    } else if (mode <= 2 || mode == 6 || mode == 8) {
       for (int i = 0; i < calls; ++i)
         if (!run.Once().ok()) return -1.0;
     } else if (!run.Pipelined(calls).ok()) {

@@ -74,6 +74,12 @@ struct ClusterOptions {
   // needs `secret`). On whenever `tls` is enabled, or with this set, or with the environment
   // variable ACTORFLOW_DATA_AUTH=1; every rank must agree (a mismatch is refused at connection).
   bool authenticate_data_frames = false;
+  // Per-call deadline of multi-machine jobs (session/cluster_membership.h): a call still
+  // pending this long after it was pushed makes its rank ask every rank how many calls of
+  // the job it made; if some did not make this one, the cluster fails on every rank with an
+  // error naming them, the job and the deadline. 0: no deadline. Long by default: between two
+  // calls a rank may evaluate or save checkpoints while the others wait.
+  std::chrono::milliseconds call_deadline{600000};
 };
 
 // HMAC-SHA256(secret, "actorflow-join/<job_id>/<rank>") in hex: a joining rank's proof.
@@ -101,7 +107,7 @@ std::function<void(caf::actor_system_config&)> NetworkLayerConfigurator(const Cl
 void AddNetworkLayer(EnvironmentOptions& environment_options, const ClusterOptions& options);
 
 class TlsListener;   // rank 0's listener with mutual TLS (comm/cluster_tls_listener.h)
-class ClusterState;  // shared between the API and the rank's member actor (cluster.cc)
+class ClusterState;  // shared between the API and the rank's member actor (cluster_actors.h)
 
 class Cluster {
  public:
@@ -130,6 +136,18 @@ class Cluster {
   // Every rank's actor, by rank (a collective call): how the data plane's endpoints find each
   // other. Fails on a lost rank or after `timeout`.
   StatusOr<std::vector<caf::actor>> AllGather(const caf::actor& mine, std::chrono::milliseconds timeout);
+  // Every rank's `mine`, by rank (a collective call every rank makes in the same order): small
+  // agreements such as each rank's outcome of a checkpoint save. Fails on a lost rank or after
+  // `timeout` (a rank that stops calling: the others wait that long).
+  StatusOr<std::vector<std::string>> AllGatherText(const std::string& mine, std::chrono::milliseconds timeout);
+  // Counts a call of multi-machine job `job` by this rank; returns this rank's calls of it so far.
+  // Thread-safe, no message: peers read the counts when CheckCalls asks.
+  int64_t NoteCall(const std::string& job);
+  // Asks every rank how many calls of `job` it made (not a collective: one rank asks). Ok when
+  // every rank made at least `calls` (the call is slow, not unpaired); otherwise fails the
+  // cluster on every rank with an error naming the ranks that did not, what they called last,
+  // the job and `deadline` (the wait that prompted the check), and returns it.
+  Status CheckCalls(const std::string& job, int64_t calls, std::chrono::milliseconds deadline);
   // Ok while every rank is alive; the error naming the lost rank once one is lost.
   Status health() const;
   // `listener(message)` is called once, on the thread that learns of it, when a rank is lost
@@ -156,6 +174,7 @@ class Cluster {
   uint16_t port_ = 0;
   uint64_t barrier_epoch_ = 0;
   uint64_t plan_epoch_ = 0;
+  uint64_t text_epoch_ = 0;
   bool joined_ = false;
   struct Actors;
   std::unique_ptr<Actors> actors_;

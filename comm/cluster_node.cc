@@ -4,12 +4,14 @@
 //
 //   cluster_node --rank R --world N [--port P] [--version V] [--plan op=bytes,op=bytes]
 //                [--rendezvous-ms T] [--heartbeat-ms H] [--connection-timeout-ms C]
-//                [--job ID] [--secret S] [--then exit|barrier|sleep|shutdown|barrier-then-vanish]
+//                [--job ID] [--secret S] [--then exit|barrier|sleep|shutdown|barrier-then-vanish|gather]
 //                [--host H] [--cert FILE --key FILE --ca FILE]   (mutual TLS on the control plane)
 //
 // --then barrier: after rendezvous, wait in a barrier no other rank enters (it can only end by a
 // peer's loss or its 60 s timeout), then call health() and Barrier again: both must fail.
 // --then sleep: stay alive up to 60 s (the victim of the fault tests).
+// --then gather: two all-gathers of texts ("a<rank>", then "b<rank>"), each printed as
+// "gathered x|y|z" in rank order, then shutdown.
 // --then barrier-then-vanish: pass one barrier (the others' shutdown barrier), then keep the
 // actors from answering anything (the one scheduler thread busy) and exit 1 s later: rank 0
 // gone while the others leave, their leave unanswered.
@@ -102,6 +104,17 @@ int main(int argc, char** argv) {
       Say(passed.ok() ? "barrier ok" : "error: " + passed.message());
       std::this_thread::sleep_for(std::chrono::seconds(1));
       std::_Exit(0);
+    } else if (then == "gather") {
+      for (const char* prefix : {"a", "b"}) {
+        auto texts = (*cluster)->AllGatherText(prefix + std::to_string(options.rank), std::chrono::milliseconds(10000));
+        if (!texts.ok()) return Fail(texts.status());
+        std::string line;
+        for (const std::string& text : texts.value()) line += (line.empty() ? "" : "|") + text;
+        Say("gathered " + line);
+      }
+      actorflow::Status done = (*cluster)->Shutdown(std::chrono::milliseconds(10000));
+      if (!done.ok()) return Fail(done);
+      Say("shutdown ok");
     } else if (then == "sleep") {
       std::this_thread::sleep_for(std::chrono::seconds(60));
     } else if (then == "shutdown") {

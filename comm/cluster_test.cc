@@ -49,6 +49,20 @@ TEST(ClusterTest, ALeavingRankIsNotHeldByTheCoordinatorsLostReply) {
   EXPECT_EQ(rank1.Wait(kStep), 0);
 }
 
+// AllGatherText: every rank gets every rank's text in rank order, call by call.
+TEST(ClusterTest, ThreeRanksGatherEachOthersTextsInRankOrder) {
+  Node rank0(Args(0, 3, 0, {"--then", "gather"}));
+  int port = PortOf(rank0);
+  Node rank1(Args(1, 3, port, {"--then", "gather"}));
+  Node rank2(Args(2, 3, port, {"--then", "gather"}));
+  for (Node* node : {&rank0, &rank1, &rank2}) {
+    EXPECT_EQ(node->LineStarting("gathered", kStep), "gathered a0|a1|a2");
+    EXPECT_EQ(node->LineStarting("gathered", kStep), "gathered b0|b1|b2");
+    EXPECT_EQ(node->LineStarting("shutdown", kStep), "shutdown ok");
+    EXPECT_EQ(node->Wait(kStep), 0);
+  }
+}
+
 TEST(ClusterTest, ThreeRanksRendezvousWhenRankZeroComesLast) {
   // Ranks 1 and 2 retry with backoff until rank 0 listens on the port they were given.
   int port = 0;

@@ -88,7 +88,8 @@ namespace data_plane_internal {
 
 namespace {
 
-std::string Closed(const Connection* connection) {
+std::string Closed(Connection* connection) {
+  connection->read_closed = true;
   return "lost rank " + std::to_string(connection->peer) + " (its data connection closed)";
 }
 
@@ -381,6 +382,10 @@ StatusOr<std::shared_ptr<DataPlane>> DataPlane::Create(Cluster& cluster, std::sh
   }
   std::shared_ptr<DataPlane> plane = Start(rank, std::move(connections));
   std::weak_ptr<DataPlaneCore> weak = plane->core_;
+  {
+    std::lock_guard<std::mutex> lock(plane->core_->mu);
+    plane->core_->control_plane = true;
+  }
   cluster.OnFailure([weak](const std::string& message) {
     if (auto core = weak.lock()) core->Fail(message);
   });
@@ -422,6 +427,7 @@ DataPlane::~DataPlane() {
     std::lock_guard<std::mutex> lock(core_->mu);
     core_->closing = true;  // peers closing their ends now is the normal end, not a loss
   }
+  core_->failure_told.notify_all();  // a reader waiting for the control plane's word ends
   for (auto& [peer, connection] : core_->connections) {
     {
       std::lock_guard<std::mutex> lock(connection->mu);

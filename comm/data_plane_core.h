@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -157,6 +158,7 @@ struct Connection {
   // reader's checks. read_error: why the reader stopped (a closed connection, a forged frame).
   std::unique_ptr<FrameAuthenticator> send_auth, receive_auth;
   std::string read_error;
+  bool read_closed = false;  // the reader stopped because the connection closed (no forged frame)
 };
 
 class DataPlaneCore {
@@ -207,6 +209,7 @@ class DataPlaneCore {
       // Unblocks readers and writers (a frozen peer never reads nor writes again).
       for (auto& [peer, connection] : connections) shutdown(connection->fd, SHUT_RDWR);
     }
+    failure_told.notify_all();
     for (auto& [done, task] : failed) (void)done.Complete(FailedPrecondition(message).WithContext(task));
   }
 
@@ -530,8 +533,22 @@ class DataPlaneCore {
   bool ReadHeader(Connection* connection, Header* header);
   bool ReadPayload(Connection* connection, char* destination, size_t bytes);
   bool EndPayload(Connection* connection, const Header& header);
-  // The reader stopped: fails the data plane with connection->read_error.
-  void ReadFailed(Connection* connection) { Fail(connection->read_error); }
+  // The reader stopped: fails the data plane with connection->read_error. A connection that
+  // merely closed, with a control plane attached, is usually the echo of a failure the control
+  // plane tells every rank (a missed call deadline, a lost rank): the peer that learnt it first
+  // shut its connections. So the reader waits for that failure, with its cause, a little while
+  // (kControlPlaneGrace) before failing with the closed connection. A forged frame fails at once.
+  void ReadFailed(Connection* connection) {
+    if (connection->read_closed && control_plane) {
+      std::unique_lock<std::mutex> lock(mu);
+      failure_told.wait_for(lock, kControlPlaneGrace, [&] { return !failure.empty() || closing; });
+      if (!failure.empty() || closing) return;
+    }
+    Fail(connection->read_error);
+  }
+  static constexpr std::chrono::milliseconds kControlPlaneGrace{2000};
+  bool control_plane = false;  // set by DataPlane::Create: Cluster::OnFailure fails this plane
+  std::condition_variable failure_told;  // notified when `failure` is set
 
   void Lost(int peer, const std::string& why) {
     Fail("lost rank " + std::to_string(peer) + " (" + why + ")");

@@ -1,4 +1,4 @@
-// Blocked layout ("blocked_layout", jobs on one CPU device): oneDNN's convolutions compute in
+// Blocked layout ("blocked_layout", CPU jobs of one machine): oneDNN's convolutions compute in
 // the blocked channel layout nChw{B}c (kernels/blocked_layout.h) and, between plain NCHW
 // registers, reorder every activation in and out of it: in a LeNet train step that is about ten
 // passes over tensors of up to 10 MB. This pass stores a tensor blocked where the op writing it
@@ -18,6 +18,17 @@
 // slot allow it, and every implication holds (removed until none breaks: a fixed point). The
 // ops reading or writing a blocked tensor get attributes channel_block, blocked_inputs and
 // blocked_outputs (elementwise ops need none).
+//
+// On several devices of one machine the pass runs after the SBP pass (`placed`), before the
+// boxing pass, so each device's region of the chain is blocked. In nChw{B}c the batch axis stays
+// outermost: sample n's (C,H,W) values are one contiguous run of C*H*W elements in either layout,
+// only ordered differently inside it. So a tensor written and read as S(0), B or P (on any
+// devices) may be blocked: its per-device registers are (N_d,C,H,W) pieces, and every boxing
+// between those layouts (S(0)->B gathers, in place or by copying whole samples; B->S(0) slices;
+// P->B / P->S(0) sums, also through a reduce-scatter on another axis whose pieces only the
+// gather reads) moves whole samples or adds element by element, the same bytes whatever the
+// order inside a sample. A tensor some op reads or writes split on another axis stays plain.
+// Still no conversion op is added.
 #include <map>
 #include <optional>
 #include <set>
@@ -81,13 +92,30 @@ std::optional<LayoutRule> RuleOf(const Node& node) {
 
 bool Contains(const std::vector<int>& list, int value) { return std::find(list.begin(), list.end(), value) != list.end(); }
 
+// Layouts whose boxings never look inside a sample (see the file comment).
+bool KeepsSamplesWhole(const Sbp& sbp) {
+  return sbp.kind == SbpKind::kBroadcast || sbp.kind == SbpKind::kPartialSum || (sbp.kind == SbpKind::kSplit && sbp.axis == 0);
+}
+
+// Placed jobs: whether output 0 of `writer` is written and read (input `slot` of each reader)
+// only in layouts that keep samples whole.
+bool SamplesStayWhole(const Node& writer, const std::vector<std::pair<const Node*, size_t>>& readers) {
+  if (writer.output_sbp.empty() || !KeepsSamplesWhole(writer.output_sbp[0])) return false;
+  for (const auto& [reader, slot] : readers)
+    if (slot >= reader->input_sbp.size() || !KeepsSamplesWhole(reader->input_sbp[slot])) return false;
+  return true;
+}
+
 class BlockedLayoutPass : public Pass {
  public:
-  explicit BlockedLayoutPass(int64_t block) : block_(block) {}
-  std::string name() const override { return "blocked layout"; }
+  BlockedLayoutPass(int64_t block, bool placed) : block_(block), placed_(placed) {}
+  std::string name() const override { return placed_ ? "placed blocked layout" : "blocked layout"; }
 
   Status Run(Graph& graph) override {
-    if (block_ == 0 || graph.total_device_num() > 1) return Status::Ok();
+    // Unplaced on single-device jobs, placed on multi-device single-machine ones (across
+    // machines the data plane and its collectives would see the blocked tensors too).
+    const bool runs = placed_ ? graph.total_device_num() > 1 && graph.machine_num() == 1 : graph.total_device_num() <= 1;
+    if (block_ == 0 || !runs) return Status::Ok();
     std::vector<Node>& nodes = graph.mutable_nodes();
     std::vector<std::optional<LayoutRule>> rules(nodes.size());
     for (size_t i = 0; i < nodes.size(); ++i) rules[i] = RuleOf(nodes[i]);
@@ -110,6 +138,16 @@ class BlockedLayoutPass : public Pass {
             }))
           continue;
       if (!pinned.count(node.output_ref(0))) blocked[node.output_ref(0)] = true;
+    }
+    if (placed_) {
+      std::map<std::string, std::vector<std::pair<const Node*, size_t>>> readers;
+      for (const Node& node : nodes)
+        for (size_t k = 0; k < node.inputs.size(); ++k)
+          if (blocked.count(node.inputs[k])) readers[node.inputs[k]].push_back({&node, k});
+      for (auto& [ref, is] : blocked) {
+        auto writer = graph.Resolve(ref);
+        if (!writer.ok() || !SamplesStayWhole(*writer->first, readers[ref])) is = false;
+      }
     }
     auto is_blocked = [&](const std::string& ref) {
       auto it = blocked.find(ref);
@@ -154,12 +192,13 @@ class BlockedLayoutPass : public Pass {
 
  private:
   int64_t block_;
+  bool placed_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> MakeBlockedLayoutPass(int64_t channel_block) {
-  return std::make_unique<BlockedLayoutPass>(channel_block < 0 ? NativeChannelBlock() : channel_block);
+std::unique_ptr<Pass> MakeBlockedLayoutPass(int64_t channel_block, bool placed) {
+  return std::make_unique<BlockedLayoutPass>(channel_block < 0 ? NativeChannelBlock() : channel_block, placed);
 }
 
 }  // namespace graph

@@ -15,8 +15,9 @@ using Ints = std::vector<int64_t>;
 
 // x (2,C,8,8) -> conv a -> relu -> max_pool p -> conv b -> add(b, bias (1,C,1,1)) = out, and
 // (extra_reader) reduce_sum(p) returned too.
-Graph BuildNet(int64_t channels, bool extra_reader) {
+Graph BuildNet(int64_t channels, bool extra_reader, int devices = 1) {
   JobBuilder b = ValueOrDie(JobBuilder::Create("net", "predict"));
+  AF_CHECK_OK(b.SetDeviceNum(devices));
   const Attrs same{{"padding", std::string("SAME")}};
   const std::string x = ValueOrDie(b.AddInput("x", {2, channels, 8, 8}, DType::kFloat32, "net.py:1"));
   const std::string wa = ValueOrDie(b.AddVariable("wa", {channels, channels, 3, 3}, DType::kFloat32, "net.py:2"));
@@ -74,6 +75,49 @@ TEST(BlockedLayoutTest, NothingChangesOffTheBlockOrWithoutOne) {
   Graph g = BuildNet(24, false);  // a multiple of 8, not of 16
   AF_ASSERT_OK(MakeBlockedLayoutPass(8)->Run(g));
   EXPECT_EQ(Slots(g, "p", "blocked_outputs"), Ints{0});
+}
+
+// The net on 2 devices after the placement and SBP passes (data-parallel: S(0) activations).
+Graph PlacedNet() {
+  Graph g = BuildNet(16, false, 2);
+  AF_CHECK_OK(MakePlacementPass()->Run(g));
+  AF_CHECK_OK(MakeSbpPass()->Run(g));
+  return g;
+}
+
+TEST(BlockedLayoutTest, PlacedPassBlocksEachDevicesChainOfSamplesKeptWhole) {
+  Graph unplaced = PlacedNet();
+  AF_ASSERT_OK(MakeBlockedLayoutPass(16)->Run(unplaced));  // the one-device pass leaves it alone
+  for (const Node& n : unplaced.nodes()) EXPECT_FALSE(n.attrs.Has("channel_block")) << n.name;
+  Graph g = PlacedNet();
+  ASSERT_EQ(g.FindNode("a")->output_sbp.at(0), Sbp::Split(0));
+  AF_ASSERT_OK(MakeBlockedLayoutPass(16, /*placed=*/true)->Run(g));
+  EXPECT_EQ(Slots(g, "a", "blocked_outputs"), Ints{0});
+  EXPECT_EQ(Slots(g, "p", "blocked_inputs"), Ints{0});
+  EXPECT_EQ(Slots(g, "p", "blocked_outputs"), Ints{0});
+  EXPECT_EQ(Slots(g, "b", "blocked_inputs"), Ints{0});
+  Graph one = BuildNet(16, false);  // the placed pass leaves one-device jobs to the other
+  AF_ASSERT_OK(MakeBlockedLayoutPass(16, /*placed=*/true)->Run(one));
+  for (const Node& n : one.nodes()) EXPECT_FALSE(n.attrs.Has("channel_block")) << n.name;
+}
+
+TEST(BlockedLayoutTest, PlacedPassKeepsATensorReadSplitOnChannelsPlain) {
+  for (const Sbp& layout : {Sbp::Split(1), Sbp::Split(3)}) {
+    Graph g = PlacedNet();
+    g.FindMutableNode("b")->input_sbp.at(0) = layout;  // conv b reads p split inside each sample
+    AF_ASSERT_OK(MakeBlockedLayoutPass(16, /*placed=*/true)->Run(g));
+    EXPECT_EQ(Slots(g, "p", "blocked_outputs"), Ints{}) << layout.ToString();
+    EXPECT_EQ(Slots(g, "b", "blocked_inputs"), Ints{}) << layout.ToString();
+    EXPECT_EQ(Slots(g, "p", "blocked_inputs"), Ints{0}) << layout.ToString();  // a pool may convert
+    EXPECT_EQ(Slots(g, "a", "blocked_outputs"), Ints{0}) << layout.ToString();
+  }
+  Graph g = PlacedNet();
+  g.FindMutableNode("a")->output_sbp.at(0) = Sbp::Split(1);  // written split on channels
+  AF_ASSERT_OK(MakeBlockedLayoutPass(16, /*placed=*/true)->Run(g));
+  EXPECT_EQ(Slots(g, "a", "blocked_outputs"), Ints{});
+  EXPECT_EQ(Slots(g, "p", "blocked_inputs"), Ints{});  // through the relu: all of it or none
+  EXPECT_EQ(Slots(g, "p", "blocked_outputs"), Ints{});  // a pool writes blocked from blocked only
+  EXPECT_FALSE(g.FindNode("b")->attrs.Has("channel_block"));
 }
 
 }  // namespace

@@ -84,6 +84,10 @@ std::vector<plan::InputDesc> CrossMachineSumInputs(const plan::Plan& plan, const
   return machines.size() > 1 ? partial : std::vector<plan::InputDesc>{};
 }
 
+// A VARIABLE task holding one shard of a variable stored per device (ShardedVariable): it
+// lives on its device's machine only and is never copied to another.
+bool IsShard(const plan::Task& task) { return task.kind() == plan::VARIABLE && task.attrs().count("shard_parts") > 0; }
+
 // Whether the task's data comes from several machines (a gather; control inputs do not count).
 bool ReadsSeveralMachines(const plan::Plan& plan, const plan::Task& task) {
   std::set<int> machines;
@@ -101,7 +105,8 @@ StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan) {
   for (const plan::Task& t : plan.tasks())
     for (const plan::InputDesc& in : t.inputs()) {
       const plan::Task& producer = plan.tasks(static_cast<int>(in.producer_task_id()));
-      if (producer.kind() == plan::VARIABLE && producer.machine_id() == 0 && t.kind() != plan::SINK)
+      if (producer.kind() == plan::VARIABLE && !IsShard(producer) && producer.machine_id() == 0 &&
+          t.kind() != plan::SINK)
         machines.insert(t.machine_id());
     }
   // Replicated (by original id): the variables of machine 0, the tasks writing them, and what
@@ -110,12 +115,12 @@ StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan) {
   std::vector<int64_t> pending;
   for (const plan::Task& t : plan.tasks()) {
     if (t.machine_id() != 0) continue;
-    bool writes_variable = false;
+    bool writes_variable = false;  // a whole one: shards and their updates stay where they are
     for (int m : t.mutable_inputs()) {
-      const plan::InputDesc& in = t.inputs(m);
-      writes_variable |= plan.tasks(static_cast<int>(in.producer_task_id())).kind() == plan::VARIABLE;
+      const plan::Task& written = plan.tasks(static_cast<int>(t.inputs(m).producer_task_id()));
+      writes_variable |= written.kind() == plan::VARIABLE && !IsShard(written);
     }
-    if (t.kind() == plan::VARIABLE || writes_variable) pending.push_back(t.id());
+    if ((t.kind() == plan::VARIABLE && !IsShard(t)) || writes_variable) pending.push_back(t.id());
   }
   if (machines.size() < 2 || pending.empty()) return plan;
   std::map<int64_t, std::vector<plan::InputDesc>> sum_inputs;  // summed task -> the partial values

@@ -2,6 +2,7 @@
 
 #include "graph/attr_convert.h"
 #include "graph/device_placement.h"
+#include "graph/passes.h"
 
 namespace actorflow {
 namespace graph {
@@ -63,6 +64,16 @@ Status JobBuilder::SetOutputSbpHint(const std::string& ref, const Sbp& sbp) {
   }
   node->output_sbp_hints.resize(node->output_names.size());
   node->output_sbp_hints[resolved.second] = sbp;
+  return Status::Ok();
+}
+
+Status JobBuilder::SetFedPerMachine(const std::string& ref) {
+  AF_ASSIGN_OR_RETURN(auto resolved, graph_.Resolve(ref));
+  Node* node = graph_.FindMutableNode(resolved.first->name);
+  if (node->kind != NodeKind::kInput || node->output_descs.empty() || node->output_descs[0].shape.empty())
+    return InvalidArgument("'" + ref + "' (at " + node->location + "): only a placeholder of rank >= 1 can be fed per "
+                           "machine");
+  node->attrs.Set(kFedPerMachineAttr, true);
   return Status::Ok();
 }
 

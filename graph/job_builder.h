@@ -54,6 +54,10 @@ class JobBuilder {
   // A layout hint on the blob `ref` ("op/output": flow.distribute.* on a variable, an input or a
   // layer's output). The SBP pass honours it or fails naming the op and its line.
   Status SetOutputSbpHint(const std::string& ref, const Sbp& sbp);
+  // Placeholder `ref` is fed per machine (graph::FedPerMachine, the mirrored view across
+  // machines): placed on every device of every machine and hinted S(0), each machine's rank
+  // feeds its own devices' rows. InvalidArgument for anything else.
+  Status SetFedPerMachine(const std::string& ref);
   Status SetOutputs(const std::vector<std::string>& refs);
   Status AddWatch(const std::string& ref, const std::string& handler_name, bool diff, const std::string& location);
   Status AddLoss(const std::string& ref);

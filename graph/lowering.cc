@@ -1,177 +1,28 @@
-// Ordering and pruning passes, the pipeline driver, and lowering of a Graph to a plan::Plan.
+// Lowering of a placed Graph to a plan::Plan (LowerToPlan): tasks per device, views, gathers in
+// place, sinks and control edges.
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
 #include <limits>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
 #include <sstream>
-#include <stdexcept>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "graph/attr_convert.h"
-#include "graph/device_placement.h"
 #include "graph/in_place_order.h"
-#include "graph/memory_plan.h"
+#include "graph/ordering.h"
 #include "graph/passes.h"
-#include "graph/step_clock.h"
 #include "kernels/boxing.h"
 
 namespace actorflow {
 namespace graph {
+
+using ordering_detail::InPlaceWrittenRefs;
+
 namespace {
-
-std::string ProducerOf(const std::string& ref) { return SplitRef(ref).value().first; }
-
-// ProducerOf as a view into `ref` (no string built: the passes look up every input).
-std::string_view ProducerView(const std::string& ref) {
-  const size_t slash = ref.rfind('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == ref.size()) (void)ProducerOf(ref);  // fails as it does
-  return std::string_view(ref).substr(0, slash);
-}
-
-// Refs some op writes in place (variables under an optimizer, batch-norm moving statistics).
-std::set<std::string> InPlaceWrittenRefs(const Graph& graph) {
-  std::set<std::string> written;
-  for (const Node& n : graph.nodes())
-    for (int m : n.mutable_inputs)
-      if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) written.insert(n.inputs[m]);
-  return written;
-}
-
-// Outputs and watches of an in-place-written ref read an identity copy ("snapshot") placed
-// right after the ref's producer. The copy is an ordinary reader, so the ordering below runs
-// the writer after it: a return and a watch both see the value this iteration's forward read,
-// never the update's result nor a torn mix of both.
-Status SnapshotSinkReads(Graph& graph) {
-  const std::set<std::string> written = InPlaceWrittenRefs(graph);
-  std::map<std::string, std::string> snapshot_of;  // written ref -> its copy's ref
-  auto redirect = [&](std::string& ref, const std::string& location) -> Status {
-    if (!written.count(ref)) return Status::Ok();
-    auto it = snapshot_of.find(ref);
-    if (it == snapshot_of.end()) {
-      const std::string producer = ProducerOf(ref);
-      AF_ASSIGN_OR_RETURN(const Node* copy, graph.AddOp("identity", producer + "-snapshot", {ref}, {}, location,
-                                                        graph.FindNode(producer)->placement));
-      const std::string copy_name = copy->name, copy_ref = copy->output_ref(0);
-      graph.MoveAfter(copy_name, producer);
-      it = snapshot_of.emplace(ref, copy_ref).first;
-    }
-    ref = it->second;
-    return Status::Ok();
-  };
-  for (std::string& ref : graph.outputs()) AF_RETURN_IF_ERROR(redirect(ref, ""));
-  for (Watch& w : graph.watches())
-    if (!w.diff) AF_RETURN_IF_ERROR(redirect(w.ref, w.location));
-  return Status::Ok();
-}
-
-class OrderingPass : public Pass {
- public:
-  std::string name() const override { return "ordering"; }
-  Status Run(Graph& graph) override {
-    AF_RETURN_IF_ERROR(SnapshotSinkReads(graph));
-    const std::vector<Node>& nodes = graph.nodes();
-    // Readers (ascending, each once) of every ref some op writes in place.
-    std::unordered_map<std::string, std::vector<int>> readers;
-    for (const Node& n : nodes)
-      for (int m : n.mutable_inputs)
-        if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) readers.emplace(n.inputs[m], std::vector<int>{});
-    std::vector<int> candidates;
-    for (size_t r = 0; r < nodes.size(); ++r)
-      for (const auto& in : nodes[r].inputs) {
-        auto it = readers.find(in);
-        if (it == readers.end() || (!it->second.empty() && it->second.back() == static_cast<int>(r))) continue;
-        it->second.push_back(static_cast<int>(r));
-        candidates.push_back(static_cast<int>(r));
-      }
-    if (candidates.empty()) return Status::Ok();
-    auto producer_index = [&](std::string_view name) {  // the graph's own index, by position
-      const Node* node = graph.FindNode(name);
-      return node == nullptr ? -1 : static_cast<int>(node - nodes.data());
-    };
-    std::vector<std::vector<int>> parents(nodes.size());
-    for (size_t m = 0; m < nodes.size(); ++m) {
-      for (const auto& in : nodes[m].inputs)
-        if (int p = producer_index(ProducerView(in)); p >= 0) parents[m].push_back(p);
-      for (const auto& c : nodes[m].control_inputs)
-        if (int p = producer_index(c); p >= 0) parents[m].push_back(p);
-    }
-    AncestorIndex ancestors(std::move(parents));
-    for (size_t m = 0; m < nodes.size(); ++m) {
-      if (nodes[m].mutable_inputs.empty()) continue;
-      // Every other reader placed before the writer (readers after it in topological order
-      // consume what it wrote) and not already ordered before it by data or control edges.
-      std::vector<int> control;
-      for (int k : nodes[m].mutable_inputs)
-        for (int r : readers.at(nodes[m].inputs.at(k))) {
-          if (r >= static_cast<int>(m)) break;
-          if (ancestors.IsAncestor(r, static_cast<int>(m)) || std::find(control.begin(), control.end(), r) != control.end())
-            continue;
-          control.push_back(r);
-        }
-      for (int r : control) {
-        graph.mutable_nodes()[m].control_inputs.push_back(nodes[r].name);
-        ancestors.AddEdge(static_cast<int>(m), r);
-      }
-    }
-    return Status::Ok();
-  }
-};
-
-class PrunePass : public Pass {
- public:
-  std::string name() const override { return "prune"; }
-  Status Run(Graph& graph) override {
-    // Live nodes by position (a flag per node, not a set of names: linear in the graph).
-    const Node* first = graph.nodes().data();
-    std::vector<bool> keep(graph.nodes().size(), false);
-    std::vector<size_t> stack;
-    auto push = [&](std::string_view name) {
-      const Node* n = graph.FindNode(name);
-      if (n == nullptr) throw std::logic_error("prune: no node named " + std::string(name));
-      stack.push_back(static_cast<size_t>(n - first));
-    };
-    for (const auto& ref : graph.outputs()) push(ProducerView(ref));
-    for (const Watch& w : graph.watches()) {
-      const std::string ref = w.diff ? graph.gradients()[w.ref] : w.ref;
-      if (!ref.empty()) push(ProducerView(ref));
-    }
-    for (size_t i = 0; i < graph.nodes().size(); ++i) {
-      const Node& n = graph.nodes()[i];
-      if (n.kind == NodeKind::kInput || (n.kind == NodeKind::kOp && n.output_names.empty())) stack.push_back(i);
-    }
-    while (!stack.empty()) {
-      const size_t i = stack.back();
-      stack.pop_back();
-      if (keep[i]) continue;
-      keep[i] = true;
-      const Node& n = graph.nodes()[i];
-      for (const auto& in : n.inputs) push(ProducerView(in));
-      for (const auto& c : n.control_inputs) push(c);
-    }
-    graph.Retain(keep);
-    return Status::Ok();
-  }
-};
-
-std::string SafeFileName(const std::string& s) {
-  std::string out;
-  for (char c : s) out += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
-  return out;
-}
-
-Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) return InvalidArgument("cannot write DOT dump '" + path + "'");
-  return Status::Ok();
-}
 
 plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
   plan::BlobDesc blob;
@@ -183,9 +34,6 @@ plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
 }
 
 }  // namespace
-
-std::unique_ptr<Pass> MakeOrderingPass() { return std::make_unique<OrderingPass>(); }
-std::unique_ptr<Pass> MakePrunePass() { return std::make_unique<PrunePass>(); }
 
 StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& options) {
   plan::Plan plan;
@@ -287,7 +135,9 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       views[n.output_ref(0)] = View{base, n.output_descs[0], split};
     }
   }
-  auto output_sbp = [](const Node& n, size_t k) {
+  auto output_sbp = [&graph](const Node& n, size_t k) {
+    if (n.kind == NodeKind::kVariable && ShardedVariable(graph, n)) return StoredLayout(graph, n);
+    if (FedPerMachine(graph, n)) return Sbp::Split(0);  // one source per machine (FedPerMachine)
     if (n.kind != NodeKind::kOp || k >= n.output_sbp.size() || n.devices.size() <= 1) return Sbp::Broadcast();
     return n.output_sbp[k];
   };
@@ -453,16 +303,33 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       return Internal("op '" + n.name + "' reads variable '" + variable.name + "' stored " +
                       n.input_sbp[i].ToString() + " over " + std::to_string(variable.devices.size()) +
                       " devices on " + std::to_string(parts));
+    if (ShardedVariable(graph, variable)) {  // this device's shard is a buffer of its own
+      const int shard_task = physical.at(variable.name).tasks.at(index);
+      if (plan.tasks(shard_task).device_id() != consumer->device_id() ||
+          plan.tasks(shard_task).machine_id() != consumer->machine_id())
+        return Internal("op '" + n.name + "' reads shard " + std::to_string(index) + " of variable '" + variable.name +
+                        "' on another device");
+      plan::InputDesc* in = consumer->add_inputs();
+      in->set_producer_task_id(shard_task);
+      in->set_producer_register(resolved.second);
+      in->set_blob_index(0);
+      return true;
+    }
     const TensorDesc& logical = variable.output_descs[0];
+    // Fed per machine: shard `index` lies in the source of its machine (every machine holds the
+    // same number of shards), offset by the shards before it there.
+    const Physical& stored = physical.at(variable.name);
+    const size_t per_source = parts / stored.tasks.size();
+    const size_t first = index - index % per_source;
     int64_t offset = 0;
     Shape shard;
-    for (size_t k = 0; k <= index; ++k) {
+    for (size_t k = first; k <= index; ++k) {
       AF_ASSIGN_OR_RETURN(shard, PhysicalShape(logical.shape, n.input_sbp[i], static_cast<int64_t>(parts),
                                                static_cast<int64_t>(k)));
       if (k < index) offset += static_cast<int64_t>(TensorDesc{shard, logical.dtype}.byte_size());
     }
     plan::InputDesc* in = consumer->add_inputs();
-    in->set_producer_task_id(physical.at(variable.name).tasks.at(0));
+    in->set_producer_task_id(stored.tasks.at(index / per_source));
     in->set_producer_register(resolved.second);
     in->set_blob_index(0);
     in->set_has_view(true);
@@ -498,13 +365,26 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       if (in_place) continue;
     }
     const std::vector<int> all_devices = devices_of(n);
-    // Inputs and variables: one task holding the whole tensor, on the first device. So is a
+    // Inputs and variables: one task holding the whole tensor, on the first device (variables
+    // stored as shards across machines: one task per device, ShardedVariable). So is a
     // boxing to B: registers are host memory, so one copy serves the readers of every device
     // (an all-gather is one gather, an all-reduce a reduce-scatter and one gather; where the
     // shards are byte ranges of the whole, no gather at all: see gather_in_place).
-    const bool whole_once = n.kind != NodeKind::kOp ||
+    const bool whole_once = (n.kind != NodeKind::kOp && !ShardedVariable(graph, n)) ||
                             (n.type == "boxing" && !n.output_sbp.empty() && n.output_sbp[0].kind == SbpKind::kBroadcast);
-    const std::vector<int> task_devices = whole_once ? std::vector<int>{all_devices[0]} : all_devices;
+    std::vector<int> task_devices = whole_once ? std::vector<int>{all_devices[0]} : all_devices;
+    if (FedPerMachine(graph, n)) {  // one source per machine, on its first device, holding its rows
+      if (static_cast<int>(all_devices.size()) != graph.machine_num() * device_num ||
+          !std::is_sorted(all_devices.begin(), all_devices.end()) ||
+          !(StoredLayout(graph, n) == Sbp::Split(0)))
+        return InvalidArgument("placeholder '" + n.name + "' at " + n.location + " is fed per machine: it must be "
+                               "laid out S(0) over every device of every machine (" +
+                               std::to_string(graph.machine_num()) + " x " + std::to_string(device_num) +
+                               ") with rows divisible by them, got " + PlacementOf(all_devices).ToString() + " " +
+                               n.output_descs[0].ToString());
+      task_devices.clear();
+      for (int machine = 0; machine < graph.machine_num(); ++machine) task_devices.push_back(machine * device_num);
+    }
     const size_t parts = task_devices.size();
     spread |= parts > 1;
     plan::TaskKind kind = n.kind == NodeKind::kInput ? plan::SOURCE : n.kind == NodeKind::kVariable ? plan::VARIABLE : plan::COMPUTE;
@@ -543,6 +423,11 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       } else if (n.kind == NodeKind::kVariable) {
         t->set_variable_name(n.variable_name);
         t->set_read_only(!written.count(n.output_ref(0)));
+        if (parts > 1) {  // a shard (ShardedVariable): which part of the logical tensor it holds
+          (*t->mutable_attrs())["shard_axis"].set_i(output_sbp(n, 0).axis);
+          (*t->mutable_attrs())["shard_index"].set_i(static_cast<int64_t>(index));
+          (*t->mutable_attrs())["shard_parts"].set_i(static_cast<int64_t>(parts));
+        }
       } else {
         t->set_op_type(n.type);
         Attrs attrs = n.attrs;
@@ -624,12 +509,60 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   // same program gets the same results on every rank (cross-machine reads become send/recv
   // pairs, InsertCrossMachineTransfers). One machine: the watch sits on the watched blob's device.
   const int machine_num = graph.machine_num();
+  // Outputs fetched per machine (OutputPerMachine): machine m's rows, its devices' shards, read
+  // where they are: the shard itself with one device per machine, else a gather of the
+  // machine's shards on its first device (made before the sinks: tasks before the first sink
+  // are the ones the loops below complete).
+  std::map<std::pair<int, std::string>, Source> machine_rows;  // (machine, output ref) -> what its sink reads
+  for (const auto& ref : graph.outputs()) {
+    if (!OutputPerMachine(graph, ref)) continue;
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
+    const Physical& shards = physical.at(resolved.first->name);
+    const TensorDesc& logical = resolved.first->output_descs.at(resolved.second);
+    if (static_cast<int>(shards.tasks.size()) != machine_num * device_num ||
+        !(output_sbp(*resolved.first, resolved.second) == Sbp::Split(0)))
+      return Internal("output '" + ref + "' is fetched per machine but laid out " +
+                      output_sbp(*resolved.first, resolved.second).ToString() + " over " +
+                      std::to_string(shards.tasks.size()) + " tasks");
+    for (int machine = 0; machine < machine_num; ++machine) {
+      const size_t first = static_cast<size_t>(machine * device_num);
+      if (device_num == 1) {
+        machine_rows[{machine, ref}] = Source{shards.tasks[first], resolved.second, std::nullopt, nullptr, std::nullopt};
+        continue;
+      }
+      BoxingSpec spec;
+      AF_ASSIGN_OR_RETURN(spec.logical_shape, PhysicalShape(logical.shape, Sbp::Split(0), machine_num, machine));
+      spec.dtype = logical.dtype;
+      spec.in = Sbp::Split(0);
+      spec.out = Sbp::Broadcast();
+      spec.in_parts = device_num;
+      plan::Task* gather = new_task(resolved.first->name + "-machine" + std::to_string(machine), plan::COMPUTE,
+                                    machine * device_num);
+      gather->set_op_type("boxing");
+      gather->set_source_location(resolved.first->location);
+      AttrsToProto(BoxingTaskAttrs(spec), gather->mutable_attrs());
+      for (int device = 0; device < device_num; ++device)
+        add_input(gather, Source{shards.tasks[first + device], resolved.second, std::nullopt, nullptr, std::nullopt});
+      plan::RegisterDesc* r = gather->add_registers();
+      r->set_name("out");
+      r->set_register_num(register_num);
+      *r->add_blobs() = MakeBlob(ref + "@machine" + std::to_string(machine), TensorDesc{spec.logical_shape, logical.dtype});
+      machine_rows[{machine, ref}] = Source{static_cast<int>(gather->id()), 0, std::nullopt, nullptr, std::nullopt};
+    }
+  }
   std::vector<int> sink_ids;  // main sink of each machine
   for (int machine = 0; machine < machine_num; ++machine) {
     plan::Task* sink = new_task(machine == 0 ? "output" : "output@machine" + std::to_string(machine), plan::SINK,
                                 machine * device_num);
     sink_ids.push_back(static_cast<int>(sink->id()));
-    for (const auto& ref : graph.outputs()) AF_RETURN_IF_ERROR(add_data_input(plan.mutable_tasks(sink_ids.back()), ref));
+    for (const auto& ref : graph.outputs()) {
+      auto own = machine_rows.find({machine, ref});
+      if (own != machine_rows.end()) {
+        add_input(plan.mutable_tasks(sink_ids.back()), own->second);
+        continue;
+      }
+      AF_RETURN_IF_ERROR(add_data_input(plan.mutable_tasks(sink_ids.back()), ref));
+    }
   }
   const int sink_id = sink_ids.front();
   for (const Watch& w : graph.watches()) {
@@ -694,101 +627,6 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     }
   }
   fill_consumers();
-  return plan;
-}
-
-StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
-  std::string dump_dir = options.dump_dot_dir;
-  if (dump_dir.empty()) {
-    const char* env = std::getenv("ACTORFLOW_DUMP_DOT");
-    if (env != nullptr) dump_dir = env;
-  }
-  std::string prefix = dump_dir.empty() ? "" : dump_dir + "/" + SafeFileName(graph.job_name()) + ".";
-  if (!dump_dir.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(dump_dir, error);
-    if (error) return InvalidArgument("cannot create DOT dump directory '" + dump_dir + "': " + error.message());
-  }
-  if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "00-traced.dot", graph.ToDot()));
-  auto enabled = [&](const std::string& fusion) {
-    return std::find(options.disabled_fusions.begin(), options.disabled_fusions.end(), fusion) ==
-           options.disabled_fusions.end();
-  };
-  for (const std::string& fusion : options.disabled_fusions)
-    if (std::find(FusionNames().begin(), FusionNames().end(), fusion) == FusionNames().end())
-    {
-      std::string known;
-      for (const std::string& name : FusionNames()) known += (known.empty() ? "" : ", ") + name;
-      return InvalidArgument("unknown fusion '" + fusion + "' to disable (known: " + known + ")");
-    }
-  std::vector<std::unique_ptr<Pass>> passes;
-  passes.push_back(MakeAutodiffPass());
-  passes.push_back(MakeOptimizerPass());
-  passes.push_back(MakePrunePass());
-  if (enabled("dense")) passes.push_back(MakeFusionPass());
-  if (enabled("gradient_update")) passes.push_back(MakeGradientUpdateFusionPass());
-  // Before bias_gradient_update: a conv layer's bias gradient is summed by its filter
-  // gradient's kernel (no pass over dy); the dense layers' go to their SGD update.
-  if (enabled("conv_bias_grad")) passes.push_back(MakeConvBiasGradFusionPass());
-  if (enabled("bias_gradient_update")) passes.push_back(MakeBiasGradientUpdateFusionPass());
-  if (enabled("pool_relu_grad")) passes.push_back(MakePoolReluGradFusionPass());
-  if (enabled("matmul_relu_grad")) passes.push_back(MakeMatmulReluGradFusionPass());
-  if (enabled("softmax_cross_entropy_grad")) passes.push_back(MakeSoftmaxCrossEntropyGradFusionPass());
-  if (enabled("conv_batch_norm") || enabled("conv_activation"))
-    passes.push_back(MakeConvFusionPass(enabled("conv_batch_norm"), enabled("conv_activation")));
-  if (enabled("channels_last")) passes.push_back(MakeChannelsLastPass());
-  // After channels_last: the convolutions it moved to NHWC are not blocked.
-  if (enabled("blocked_layout")) passes.push_back(MakeBlockedLayoutPass());
-  if (!enabled("gemm_chunks")) passes.push_back(MakeOpenMpGemmPass());
-  if (!enabled("gemv")) passes.push_back(MakeNoGemvPass());
-  if (!enabled("narrow_gemm")) passes.push_back(MakeNoNarrowGemmPass());
-  passes.push_back(MakeOrderingPass());
-  passes.push_back(MakePlacementPass());
-  passes.push_back(MakeSbpPass());
-  if (enabled("gradient_update")) passes.push_back(MakeGradientUpdateFusionPass(/*placed=*/true));
-  if (enabled("conv_bias_grad")) passes.push_back(MakeConvBiasGradFusionPass(/*placed=*/true));
-  if (enabled("conv_batch_norm") || enabled("conv_activation"))
-    passes.push_back(MakeConvFusionPass(enabled("conv_batch_norm"), enabled("conv_activation"), /*placed=*/true));
-  passes.push_back(MakeBoxingPass());
-  StepClock clock(options.timings, options.cpu_timings);
-  auto lap = [&](const std::string& step) { clock.Lap(step); };
-  for (size_t i = 0; i < passes.size(); ++i) {
-    AF_RETURN_IF_ERROR(passes[i]->Run(graph).WithContext("job '" + graph.job_name() + "'"));
-    lap(passes[i]->name());
-    if (!prefix.empty()) {
-      char number[24];
-      std::snprintf(number, sizeof(number), "%02zu", i + 1);
-      AF_RETURN_IF_ERROR(WriteFile(prefix + number + "-" + passes[i]->name() + ".dot", graph.ToDot()));
-      clock.Restart();  // dumps are not compiling
-    }
-  }
-  const char* summary_env = std::getenv("ACTORFLOW_SBP_SUMMARY");
-  if (options.print_sbp_summary || (summary_env != nullptr && std::string(summary_env) != "0" && *summary_env))
-    std::fprintf(stderr, "SBP of job '%s':\n%s", graph.job_name().c_str(), SbpSummary(graph).c_str());
-  if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "sbp.txt", SbpSummary(graph)));
-  clock.Restart();  // the optional summary and dumps are not compiling
-  AF_ASSIGN_OR_RETURN(plan::Plan plan, LowerToPlan(graph, options));
-  AF_RETURN_IF_ERROR(PlaceOnDevices(plan).WithContext("job '" + graph.job_name() + "'"));
-  lap("lower");
-  AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
-  lap("verify");
-  plan.set_serial_iterations(!options.pipelining);
-  if (options.memory_sharing && graph.machine_num() == 1) {
-    AF_RETURN_IF_ERROR(PlanRegisterMemory(plan).WithContext("job '" + graph.job_name() + "'"));  // and verifies
-    lap("memory");
-  }
-  if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "memory.txt", MemoryPlanText(plan)));
-  // After the order check: a recv has no inputs in the plan, so the order a writer keeps with
-  // a reader on another machine runs through the network (the reader's send copies the bytes
-  // before the reader, and so the writer, can act), which the check cannot follow.
-  if (graph.machine_num() > 1) {
-    AF_ASSIGN_OR_RETURN(plan, ReplicateVariablesAcrossMachines(plan));
-    AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "', variables on every machine"));
-    AF_ASSIGN_OR_RETURN(plan, InsertCrossMachineTransfers(plan, options.register_num));
-    lap("send/recv");
-  }
-  MarkStreamOrderedTasks(plan);
-  if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "plan.dot", PlanToDot(plan)));
   return plan;
 }
 

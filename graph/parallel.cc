@@ -33,8 +33,13 @@ std::string Where(const Node& n) {
 // On one device every layout is the whole tensor.
 Sbp Normalized(const Sbp& sbp, size_t parts) { return parts <= 1 ? Sbp::Broadcast() : sbp; }
 
-// Inputs and variables are held whole in one register, whatever their readers are steered to.
-Sbp PhysicalOutputSbp(const Node& n, size_t k) {
+// Inputs and variables are held whole in one register, whatever their readers are steered to,
+// except variables stored as shards (ShardedVariable, several machines) and a placeholder fed
+// per machine, held in one register per machine, S(0) (FedPerMachine).
+Sbp PhysicalOutputSbp(const Graph& graph, const Node& n, size_t k) {
+  if (n.kind == NodeKind::kVariable && ShardedVariable(graph, n)) return StoredLayout(graph, n);
+  if (n.kind == NodeKind::kInput && n.attrs.Has(kFedPerMachineAttr) && k < n.output_sbp.size())
+    return Normalized(n.output_sbp[k], n.devices.size());
   if (n.kind != NodeKind::kOp || k >= n.output_sbp.size()) return Sbp::Broadcast();
   return Normalized(n.output_sbp[k], n.devices.size());
 }
@@ -374,7 +379,7 @@ class SbpPass : public Pass {
     for (size_t i = 0; i < producers.size(); ++i) {
       const Node& p = *producers[i];
       bytes += inputs[i].byte_size();
-      const Sbp from = PhysicalOutputSbp(p, static_cast<size_t>(producer_outputs[i]));
+      const Sbp from = PhysicalOutputSbp(graph, p, static_cast<size_t>(producer_outputs[i]));
       if (from.kind == SbpKind::kBroadcast) continue;
       if (from.kind != SbpKind::kSplit || p.devices != n.devices) return false;
       for (int64_t axis = 0; axis < from.axis; ++axis)
@@ -459,7 +464,20 @@ class BoxingPass : public Pass {
       AF_ASSIGN_OR_RETURN(ref, Boxed(graph, ref, first, Sbp::Broadcast(), location));
       return Status::Ok();
     };
-    for (std::string& ref : graph.outputs()) AF_RETURN_IF_ERROR(whole(ref, ""));
+    // Outputs fetched per machine stay split over every device of every machine (OutputPerMachine).
+    std::vector<int> every_device(static_cast<size_t>(graph.machine_num() * graph.device_num()));
+    for (size_t d = 0; d < every_device.size(); ++d) every_device[d] = static_cast<int>(d);
+    for (std::string& ref : graph.outputs()) {
+      if (!OutputPerMachine(graph, ref)) {
+        AF_RETURN_IF_ERROR(whole(ref, ""));
+        continue;
+      }
+      // Its identity is hinted S(0) over every device (the SBP pass honoured it or failed).
+      AF_ASSIGN_OR_RETURN(std::string boxed, Boxed(graph, ref, every_device, Sbp::Split(0), ""));
+      if (boxed != ref)
+        return InvalidArgument("output '" + ref + "' is fetched per machine but is not laid out S(0) over every "
+                               "device of every machine");
+    }
     for (Watch& w : graph.watches()) {
       if (!w.diff) {
         AF_RETURN_IF_ERROR(whole(w.ref, w.location));
@@ -486,7 +504,7 @@ class BoxingPass : public Pass {
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
     const Node& producer = *resolved.first;
     const std::vector<int> from_devices = producer.devices.empty() ? std::vector<int>{0} : producer.devices;
-    const Sbp from = PhysicalOutputSbp(producer, resolved.second);
+    const Sbp from = PhysicalOutputSbp(graph, producer, resolved.second);
     const Sbp to = Normalized(want, devices.size());
     if (!NeedsBoxing(from_devices, from, devices, to)) return ref;
     // A variable or placeholder stored split: each device reads its shard of the one buffer
@@ -539,9 +557,21 @@ class BoxingPass : public Pass {
 
 }  // namespace
 
+bool FedPerMachine(const Graph& graph, const Node& n) {
+  return n.kind == NodeKind::kInput && graph.machine_num() > 1 && n.attrs.Has(kFedPerMachineAttr);
+}
+
+bool OutputPerMachine(const Graph& graph, const std::string& ref) {
+  if (graph.machine_num() <= 1) return false;
+  auto resolved = graph.Resolve(ref);
+  return resolved.ok() && resolved.value().first->kind == NodeKind::kOp &&
+         resolved.value().first->attrs.Has(kOutputPerMachineAttr);
+}
+
 Sbp StoredLayout(const Graph& graph, const Node& source) {
   if ((source.kind != NodeKind::kVariable && source.kind != NodeKind::kInput) || source.devices.size() <= 1 ||
-      graph.machine_num() > 1 || source.output_descs.empty())
+      (graph.machine_num() > 1 && source.kind != NodeKind::kVariable && !FedPerMachine(graph, source)) ||
+      source.output_descs.empty())
     return Sbp::Broadcast();
   // A variable's layout is its hint (known before the SBP pass reaches it: in-place writers
   // are placed by it); a placeholder's is what the SBP pass chose (S(0) by default).
@@ -551,9 +581,15 @@ Sbp StoredLayout(const Graph& graph, const Node& source) {
   if (!layout || layout->kind != SbpKind::kSplit) return Sbp::Broadcast();
   const TensorDesc& desc = source.output_descs[0];
   if (!SplitProblem(desc, *layout, source.devices.size()).empty()) return Sbp::Broadcast();
+  if (graph.machine_num() > 1) return *layout;  // one buffer per shard: strided splits too
   for (int64_t axis = 0; axis < layout->axis; ++axis)
     if (desc.shape[axis] != 1) return Sbp::Broadcast();  // strided shards
   return *layout;
+}
+
+bool ShardedVariable(const Graph& graph, const Node& source) {
+  return source.kind == NodeKind::kVariable && graph.machine_num() > 1 &&
+         StoredLayout(graph, source).kind == SbpKind::kSplit;
 }
 
 std::unique_ptr<Pass> MakePlacementPass() { return std::make_unique<PlacementPass>(); }

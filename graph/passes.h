@@ -99,6 +99,10 @@ std::unique_ptr<Pass> MakeNoNarrowGemmPass();
 // CPU train jobs (graph/softmax_fusion.cc): sparse_softmax_cross_entropy and its gradient, prob
 // read by nothing else, become sparse_softmax_cross_entropy_with_grad (loss and dlogits).
 std::unique_ptr<Pass> MakeSoftmaxCrossEntropyGradFusionPass();
+// Single-device CPU jobs (graph/matmul_bias_grad.cc, "matmul_bias_grad"): bias_add_grad(dy) on
+// the last axis of a float32 matmul's output dy becomes that matmul's second output (attr
+// fuse_bias_grad); a bias_add_grad_sgd_update of such a dy becomes sgd_update of it.
+std::unique_ptr<Pass> MakeMatmulBiasGradFusionPass();
 
 // Single-device CPU jobs (graph/conv_fusion.cc): a conv2d's only reader fuses into it as an
 // epilogue: bias_add and inference batch_normalization (`batch_norm`), relu and clamp
@@ -116,8 +120,10 @@ std::unique_ptr<Pass> MakeChannelsLastPass();
 // convolutions, pools and elementwise ops that all work on oneDNN's blocked channel layout
 // nChw{B}c are stored in it (attrs channel_block, blocked_inputs, blocked_outputs), instead of
 // being reordered in and out of it by each convolution. channel_block < 0: this CPU's own
-// (kernels/blocked_layout.h NativeChannelBlock; 0 turns the pass off).
-std::unique_ptr<Pass> MakeBlockedLayoutPass(int64_t channel_block = -1);
+// (kernels/blocked_layout.h NativeChannelBlock; 0 turns the pass off). `placed`: the same after
+// the SBP pass on several devices of one machine, for tensors written and read as S(0), B or
+// P only (their boxings move whole samples or sum element by element: layout-blind).
+std::unique_ptr<Pass> MakeBlockedLayoutPass(int64_t channel_block = -1, bool placed = false);
 
 // The fusions a user can turn off to bisect a numerical difference (CompileOptions::
 // disabled_fusions): "dense" (MakeFusionPass), "gradient_update", "conv_batch_norm" and
@@ -128,7 +134,8 @@ std::unique_ptr<Pass> MakeBlockedLayoutPass(int64_t channel_block = -1);
 // "conv_bias_grad" (MakeConvBiasGradFusionPass), "gemv" (batch-1 matmuls as the kernels' GEMV
 // loop; off: MakeNoGemvPass), "narrow_gemm" (GEMMs with one small dimension as the kernels'
 // loops; off: MakeNoNarrowGemmPass), "softmax_cross_entropy_grad"
-// (MakeSoftmaxCrossEntropyGradFusionPass) and "blocked_layout" (MakeBlockedLayoutPass).
+// (MakeSoftmaxCrossEntropyGradFusionPass), "blocked_layout" (MakeBlockedLayoutPass) and
+// "matmul_bias_grad" (MakeMatmulBiasGradFusionPass).
 const std::vector<std::string>& FusionNames();
 
 // Resolves every node's placement to device ids (Node::devices): an empty placement is every
@@ -161,7 +168,35 @@ std::unique_ptr<Pass> MakeBoxingPass();
 // each writing only its shard: no task slices the tensor and none gathers a variable's
 // gradient. Variables stored B (strided splits included) are read whole and updated on their
 // first device.
+// In a job over several machines a variable hinted S(k) is stored as shards instead
+// (ShardedVariable), whatever k: one VARIABLE task and buffer per device of its placement, each
+// holding that device's part only, so no machine allocates another machine's part.
 Sbp StoredLayout(const Graph& graph, const Node& source);
+// Whether `source` is a variable stored as one buffer per device (jobs over several machines,
+// hinted S(k) on several devices): StoredLayout is then that split, its VARIABLE tasks carry
+// the attrs "shard_axis", "shard_index" and "shard_parts", and its readers and updates on the
+// same devices read and write their own device's shard whole.
+bool ShardedVariable(const Graph& graph, const Node& source);
+
+// The attribute of a placeholder fed per machine (JobBuilder::SetFedPerMachine).
+inline constexpr const char* kFedPerMachineAttr = "fed_per_machine";
+// Whether `n` is a placeholder fed per machine in a job of several machines: the mirrored
+// view's list placeholder, laid out S(0) over every device of every machine. Lowering makes one
+// SOURCE per machine, on its first device, holding that machine's rows (its devices' shards in
+// order; the call's feed on that machine's rank is those rows, Session's input desc), and each
+// device reads its shard of its own machine's source in place: no rows cross machines unless
+// a reader wants another layout (then the M sources are the shards of S(0) over M parts).
+bool FedPerMachine(const Graph& graph, const Node& n);
+
+// The attribute of an identity whose output, a call's output, is fetched per machine (the
+// mirrored view's list results across machines).
+inline constexpr const char* kOutputPerMachineAttr = "output_per_machine";
+// Whether output `ref` of a job on several machines is fetched per machine: it is laid out S(0)
+// over every device of every machine (the boxing pass makes it so instead of gathering it on
+// one device), and each machine's main sink reads only its own devices' rows (one shard read
+// in place, or a gather of the machine's shards on its first device); the session's output desc
+// is the machine's rows. Nothing of it crosses machines.
+bool OutputPerMachine(const Graph& graph, const std::string& ref);
 
 // One line per node after the SBP pass: name (type) on placement: inputs->outputs  @ file:line.
 std::string SbpSummary(const Graph& graph);
@@ -212,6 +247,8 @@ Status VerifyInPlaceOrder(const plan::Plan& plan);
 // Other machines' tasks read their own machine's copy; a copy keeps the control inputs (in-place
 // order) from its own machine only; each machine's main sink waits for its copies as machine
 // 0's waits for the originals. A plan whose variables only machine 0 reads comes back as is.
+// Shards of variables stored per device (ShardedVariable) and their updates are not copied:
+// each lives on its own machine only (model parallelism across machines).
 StatusOr<plan::Plan> ReplicateVariablesAcrossMachines(const plan::Plan& plan);
 
 // A plan whose tasks live on several machines (Task.machine_id), with every edge whose producer

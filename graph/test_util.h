@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "actors/proto/plan.pb.h"
 #include "graph/job_builder.h"
 
 namespace actorflow {
@@ -50,6 +51,13 @@ inline Mlp BuildMlp(const std::string& job_type, int64_t n, int64_t d, int64_t h
   }
   if (!b.SetOutputs({m.loss}).ok()) throw std::runtime_error("SetOutputs");
   return m;
+}
+
+// The task of `plan` named `name`, or null.
+inline const plan::Task* FindTask(const plan::Plan& plan, const std::string& name) {
+  for (const plan::Task& t : plan.tasks())
+    if (t.name() == name) return &t;
+  return nullptr;
 }
 
 }  // namespace testing

@@ -8,6 +8,8 @@
 #include <emmintrin.h>
 #endif
 
+#include "kernels/parallel_chunks.h"
+
 namespace actorflow {
 namespace {
 
@@ -18,6 +20,15 @@ namespace {
 constexpr size_t kStreamTouchedBytes = 16 << 20;
 
 constexpr int64_t kSumBlock = 2048;  // elements: 8 KiB of float32, with the shards' reads well inside L1
+
+// A partial sum's run is split over the kernel's threads (ParallelChunks) when it touches at
+// least this many bytes (shards read and output written). Below it a helper's hand-off can cost
+// more than half the sum saves: a 1 MB all-reduce (1.25-1.5 MB touched per task, ~20-40 us of
+// summing) split over two threads lost on a loaded 2-core host, where a helper waits for a core;
+// 16 MB and more gained. Each chunk is a whole number of kSumBlock, so chunks never share an
+// output cache line once the run's start is aligned, and every element is added in the same
+// order as on one thread: the same bits whatever the thread count.
+constexpr size_t kThreadedSumTouchedBytes = 4 << 20;
 
 // block[0, length) = the sources in order, added in one pass: from the first `count` (2 to 4)
 // when `first`, else block + each of `count` (1 to 3). One pass over up to four sources loads
@@ -215,8 +226,29 @@ void ForEachRun(const Box& box, T* dst, const Box& dst_box, const T* src, const 
   }
 }
 
+// SumRun over [0, n) split into chunks of whole kSumBlocks on up to `threads` threads.
+template <typename T, typename Source>
+void SumRunThreaded(T* out, const Source& source, size_t count, int64_t n, bool stream, int threads) {
+  const size_t touched = static_cast<size_t>(n) * sizeof(T) * (count + 1);
+  if (threads <= 1 || touched < kThreadedSumTouchedBytes || n < 2 * kSumBlock) {
+    SumRun<T>(out, source, count, n, stream);
+    return;
+  }
+  // Two chunks per thread: a helper that starts late leaves less for the caller to wait on.
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  const int chunks = static_cast<int>(std::min<int64_t>(blocks, 2 * static_cast<int64_t>(threads)));
+  const int64_t per_chunk = (blocks + chunks - 1) / chunks * kSumBlock;
+  auto chunk = [&](int i) {
+    const int64_t begin = i * per_chunk;
+    if (begin >= n) return;
+    const int64_t length = std::min(per_chunk, n - begin);
+    SumRun<T>(out + begin, [&](size_t k) { return source(k) + begin; }, count, length, stream);
+  };
+  ParallelChunks(chunks, threads, chunk);
+}
+
 template <typename T>
-Status RunTyped(const BoxingSpec& spec, const std::vector<TensorView>& inputs, const TensorView& output) {
+Status RunTyped(const BoxingSpec& spec, const std::vector<TensorView>& inputs, const TensorView& output, int threads) {
   T* out = output.as<T>();
   if (spec.out.kind == SbpKind::kPartialSum && spec.out_index != 0) {
     std::memset(out, 0, output.byte_size());
@@ -241,7 +273,8 @@ Status RunTyped(const BoxingSpec& spec, const std::vector<TensorView>& inputs, c
       const bool stream = output.byte_size() * (inputs.size() + 1) > kStreamTouchedBytes;
       ForEachRun<T>(out_box, out, out_box, first, full, [&](T* d, const T* a, int64_t n) {
         const std::ptrdiff_t offset = a - first;
-        SumRun<T>(d, [&](size_t k) { return inputs[k].as<const T>() + offset; }, inputs.size(), n, stream);
+        SumRunThreaded<T>(d, [&](size_t k) { return inputs[k].as<const T>() + offset; }, inputs.size(), n, stream,
+                          threads);
       });
       break;
     }
@@ -331,14 +364,14 @@ Attrs BoxingTaskAttrs(const BoxingSpec& spec) {
 
 int64_t BoxingInputCount(const BoxingSpec& spec) { return spec.in.kind == SbpKind::kBroadcast ? 1 : spec.in_parts; }
 
-Status RunBoxing(const BoxingSpec& spec, const std::vector<TensorView>& inputs, const TensorView& output) {
+Status RunBoxing(const BoxingSpec& spec, const std::vector<TensorView>& inputs, const TensorView& output, int threads) {
   switch (spec.dtype) {
-    case DType::kFloat32: return RunTyped<float>(spec, inputs, output);
-    case DType::kFloat64: return RunTyped<double>(spec, inputs, output);
-    case DType::kInt32: return RunTyped<int32_t>(spec, inputs, output);
-    case DType::kInt64: return RunTyped<int64_t>(spec, inputs, output);
-    case DType::kInt8: return RunTyped<int8_t>(spec, inputs, output);
-    case DType::kUInt8: return RunTyped<uint8_t>(spec, inputs, output);
+    case DType::kFloat32: return RunTyped<float>(spec, inputs, output, threads);
+    case DType::kFloat64: return RunTyped<double>(spec, inputs, output, threads);
+    case DType::kInt32: return RunTyped<int32_t>(spec, inputs, output, threads);
+    case DType::kInt64: return RunTyped<int64_t>(spec, inputs, output, threads);
+    case DType::kInt8: return RunTyped<int8_t>(spec, inputs, output, threads);
+    case DType::kUInt8: return RunTyped<uint8_t>(spec, inputs, output, threads);
     default: return InvalidArgument("boxing: unsupported dtype of " + output.desc.ToString());
   }
 }
@@ -360,7 +393,12 @@ void RegisterBoxingOps(OpRegistry& registry) {
   };
   def.kernel_factories[kCpuDevice] = [](const KernelInit& init) -> StatusOr<KernelFn> {
     AF_ASSIGN_OR_RETURN(BoxingSpec spec, SpecFromInit(init));
-    return KernelFn([spec](KernelContext& ctx) -> Status { return RunBoxing(spec, *ctx.inputs, ctx.output(0)); });
+    // A partial sum uses the act's threads (its share, plus idle shares lent to it); copies and
+    // slices stay on one (they are a fraction of a sum's traffic).
+    const int threads = init.num_threads;
+    return KernelFn([spec, threads](KernelContext& ctx) -> Status {
+      return RunBoxing(spec, *ctx.inputs, ctx.output(0), ctx.threads > threads ? ctx.threads : threads);
+    });
   };
   def.doc = "one device's piece of a layout conversion (compiler-inserted; see kernels/boxing.h)";
   registry.Register(std::move(def));

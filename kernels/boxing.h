@@ -43,6 +43,9 @@ int64_t BoxingInputCount(const BoxingSpec& spec);
 
 // The destination piece of `spec` from the source shards (views of the physical shapes, in
 // source device order; one for a broadcast source). Thread-safe: touches only its arguments.
-Status RunBoxing(const BoxingSpec& spec, const std::vector<TensorView>& inputs, const TensorView& output);
+// `threads` > 1: a partial sum of at least 4 MiB of traffic is split over that many threads
+// (the calling one and the kernels' helpers, kernels/parallel_chunks.h), with the same bits.
+Status RunBoxing(const BoxingSpec& spec, const std::vector<TensorView>& inputs, const TensorView& output,
+                 int threads = 1);
 
 }  // namespace actorflow

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
+
+#include "kernels/parallel_chunks.h"
 
 namespace actorflow {
 namespace {
@@ -176,6 +179,35 @@ TEST(BoxingTest, ReduceOfManyShardsOverLongRunsIsExact) {
           }
       }
     }
+}
+
+TEST(BoxingTest, ThreadedReduceIsBitIdenticalToOneThread) {
+  // Sums past the threading threshold (4 MiB touched), on 2 and 3 threads: chunks of whole
+  // sum blocks, a run length that is no multiple of a block, and outputs at an odd offset (a
+  // scalar head before the first aligned block), each element the same bits as on one thread
+  // (the additions keep their order). The helper pool must have run some chunks.
+  for (int64_t shards : {2, 4, 5})
+    for (int64_t elements : {int64_t{65536 + 77}, int64_t{600001}})
+      for (int threads : {2, 3})
+        for (int64_t shift : {0, 1}) {
+          SCOPED_TRACE(std::to_string(shards) + " shards, " + std::to_string(elements) + " elements, " +
+                       std::to_string(threads) + " threads, output shifted " + std::to_string(shift));
+          const Shape logical = {elements};
+          std::vector<std::vector<float>> sources(shards, std::vector<float>(elements));
+          std::vector<TensorView> inputs;
+          for (int64_t k = 0; k < shards; ++k) {
+            for (int64_t i = 0; i < elements; ++i)
+              sources[k][i] = static_cast<float>((i * (k + 5)) % 101 - 30 * k) * (1.0f + 0.29f * static_cast<float>(k)) / 7.0f;
+            inputs.push_back({sources[k].data(), {logical, DType::kFloat32}});
+          }
+          const BoxingSpec spec{logical, DType::kFloat32, Sbp::PartialSum(), Sbp::Broadcast(), shards, 1, 0};
+          std::vector<float> one(elements, -1.0f), many(elements + shift, -1.0f);
+          ASSERT_TRUE(RunBoxing(spec, inputs, {one.data(), {logical, DType::kFloat32}}, 1).ok());
+          ASSERT_TRUE(RunBoxing(spec, inputs, {many.data() + shift, {logical, DType::kFloat32}}, threads).ok());
+          ASSERT_EQ(std::memcmp(one.data(), many.data() + shift, elements * sizeof(float)), 0);
+          if (shift == 1) ASSERT_EQ(many[0], -1.0f);  // nothing written before the piece
+        }
+  EXPECT_GT(ParallelChunksHelpers(), 0);
 }
 
 TEST(BoxingTest, ReduceLargerThanTheCachesStreamsItsOutputExactly) {

@@ -1,5 +1,6 @@
 // Microbenchmark of the kernels on the MLP (784-512-10, batch 100) and LeNet shapes:
-// microseconds per call and GFLOP/s where FLOPs are well defined. Usage: kernels_bench [threads].
+// microseconds per call and GFLOP/s where FLOPs are well defined.
+// Usage: kernels_bench [threads] [text]: only the cases whose label contains `text`.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -92,6 +93,11 @@ int main(int argc, char** argv) {
   double mm = 2.0 * 100 * 784 * 512, c2 = 2.0 * 100 * 64 * 14 * 14 * 32 * 25;
   std::vector<Case> cases = {
       {"matmul (100,784)x(784,512)", "matmul", {f({100, 784}), f({784, 512})}, {}, mm},
+      // The seed MLP train step's two large GEMMs as its plan runs them (weights (units, in)).
+      {"step: x W1^T + bias, relu (100,784)x(512,784)^T", "matmul", {f({100, 784}), f({512, 784}), f({512})},
+       Attrs{{"transpose_b", true}, {"fuse_bias", true}, {"fuse_relu", true}}, mm},
+      {"step: W1 -= lr dh^T x (512,784) from (100,512),(100,784)", "matmul_sgd_update",
+       {f({512, 784}), f({100, 512}), f({100, 784}), f({1})}, Attrs{{"transpose_a", true}}, mm},
       {"matmul dW: a^T (784,100)x(100,512)", "matmul", {f({100, 784}), f({100, 512})}, Attrs{{"transpose_a", true}}, mm},
       {"matmul dX: (100,512)x b^T", "matmul", {f({100, 512}), f({784, 512})}, Attrs{{"transpose_b", true}}, mm},
       {"bias_add+relu (100,512)", "bias_add", {f({100, 512}), f({512})}, Attrs{{"fuse_relu", true}}},
@@ -108,6 +114,8 @@ int main(int argc, char** argv) {
        Attrs{{"fuse_relu_grad", true}}, 2.0 * 100 * 10 * 512},
       {"  the same, oneDNN", "matmul", {f({100, 10}), f({10, 512}), f({100, 512})},
        Attrs{{"fuse_relu_grad", true}, {"narrow_gemm", false}}, 2.0 * 100 * 10 * 512},
+      {"  + the bias gradient's column sums (fuse_bias_grad)", "matmul", {f({100, 10}), f({10, 512}), f({100, 512})},
+       Attrs{{"fuse_relu_grad", true}, {"fuse_bias_grad", true}}, 2.0 * 100 * 10 * 512},
       {"dW2 (100,10)^T(100,512) + SGD, narrow", "matmul_sgd_update", {f({10, 512}), f({100, 10}), f({100, 512}), f({1})},
        Attrs{{"transpose_a", true}}, 2.0 * 100 * 10 * 512},
       {"  the same, oneDNN", "matmul_sgd_update", {f({10, 512}), f({100, 10}), f({100, 512}), f({1})},
@@ -136,6 +144,8 @@ int main(int argc, char** argv) {
       {"bias_add_grad (100,32,28,28) axis 1", "bias_add_grad", {f({100, 32, 28, 28})}, {}},
   };
   std::printf("kernels_bench, %d thread(s)\n", threads);
-  for (const Case& c : cases) Run(c, threads);
+  const std::string only = argc > 2 ? argv[2] : "";
+  for (const Case& c : cases)
+    if (c.label.find(only) != std::string::npos) Run(c, threads);
   return 0;
 }

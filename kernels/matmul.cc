@@ -62,7 +62,21 @@ Status InferMatmul(InferContext& ctx) {
   AF_ASSIGN_OR_RETURN(MatmulDims d, ReadDims(a, b, ta, tb));
   Shape out = (d.a_batched || d.b_batched) ? Shape{d.batch, d.m, d.n} : Shape{d.m, d.n};
   ctx.outputs = {TensorDesc{out, a.dtype}};
+  // The compiler's bias-gradient fusion (graph/matmul_bias_grad.cc): a second output, the
+  // product's columns summed over every row (and batch), what bias_add_grad on the last axis gives.
+  if (ctx.attrs.GetBoolOr("fuse_bias_grad", false)) ctx.outputs.push_back(TensorDesc{{d.n}, a.dtype});
   return Status::Ok();
+}
+
+// dbias (n) = out (rows x n) summed over rows in ascending order from zero: bias_add_grad's
+// loop (the same floats), for the kernels' paths that cannot sum while the product is stored.
+template <typename T>
+void SumColumns(const T* __restrict out, int64_t rows, int64_t n, T* __restrict sums) {
+  for (int64_t j = 0; j < n; ++j) sums[j] = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict row = out + r * n;
+    for (int64_t j = 0; j < n; ++j) sums[j] += row[j];
+  }
 }
 
 template <typename T>
@@ -199,6 +213,15 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
     return InvalidArgument("matmul with fuse_relu_grad needs a third input 'y' (the relu's output) like the product, " +
                            init.outputs[0].ToString() + ", got " + (init.inputs.size() == 3 ? init.inputs[2].ToString() : "none"));
   const int64_t rows = m * batch;
+  // fuse_bias_grad: output 1 (n) = the final product's column sums (see InferMatmul).
+  const bool fuse_bias_grad = init.attrs.GetBoolOr("fuse_bias_grad", false);
+  if (fuse_bias_grad && (init.outputs.size() != 2 || init.outputs[1] != TensorDesc{{n}, init.inputs[0].dtype}))
+    return InvalidArgument("matmul with fuse_bias_grad needs a second output 'dbias' of shape (" + std::to_string(n) +
+                           ",) and the operands' dtype, got " +
+                           (init.outputs.size() == 2 ? init.outputs[1].ToString() : std::string("none")));
+  auto sum_columns = [=]<typename T>(KernelContext& c) {
+    if (fuse_bias_grad) SumColumns<T>(c.output(0).as<T>(), rows, n, c.output(1).as<T>());
+  };
   // On rows [r0, r1) of the output (all batches folded into rows).
   auto epilogue = [=]<typename T>(KernelContext& c, int64_t r0, int64_t r1) {
     if (fuse_relu_grad) {
@@ -224,6 +247,7 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
         Gemm<double>(ta, tb, m, n, k, c.input(0).as<double>() + i * a_step, c.input(1).as<double>() + i * b_step,
                      c.output(0).as<double>() + i * c_step);
       epilogue.template operator()<double>(c, 0, rows);
+      sum_columns.template operator()<double>(c);
       return Status::Ok();
     });
   // A few rows of a (batch-1 inference) as a GEMV (kernels/gemv.h), its columns split over the
@@ -241,8 +265,9 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
         GemvColumns(g, 0, n);
       } else {
         auto block = [&](int i) { GemvColumns(g, i * step, std::min(n, (i + 1) * step)); };
-        ParallelChunks(blocks, t, block);
+        ParallelChunks(blocks, t, block, WakeHelpers::kInStream);  // ~20 us on one core: see the enum
       }
+      sum_columns.template operator()<float>(c);
       return Status::Ok();
     });
   // A GEMM with one small dimension (a narrow dense layer and its gradients) as the kernels'
@@ -268,6 +293,8 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
       g.relu = fuse_relu;
       g.relu_output = fuse_relu_grad ? c.input(2).as<float>() : nullptr;
       g.c = c.output(0).as<float>();
+      // The rows loop sums each column as it stores it (its parts own whole columns).
+      g.column_sums = fuse_bias_grad && NarrowGemmSumsColumns(narrow) ? c.output(1).as<float>() : nullptr;
       const int parts = !small && c.threads > narrow_parts ? c.threads : narrow_parts;
       const int64_t extent = NarrowGemmExtent(g, narrow), step = NarrowGemmStep(g, narrow, parts);
       const int pieces = static_cast<int>((extent + step - 1) / step);
@@ -277,6 +304,7 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
         auto piece = [&](int i) { NarrowGemmPart(g, narrow, i * step, std::min(extent, (i + 1) * step)); };
         ParallelChunks(pieces, parts, piece);
       }
+      if (!g.column_sums) sum_columns.template operator()<float>(c);
       return Status::Ok();
     });
   }
@@ -303,6 +331,7 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
         ParallelChunks(2, 2, half);
         if (failed.load()) return Internal("oneDNN matmul failed");
       }
+      sum_columns.template operator()<float>(c);
       return Status::Ok();
     });
   // omp_team: one OpenMP team per GEMM instead of blocks (disable_fusion("gemm_chunks")).
@@ -349,6 +378,7 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
                                c.input(1).as<float>() + i * b_step, 0.0f, out, t, omp_team,
                                fuse_bias ? &bias_epilogue : fuse_relu_grad ? &mask_epilogue : nullptr));
     }
+    sum_columns.template operator()<float>(c);
     return Status::Ok();
   });
 }
@@ -359,6 +389,8 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
 // partial with partial products (sum of (a_d b_d + bias_d) = ab + bias); a fused relu is not
 // linear, so no partial sum then. A fused relu gradient's y is laid out like the output, and
 // broadcast with partial products: masking is linear in the product (mask(sum) = sum of masks).
+// A fused bias gradient (column sums) is split with the columns, partial with split rows,
+// batches or partial products (each device sums its rows), broadcast with a broadcast product.
 StatusOr<std::vector<SbpSignature>> MatmulSbp(const SbpContext& ctx) {
   const bool ta = ctx.attrs.GetBoolOr("transpose_a", false), tb = ctx.attrs.GetBoolOr("transpose_b", false);
   const bool fuse_relu_grad = ctx.attrs.GetBoolOr("fuse_relu_grad", false);
@@ -368,11 +400,17 @@ StatusOr<std::vector<SbpSignature>> MatmulSbp(const SbpContext& ctx) {
   const int64_t a_m = ta ? ra - 1 : ra - 2, a_k = ta ? ra - 2 : ra - 1, b_k = tb ? rb - 1 : rb - 2, b_n = tb ? rb - 2 : rb - 1;
   const Sbp B = Sbp::Broadcast(), P = Sbp::PartialSum();
   std::vector<SbpSignature> out;
+  const bool fuse_bias_grad = ctx.attrs.GetBoolOr("fuse_bias_grad", false);
   auto add = [&](Sbp sa, Sbp sb, Sbp bias, Sbp result) {
     std::vector<Sbp> in = {sa, sb};
     if (fuse_bias) in.push_back(bias);
     if (fuse_relu_grad) in.push_back(result.kind == SbpKind::kPartialSum ? Sbp::Broadcast() : result);
-    out.push_back(MakeSignature(std::move(in), {result}));
+    std::vector<Sbp> results = {result};
+    if (fuse_bias_grad)
+      results.push_back(result.kind == SbpKind::kBroadcast                         ? Sbp::Broadcast()
+                        : result.kind == SbpKind::kSplit && result.axis == ro - 1 ? Sbp::Split(0)
+                                                                                   : Sbp::PartialSum());
+    out.push_back(MakeSignature(std::move(in), std::move(results)));
   };
   add(B, B, B, B);
   if (ro == 3 && CanSplit(o[0], ctx.parts)) add(ra == 3 ? Sbp::Split(0) : B, rb == 3 ? Sbp::Split(0) : B, B, Sbp::Split(0));
@@ -555,7 +593,8 @@ void RegisterMatmulOps(OpRegistry& registry) {
   def.sbp = MatmulSbp;
   def.doc = "out([B,]M,N) = op(a)([B,]M,K) . op(b)([B,]K,N); attrs transpose_a, transpose_b; the fusion passes add "
             "fuse_bias (third input bias (N,), added to every row) and fuse_relu, or fuse_relu_grad (third input y "
-            "like out: out kept where y > 0, relu's backward)";
+            "like out: out kept where y > 0, relu's backward), and fuse_bias_grad (second output dbias (N,): out "
+            "summed over all rows, bias_add_grad's floats)";
   registry.Register(std::move(def));
   RegisterBiasAdd(registry);
 }

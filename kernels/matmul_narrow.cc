@@ -6,6 +6,8 @@
 #include <array>
 #include <utility>
 
+#include "actors/check.h"
+
 // GCC 12's unmasked AVX-512 shuffles pass _mm512_undefined_ps() as their merge source, which
 // -Wuninitialized reports once per inlined use (GCC bug 105593); nothing here reads it.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -39,15 +41,17 @@ struct Epilogue {
   bool relu;
   const float* relu_output;
   float* c;
+  float* column_sums;
   int64_t n;
   explicit Epilogue(const NarrowGemmArgs& g)
-      : alpha(g.alpha), beta(g.beta), bias(g.bias), relu(g.relu), relu_output(g.relu_output), c(g.c), n(g.n) {}
+      : alpha(g.alpha), beta(g.beta), bias(g.bias), relu(g.relu), relu_output(g.relu_output), c(g.c),
+        column_sums(g.column_sums), n(g.n) {}
 };
 
 // The epilogue and the one store of C's row i, columns j.. (the lanes of `mask`; all 16 when
-// Full: plain loads and stores).
+// Full: plain loads and stores); returns the stored vector.
 template <bool Full>
-AF_AVX512 inline void Finish(const Epilogue& e, int64_t i, int64_t j, __mmask16 mask, __m512 v) {
+AF_AVX512 inline __m512 Finish(const Epilogue& e, int64_t i, int64_t j, __mmask16 mask, __m512 v) {
   float* out = e.c + i * e.n + j;
   auto load = [mask](const float* from) AF_AVX512 { return Full ? _mm512_loadu_ps(from) : _mm512_maskz_loadu_ps(mask, from); };
   if (e.alpha != 1.0f) v = _mm512_mul_ps(v, _mm512_set1_ps(e.alpha));
@@ -59,6 +63,7 @@ AF_AVX512 inline void Finish(const Epilogue& e, int64_t i, int64_t j, __mmask16 
     v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(load(e.relu_output + i * e.n + j), _mm512_setzero_ps(), _CMP_GT_OQ), v);
   if (Full) _mm512_storeu_ps(out, v);
   else _mm512_mask_storeu_ps(out, mask, v);
+  return v;
 }
 
 // C[i0..i0+R)[j0..j0+16V) = sum over p of op(A)[i][p] * B[p][j..]; mask[v]: the columns of
@@ -93,7 +98,20 @@ AF_AVX512 void RowsTile(const NarrowGemmArgs& g, int64_t i0, int64_t j0, const _
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 32
     for (int v = 0; v < V; ++v)
-      if (Full || masks[v]) Finish<Full>(epilogue, i0 + r, j0 + 16 * v, masks[v], acc[r][v]);
+      if (Full || masks[v]) acc[r][v] = Finish<Full>(epilogue, i0 + r, j0 + 16 * v, masks[v], acc[r][v]);
+  if (!epilogue.column_sums) return;
+  // The tile's rows added to the column sums in ascending order, in registers: one load and
+  // store of the sums per tile (not per row), the same additions in the same order.
+#pragma GCC unroll 32
+  for (int v = 0; v < V; ++v) {
+    if (!Full && !masks[v]) continue;
+    float* sums = epilogue.column_sums + j0 + 16 * v;
+    __m512 sum = Full ? _mm512_loadu_ps(sums) : _mm512_maskz_loadu_ps(masks[v], sums);
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r) sum = _mm512_add_ps(sum, acc[r][v]);
+    if (Full) _mm512_storeu_ps(sums, sum);
+    else _mm512_mask_storeu_ps(sums, masks[v], sum);
+  }
 }
 
 using RowsTileFn = void (*)(const NarrowGemmArgs&, int64_t, int64_t, const __mmask16*);
@@ -112,6 +130,9 @@ constexpr auto kFullRowsTiles4 = RowsTiles<4, true>(std::make_integer_sequence<i
 // row by row, and B (k x the part's columns) stays in L1 when k is small.
 AF_AVX512 void RunRows(const NarrowGemmArgs& g, int64_t c0, int64_t c1) {
   const int vectors = RowsVectors(g.m), tile_rows = RowsTileRows(g.m);
+  // Row tiles run in ascending order and each tile finishes its rows in order: every column's
+  // sum adds C's rows 0, 1, ... m-1 to zero, one rounding each, as bias_add_grad does.
+  if (g.column_sums) std::fill(g.column_sums + c0, g.column_sums + c1, 0.0f);
   for (int64_t i = 0; i < g.m; i += tile_rows) {
     const int rows = static_cast<int>(std::min<int64_t>(tile_rows, g.m - i));
     for (int64_t j = c0; j < c1; j += 16 * vectors) {
@@ -190,7 +211,7 @@ AF_AVX512 void DotsTile(const NarrowGemmArgs& g, int64_t i0, int64_t c0) {
     __m512 lanes[16];
 #pragma GCC unroll 32
     for (int c = 0; c < 16; ++c) lanes[c] = c < NC ? acc[r][c] : _mm512_setzero_ps();
-    Finish<false>(epilogue, i0 + r, c0, LaneMask(NC), SumLanes(lanes));
+    (void)Finish<false>(epilogue, i0 + r, c0, LaneMask(NC), SumLanes(lanes));
   }
 }
 
@@ -230,6 +251,7 @@ NarrowGemmLoop ChooseNarrowGemm(bool transpose_a, bool transpose_b, int64_t m, i
 
 void NarrowGemmPart(const NarrowGemmArgs& args, NarrowGemmLoop loop, int64_t begin, int64_t end) {
   if (begin >= end) return;
+  AF_CHECK(!args.column_sums || NarrowGemmSumsColumns(loop)) << "column sums need the rows loop (whole columns per part)";
   if (loop == NarrowGemmLoop::kRows) RunRows(args, begin, end);
   else if (loop == NarrowGemmLoop::kDots) RunDots(args, begin, end);
 }

@@ -16,7 +16,9 @@
 //
 // Epilogue on each output vector before its one store, in this order: alpha, + beta * C (not
 // read when beta == 0), + bias per column, relu (keeps NaN, as NanRelu), then the relu-gradient
-// mask (kept where relu_output > 0, zero elsewhere, relu_output laid out like C).
+// mask (kept where relu_output > 0, zero elsewhere, relu_output laid out like C); then, with
+// column_sums, the stored value added to its column's sum (the rows loop only: a bias gradient
+// summed while C is in registers, rows in ascending order, the floats of bias_add_grad).
 // Sums over k: in k's order per output in the rows loop; in 16 lane-wise partial sums added
 // pairwise in the dots loop (FMA contractions both; not bitwise oneDNN's results).
 // Thread-safe (pure function of its arguments); needs AVX-512F (GemvAvailable()).
@@ -46,7 +48,13 @@ struct NarrowGemmArgs {
   bool relu = false;                   // after the bias
   const float* relu_output = nullptr;  // m x n, or null: C kept where relu_output > 0
   float* c = nullptr;                  // m x n, rows contiguous
+  // n, or null: C's columns summed over its m rows after the epilogue; each part writes the
+  // sums of its own columns (kRows only: NarrowGemmSumsColumns).
+  float* column_sums = nullptr;
 };
+
+// Whether `loop` can fill NarrowGemmArgs::column_sums: kRows (parts own whole columns).
+inline bool NarrowGemmSumsColumns(NarrowGemmLoop loop) { return loop == NarrowGemmLoop::kRows; }
 
 // The part of C one thread computes: columns [begin, end) for kRows, rows [begin, end) for
 // kDots (both C's full extent in the other dimension). Requires GemvAvailable() and a loop

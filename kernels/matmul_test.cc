@@ -252,6 +252,84 @@ TEST(Matmul, FusedReluGradEpilogue) {
   EXPECT_NE(e.find("exclude each other"), std::string::npos) << e;
 }
 
+// fuse_bias_grad: the second output is the final product's column sums, bit for bit what
+// bias_add_grad gives on the product (rows added in order from zero), on every path the kernel
+// takes: the narrow rows loop summing in registers (masked data gradient (100,10)x(10,512), in
+// one and two parts), the narrow dots loop, oneDNN (narrow_gemm off), the split GEMM (K = 784 on
+// 2 threads), the small-GEMM primitive, the GEMV (4 rows), a batched product and float64.
+// Outputs start as NaN, so an unwritten sum fails.
+TEST(Matmul, FusedBiasGradSumsColumnsLikeBiasAddGrad) {
+  RegisterAllOps();
+  const OpDef* def = OpRegistry::Global().Find("matmul").value();
+  struct Case {
+    Shape a, b;
+    bool tb, mask;
+    DType dtype;
+    bool narrow = true;
+  };
+  const std::vector<Case> cases = {
+      {{100, 10}, {10, 512}, false, true, DType::kFloat32},  {{100, 10}, {10, 512}, false, true, DType::kFloat32, false},
+      {{37, 10}, {10, 100}, false, true, DType::kFloat32},   {{100, 512}, {10, 512}, true, false, DType::kFloat32},
+      {{100, 784}, {512, 784}, true, true, DType::kFloat32}, {{20, 64}, {64, 48}, false, false, DType::kFloat32},
+      {{4, 64}, {64, 48}, false, false, DType::kFloat32},    {{3, 20, 16}, {16, 24}, false, false, DType::kFloat32},
+      {{9, 17}, {17, 9}, false, true, DType::kFloat64}};
+  for (const Case& c : cases)
+    for (int threads : {1, 2}) {
+      const int64_t n = c.tb ? c.b[0] : c.b[1];
+      Shape out_shape = c.a;
+      out_shape.back() = n;
+      const int64_t elements = NumElements(out_shape);
+      HostTensor a = HostTensor::Of(c.a, c.dtype, Ramp(NumElements(c.a), 0.3));
+      HostTensor b = HostTensor::Of(c.b, c.dtype, Ramp(NumElements(c.b), 1.5));
+      std::vector<double> y_values(elements);
+      for (int64_t i = 0; i < elements; ++i) y_values[i] = i % 3 == 0 ? 0.0 : 0.5 + i % 7;
+      HostTensor y = HostTensor::Of(out_shape, c.dtype, y_values);
+      Attrs plain = T(false, c.tb);
+      plain.Set("fuse_relu_grad", c.mask);
+      plain.Set("narrow_gemm", c.narrow);
+      std::vector<HostTensor> inputs = {a, b};
+      if (c.mask) inputs.push_back(y);
+      std::vector<TensorView> iv;
+      for (HostTensor& t : inputs) iv.push_back(t.view());
+      auto run = [&](const Attrs& attrs, std::vector<HostTensor>& outputs) {
+        InferContext ic{{}, attrs, {}};
+        for (const HostTensor& t : inputs) ic.inputs.push_back(t.desc);
+        ASSERT_TRUE(def->infer(ic).ok());
+        auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, ic.outputs, attrs, threads});
+        ASSERT_TRUE(kernel.ok()) << kernel.status().message();
+        for (const TensorDesc& d : ic.outputs)
+          outputs.push_back(HostTensor::Of(d.shape, d.dtype, std::vector<double>(NumElements(d.shape), std::nan(""))));
+        std::vector<TensorView> ov;
+        for (HostTensor& t : outputs) ov.push_back(t.view());
+        KernelContext ctx{&iv, &ov, 0};
+        ASSERT_TRUE(kernel.value()(ctx).ok());
+      };
+      std::vector<HostTensor> unfused, fused;
+      run(plain, unfused);
+      Attrs with_sums = plain;
+      with_sums.Set("fuse_bias_grad", true);
+      run(with_sums, fused);
+      ASSERT_EQ(unfused.size(), 1u);
+      ASSERT_EQ(fused.size(), 2u);
+      const std::string where = ShapeToString(c.a) + " x " + ShapeToString(c.b) + (c.narrow ? "" : " oneDNN") +
+                                " threads " + std::to_string(threads);
+      for (int64_t i = 0; i < elements; ++i) ASSERT_EQ(fused[0].at(i), unfused[0].at(i)) << where << " element " << i;
+      HostTensor want = Run1("bias_add_grad", {unfused[0]}, Attrs{{"axis", static_cast<int64_t>(out_shape.size()) - 1}});
+      ASSERT_EQ(fused[1].desc, want.desc) << where;
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(fused[1].at(j), want.at(j)) << where << " column " << j;
+    }
+  // The second output must be there, shaped (N,).
+  HostTensor a = F32({4, 3}), b = F32({3, 5});
+  InferContext ic{{a.desc, b.desc}, Attrs{{"fuse_bias_grad", true}}, {}};
+  ASSERT_TRUE(def->infer(ic).ok());
+  ASSERT_EQ(ic.outputs.size(), 2u);
+  EXPECT_EQ(ic.outputs[1].shape, (Shape{5}));
+  auto kernel = def->kernel_factories.at(kCpuDevice)(KernelInit{ic.inputs, {ic.outputs[0]}, ic.attrs, 1});
+  ASSERT_FALSE(kernel.ok());
+  EXPECT_NE(kernel.status().message().find("second output 'dbias' of shape (5,)"), std::string::npos)
+      << kernel.status().message();
+}
+
 TEST(Matmul, ShapeErrorNamesDimensions) {
   std::string e = ErrorOf("matmul", {F32({100, 784}), F32({512, 10})});
   EXPECT_NE(e.find("(100, 784)"), std::string::npos) << e;

@@ -41,19 +41,25 @@ struct Pool {
   std::atomic<uint32_t> wake{0};
   std::atomic<int> sleepers{0};
   std::atomic<int> helpers{0};
+  std::atomic<int64_t> wake_ups{0};
+  std::atomic<int64_t> jobs{0}, caller_only_jobs{0};  // split jobs; those no helper took a chunk of
   std::mutex grow_mutex;
   uint32_t generation = 0;  // job_mutex holder only
+  std::chrono::steady_clock::time_point last_job_end{};  // job_mutex holder only
 
-  // Claims and runs chunks of the current job until none is left.
-  void Work() {
+  // Claims and runs chunks of the current job until none is left; how many it ran.
+  int Work() {
+    int ran = 0;
     uint64_t s = state.load(std::memory_order_acquire);
     while (Claimable(s)) {
       if (state.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
         body.load(std::memory_order_relaxed)(context.load(std::memory_order_relaxed), static_cast<int>(Next(s)));
         completed.fetch_add(1, std::memory_order_release);
+        ++ran;
         s = state.load(std::memory_order_acquire);
       }
     }
+    return ran;
   }
 
   void HelperLoop() {
@@ -109,7 +115,8 @@ void RunInline(int num_chunks, void (*body)(void*, int), void* context) {
 
 }  // namespace
 
-void ParallelChunks(int num_chunks, int threads, void (*body)(void* context, int chunk), void* context) {
+void ParallelChunks(int num_chunks, int threads, void (*body)(void* context, int chunk), void* context,
+                    WakeHelpers wake) {
   if (threads <= 1 || num_chunks <= 1 || num_chunks > kMaxChunks) return RunInline(num_chunks, body, context);
   Pool& pool = GetPool();
   std::unique_lock<std::mutex> lock(pool.job_mutex, std::try_to_lock);
@@ -123,17 +130,34 @@ void ParallelChunks(int num_chunks, int threads, void (*body)(void* context, int
   pool.completed.store(0, std::memory_order_relaxed);
   pool.tickets.store(helpers);
   pool.state.store(Pack(++pool.generation, static_cast<uint32_t>(num_chunks), 0), std::memory_order_release);
-  pool.wake.fetch_add(1);
-  if (pool.sleepers.load() > 0) pool.wake.notify_all();
-  pool.Work();
+  pool.wake.fetch_add(1);  // spinning helpers see it; sleeping ones only if notified
+  if (pool.sleepers.load() > 0 &&
+      (wake == WakeHelpers::kAlways || std::chrono::steady_clock::now() - pool.last_job_end < kSpinTime)) {
+    pool.wake.notify_all();
+    pool.wake_ups.fetch_add(1, std::memory_order_relaxed);
+  }
+  const int caller_ran = pool.Work();
   // Only chunks a helper claimed are still running; wait for those alone.
   for (int i = 1; pool.completed.load(std::memory_order_acquire) < num_chunks; ++i) {
     _mm_pause();
     if ((i & 255) == 0) sched_yield();  // a descheduled helper may need this core
   }
+  pool.last_job_end = std::chrono::steady_clock::now();
+  // Owner-only writes (job_mutex); readers elsewhere load them.
+  pool.jobs.store(pool.jobs.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (caller_ran == num_chunks)
+    pool.caller_only_jobs.store(pool.caller_only_jobs.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   omp_set_num_threads(caller_threads);
 }
 
 int ParallelChunksHelpers() { return GetPool().helpers.load(); }
+int ParallelChunksSleepingHelpers() { return GetPool().sleepers.load(); }
+int64_t ParallelChunksWakeUps() { return GetPool().wake_ups.load(std::memory_order_relaxed); }
+
+ParallelChunksCounters ParallelChunksCounts() {
+  Pool& pool = GetPool();
+  return {pool.jobs.load(std::memory_order_relaxed), pool.caller_only_jobs.load(std::memory_order_relaxed),
+          pool.wake_ups.load(std::memory_order_relaxed)};
+}
 
 }  // namespace actorflow

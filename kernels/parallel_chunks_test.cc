@@ -78,5 +78,53 @@ TEST(ParallelChunks, HelpersReallyRunChunks) {
   });
 }
 
+// Waits (up to 5 s) until every helper has slept for 2 ms, so the next job comes alone. (A helper
+// counts itself asleep just before it waits, and may find a job then: seen twice, 2 ms apart.)
+bool HelpersAsleep() {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    if (ParallelChunksSleepingHelpers() < ParallelChunksHelpers()) continue;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (ParallelChunksSleepingHelpers() == ParallelChunksHelpers()) return true;
+  }
+  return false;
+}
+
+// A short job that comes alone leaves sleeping helpers asleep (its chunks still all run); one
+// that follows another at once wakes them; a long job (the default) always wakes them.
+TEST(ParallelChunks, ShortJobsWakeHelpersOnlyInAStream) {
+  WithTimeout([] {
+    std::atomic<int> runs{0};
+    auto body = [&](int) { runs.fetch_add(1); };
+    ParallelChunks(2, 2, body);  // at least one helper exists
+    ASSERT_GE(ParallelChunksHelpers(), 1);
+    bool stream_seen = false;
+    for (int attempt = 0; attempt < 20 && !stream_seen; ++attempt) {
+      ASSERT_TRUE(HelpersAsleep()) << "the helpers did not go to sleep within 5 s";
+      const int64_t before = ParallelChunksWakeUps();
+      runs = 0;
+      ParallelChunks(2, 2, body, WakeHelpers::kInStream);
+      EXPECT_EQ(runs.load(), 2);
+      EXPECT_EQ(ParallelChunksWakeUps(), before) << "a short job after 2 ms idle woke the helpers";
+      const auto alone_end = std::chrono::steady_clock::now();
+      ParallelChunks(2, 2, body, WakeHelpers::kInStream);
+      const auto stream_end = std::chrono::steady_clock::now();
+      const bool woke = ParallelChunksWakeUps() == before + 1;
+      // Within a helper's spin time (100 us) of the previous job this is a stream. A test
+      // thread descheduled before the job decided (a loaded host) makes the try inconclusive.
+      if (woke || stream_end - alone_end < std::chrono::microseconds(50)) {
+        stream_seen = true;
+        EXPECT_TRUE(woke) << "the second short job in a row did not wake the helpers";
+      }
+      EXPECT_EQ(runs.load(), 4);
+    }
+    EXPECT_TRUE(stream_seen) << "no two jobs ran within 50 us of each other in 20 attempts";
+    ASSERT_TRUE(HelpersAsleep());
+    const int64_t before = ParallelChunksWakeUps();
+    ParallelChunks(2, 2, body);
+    EXPECT_EQ(ParallelChunksWakeUps(), before + 1) << "a long job after idle did not wake the helpers";
+  });
+}
+
 }  // namespace
 }  // namespace actorflow::testing

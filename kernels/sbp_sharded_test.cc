@@ -98,6 +98,9 @@ std::map<std::string, std::vector<Instance>> Instances() {
                  {{Random({5, 7}), Random({7, 6}), Random({6})}, {{"fuse_bias", true}, {"fuse_relu", true}}},
                  {{Random({5, 7}), Random({7, 6}), Random({5, 6})}, {{"fuse_relu_grad", true}}},
                  {{Random({5, 7}), Random({6, 7}), Random({5, 6})}, {{"transpose_b", true}, {"fuse_relu_grad", true}}},
+                 {{Random({5, 7}), Random({7, 6}), Random({5, 6})}, {{"fuse_relu_grad", true}, {"fuse_bias_grad", true}}},
+                 {{Random({3, 5, 7}), Random({7, 6})}, {{"fuse_bias_grad", true}}},
+                 {{Random({5, 7}, DType::kFloat32), Random({7, 6}, DType::kFloat32)}, {{"fuse_bias_grad", true}}},
                  {{Random({5, 7}, DType::kFloat32), Random({7, 6}, DType::kFloat32)}, {}}};
   c["bias_add"] = {{{Random(m), Random({7})}, {{"axis", int64_t{1}}}},
                    {{Random({5, 4, 3, 2}), Random({4})}, {{"axis", int64_t{1}}}},
@@ -418,7 +421,8 @@ void CheckSignature(const OpDef& def, const Instance& instance, const SbpSignatu
       return parts_of;
     };
     for (size_t o = 0; o < output_descs.size(); ++o)
-      ExpectAssembled(gather(true, o), signature.outputs[o], logical.value().outputs[o], at + " output " + def.output_names[o]);
+      ExpectAssembled(gather(true, o), signature.outputs[o], logical.value().outputs[o],
+                      at + " output " + (o < def.output_names.size() ? def.output_names[o] : std::to_string(o)));
     for (int i : def.mutable_inputs) {
       const size_t index = static_cast<size_t>(i);
       const Sbp& sbp = signature.inputs[index];

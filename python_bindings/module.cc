@@ -21,6 +21,7 @@
 
 #include "graph/device_placement.h"
 #include "graph/memory_plan.h"
+#include "kernels/parallel_chunks.h"
 #include "session/eager.h"
 #include "session/model_export.h"
 #include "session/cluster_membership.h"
@@ -277,9 +278,7 @@ class PyJob {
   }
 
   void SetWatchHandler(const std::string& name, py::object fn) {
-    bool known = false;
-    for (const auto& w : job().graph().watches()) known |= w.handler_name == name;
-    if (!known) throw py::value_error("job '" + job().name() + "' has no watch handler named '" + name + "'");
+    if (!job().has_watch_handler(name)) throw py::value_error("job '" + job().name() + "' has no watch handler named '" + name + "'");
     handlers_[py::str(name)] = fn;
   }
 
@@ -359,6 +358,62 @@ class PySession {
     }
     Check(status);
     return out;
+  }
+
+  // None unless a job over several machines holds the variable; else {"shape", "dtype" (the
+  // logical tensor's), "axis": k (-1: whole
+  // copies), "machines": [...], "starts": [...], "shapes": [...], "local": [part indices held
+  // here], "whole_here": whether this process holds it whole}.
+  py::object VariableLayout(const std::string& name) {
+    actorflow::VariableLayout layout = Unwrap(session_->VariableLayoutOf(name));
+    if (layout.machines.empty()) return py::none();
+    const TensorDesc desc = Unwrap(session_->VariableDesc(name));
+    py::dict out;
+    out["shape"] = py::tuple(py::cast(desc.shape));
+    out["dtype"] = DTypeName(desc.dtype);
+    out["axis"] = layout.axis;
+    out["machines"] = layout.machines;
+    out["starts"] = layout.starts;
+    py::list shapes;
+    for (const TensorDesc& part : layout.parts) shapes.append(py::tuple(py::cast(part.shape)));
+    out["shapes"] = shapes;
+    auto membership = ClusterMembership::Get();
+    const int rank = membership ? membership->rank() : 0;
+    out["local"] = layout.PartsOn(rank);
+    out["whole_here"] = layout.HeldWholeOn(rank);
+    return out;
+  }
+
+  py::array GetVariablePart(const std::string& name, int index) {
+    actorflow::VariableLayout layout = Unwrap(session_->VariableLayoutOf(name));
+    if (index < 0 || static_cast<size_t>(index) >= layout.parts.size())
+      throw py::value_error("get_variable_part('" + name + "'): part " + std::to_string(index) + " of " +
+                            std::to_string(layout.parts.size()));
+    const TensorDesc desc = layout.parts[static_cast<size_t>(index)];
+    py::array out = EmptyArray(desc);
+    void* data = out.mutable_data();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = session_->GetVariablePart(name, index, data, desc.byte_size());
+    }
+    Check(status);
+    return out;
+  }
+
+  void SetVariablePart(const std::string& name, int index, const py::object& value) {
+    actorflow::VariableLayout layout = Unwrap(session_->VariableLayoutOf(name));
+    if (index < 0 || static_cast<size_t>(index) >= layout.parts.size())
+      throw py::value_error("set_variable_part('" + name + "'): part " + std::to_string(index) + " of " +
+                            std::to_string(layout.parts.size()));
+    const TensorDesc desc = layout.parts[static_cast<size_t>(index)];
+    py::array array = CheckedInput(value, "variable '" + name + "' part " + std::to_string(index), desc);
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = session_->SetVariablePart(name, index, desc, array.data());
+    }
+    Check(status);
   }
 
   void SetVariable(const std::string& name, const py::object& value) {
@@ -504,6 +559,12 @@ PYBIND11_MODULE(_C, m) {
   BindEager(m);
 
   m.def("op_types", [] { return OpRegistry::Global().Types(); });
+  // (jobs, caller_only_jobs, wake_ups) of the kernels' helper pool since the process started
+  // (kernels/parallel_chunks.h): which mode a bimodal short kernel ran in (benchmarks).
+  m.def("_kernel_pool_counts", [] {
+    ParallelChunksCounters c = ParallelChunksCounts();
+    return py::make_tuple(c.jobs, c.caller_only_jobs, c.wake_ups);
+  });
   // (ok, message): whether `n` GPUs can be used (graph::CheckGpuDevices), without raising.
   m.def("check_gpu_devices", [](int n) {
     Status status = graph::CheckGpuDevices(n);
@@ -545,6 +606,8 @@ PYBIND11_MODULE(_C, m) {
              Check(b.SetOutputSbpHint(ref, sbp));
            },
            py::arg("ref"), py::arg("kind"), py::arg("axis") = 0)
+      .def("set_fed_per_machine",
+           [](graph::JobBuilder& b, const std::string& ref) { Check(b.SetFedPerMachine(ref)); }, py::arg("ref"))
       .def("set_job_config",
            [](graph::JobBuilder& b, int cpu_device_num, int gpu_device_num, const std::string& view, int machine_num) {
              Check(b.SetDeviceNum(cpu_device_num, gpu_device_num));
@@ -618,6 +681,9 @@ PYBIND11_MODULE(_C, m) {
       .def("create_variable", &PySession::CreateVariable, py::arg("name"), py::arg("shape"), py::arg("dtype"),
            py::arg("initial"))
       .def("get_variable", &PySession::GetVariable)
+      .def("variable_layout", &PySession::VariableLayout, py::arg("name"))
+      .def("get_variable_part", &PySession::GetVariablePart, py::arg("name"), py::arg("index"))
+      .def("set_variable_part", &PySession::SetVariablePart, py::arg("name"), py::arg("index"), py::arg("value"))
       .def("set_variable", &PySession::SetVariable)
       .def("variable_names", &PySession::VariableNames)
       .def("compile", &PySession::Compile, py::arg("builder"), py::arg("options") = py::dict())
@@ -633,8 +699,11 @@ PYBIND11_MODULE(_C, m) {
       [](int rank, int world_size, const std::string& host, int port, const std::string& job_id,
          const std::string& version, int rendezvous_ms, int heartbeat_ms, int connection_timeout_ms,
          const std::string& secret, const std::string& tls_certificate, const std::string& tls_key,
-         const std::string& tls_ca, const std::string& data_host) {
+         const std::string& tls_ca, const std::string& data_host, int64_t call_deadline_ms) {
         if (port < 0 || port > 65535) throw py::value_error("cluster_start: port must be in [0, 65535], got " + std::to_string(port));
+        if (call_deadline_ms < 0)
+          throw py::value_error("cluster_start: call_deadline_ms must be >= 0 (0: none), got " +
+                                std::to_string(call_deadline_ms));
         ClusterOptions options;
         options.rank = rank;
         options.world_size = world_size;
@@ -648,6 +717,7 @@ PYBIND11_MODULE(_C, m) {
         options.rendezvous_timeout = std::chrono::milliseconds(rendezvous_ms);
         options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
         options.connection_timeout = std::chrono::milliseconds(connection_timeout_ms);
+        options.call_deadline = std::chrono::milliseconds(call_deadline_ms);
         Status started;
         {
           py::gil_scoped_release release;
@@ -658,7 +728,7 @@ PYBIND11_MODULE(_C, m) {
       py::arg("rank"), py::arg("world_size"), py::arg("host"), py::arg("port"), py::arg("job_id"),
       py::arg("version") = "", py::arg("rendezvous_ms") = 60000, py::arg("heartbeat_ms") = 1000,
       py::arg("connection_timeout_ms") = 5000, py::arg("secret") = "", py::arg("tls_certificate") = "",
-      py::arg("tls_key") = "", py::arg("tls_ca") = "", py::arg("data_host") = "");
+      py::arg("tls_key") = "", py::arg("tls_ca") = "", py::arg("data_host") = "", py::arg("call_deadline_ms") = 600000);
   m.def(
       "cluster_stop",
       [](int timeout_ms) {
@@ -670,6 +740,39 @@ PYBIND11_MODULE(_C, m) {
         Check(stopped);
       },
       py::arg("timeout_ms") = 30000);
+  m.def(
+      "cluster_barrier",
+      [](int timeout_ms) {
+        auto membership = ClusterMembership::Get();
+        if (!membership) throw py::value_error("cluster_barrier: this process is not part of a cluster");
+        Status status;
+        {
+          py::gil_scoped_release release;
+          status = membership->cluster().Barrier(std::chrono::milliseconds(timeout_ms));
+        }
+        Check(status);
+      },
+      py::arg("timeout_ms"));
+  m.def(
+      "cluster_all_gather",
+      [](const std::string& text, int timeout_ms) {
+        auto membership = ClusterMembership::Get();
+        if (!membership) throw py::value_error("cluster_all_gather: this process is not part of a cluster");
+        StatusOr<std::vector<std::string>> texts = FailedPrecondition("not run");
+        {
+          py::gil_scoped_release release;
+          texts = membership->cluster().AllGatherText(text, std::chrono::milliseconds(timeout_ms));
+        }
+        return Unwrap(std::move(texts));
+      },
+      py::arg("text"), py::arg("timeout_ms"));
+  // Payload bytes this rank's data plane sent and received so far (bench/bench_cluster_mlp.py).
+  m.def("cluster_payload_bytes", []() -> py::object {
+    auto membership = ClusterMembership::Get();
+    if (!membership) return py::none();
+    auto [sent, received] = membership->data_plane().PayloadBytes();
+    return py::make_tuple(sent, received);
+  });
   m.def("cluster_rank", [] {
     auto membership = ClusterMembership::Get();
     return membership ? membership->rank() : -1;

@@ -11,11 +11,18 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <vector>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
 
 #include "actors/status.h"
 #include "comm/cluster.h"
 #include "comm/data_plane.h"
+#include "graph/passes.h"
 
 namespace actorflow {
 
@@ -32,6 +39,23 @@ class ClusterMembership {
   // Call after the jobs drained. Ok when not started.
   static Status Stop(std::chrono::milliseconds timeout);
 
+  // Checks with every rank that they compiled the same `plan` (Cluster::CheckPlan: a collective,
+  // one per compiled job, in the same order on every rank) and returns this rank's part of it.
+  StatusOr<graph::MachinePlan> CheckAndExtract(const plan::Plan& plan);
+
+  ~ClusterMembership();  // stops the deadline watch
+
+  // A call of multi-machine job `job` pushed by this rank: counted (Cluster::NoteCall) and, with
+  // a call deadline (ClusterOptions::call_deadline), watched: while it has not ended
+  // `call_deadline` after this, a watch thread asks every rank whether it made the call
+  // (Cluster::CheckCalls): if one did not, the cluster fails on every rank with the error
+  // naming it (the data plane then fails this call and every later one); if all did, the call
+  // is slow and is watched for another deadline. Returns the token for EndCall (0: unwatched).
+  // `job` must outlive the call (the compiled job's name). No allocation once warm.
+  uint64_t StartCall(const std::string& job);
+  // The call of `token` completed (successfully or not). Cheap; 0 is ignored.
+  void EndCall(uint64_t token);
+
   Cluster& cluster() { return *cluster_; }
   DataPlane& data_plane() { return *data_plane_; }
   int rank() const { return cluster_->rank(); }
@@ -43,6 +67,20 @@ class ClusterMembership {
   std::shared_ptr<ActorEnvironment> actors_;
   std::unique_ptr<Cluster> cluster_;
   std::shared_ptr<DataPlane> data_plane_;
+
+  void Watch();  // the watch thread
+  struct Watched {
+    uint64_t token = 0;
+    const std::string* job = nullptr;
+    int64_t calls = 0;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::vector<Watched> watched_;  // pending calls, unordered (few: the registers bound them)
+  uint64_t next_token_ = 1;
+  bool stopping_ = false;
+  std::thread watcher_;  // started with the first watched call
 };
 
 }  // namespace actorflow

@@ -65,6 +65,23 @@ class KeyWriter {
   std::string text_;
 };
 
+// "float32(4,8,)": what TensorDesc::ToString says, without its stream (one per node output).
+void WriteDesc(KeyWriter& out, const TensorDesc& desc) {
+  out << DTypeName(desc.dtype) << '(';
+  for (int64_t d : desc.shape) out << d << ',';
+  out << ')';
+}
+
+// "cpu 0:0-1", "cpu (all devices)": Placement::ToString, written in place.
+void WritePlacement(KeyWriter& out, const graph::Placement& placement) {
+  out << placement.device_type;
+  if (placement.machine_device_ids.empty()) {
+    out << " (all devices)";
+    return;
+  }
+  for (size_t i = 0; i < placement.machine_device_ids.size(); ++i) out << (i ? ',' : ' ') << placement.machine_device_ids[i];
+}
+
 void WriteAttr(KeyWriter& out, const AttrValue& value) {
   out << value.index() << ':';
   std::visit(
@@ -130,11 +147,20 @@ std::string CanonicalJobKey(const Graph& traced, int register_num) {
       out << ' ';
     }
     out << "} outputs (";
-    for (size_t k = 0; k < n.output_names.size(); ++k)
-      out << n.output_names[k] << ':' << (k < n.output_descs.size() ? n.output_descs[k].ToString() : "?") << ' ';
+    for (size_t k = 0; k < n.output_names.size(); ++k) {
+      out << n.output_names[k] << ':';
+      if (k < n.output_descs.size()) {
+        WriteDesc(out, n.output_descs[k]);
+      } else {
+        out << '?';
+      }
+      out << ' ';
+    }
     out << ") mutable (";
     for (int m : n.mutable_inputs) out << m << ' ';
-    out << ") on " << n.placement.ToString() << " hints (";
+    out << ") on ";
+    WritePlacement(out, n.placement);
+    out << " hints (";
     for (const auto& hint : n.output_sbp_hints) out << (hint ? hint->ToString() : "-") << ' ';
     out << ')';
     if (n.kind == graph::NodeKind::kVariable)
@@ -271,16 +297,42 @@ void PrepareRebind(const CachedCompile& cached) {
   std::call_once(cached.index_once, [&] { cached.index = BuildRebindIndex(cached); });
 }
 
-std::optional<std::pair<Graph, std::shared_ptr<const plan::Plan>>> RebindCompiled(const CachedCompile& cached,
-                                                                                  const Graph& traced) {
+namespace {
+
+// A reference of the cached compile ("node/output" or a node name) under the new names: a
+// compiled node by its new name, a traced node the passes fused away by the new trace's name.
+std::string RenameRef(const RebindIndex& index, const JobNames& names, const std::string& ref) {
+  const size_t slash = ref.rfind('/');
+  const size_t end = slash == std::string::npos ? ref.size() : slash;
+  const std::string_view node = std::string_view(ref).substr(0, end);
+  if (auto it = index.compiled_index.find(node); it != index.compiled_index.end())
+    return names.node_names[it->second] + ref.substr(end);
+  if (auto it = index.traced_index.find(node); it != index.traced_index.end())
+    return names.traced_names[it->second] + ref.substr(end);
+  return ref;
+}
+
+}  // namespace
+
+std::shared_ptr<const JobNames> BindNames(const CachedCompile& cached, const Graph& traced) {
   const Graph& before = cached.traced;
   if (before.nodes().size() != traced.nodes().size() || before.watches().size() != traced.watches().size())
-    return std::nullopt;
+    return nullptr;
   PrepareRebind(cached);
   const RebindIndex& index = *cached.index;
+  auto names = std::make_shared<JobNames>();
+  names->job_name = traced.job_name();
+  names->traced_names.reserve(traced.nodes().size());
+  names->traced_variable_names.resize(traced.nodes().size());
+  for (size_t i = 0; i < traced.nodes().size(); ++i) {
+    const Node& n = traced.nodes()[i];
+    names->traced_names.push_back(n.name);
+    if (n.kind == graph::NodeKind::kVariable) names->traced_variable_names[i] = n.variable_name;
+  }
+  names->traced_watches = traced.watches();
   // Source lines: old line -> new line, where the old line maps to one new line.
-  std::unordered_map<std::string, std::string> location_map;
-  std::unordered_set<std::string> ambiguous_locations;
+  std::unordered_map<std::string_view, std::string_view> location_map;
+  std::unordered_set<std::string_view> ambiguous_locations;
   location_map.reserve(before.nodes().size());
   for (size_t i = 0; i < before.nodes().size(); ++i) {
     const Node& old_node = before.nodes()[i];
@@ -307,61 +359,105 @@ std::optional<std::pair<Graph, std::shared_ptr<const plan::Plan>>> RebindCompile
   // Compiled nodes by position: the new name and line of each.
   const Graph& compiled = *cached.compiled;
   const size_t count = compiled.nodes().size();
-  std::vector<std::string> new_name(count), new_location(count);
+  std::vector<std::string>& new_name = names->node_names;
+  std::vector<std::string>& new_location = names->node_locations;
+  new_name.resize(count);
+  new_location.resize(count);
+  names->variable_names.resize(count);
   // Views of new_name's strings (sized above, never moved while the set lives).
   std::unordered_set<std::string_view> new_names;
-  std::unordered_set<std::string> new_variables, old_variables;
+  std::unordered_set<std::string> new_variables;
+  std::unordered_set<std::string_view> old_variables;
   new_names.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     const Node& n = compiled.nodes()[i];
     const DerivedName from = index.node_origin[i];
-    std::string name = n.name;
-    std::string location = n.location;
+    std::string name;
+    std::string_view location = n.location;
     if (from.from >= 0) {
       name = traced_name(from, n.name);
       if (n.location == before.nodes()[from.from].location) location = traced.nodes()[from.from].location;
     } else if (n.kind == graph::NodeKind::kVariable &&
                variable_name(index.node_variable[i], n.variable_name) != n.variable_name) {
       name = variable_name(index.node_name_as_variable[i], n.name);
+    } else {
+      name = n.name;
     }
     if (location == n.location && !ambiguous_locations.count(n.location))
       if (auto it = location_map.find(n.location); it != location_map.end()) location = it->second;
     new_name[i] = std::move(name);
-    if (!new_names.insert(new_name[i]).second) return std::nullopt;
-    new_location[i] = std::move(location);
-    if (n.kind == graph::NodeKind::kVariable && old_variables.insert(n.variable_name).second &&
-        !new_variables.insert(variable_name(index.node_variable[i], n.variable_name)).second)
-      return std::nullopt;
+    if (!new_names.insert(new_name[i]).second) return nullptr;
+    new_location[i] = location;
+    if (n.kind == graph::NodeKind::kVariable) {
+      names->variable_names[i] = variable_name(index.node_variable[i], n.variable_name);
+      if (old_variables.insert(n.variable_name).second && !new_variables.insert(names->variable_names[i]).second)
+        return nullptr;
+    }
   }
+  for (const auto& f : compiled.feeds()) names->feeds.push_back(RenameRef(index, *names, f));
+  for (const auto& o : compiled.outputs()) names->outputs.push_back(RenameRef(index, *names, o));
+  for (size_t i = 0; i < compiled.watches().size(); ++i)
+    names->handlers.emplace(compiled.watches()[i].handler_name, traced.watches()[i].handler_name);
+
+  // Per task: what RenamedPlan writes into the copy's name, source line, sink and variable.
+  const plan::Plan& plan = *cached.plan;
+  auto tasks = std::make_shared<PlanNames>();
+  tasks->job_name = traced.job_name();
+  tasks->task_names.resize(plan.tasks_size());
+  tasks->source_locations.resize(plan.tasks_size());
+  names->sink_names.resize(plan.tasks_size());
+  names->task_variable_names.resize(plan.tasks_size());
+  for (int t = 0; t < plan.tasks_size(); ++t) {
+    const plan::Task& task = plan.tasks(t);
+    const DerivedName node = index.task_node[t];
+    std::string& name = tasks->task_names[t];
+    std::string& location = tasks->source_locations[t];
+    if (task.kind() == plan::SINK && !task.sink_name().empty()) {
+      auto it = names->handlers.find(task.sink_name());
+      if (it == names->handlers.end()) return nullptr;
+      name = "watch-" + it->second;
+      names->sink_names[t] = it->second;
+      location = task.source_location();
+      for (const graph::Watch& w : traced.watches())
+        if (w.handler_name == it->second) location = w.location;
+    } else if (node.from >= 0 && task.kind() != plan::SINK) {
+      name = node.cut == task.name().size() ? new_name[node.from] : new_name[node.from] + task.name().substr(node.cut);
+      location = new_location[node.from];
+    } else {
+      name = task.name();
+      location = task.source_location();
+    }
+    if (task.kind() == plan::VARIABLE)
+      names->task_variable_names[t] = variable_name(index.task_variable[t], task.variable_name());
+  }
+  names->tasks = std::move(tasks);
+  return names;
+}
+
+Graph RenamedGraph(const CachedCompile& cached, const JobNames& names) {
+  const RebindIndex& index = *cached.index;
+  const Graph& before = cached.traced;
+  const Graph& compiled = *cached.compiled;
+  const size_t count = compiled.nodes().size();
   auto renamed = [&](const DerivedName& d, const std::string& old) {
-    return d.from < 0 ? old : new_name[d.from] + old.substr(d.cut);
-  };
-  // The few references outside nodes and tasks (feeds, outputs, losses, watches, gradients).
-  auto rename_ref = [&](const std::string& ref) {
-    const size_t slash = ref.rfind('/');
-    const size_t end = slash == std::string::npos ? ref.size() : slash;
-    const std::string node = ref.substr(0, end);
-    if (auto it = index.compiled_index.find(node); it != index.compiled_index.end())
-      return new_name[it->second] + ref.substr(end);
-    if (auto it = index.traced_index.find(node); it != index.traced_index.end())
-      return traced.nodes()[it->second].name + ref.substr(end);
-    return ref;
+    return d.from < 0 ? old : names.node_names[d.from] + old.substr(d.cut);
   };
   // Variables outside nodes and tasks (the optimizer's list): as BuildRebindIndex derives them.
-  std::unordered_map<std::string, size_t> variable_position;
+  std::unordered_map<std::string_view, size_t> variable_position;
   auto rename_variable = [&](const std::string& name) {
     if (variable_position.empty())
       for (size_t i = 0; i < before.nodes().size(); ++i)
         if (before.nodes()[i].kind == graph::NodeKind::kVariable)
           variable_position.emplace(before.nodes()[i].variable_name, i);
-    if (auto it = variable_position.find(name); it != variable_position.end()) return traced.nodes()[it->second].variable_name;
+    if (auto it = variable_position.find(name); it != variable_position.end())
+      return names.traced_variable_names[it->second];
     for (size_t pos = name.rfind('-'); pos != std::string::npos && pos > 0; pos = name.rfind('-', pos - 1))
-      if (auto it = variable_position.find(name.substr(0, pos)); it != variable_position.end())
-        return traced.nodes()[it->second].variable_name + name.substr(pos);
+      if (auto it = variable_position.find(std::string_view(name).substr(0, pos)); it != variable_position.end())
+        return names.traced_variable_names[it->second] + name.substr(pos);
     return name;
   };
 
-  Graph graph(traced.job_name(), compiled.job_type());
+  Graph graph(names.job_name, compiled.job_type());
   graph.set_device_num(compiled.device_num());
   graph.set_machine_num(compiled.machine_num());
   graph.set_gpu_device_num(compiled.gpu_device_num());
@@ -369,23 +465,21 @@ std::optional<std::pair<Graph, std::shared_ptr<const plan::Plan>>> RebindCompile
   for (size_t i = 0; i < count; ++i) {
     const Node& n = compiled.nodes()[i];
     Node copy = n;
-    copy.name = new_name[i];
-    copy.location = new_location[i];
+    copy.name = names.node_names[i];
+    copy.location = names.node_locations[i];
     const DerivedName* in = index.inputs.data() + index.input_begin[i];
     for (auto& r : copy.inputs) r = renamed(*in++, r);
     for (auto& c : copy.control_inputs) c = renamed(*in++, c);
-    if (copy.kind == graph::NodeKind::kVariable) copy.variable_name = variable_name(index.node_variable[i], n.variable_name);
+    if (copy.kind == graph::NodeKind::kVariable) copy.variable_name = names.variable_names[i];
     graph.Append(std::move(copy));
   }
-  for (const auto& f : compiled.feeds()) graph.feeds().push_back(rename_ref(f));
-  for (const auto& o : compiled.outputs()) graph.outputs().push_back(rename_ref(o));
-  for (const auto& l : compiled.losses()) graph.losses().push_back(rename_ref(l));
-  std::unordered_map<std::string, std::string> handler_map;
+  graph.feeds() = names.feeds;
+  graph.outputs() = names.outputs;
+  for (const auto& l : compiled.losses()) graph.losses().push_back(RenameRef(index, names, l));
   for (size_t i = 0; i < compiled.watches().size(); ++i) {
     graph::Watch w = compiled.watches()[i];
-    const graph::Watch& now = traced.watches()[i];
-    handler_map.emplace(w.handler_name, now.handler_name);
-    w.ref = rename_ref(w.ref);
+    const graph::Watch& now = names.traced_watches[i];
+    w.ref = RenameRef(index, names, w.ref);
     w.handler_name = now.handler_name;
     w.location = now.location;
     graph.watches().push_back(std::move(w));
@@ -395,35 +489,40 @@ std::optional<std::pair<Graph, std::shared_ptr<const plan::Plan>>> RebindCompile
     for (auto& v : graph.optimizer()->variables) v = rename_variable(v);
   }
   for (const auto& [forward, gradient] : compiled.gradients())
-    graph.gradients()[rename_ref(forward)] = gradient.empty() ? gradient : rename_ref(gradient);
+    graph.gradients()[RenameRef(index, names, forward)] = gradient.empty() ? gradient : RenameRef(index, names, gradient);
+  return graph;
+}
 
+std::shared_ptr<const plan::Plan> RenamedPlan(const CachedCompile& cached, const JobNames& names) {
+  const RebindIndex& index = *cached.index;
   // The renamed copy of the plan lives in an arena: thousands of small messages and strings
   // bump-allocated (and freed) at once instead of one malloc each; the arena goes with the
   // last holder of the plan.
   auto arena = std::make_shared<google::protobuf::Arena>();
   plan::Plan& plan = *google::protobuf::Arena::CreateMessage<plan::Plan>(arena.get());
   plan.CopyFrom(*cached.plan);
-  plan.set_job_name(traced.job_name());
+  plan.set_job_name(names.job_name);
   const DerivedName* blob = index.blobs.data();
   for (int t = 0; t < plan.tasks_size(); ++t) {
     plan::Task& task = *plan.mutable_tasks(t);
-    const DerivedName node = index.task_node[t];
-    if (task.kind() == plan::SINK && !task.sink_name().empty()) {
-      auto it = handler_map.find(task.sink_name());
-      if (it == handler_map.end()) return std::nullopt;
-      task.set_name("watch-" + it->second);
-      task.set_sink_name(it->second);
-      for (const graph::Watch& w : graph.watches())
-        if (w.handler_name == it->second) task.set_source_location(w.location);
-    } else if (node.from >= 0 && task.kind() != plan::SINK) {
-      task.set_name(renamed(node, task.name()));
-      task.set_source_location(new_location[node.from]);
-    }
-    if (task.kind() == plan::VARIABLE) task.set_variable_name(variable_name(index.task_variable[t], task.variable_name()));
+    task.set_name(names.tasks->task_names[t]);
+    task.set_source_location(names.tasks->source_locations[t]);
+    if (task.kind() == plan::SINK && !task.sink_name().empty()) task.set_sink_name(names.sink_names[t]);
+    if (task.kind() == plan::VARIABLE) task.set_variable_name(names.task_variable_names[t]);
     for (plan::RegisterDesc& r : *task.mutable_registers())
-      for (plan::BlobDesc& b : *r.mutable_blobs()) b.set_name(renamed(*blob++, b.name()));
+      for (plan::BlobDesc& b : *r.mutable_blobs()) {
+        const DerivedName d = *blob++;
+        if (d.from >= 0) b.set_name(names.node_names[d.from] + b.name().substr(d.cut));
+      }
   }
-  return std::make_pair(std::move(graph), std::shared_ptr<const plan::Plan>(arena, &plan));
+  return std::shared_ptr<const plan::Plan>(arena, &plan);
+}
+
+std::optional<std::pair<Graph, std::shared_ptr<const plan::Plan>>> RebindCompiled(const CachedCompile& cached,
+                                                                                  const Graph& traced) {
+  std::shared_ptr<const JobNames> names = BindNames(cached, traced);
+  if (names == nullptr) return std::nullopt;
+  return std::make_pair(RenamedGraph(cached, *names), RenamedPlan(cached, *names));
 }
 
 std::shared_ptr<const CachedCompile> JobCache::Find(const std::string& key) const {

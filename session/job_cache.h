@@ -5,10 +5,13 @@
 //
 // The key is the job's canonical text: every node by its position in the trace instead of its
 // name, variables by their first appearance, watches by position; the cache compares the whole
-// text, not only a hash of it. A hit is renamed to the new job's names (RebindCompiled): traced
-// nodes by position, nodes the passes made from them ("<op>-grad", "<variable>-update", an
-// optimizer state "<variable>-m") by the traced name they start with, variables and watch
-// handlers by the same correspondence, so the new job's variables are bound by its own names.
+// text, not only a hash of it. A hit is named by the new job (BindNames): traced nodes by
+// position, nodes the passes made from them ("<op>-grad", "<variable>-update", an optimizer
+// state "<variable>-m") by the traced name they start with, variables and watch handlers by the
+// same correspondence, so the new job's variables are bound by its own names. The hit shares the
+// entry's immutable plan with the runtime, which reports the job's task names and lines from a
+// table (PlanNames); each job still gets its own runtime, registers and variables. Copies of the
+// graph and plan under the new names (RenamedGraph, RenamedPlan) are made only when read.
 // Where the renaming cannot be trusted (two nodes would get one name) the caller compiles.
 //
 // Thread-safety: JobCache is synchronized; the free functions are pure.
@@ -20,8 +23,10 @@
 #include <vector>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "actors/proto/plan.pb.h"
+#include "actors/runtime.h"
 #include "graph/graph.h"
 
 namespace actorflow {
@@ -49,7 +54,35 @@ std::string CanonicalJobKey(const graph::Graph& traced, int register_num);
 // its names): the session calls it when it stores an entry, so a hit only renames.
 void PrepareRebind(const CachedCompile& cached);
 
-// The plan is immutable from here on (shared with the runtime).
+// The names a job gives a cached compile (what RebindCompiled writes into its copies), found
+// without copying the compiled graph or the plan: a hit shares the entry's plan with the runtime
+// and hands it these names (the runtime's table, PlanNames), and builds the renamed copies only
+// when someone asks for them (RenamedGraph, RenamedPlan). Immutable once made.
+struct JobNames {
+  std::string job_name;
+  // Per compiled node (position): its name, source line and, for variables, variable name.
+  std::vector<std::string> node_names, node_locations, variable_names;
+  // Per plan task: its name and source line (the runtime's table), a watch sink's handler
+  // name ("" for other tasks) and a VARIABLE task's variable name ("" for others).
+  std::shared_ptr<const PlanNames> tasks;
+  std::vector<std::string> sink_names, task_variable_names;
+  // The compiled job's watch handler names -> this job's; feeds and outputs renamed.
+  std::unordered_map<std::string, std::string> handlers;
+  std::vector<std::string> feeds, outputs;
+  // Of the new trace, what the renamed copies need besides: per traced node its name and (for
+  // variables) variable name, and its watches.
+  std::vector<std::string> traced_names, traced_variable_names;
+  std::vector<graph::Watch> traced_watches;
+};
+
+// `cached` (compiled from a job with the same key as `traced`) named by `traced`; null when a
+// name would be ambiguous (two nodes or variables one name): the caller compiles instead.
+std::shared_ptr<const JobNames> BindNames(const CachedCompile& cached, const graph::Graph& traced);
+// The copies of `cached`'s compiled graph and plan under `names` (from BindNames on `cached`).
+graph::Graph RenamedGraph(const CachedCompile& cached, const JobNames& names);
+std::shared_ptr<const plan::Plan> RenamedPlan(const CachedCompile& cached, const JobNames& names);
+
+// BindNames, then both copies. The plan is immutable from here on (shared with the runtime).
 std::optional<std::pair<graph::Graph, std::shared_ptr<const plan::Plan>>> RebindCompiled(const CachedCompile& cached,
                                                                                          const graph::Graph& traced);
 

@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
+#include <map>
+#include <mutex>
 
 #include "graph/test_util.h"
 #include "session/session.h"
@@ -165,6 +169,109 @@ TEST(JobCacheTest, SameStructureUnderOtherNamesReusesTheCompileAndComputesTheSam
   std::vector<float> gamma_w1(12);
   AF_ASSERT_OK(session.GetVariable("gamma_w1", gamma_w1.data(), 48));
   EXPECT_NE(a.w1, gamma_w1);  // training moved alpha's weights, and gamma's stayed put
+}
+
+// One step of Train's inputs, its loss into `loss`.
+Status Step(CompiledJob& job, std::vector<float>* loss) {
+  static const std::vector<float> x = {1, 2, -1, 0.5f, -2, 3}, t = {0.5f, -1, 1, 0}, lr = {0.1f};
+  std::vector<float> w2(8);
+  loss->resize(4);
+  return job.Run({TensorView{const_cast<float*>(x.data()), {{2, 3}, DType::kFloat32}},
+                  TensorView{const_cast<float*>(t.data()), {{2, 2}, DType::kFloat32}},
+                  TensorView{const_cast<float*>(lr.data()), {{1}, DType::kFloat32}}},
+                 {TensorView{loss->data(), {{2, 2}, DType::kFloat32}}, TensorView{w2.data(), {{4, 2}, DType::kFloat32}}});
+}
+
+// Jobs from the cache run the entry's plan under their own names: they share no variable,
+// register or state. Two of them (and the job that stored the entry), stepped alternately and
+// then on two threads at once, compute what jobs compiled alone compute, each watch callback
+// under its own job's handler name.
+TEST(JobCacheTest, JobsSharingAPlanRunAlternatelyAndConcurrentlyAsUncachedOnes) {
+  Session session;
+  const std::vector<std::string> cached = {"alpha_", "beta_", "gamma_"}, fresh = {"fresh_alpha_", "fresh_beta_", "fresh_gamma_"};
+  for (const auto& prefix : cached) CreateVariables(session, prefix);
+  for (const auto& prefix : fresh) CreateVariables(session, prefix);
+  std::mutex mu;
+  std::map<std::string, std::vector<std::vector<float>>> watched;  // by handler name, under mu
+  auto recorder = [&](const std::string& name, int64_t, const std::vector<TensorView>& views) {
+    std::lock_guard<std::mutex> lock(mu);
+    watched[name].emplace_back(views[0].as<float>(), views[0].as<float>() + views[0].num_elements());
+  };
+  JobOptions fresh_options;
+  fresh_options.use_job_cache = false;
+  std::vector<std::shared_ptr<CompiledJob>> jobs, fresh_jobs;
+  for (size_t k = 0; k < cached.size(); ++k) {
+    Variant lines;
+    lines.line = 10 + 20 * static_cast<int>(k);
+    jobs.push_back(ValueOrDie(session.Compile(Build(cached[k], lines), JobOptions{}, recorder)));
+    EXPECT_TRUE(Took(*jobs.back(), k == 0 ? "job cache miss" : "job cache hit"));
+    fresh_jobs.push_back(ValueOrDie(session.Compile(Build(fresh[k], lines), fresh_options, recorder)));
+    // The runtime's words name this job's tasks (a train job writes variables: not inline).
+    std::string expected = fresh_jobs[k]->inline_refusal();
+    expected.erase(expected.find("fresh_"), 6);
+    EXPECT_NE(expected.find(cached[k]), std::string::npos) << expected;
+    EXPECT_EQ(jobs[k]->inline_refusal(), expected);
+  }
+  // A fresh job's steps, alone: what every job must compute.
+  constexpr int kSteps = 6;
+  std::vector<std::vector<float>> want;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<float> loss;
+    AF_ASSERT_OK(Step(*fresh_jobs[0], &loss));
+    want.push_back(loss);
+  }
+  // Alternately: beta, gamma and alpha take turns, a step each.
+  std::map<std::string, std::vector<std::vector<float>>> losses;
+  for (int step = 0; step < kSteps / 2; ++step)
+    for (size_t k : {1, 2, 0}) {
+      std::vector<float> loss;
+      AF_ASSERT_OK(Step(*jobs[k], &loss));
+      losses[cached[k]].push_back(loss);
+    }
+  // Then at once, each job on its own thread (bounded: a deadlock fails the test).
+  std::vector<std::future<Status>> running;
+  std::vector<std::vector<std::vector<float>>> concurrent(cached.size());
+  for (size_t k = 0; k < cached.size(); ++k)
+    running.push_back(std::async(std::launch::async, [&, k] {
+      for (int step = kSteps / 2; step < kSteps; ++step) {
+        std::vector<float> loss;
+        AF_RETURN_IF_ERROR(Step(*jobs[k], &loss));
+        concurrent[k].push_back(loss);
+      }
+      return Status::Ok();
+    }));
+  for (auto& r : running) {
+    ASSERT_EQ(r.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "a job did not finish its steps";
+    AF_ASSERT_OK(r.get());
+  }
+  for (size_t k = 0; k < cached.size(); ++k) {
+    SCOPED_TRACE(cached[k]);
+    auto& all = losses[cached[k]];
+    all.insert(all.end(), concurrent[k].begin(), concurrent[k].end());
+    EXPECT_EQ(all, want);
+  }
+  // Variables and optimizer state: each job trained its own as the fresh job did.
+  std::vector<float> want_w1(12), want_momentum(12);
+  AF_ASSERT_OK(session.GetVariable("fresh_alpha_w1", want_w1.data(), 48));
+  AF_ASSERT_OK(session.GetVariable("fresh_alpha_w1-momentum", want_momentum.data(), 48));
+  for (const auto& prefix : cached) {
+    SCOPED_TRACE(prefix);
+    std::vector<float> w1(12), momentum(12);
+    AF_ASSERT_OK(session.GetVariable(prefix + "w1", w1.data(), 48));
+    AF_ASSERT_OK(session.GetVariable(prefix + "w1-momentum", momentum.data(), 48));
+    EXPECT_EQ(w1, want_w1);
+    EXPECT_EQ(momentum, want_momentum);
+  }
+  for (auto& job : jobs) job->Drain();
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& prefix : cached) {
+    SCOPED_TRACE(prefix);
+    EXPECT_EQ(watched[prefix + "watch"], watched["fresh_alpha_watch"]);
+    EXPECT_EQ(watched[prefix + "diff"], watched["fresh_alpha_diff"]);
+    EXPECT_EQ(watched[prefix + "watch"].size(), static_cast<size_t>(kSteps));
+  }
+  // No other handler name was called: the three cached jobs' two each and fresh alpha's two.
+  EXPECT_EQ(watched.size(), 8u);
 }
 
 // Every hit reuses what the store found about the entry's names; on two devices the

@@ -1,6 +1,8 @@
 #include "session/session.h"
+#include "session/session_state.h"
 
 #include "session/cluster_membership.h"
+#include "session/variable_parts.h"
 
 #include <chrono>
 #include <cstdio>
@@ -17,9 +19,6 @@
 #include "graph/step_clock.h"
 #include "actors/proto/plan.pb.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 namespace actorflow {
 
 using graph::Graph;
@@ -27,149 +26,10 @@ using graph::Node;
 using graph::NodeKind;
 
 namespace {
-constexpr size_t kVariableAlignment = 64;
-
-std::shared_ptr<void> AllocateZeros(size_t bytes) {
-  size_t rounded = (std::max<size_t>(bytes, 1) + kVariableAlignment - 1) / kVariableAlignment * kVariableAlignment;
-  void* p = std::aligned_alloc(kVariableAlignment, rounded);
-  if (p == nullptr) return nullptr;
-  std::memset(p, 0, rounded);
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-}
-
 TensorDesc DescOfBlob(const plan::BlobDesc& blob) {
   return TensorDesc{Shape(blob.shape().begin(), blob.shape().end()), FromProtoDType(blob.dtype())};
 }
-
-bool Intersects(const std::set<std::string>& a, const std::set<std::string>& b) {
-  for (const std::string& name : a)
-    if (b.count(name)) return true;
-  return false;
-}
 }  // namespace
-
-// A variable the compiler placed on a GPU (graph/device_placement.h): its buffer there, made
-// when a job first binds the variable on that device and filled from the host value. Jobs read
-// and update it in place; GetVariable refreshes the host value from it and SetVariable writes
-// through to it, so the host buffer is current whenever the session hands it out.
-struct DeviceVariable {
-  MemoryCase memory_case;
-  std::shared_ptr<RegisterAllocator> allocator;
-  void* data = nullptr;
-  ~DeviceVariable() {
-    if (data != nullptr) allocator->Free(memory_case, data);
-  }
-};
-
-// `data` counts the store and the compiled jobs holding the variable (DeleteVariable relies on
-// it); for a variable over outside memory it is an aliasing handle whose own count excludes
-// the outside owners, and `external` is that memory.
-struct StoredVariable {
-  TensorDesc desc;
-  std::shared_ptr<void> data;
-  std::shared_ptr<void> external;
-  std::shared_ptr<DeviceVariable> device;  // set once a job binds it on a GPU
-  bool bound_on_host = false;              // a job reads the host buffer itself
-  Status CopyFromDevice() {
-    if (device == nullptr) return Status::Ok();
-    return CopyBytes(data.get(), HostPlace(), device->data, MemoryPlace(device->memory_case, device->allocator.get()),
-                     desc.byte_size());
-  }
-  Status CopyToDevice() {
-    if (device == nullptr) return Status::Ok();
-    return CopyBytes(device->data, MemoryPlace(device->memory_case, device->allocator.get()), data.get(), HostPlace(),
-                     desc.byte_size());
-  }
-};
-
-class SessionState {
- public:
-  std::shared_ptr<Environment> environment = Environment::Global();
-  mutable std::mutex mu;  // guards variables and jobs
-  std::map<std::string, StoredVariable> variables;
-  std::vector<std::weak_ptr<CompiledJob>> jobs;
-  JobCache job_cache;  // synchronized itself
-
-  // Ordering of calls between jobs (see session.h). A caller takes a ticket and waits until
-  // no conflicting job has iterations in flight, no variable it touches is being copied, and
-  // no conflicting caller with an older ticket waits (arrival order, so no starvation).
-  std::mutex order_mu;
-  std::condition_variable order_cv;
-  uint64_t next_ticket = 0;
-  struct Waiter {
-    const CompiledJob* job;                      // null: a variable copy
-    const std::set<std::string>* reads;
-    const std::set<std::string>* writes;
-  };
-  std::map<uint64_t, Waiter> waiters;          // by ticket
-  std::set<const CompiledJob*> ordered_jobs;   // live jobs, under order_mu
-  std::map<std::string, int> copying;          // variables being copied in or out
-
-  std::vector<std::shared_ptr<CompiledJob>> LiveJobs() {
-    std::lock_guard<std::mutex> lock(mu);
-    std::vector<std::shared_ptr<CompiledJob>> live;
-    std::vector<std::weak_ptr<CompiledJob>> kept;
-    for (auto& weak : jobs)
-      if (auto job = weak.lock()) {
-        live.push_back(job);
-        kept.push_back(weak);
-      }
-    jobs = std::move(kept);
-    return live;
-  }
-
-  static bool Conflict(const std::set<std::string>& reads_a, const std::set<std::string>& writes_a,
-                       const std::set<std::string>& reads_b, const std::set<std::string>& writes_b) {
-    return Intersects(writes_a, writes_b) || Intersects(writes_a, reads_b) || Intersects(reads_a, writes_b);
-  }
-
-  // order_mu held. Whether the caller holding `ticket` (job `self`, or a copy when null) may start.
-  bool MayStart(uint64_t ticket, const CompiledJob* self, const std::set<std::string>& reads,
-                const std::set<std::string>& writes) {
-    for (const CompiledJob* other : ordered_jobs)
-      if (other != self && other->in_flight() > 0 && Conflict(reads, writes, other->reads(), other->writes()))
-        return false;
-    for (const auto& [name, count] : copying)
-      if (count > 0 && (writes.count(name) || (self != nullptr && reads.count(name)))) return false;
-    for (const auto& [older, waiter] : waiters) {
-      if (older >= ticket) break;
-      if (waiter.job != self && Conflict(reads, writes, *waiter.reads, *waiter.writes)) return false;
-    }
-    return true;
-  }
-
-  // Waits for the turn of a caller touching reads/writes; returns with order_mu held.
-  void WaitTurn(std::unique_lock<std::mutex>& lock, const CompiledJob* self, const std::set<std::string>& reads,
-                const std::set<std::string>& writes) {
-    const uint64_t ticket = next_ticket++;
-    if (MayStart(ticket, self, reads, writes)) return;
-    waiters.emplace(ticket, Waiter{self, &reads, &writes});
-    order_cv.wait(lock, [&] { return MayStart(ticket, self, reads, writes); });
-    waiters.erase(ticket);
-    order_cv.notify_all();  // callers behind this one may be free now
-  }
-
-  // Copies variable `name` in or out once no job conflicting with the copy has iterations in
-  // flight; jobs touching it wait for the copy.
-  template <typename Fn>
-  Status WithVariable(const std::string& name, bool writing, Fn&& copy) {
-    std::set<std::string> none, names{name};
-    {
-      std::unique_lock<std::mutex> lock(order_mu);
-      WaitTurn(lock, nullptr, writing ? none : names, writing ? names : none);
-      ++copying[name];
-    }
-    Status status;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      status = copy();
-    }
-    std::lock_guard<std::mutex> lock(order_mu);
-    if (--copying[name] == 0) copying.erase(name);
-    order_cv.notify_all();
-    return status;
-  }
-};
 
 // ---------------------------------------------------------------------------------- CompiledJob
 
@@ -177,6 +37,33 @@ CompiledJob::~CompiledJob() {
   Shutdown();
   std::lock_guard<std::mutex> lock(session_->order_mu);
   session_->ordered_jobs.erase(this);
+}
+
+const std::string& CompiledJob::name() const { return names_ ? names_->job_name : plan_->job_name(); }
+
+void CompiledJob::MakeRenamedCopies() const {
+  std::call_once(renamed_once_, [&] {
+    graph_ = std::make_shared<const Graph>(RenamedGraph(*cached_, *names_));
+    renamed_plan_ = RenamedPlan(*cached_, *names_);
+  });
+}
+
+const plan::Plan& CompiledJob::plan() const {
+  if (!names_) return *plan_;
+  MakeRenamedCopies();
+  return *renamed_plan_;
+}
+
+const graph::Graph& CompiledJob::graph() const {
+  if (names_) MakeRenamedCopies();
+  return *graph_;
+}
+
+bool CompiledJob::has_watch_handler(const std::string& name) const {
+  const std::vector<graph::Watch>& watches = names_ ? names_->traced_watches : graph_->watches();
+  for (const graph::Watch& w : watches)
+    if (w.handler_name == name) return true;
+  return false;
 }
 
 Status CompiledJob::CheckInputs(const std::vector<TensorView>& inputs) const {
@@ -250,17 +137,29 @@ StatusOr<int64_t> CompiledJob::Push(const std::vector<TensorView>& inputs, const
     if (!refreshed.ok()) return refreshed.WithContext("job '" + name() + "': rebuilding the runtime after fork()");
     return FailedPrecondition("job '" + name() + "' was shut down (session reset or interpreter exit)");
   }
+  uint64_t watch = 0;
   if (distributed_) {
+    // After a lost rank or a missed call deadline every call fails at once, with the cause.
+    Status healthy = membership_->cluster().health();
+    if (!healthy.ok()) {
+      Finished();
+      return healthy.WithContext("job '" + name() + "'");
+    }
     // This rank's feeds only: the job's other inputs are read by the ranks holding their sources.
     local_inputs_.clear();
     for (int feed : local_feeds_) local_inputs_.push_back(inputs[feed]);
+    watch = membership_->StartCall(name());
   }
   auto result = runtime_->Push(distributed_ ? local_inputs_ : inputs, outputs,
-                               [this, done = std::move(done)](int64_t iteration, const Status& status) {
+                               [this, watch, done = std::move(done)](int64_t iteration, const Status& status) {
+    if (watch != 0) membership_->EndCall(watch);
     done(iteration, status);
     Finished();
   }, may_run_inline);
-  if (!result.ok()) Finished();
+  if (!result.ok()) {
+    if (watch != 0) membership_->EndCall(watch);
+    Finished();
+  }
   return result;
 }
 
@@ -321,97 +220,6 @@ Session::Session() : state_(std::make_shared<SessionState>()) {}
 
 Session::~Session() { Reset(); }
 
-bool Session::HasVariable(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->variables.count(name) > 0;
-}
-
-Status Session::CreateVariable(const std::string& name, const TensorDesc& desc, const void* initial) {
-  if (name.empty()) return InvalidArgument("variable name is empty");
-  for (int64_t d : desc.shape)
-    if (d <= 0) return InvalidArgument("variable '" + name + "': shape " + ShapeToString(desc.shape) + " has a dimension <= 0");
-  std::lock_guard<std::mutex> lock(state_->mu);
-  auto it = state_->variables.find(name);
-  if (it != state_->variables.end())
-    return InvalidArgument("variable '" + name + "' already exists as " + it->second.desc.ToString());
-  StoredVariable v{desc, AllocateZeros(desc.byte_size()), nullptr};
-  if (!v.data) return Internal("out of memory for variable '" + name + "'");
-  if (initial != nullptr) std::memcpy(v.data.get(), initial, desc.byte_size());
-  state_->variables.emplace(name, std::move(v));
-  return Status::Ok();
-}
-
-StatusOr<std::string> Session::CreateVariableOver(const std::string& name, const TensorDesc& desc,
-                                                  std::shared_ptr<void> storage) {
-  if (name.empty()) return InvalidArgument("variable name is empty");
-  AF_RETURN_IF_ERROR(ValidateTensorDesc(desc, "variable '" + name + "'"));
-  for (int64_t d : desc.shape)
-    if (d <= 0) return InvalidArgument("variable '" + name + "': shape " + ShapeToString(desc.shape) + " has a dimension <= 0");
-  if (!storage) return InvalidArgument("variable '" + name + "': no storage");
-  if (reinterpret_cast<uintptr_t>(storage.get()) % kVariableAlignment != 0)
-    return InvalidArgument("variable '" + name + "': the storage is not " + std::to_string(kVariableAlignment) +
-                           "-byte aligned");
-  std::lock_guard<std::mutex> lock(state_->mu);
-  for (const auto& [existing, v] : state_->variables)
-    if (v.external == storage && v.desc == desc) return existing;
-  auto it = state_->variables.find(name);
-  if (it != state_->variables.end())
-    return InvalidArgument("variable '" + name + "' already exists as " + it->second.desc.ToString() +
-                           (it->second.external ? " over other memory" : ""));
-  // The handle owns a reference to the storage; jobs copy the handle, outside owners do not.
-  auto holder = std::make_shared<std::shared_ptr<void>>(storage);
-  std::shared_ptr<void> handle(holder, storage.get());
-  state_->variables.emplace(name, StoredVariable{desc, std::move(handle), std::move(storage)});
-  return name;
-}
-
-Status Session::DeleteVariable(const std::string& name) {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  auto it = state_->variables.find(name);
-  if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
-  // Compiled jobs keep the buffers they use alive; the store being the only owner means no job
-  // reads or writes this variable.
-  if (it->second.data.use_count() > 1)
-    return FailedPrecondition("variable '" + name + "' is used by a compiled job and cannot be deleted");
-  state_->variables.erase(it);
-  return Status::Ok();
-}
-
-StatusOr<TensorDesc> Session::VariableDesc(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  auto it = state_->variables.find(name);
-  if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
-  return it->second.desc;
-}
-
-Status Session::GetVariable(const std::string& name, void* out, size_t bytes) {
-  return state_->WithVariable(name, /*writing=*/false, [&]() -> Status {
-    auto it = state_->variables.find(name);
-    if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
-    if (bytes != it->second.desc.byte_size()) return InvalidArgument("variable '" + name + "': wrong buffer size");
-    AF_RETURN_IF_ERROR(it->second.CopyFromDevice().WithContext("variable '" + name + "'"));
-    std::memcpy(out, it->second.data.get(), bytes);
-    return Status::Ok();
-  });
-}
-
-Status Session::SetVariable(const std::string& name, const TensorDesc& desc, const void* data) {
-  return state_->WithVariable(name, /*writing=*/true, [&]() -> Status {
-    auto it = state_->variables.find(name);
-    if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
-    if (desc != it->second.desc)
-      return InvalidArgument("variable '" + name + "' is " + it->second.desc.ToString() + ", got " + desc.ToString());
-    std::memcpy(it->second.data.get(), data, desc.byte_size());
-    return it->second.CopyToDevice().WithContext("variable '" + name + "'");
-  });
-}
-
-std::vector<std::string> Session::VariableNames() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  std::vector<std::string> names;
-  for (const auto& [name, v] : state_->variables) names.push_back(name);
-  return names;
-}
 
 StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder& builder, const JobOptions& options,
                                                         SinkCallback on_watch) {
@@ -456,9 +264,18 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     if (!compile_options.pipelining) key += "\npipelining off";
     lap("job cache key");
     if (std::shared_ptr<const CachedCompile> hit = state_->job_cache.Find(key)) {
-      if (auto rebound = RebindCompiled(*hit, traced)) {
-        job->graph_ = std::make_shared<const Graph>(std::move(rebound->first));
-        job->plan_ = std::move(rebound->second);
+      if (std::shared_ptr<const JobNames> names = BindNames(*hit, traced)) {
+        if (hit->compiled->machine_num() > 1 || !options.trace_path.empty()) {
+          // Every rank checks and splits a multi-machine plan by its task names, and a trace
+          // records the plan's names: those jobs run a renamed copy.
+          job->graph_ = std::make_shared<const Graph>(RenamedGraph(*hit, *names));
+          job->plan_ = RenamedPlan(*hit, *names);
+        } else {
+          // The runtime runs the entry's plan under this job's names: nothing is copied.
+          job->plan_ = hit->plan;
+          job->cached_ = std::move(hit);
+          job->names_ = std::move(names);
+        }
         from_cache = true;
       }
     }
@@ -487,35 +304,90 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     }
   }
   clock.Restart();
-  const Graph& graph = *job->graph_;
+  // The compiled graph (for a job from the cache, the entry's, under the entry's names: its
+  // structure and descs are this job's) and this job's names for its nodes and tasks.
+  const JobNames* names = job->names_.get();
+  const Graph& graph = names != nullptr ? *job->cached_->compiled : *job->graph_;
+  const std::string& job_name = job->name();
+  auto variable_of = [&](size_t i) -> const std::string& {
+    return names != nullptr ? names->variable_names[i] : graph.nodes()[i].variable_name;
+  };
+  auto location_of = [&](size_t i) -> const std::string& {
+    return names != nullptr ? names->node_locations[i] : graph.nodes()[i].location;
+  };
+  auto task_variable_of = [&](int t) -> const std::string& {
+    return names != nullptr ? names->task_variable_names[t] : job->plan_->tasks(t).variable_name();
+  };
 
-  std::unordered_map<std::string, void*> buffers;  // the variable_buffer hook looks each task up
+  // A job over several machines: this rank's membership, checked before the variables are bound
+  // (each rank binds only what its machine's tasks use).
+  std::shared_ptr<ClusterMembership> membership;
+  if (graph.machine_num() > 1) {
+    membership = ClusterMembership::Get();
+    if (!membership || membership->world_size() != graph.machine_num())
+      return FailedPrecondition(
+          "job '" + job_name + "' runs on " + std::to_string(graph.machine_num()) +
+          " machines (flow.config.machine_num), but this process is " +
+          (membership ? "rank " + std::to_string(membership->rank()) + " of a cluster of " +
+                            std::to_string(membership->world_size())
+                      : std::string("not part of a cluster")) +
+          ": run the program on every machine, e.g. python -m actorflow.launch --nproc " +
+          std::to_string(graph.machine_num()) + " program.py");
+  }
+  const int rank = membership ? membership->rank() : 0;
+  // The variable_buffer hook looks each task up by (variable, shard index; -1 for a whole one).
+  std::map<std::pair<std::string, int64_t>, void*> buffers;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    for (const Node& n : graph.nodes()) {
+    for (size_t i = 0; i < graph.nodes().size(); ++i) {
+      const Node& n = graph.nodes()[i];
       if (n.kind != NodeKind::kVariable) continue;
-      auto it = state_->variables.find(n.variable_name);
+      const std::string& variable = variable_of(i);
+      auto it = state_->variables.find(variable);
       if (it == state_->variables.end()) {
         if (!n.zeros_if_missing)
-          return FailedPrecondition("job '" + graph.job_name() + "': variable '" + n.variable_name + "' (declared at " +
-                                    n.location + ") was not created in the session");
+          return FailedPrecondition("job '" + job_name + "': variable '" + variable + "' (declared at " +
+                                    location_of(i) + ") was not created in the session");
         StoredVariable v{n.output_descs[0], AllocateZeros(n.output_descs[0].byte_size()), nullptr};
-        it = state_->variables.emplace(n.variable_name, std::move(v)).first;
+        it = state_->variables.emplace(variable, std::move(v)).first;
       }
       if (it->second.desc != n.output_descs[0])
-        return InvalidArgument("job '" + graph.job_name() + "': variable '" + n.variable_name + "' is declared as " +
-                               n.output_descs[0].ToString() + " at " + n.location + " but the session holds " +
+        return InvalidArgument("job '" + job_name + "': variable '" + variable + "' is declared as " +
+                               n.output_descs[0].ToString() + " at " + location_of(i) + " but the session holds " +
                                it->second.desc.ToString());
+      if (membership) {
+        AF_ASSIGN_OR_RETURN(VariableLayout layout, LayoutInPlan(*job->plan_, n.variable_name, n.output_descs[0]));
+        AF_RETURN_IF_ERROR(HoldAs(variable, it->second, layout, rank, job_name));
+      }
+      if (it->second.parts) {
+        if (!membership)
+          return FailedPrecondition("job '" + job_name + "' runs on one machine, but " +
+                                    it->second.NotWholeHere(variable, CurrentRank()) +
+                                    " for a job over several machines");
+        for (const auto& [index, buffer] : it->second.parts->local) {
+          job->variables_.push_back(buffer);
+          buffers[{n.variable_name, index}] = buffer.get();
+        }
+        continue;
+      }
       job->variables_.push_back(it->second.data);
-      buffers[n.variable_name] = it->second.data.get();
+      buffers[{n.variable_name, -1}] = it->second.data.get();
     }
     // Variables the compiler placed on a GPU read and write a device buffer instead. A variable
     // lives on one side for all jobs: moving it between host and GPU per call is not supported.
-    for (const plan::Task& task : job->plan_->tasks()) {
-      if (task.kind() != plan::VARIABLE || task.registers_size() == 0) continue;
-      StoredVariable& stored = state_->variables.at(task.variable_name());
+    for (int t = 0; t < job->plan_->tasks_size(); ++t) {
+      const plan::Task& task = job->plan_->tasks(t);
+      if (task.kind() != plan::VARIABLE || task.registers_size() == 0 || task.machine_id() != rank) continue;
+      StoredVariable& stored = state_->variables.at(task_variable_of(t));
+      if (stored.parts) {
+        if (task.registers(0).memory_case().kind() == plan::MEMORY_DEVICE)
+          return FailedPrecondition("job '" + job_name + "': variable '" + task_variable_of(t) +
+                                    "' is held in parts across machines and placed on a GPU; parts live on the "
+                                    "host for now");
+        continue;
+      }
       const plan::MemoryCase& where = task.registers(0).memory_case();
-      const std::string what = "job '" + graph.job_name() + "': variable '" + task.variable_name() + "'";
+      const std::string what = "job '" + job_name + "': variable '" + task_variable_of(t) + "'";
       if (where.kind() != plan::MEMORY_DEVICE) {
         if (stored.device != nullptr)
           return FailedPrecondition(what + " lives on " + stored.device->memory_case.ToString() +
@@ -542,11 +414,23 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
                                   "this job places it on " + memory_case.ToString());
       }
       job->variables_.push_back(std::shared_ptr<void>(stored.device, stored.device->data));
-      buffers[task.variable_name()] = stored.device->data;
+      buffers[{task.variable_name(), -1}] = stored.device->data;
     }
   }
-  for (const std::string& feed : graph.feeds()) job->input_descs_.push_back({feed, graph.Desc(feed + "/out").value()});
-  for (const std::string& ref : graph.outputs()) job->output_descs_.push_back({ref, graph.Desc(ref).value()});
+  for (size_t k = 0; k < graph.feeds().size(); ++k) {
+    const std::string& feed = graph.feeds()[k];
+    TensorDesc desc = graph.Desc(feed + "/out").value();
+    // A placeholder fed per machine: each rank feeds its own machine's rows (graph::FedPerMachine).
+    const graph::Node* node = graph.FindNode(feed);
+    if (node != nullptr && graph::FedPerMachine(graph, *node)) desc.shape[0] /= graph.machine_num();
+    job->input_descs_.push_back({names != nullptr ? names->feeds[k] : feed, std::move(desc)});
+  }
+  for (size_t k = 0; k < graph.outputs().size(); ++k) {
+    const std::string& ref = graph.outputs()[k];
+    TensorDesc desc = graph.Desc(ref).value();
+    if (graph::OutputPerMachine(graph, ref)) desc.shape[0] /= graph.machine_num();  // this machine's rows
+    job->output_descs_.push_back({names != nullptr ? names->outputs[k] : ref, std::move(desc)});
+  }
 
   const plan::Plan* plan = job->plan_.get();
   // One thread budget (ARCHITECTURE.md): workers x kernel threads stays within num_threads,
@@ -565,52 +449,17 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   const int device_count = static_cast<int>(devices.size());
   const int workers = options.num_workers > 0 ? options.num_workers : DefaultWorkerCount(budget, device_count);
   const int kernel_threads = options.kernel_threads > 0 ? options.kernel_threads : std::max(1, budget / workers);
-  for (const plan::Task& task : job->plan_->tasks()) {
+  for (int t = 0; t < job->plan_->tasks_size(); ++t) {
+    const plan::Task& task = job->plan_->tasks(t);
     if (task.kind() != plan::VARIABLE) continue;
-    (task.read_only() ? job->reads_ : job->writes_).insert(task.variable_name());
+    (task.read_only() ? job->reads_ : job->writes_).insert(task_variable_of(t));
   }
-  std::shared_ptr<ClusterMembership> membership;
-  if (graph.machine_num() > 1) {
-    membership = ClusterMembership::Get();
-    if (!membership || membership->world_size() != graph.machine_num())
-      return FailedPrecondition(
-          "job '" + graph.job_name() + "' runs on " + std::to_string(graph.machine_num()) +
-          " machines (flow.config.machine_num), but this process is " +
-          (membership ? "rank " + std::to_string(membership->rank()) + " of a cluster of " +
-                            std::to_string(membership->world_size())
-                      : std::string("not part of a cluster")) +
-          ": run the program on every machine, e.g. python -m actorflow.launch --nproc " +
-          std::to_string(graph.machine_num()) + " program.py");
-    // Machine 0's variables have a copy on every machine (graph::ReplicateVariablesAcrossMachines);
-    // one placed only elsewhere would be trained where rank 0 (checkpoints) cannot see it.
-    std::set<std::string> on_machine_zero;
-    for (const plan::Task& task : job->plan_->tasks())
-      if (task.kind() == plan::VARIABLE && task.machine_id() == 0) on_machine_zero.insert(task.variable_name());
-    for (const plan::Task& task : job->plan_->tasks())
-      if (task.kind() == plan::VARIABLE && !on_machine_zero.count(task.variable_name()))
-        return FailedPrecondition("job '" + graph.job_name() + "': variable '" + task.variable_name() +
-                                  "' is placed on machine " + std::to_string(task.machine_id()) +
-                                  (task.source_location().empty() ? "" : " at " + task.source_location()) +
-                                  ": the variables of a multi-machine job start on machine 0 for now (every "
-                                  "machine holds a copy; rank 0 writes the checkpoints); place them there");
-    std::vector<std::pair<std::string, std::string>> ops;
-    for (const plan::Task& task : job->plan_->tasks()) {
-      // Deterministic: map fields (attrs) are otherwise serialized in an order that differs
-      // between processes.
-      std::string bytes;
-      {
-        google::protobuf::io::StringOutputStream stream(&bytes);
-        google::protobuf::io::CodedOutputStream coded(&stream);
-        coded.SetSerializationDeterministic(true);
-        task.SerializeToCodedStream(&coded);
-      }
-      ops.emplace_back(task.name(), std::move(bytes));
-    }
-    AF_RETURN_IF_ERROR(membership->cluster()
-                           .CheckPlan(PlanIdentity::FromOps(ops), membership->options().rendezvous_timeout)
-                           .WithContext("job '" + graph.job_name() + "'"));
-    AF_ASSIGN_OR_RETURN(graph::MachinePlan local, graph::ExtractMachinePlan(*job->plan_, membership->rank()));
+  if (membership) {
+    auto checked = membership->CheckAndExtract(*job->plan_);
+    if (!checked.ok()) return checked.status().WithContext("job '" + job_name + "'");
+    graph::MachinePlan local = std::move(checked).value();
     job->distributed_ = true;
+    job->membership_ = membership;
     job->local_plan_ = std::move(local.plan);
     job->local_feeds_ = std::move(local.feeds);
     lap("plan check with every rank");
@@ -644,16 +493,28 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     return MakeKernel(task.op_type(), init);
   };
   hooks.variable_buffer = [buffers = std::move(buffers)](const plan::Task& task) -> StatusOr<void*> {
-    auto it = buffers.find(task.variable_name());
+    auto shard = task.attrs().find("shard_index");
+    auto it = buffers.find({task.variable_name(), shard == task.attrs().end() ? -1 : shard->second.i()});
     if (it == buffers.end()) return NotFound("no buffer for variable '" + task.variable_name() + "'");
     return it->second;
   };
-  hooks.sink_handler = [on_watch](const std::string& name, int64_t iteration, const std::vector<TensorView>& views) {
-    if (on_watch) on_watch(name, iteration, views);
+  // A job from the cache: the plan's sinks carry the entry's handler names; the callback gets this job's.
+  hooks.sink_handler = [on_watch, names = job->names_](const std::string& name, int64_t iteration,
+                                                       const std::vector<TensorView>& views) {
+    if (!on_watch) return Status::Ok();
+    if (names != nullptr) {
+      auto it = names->handlers.find(name);
+      if (it != names->handlers.end()) {
+        on_watch(it->second, iteration, views);
+        return Status::Ok();
+      }
+    }
+    on_watch(name, iteration, views);
     return Status::Ok();
   };
   RuntimeOptions& runtime_options = job->runtime_options_;
   runtime_options.num_threads = budget;
+  runtime_options.names = names != nullptr ? names->tasks : nullptr;
   runtime_options.num_workers = workers;
   runtime_options.kernel_threads = kernel_threads;
   // Devices lend their share to one computing while they wait on it (a gradient's matmul on
@@ -680,7 +541,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   }
   lap("runtime start");
   if (environment_set("ACTORFLOW_COMPILE_TIMINGS")) {
-    std::string report = "compile of job '" + graph.job_name() + "' (" + std::to_string(job->plan_->tasks_size()) +
+    std::string report = "compile of job '" + job_name + "' (" + std::to_string(job->plan_->tasks_size()) +
                          " tasks), ms wall / cpu:";
     for (size_t i = 0; i < job->compile_timings_.size(); ++i) {
       char step[160];

@@ -35,6 +35,7 @@
 #include "graph/passes.h"
 #include "session/environment.h"
 #include "session/job_cache.h"
+#include "session/variable_parts.h"
 
 namespace actorflow {
 
@@ -74,14 +75,21 @@ struct NamedDesc {
   TensorDesc desc;
 };
 
+class ClusterMembership;
+
 class CompiledJob {
  public:
   ~CompiledJob();
-  const std::string& name() const { return plan_->job_name(); }
+  const std::string& name() const;
   const std::vector<NamedDesc>& input_descs() const { return input_descs_; }
   const std::vector<NamedDesc>& output_descs() const { return output_descs_; }
-  const plan::Plan& plan() const { return *plan_; }
-  const graph::Graph& graph() const { return *graph_; }
+  // The compiled plan and graph under this job's names. A job whose structure came from the job
+  // cache runs the cached plan under a table of its names (PlanNames); these copies of it are
+  // made on the first call (thread-safe), for whoever reads them (dumps, summaries, tests).
+  const plan::Plan& plan() const;
+  const graph::Graph& graph() const;
+  // Whether the job has a watch (flow.watch / watch_diff) whose handler is `name`.
+  bool has_watch_handler(const std::string& name) const;
   // Variables the plan reads without writing them, and variables it writes (in place).
   const std::set<std::string>& reads() const { return reads_; }
   const std::set<std::string>& writes() const { return writes_; }
@@ -125,13 +133,23 @@ class CompiledJob {
   Status RefreshAfterForkLocked();
   void Finished();  // an iteration's completion ran
 
+  // The renamed copies of a job from the cache, made by graph() or plan() (once).
+  void MakeRenamedCopies() const;
+
   std::shared_ptr<SessionState> session_;
-  // Immutable once compiled; shared with the job cache's entry (session/job_cache.h).
-  std::shared_ptr<const graph::Graph> graph_;
+  // Immutable once compiled; shared with the job cache's entry (session/job_cache.h). plan_ is
+  // what the runtime runs: for a job from the cache, the entry's plan under names_.
+  mutable std::shared_ptr<const graph::Graph> graph_;  // a job from the cache: made by MakeRenamedCopies
   std::shared_ptr<const plan::Plan> plan_;
+  // A job from the cache (else null): the entry it shares and its own names for it.
+  std::shared_ptr<const CachedCompile> cached_;
+  std::shared_ptr<const JobNames> names_;
+  mutable std::once_flag renamed_once_;
+  mutable std::shared_ptr<const plan::Plan> renamed_plan_;
   // A job over several machines (graph machine_num > 1): this rank's tasks, and for each of
   // its feeds the index of the job's input it reads (the other inputs are read elsewhere).
   bool distributed_ = false;
+  std::shared_ptr<ClusterMembership> membership_;  // distributed_: counts and watches the calls
   plan::Plan local_plan_;
   std::vector<int> local_feeds_;
   std::vector<TensorView> local_inputs_;  // scratch for Push, guarded by runtime_mu_
@@ -175,6 +193,14 @@ class Session {
   Status GetVariable(const std::string& name, void* out, size_t bytes);
   Status SetVariable(const std::string& name, const TensorDesc& desc, const void* data);
   std::vector<std::string> VariableNames() const;
+  // How the jobs over several machines hold the variable (session/variable_parts.h); no
+  // machines when no such job bound it. On a rank holding only parts or none of it,
+  // GetVariable is FailedPrecondition naming the layout, SetVariable keeps this rank's parts of
+  // the logical value, and GetVariablePart copies out part `index` (NotFound unless held here).
+  StatusOr<VariableLayout> VariableLayoutOf(const std::string& name) const;
+  Status GetVariablePart(const std::string& name, int index, void* out, size_t bytes);
+  // Writes part `index` held here (NotFound otherwise; InvalidArgument unless `desc` is the part's).
+  Status SetVariablePart(const std::string& name, int index, const TensorDesc& desc, const void* data);
 
   // Runs the passes on a copy of the builder's graph (or takes the compiled plan of an earlier
   // job of the same structure from the session's job cache, renamed to this job's names),

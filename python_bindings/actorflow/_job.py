@@ -14,12 +14,13 @@ import numpy as np
 from . import _C, _dtypes, _snapshot, _trace_ctx
 from . import config as _config
 from . import typing as tp
+from ._device_feeds import _cast_input, _per_device_check, per_device  # noqa: F401 (_job's API)
 from ._trace_ctx import BlobDef
 
 # The compiler's fusions a job or graph can turn off (graph/passes.h FusionNames).
 FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation", "channels_last", "gemm_chunks",
                 "pool_relu_grad", "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad", "gemv",
-                "narrow_gemm", "softmax_cross_entropy_grad", "blocked_layout")
+                "narrow_gemm", "softmax_cross_entropy_grad", "blocked_layout", "matmul_bias_grad")
 
 
 # Dynamic lists: compiled variants of one job (one per set of per-device rows) kept, the most
@@ -127,7 +128,8 @@ class FunctionConfig:
         with few units and its gradients) as the kernels' AVX-512 loops instead of oneDNN;
         "softmax_cross_entropy_grad": sparse softmax cross-entropy and its gradient as one op;
         "blocked_layout": tensors between convolutions, pools and relus kept in oneDNN's blocked
-        channel layout instead of reordered at each convolution), to bisect a numerical difference.
+        channel layout instead of reordered at each convolution; "matmul_bias_grad": a dense layer's
+        bias gradient summed by the matmul that produces its dy), to bisect a numerical difference.
         ACTORFLOW_DISABLE_FUSION=dense,gradient_update does the same for every job."""
         for name in names:
             if name not in FUSION_NAMES:
@@ -189,7 +191,7 @@ class _Result:
         self._ctx = ctx
         self._devices = ctx.devices if ctx is not None else 1
         self._row_splits = ctx.row_splits if ctx is not None else None
-        self.own_parts = None  # a mirrored job on several machines: this rank's devices' parts
+        self.list_blobs = []  # indices into blobs of the tp.ListNumpy / tp.ListListNumpy results
         self.structure = self._parse(inner, value, job_name)
 
     def _parse(self, annotation, value, job_name):
@@ -212,6 +214,7 @@ class _Result:
             self.blobs.append(value)
             if annotation is tp.Numpy:
                 return ("blob", len(self.blobs) - 1)
+            self.list_blobs.append(len(self.blobs) - 1)
             if self._ctx is not None:
                 _per_device_check(value.shape, self._ctx, "the result of job function '%s'" % job_name)
             return ("list" if annotation is tp.ListNumpy else "list_list", len(self.blobs) - 1)
@@ -227,6 +230,9 @@ class _Result:
             return ("dict", {k: self._parse(inner, v, job_name) for k, v in value.items()})
         raise TypeError("job function '%s': unsupported return annotation %r" % (job_name, annotation))
 
+    def set_devices(self, devices):
+        self._devices = devices
+
     def build(self, arrays, node=None):
         node = self.structure if node is None else node
         if node is None:
@@ -236,41 +242,10 @@ class _Result:
             return arrays[payload]
         if kind in ("list", "list_list"):
             parts = per_device(arrays[payload], self._devices, self._row_splits)
-            if self.own_parts is not None:
-                parts = self.own_parts(parts)
             return parts if kind == "list" else [[part] for part in parts]
         if kind == "tuple":
             return tuple(self.build(arrays, n) for n in payload)
         return {k: self.build(arrays, n) for k, n in payload.items()}
-
-
-def per_device(array, devices, row_splits=None):
-    """The parts of a logical array split on axis 0 over `devices` as the compiler splits
-    (balanced: the first size % devices parts get one more row), as views (no copy). In a
-    dynamic-list variant (row_splits: logical axis 0 -> rows per device) the parts are the
-    devices' own row counts, as fed."""
-    if devices == 1:
-        return [array]
-    rows = row_splits.get(array.shape[0]) if row_splits and array.ndim else None
-    if rows is not None:
-        return list(np.split(array, np.cumsum(rows)[:-1], axis=0))
-    return list(np.array_split(array, devices, axis=0))
-
-
-def _per_device_check(shape, ctx, what):
-    """A value returned per device (tp.ListNumpy results and watch handlers) must be split on
-    its batch axis: axis 0 the size of a placeholder's axis 0. A reduction over the batch
-    (a mean loss) has no per-device values in the consistent machinery: an error, never a
-    silently replicated or wrongly split value."""
-    if ctx.devices == 1:
-        return
-    if not shape or shape[0] not in ctx.batch_sizes:
-        raise ValueError("%s is annotated tp.ListNumpy (one array per device, %d devices) but has shape %s: its axis 0 "
-                         "is not the batch (placeholders have axis 0 of %s). Per-device values of a reduction over the "
-                         "batch are not supported; return the per-sample values (e.g. the loss before reduce_mean) or "
-                         "annotate it tp.Numpy (at %s)" % (what, ctx.devices, tuple(shape),
-                                                           " or ".join(str(b) for b in sorted(ctx.batch_sizes)),
-                                                           _trace_ctx.user_location()))
 
 
 class JobFunction:
@@ -393,7 +368,11 @@ class JobFunction:
             finally:
                 _trace_ctx.set_current(previous)
             result = _Result(self._signature.return_annotation, value, name, ctx)
-            builder.set_outputs([b.ref for b in result.blobs])
+            outputs = [b.ref for b in result.blobs]
+            if mirror is not None:
+                outputs = mirror.own_outputs(builder, outputs, result.list_blobs, self._location)
+                result.set_devices(mirror.devices_per_machine)  # the list results hold this rank's rows
+            builder.set_outputs(outputs)
             if self._type == "train" and ctx.optimizer is None:
                 raise ValueError("train job '%s' at %s has no optimizer: call flow.optimizer.X(...).minimize(loss) "
                                  "inside it" % (name, self._location))
@@ -451,7 +430,6 @@ class JobFunction:
         self._devices = ctx.devices
         self._logical_view = ctx.logical_view
         self._cluster_mirror = mirror
-        result.own_parts = mirror.own_parts if mirror is not None else None
         self._result = result
         self._optimizer = ctx.optimizer
         # Jobs whose every argument is a tp.Numpy placeholder, without a learning-rate feed and
@@ -500,9 +478,6 @@ class JobFunction:
             feeds.append(value if value.flags.c_contiguous else np.array(value, order="C"))
         if dynamic is not None:
             self._check_dynamic(dynamic)
-        if self._cluster_mirror is not None:
-            from . import _mirrored_cluster
-            return _mirrored_cluster.expand_feeds(self._cluster_mirror, self._specs, feeds), None
         return feeds, dynamic
 
     def _check_dynamic(self, dynamic):
@@ -560,7 +535,7 @@ class JobFunction:
             device_rows.append(rows)
             for piece in pieces:
                 if piece.dtype != spec.dtype.numpy:
-                    piece = _cast_input(piece, spec.dtype, pname)
+                    piece = _cast_input(piece, spec.dtype, pname, device)
                 parts.append(piece)
         full = spec.shape[0]
         rows = None if all(r == full for r in device_rows) else tuple(device_rows)
@@ -746,32 +721,6 @@ class JobFunction:
                 _snapshot.gate.exit_call()
                 raise
         return register
-
-
-def _cast_input(value, dtype, pname):
-    """Same-kind conversion of a feed (int64 -> int32, float64 -> float32); values the target
-    cannot hold are an error naming the argument, never wrapped or turned into inf. Runs only
-    when the dtypes differ, so matching feeds cost nothing."""
-    target = dtype.numpy
-    if not np.can_cast(value.dtype, target, "same_kind"):
-        raise TypeError("argument '%s' must have dtype %s, got %s" % (pname, dtype.name, value.dtype))
-    with np.errstate(all="ignore"):  # overflow is reported below, naming the argument
-        cast = value.astype(target)
-    if value.size == 0:
-        return cast
-    if np.issubdtype(target, np.integer) and not np.issubdtype(value.dtype, np.bool_):
-        info = np.iinfo(target)
-        low, high = value.min(), value.max()
-        if low < info.min or high > info.max:
-            raise ValueError("argument '%s': values in [%s, %s] do not fit in %s (range [%d, %d])" % (
-                pname, low, high, dtype.name, info.min, info.max))
-    elif np.issubdtype(target, np.floating) and np.issubdtype(value.dtype, np.floating):
-        overflow = np.isinf(cast) & np.isfinite(value)
-        if overflow.any():
-            index = tuple(int(i) for i in np.argwhere(overflow)[0])
-            raise ValueError("argument '%s': value %r at index %s does not fit in %s (max %g)" % (
-                pname, value[index].item(), index, dtype.name, np.finfo(target).max))
-    return cast
 
 
 _warned_positional_config = [False]

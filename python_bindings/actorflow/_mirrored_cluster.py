@@ -3,12 +3,12 @@ rank calls the job function itself with one array per device of its own machine 
 placeholder (tp.ListNumpy / tp.ListListNumpy), and gets back its own devices' parts of each
 list result.
 
-How: a list placeholder of a job on M machines becomes M placeholders, placeholder m placed on
-machine m's devices (split on axis 0 over them) and holding machine m's rows; the job's logical
-input is their concatenation on axis 0 (machine order: machine m's devices are devices
-m*d..m*d+d-1 of the logical split). Each rank's process instantiates only its machine's tasks
-(graph::ExtractMachinePlan), so it reads only its own placeholder's feed: the rank fills the
-other machines' slots with its own array (same shape and dtype, never read). Gradients are
+How: a list placeholder of a job on M machines is one placeholder over every device of every
+machine, split on axis 0 (machine m's devices are devices m*d..m*d+d-1 of the split), fed per
+machine (graph::FedPerMachine): the compiler makes one source per machine holding that
+machine's rows, each device reads its rows of its own machine's source in place, and this
+rank's call feeds only its own rows. Each list result is fetched per machine
+(graph::OutputPerMachine): a rank's call returns its own devices' rows only. Gradients are
 summed across all devices of all machines as in the consistent view (one ALL_REDUCE per
 machine), so M ranks of d devices train as one process of M*d devices fed the same arrays.
 """
@@ -24,28 +24,12 @@ class ClusterMirror:
         self.devices_per_machine = devices_per_machine
 
     def add_input(self, builder, pname, per_device_shape, dtype_name, location):
-        """Adds machine m's placeholder for every m and returns the ref of their concatenation
-        (the logical blob, rows * devices of all machines on axis 0)."""
-        d = self.devices_per_machine
-        shape = [per_device_shape[0] * d] + list(per_device_shape[1:])
-        parts = []
-        for machine in range(self.machines):
-            builder.set_placement("cpu", "%d:0-%d" % (machine, d - 1) if d > 1 else "%d:0" % machine)
-            try:
-                ref = builder.add_input(pname if machine == 0 else "%s@machine%d" % (pname, machine), shape,
-                                        dtype_name, location)
-                if d > 1:
-                    builder.set_output_sbp(ref, "split", 0)
-            finally:
-                builder.clear_placement()
-            parts.append(ref)
-        # A concatenation on axis 0 cannot be split on axis 0 (its inputs' rows would
-        # interleave): the compiler concatenates another layout (split on axis 1 for the seed
-        # MLP) and boxes it to the identity's split on axis 0 (the caller's hint), so each
-        # machine's rows cross the network and come back (about the machine's rows' bytes
-        # received per machine and call) before every device holds its own.
-        joined = builder.add_op("concat", pname + "-machines", parts, {"axis": 0}, location)[0][0]
-        return builder.add_op("identity", pname + "-devices", [joined], {}, location)[0][0]
+        """Adds the placeholder fed per machine and returns its ref (the logical blob: rows *
+        devices of all machines on axis 0; the caller hints it S(0))."""
+        shape = [per_device_shape[0] * self.devices_per_machine * self.machines] + list(per_device_shape[1:])
+        ref = builder.add_input(pname, shape, dtype_name, location)
+        builder.set_fed_per_machine(ref)
+        return ref
 
     def check_count(self, pname, what, value):
         """A rank passes one entry per device of its own machine."""
@@ -63,7 +47,13 @@ class ClusterMirror:
         the other ranks, fed other shapes, would not follow."""
         what = "tp.ListListNumpy" if spec.kind == "list_list_numpy" else "tp.ListNumpy"
         self.check_count(pname, what, value)
-        feed, rows = list_feed(pname, spec, value, self.devices_per_machine)
+        try:
+            feed, rows = list_feed(pname, spec, value, self.devices_per_machine)
+        except (TypeError, ValueError) as error:
+            # Raised before anything is pushed: this rank's call did not happen (the others'
+            # wait for it, up to the call deadline); say which rank's arguments were wrong.
+            raise type(error)("job '%s' on rank %d of %d (mirrored view, this rank's own devices): %s" % (
+                self.job_name, self.rank, self.machines, error)) from None
         if rows is not None:
             raise ValueError("argument '%s' of job '%s' on rank %d has %s rows per device: in the mirrored view "
                              "across machines every device takes exactly the placeholder's %d rows (dynamic lists "
@@ -71,23 +61,15 @@ class ClusterMirror:
                                                                      spec.shape[0]))
         return feed
 
-    def machine_feeds(self, feed):
-        """The job's M feeds of one list placeholder: this rank's at every slot (only its own
-        machine's slot is read here; the others are read by their own ranks)."""
-        return [feed] * self.machines
-
-    def own_parts(self, parts):
-        """This rank's devices' parts of a list result split over every device of every machine."""
-        first = self.rank * self.devices_per_machine
-        return parts[first:first + self.devices_per_machine]
-
-
-def expand_feeds(mirror, specs, feeds):
-    """The feeds in the compiled job's order: each list placeholder's feed repeated per machine."""
-    expanded = []
-    for (_pname, spec), feed in zip(specs, feeds):
-        if spec.kind == "numpy":
-            expanded.append(feed)
-        else:
-            expanded.extend(mirror.machine_feeds(feed))
-    return expanded
+    def own_outputs(self, builder, refs, list_indices, location):
+        """The job's outputs with each list result fetched per machine (graph::OutputPerMachine):
+        an identity laid out S(0) over every device of every machine, whose rows each rank's call
+        gets only for its own devices (nothing of it crosses machines)."""
+        refs = list(refs)
+        for index in list_indices:
+            producer = refs[index].split("/")[0]
+            own = builder.add_op("identity", producer + "-own", [refs[index]], {"output_per_machine": True},
+                                 location)[0][0]
+            builder.set_output_sbp(own, "split", 0)
+            refs[index] = own
+        return refs

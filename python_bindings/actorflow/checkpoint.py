@@ -19,14 +19,13 @@ the weights that step produced. Loading checks everything before it sets anythin
 import io
 import json
 import os
-import sys
 import re
 import warnings
 import zlib
 
 import numpy as np
 
-from . import _C, _atomic_dir, _job, _snapshot
+from . import _C, _atomic_dir, _cluster_checkpoint, _job, _snapshot
 from ._snapshot import SnapshotInCallbackError  # noqa: F401  (flow.checkpoint.SnapshotInCallbackError)
 
 _MANIFEST = "manifest.json"
@@ -97,14 +96,6 @@ def _snapshot_locked():
     return values
 
 
-def _other_rank():
-    """This process's rank when it is a rank > 0 of a multi-machine job (every rank holds and
-    trains its own copy of the variables; rank 0 writes the checkpoints), else None."""
-    from . import env as _env
-    rank = _env.started_rank()
-    return rank if rank else None
-
-
 def snapshot(what="flow.get_all_variables"):
     """{name: numpy copy} of every variable plus each train job's step, taken between
     iterations: job calls in progress finish first and new ones wait until it is copied."""
@@ -138,8 +129,15 @@ def _owned_files(path):
     ours = {_MANIFEST}
     if isinstance(variables, dict):
         # only .npy files: a manifest listing a user's train.py does not make it ours
-        ours |= {e.get("file") for e in variables.values()
-                 if isinstance(e, dict) and isinstance(e.get("file"), str) and e["file"].endswith(".npy")}
+        entries = [e for e in variables.values() if isinstance(e, dict)]
+        for e in list(entries):  # the parts of a variable split across machines
+            if isinstance(e.get("parts"), list):
+                entries += [p for p in e["parts"] if isinstance(p, dict)]
+        ours |= {e.get("file") for e in entries if isinstance(e.get("file"), str) and e["file"].endswith(".npy")}
+    machine_files = manifest.get("machine_files")
+    if isinstance(machine_files, dict):
+        ours |= {f for r, f in machine_files.items()
+                 if str(r).isdigit() and f == _cluster_checkpoint.machine_file(int(r))}
     return ours
 
 
@@ -172,10 +170,10 @@ def save(path):
     holds something else."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError("flow.checkpoint.save: path must be a str or os.PathLike, got %s" % type(path).__name__)
-    rank = _other_rank()
-    if rank is not None:  # the same program runs on every rank: rank 0 writes, the others must not
-        print("actorflow: flow.checkpoint.save(%r) on rank %d: skipped, rank 0 writes the checkpoint (every rank "
-              "holds the same variables)" % (os.fspath(path), rank), file=sys.stderr)
+    from . import env as _env
+    rank = _env.started_rank()
+    if rank is not None:  # every rank runs this: each writes what its machine holds, rank 0 the index
+        _cluster_checkpoint.save(os.fspath(path), rank, _snapshot.gate, _job.train_steps(), _job.STEP_PREFIX)
         return
     # Checked before the snapshot too: a refused path costs no copy and stops no job.
     _atomic_dir.check_target(os.path.abspath(os.fspath(path)), LAYOUT, "flow.checkpoint.save")
@@ -262,17 +260,52 @@ def _parse_npy(data, shape, dtype, bad):
     return np.array(value, order="C")  # writable, C-ordered, owning its memory
 
 
-def get(path):
+class _Parts(dict):
+    """{part index: array}: the parts of a variable saved in parts that this rank holds, read
+    alone (get's held_parts) where the checkpoint splits it as this rank's jobs do;
+    load_variables sets them part by part."""
+
+
+def _same_split(entry, layout):
+    parts = entry.get("parts")
+    return (entry.get("axis") == layout["axis"] and entry.get("shape") == list(layout["shape"])
+            and entry.get("dtype") == layout["dtype"] and isinstance(parts, list)
+            and len(parts) == len(layout["starts"])
+            and all(isinstance(p, dict) and p.get("start") == start and p.get("shape") == list(shape)
+                    for p, start, shape in zip(parts, layout["starts"], layout["shapes"])))
+
+
+def get(path, held_parts=None):
     """{name: numpy array} read from a checkpoint directory. Every file is checked against the
     manifest (location, size, CRC-32, shape, dtype); CheckpointError (a ValueError) names the
-    checkpoint, the file and the variable of the first problem."""
+    checkpoint, the file and the variable of the first problem. A variable saved in parts
+    across machines is assembled into its logical value, except (held_parts: {name: layout},
+    for a rank of a cluster, see CheckPoint.load) where this rank holds parts of it split as
+    saved: then only this rank's part files are read."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError("flow.checkpoint.get: path must be a str or os.PathLike, got %s" % type(path).__name__)
     path = os.fspath(path)
     version, variables = _read_manifest(path)
     real_root = os.path.realpath(path)
     out, seen_files = {}, {}
-    for name, entry in variables.items():
+    machine_sizes = None  # {file: (bytes, crc32, rank)} of the files other machines wrote
+
+    def read_entry(name, entry):
+        nonlocal machine_sizes
+        if isinstance(entry, dict) and entry.get("machine", 0) != 0:
+            if machine_sizes is None:
+                machine_sizes = _cluster_checkpoint.read_machine_files(
+                    path, _read_manifest_quietly(path) or {}, lambda what: _manifest_error(path, what))
+            recorded = machine_sizes.get(entry.get("file"))
+            if recorded is None or recorded[2] != entry["machine"]:
+                raise CheckpointError("checkpoint '%s': variable %r, file %s: machine %s's record %s does not list it "
+                                      "(that machine's save did not finish, or its files were not copied here)"
+                                      % (path, name, os.path.join(path, str(entry.get("file"))), entry["machine"],
+                                         _cluster_checkpoint.machine_file(entry["machine"])))
+            entry = dict(entry, bytes=recorded[0], crc32=recorded[1])
+        return read_one(name, entry)
+
+    def read_one(name, entry):
         file_path, shape, dtype, size, crc = _checked_entry(path, real_root, version, name, entry)
         if file_path in seen_files:
             raise _manifest_error(path, "variables %r and %r name the same file %r" % (seen_files[file_path], name,
@@ -295,8 +328,43 @@ def get(path):
             if zlib.crc32(data) != crc:
                 raise bad("checksum mismatch (CRC-32 %08x, the manifest says %08x): the data is corrupt"
                           % (zlib.crc32(data), crc))
-        out[name] = _parse_npy(data, shape, dtype, bad)
+        return _parse_npy(data, shape, dtype, bad)
+
+    for name, entry in variables.items():
+        layout = (held_parts or {}).get(name)
+        if isinstance(entry, dict) and "parts" in entry and layout is not None and _same_split(entry, layout):
+            out[name] = _Parts({index: read_entry(name, dict(entry["parts"][index], dtype=entry["dtype"]))
+                                for index in layout["local"]})
+        elif isinstance(entry, dict) and "parts" in entry:
+            out[name] = _assembled(path, name, entry, read_entry)
+        else:
+            out[name] = read_entry(name, entry)
     return out
+
+
+def _assembled(path, name, entry, read_entry):
+    """The logical value of a variable saved in parts across machines (_cluster_checkpoint)."""
+    def bad(what):
+        return _manifest_error(path, "variable %r: %s" % (name, what))
+    shape, dtype, axis, parts = entry.get("shape"), entry.get("dtype"), entry.get("axis"), entry.get("parts")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape) or dtype not in _DTYPES:
+        raise bad("'shape' and 'dtype' must describe the logical tensor, got %r and %r" % (shape, dtype))
+    if type(axis) is not int or not 0 <= axis < len(shape) or not isinstance(parts, list) or not parts:
+        raise bad("'axis' must be an axis of %s and 'parts' a non-empty list, got %r and %r" % (shape, axis, parts))
+    pieces, start = [], 0
+    for number, part in enumerate(parts):
+        if not isinstance(part, dict) or part.get("start") != start or not isinstance(part.get("shape"), list):
+            raise bad("part %d must start at %d on axis %d, got %r" % (number, start, axis, part))
+        expected = list(shape)
+        expected[axis] = part["shape"][axis] if len(part["shape"]) == len(shape) else -1
+        if part["shape"] != expected or expected[axis] < 0:
+            raise bad("part %d has shape %r, a part of %s split on axis %d" % (number, part["shape"], shape, axis))
+        value = read_entry(name, dict(part, dtype=dtype))
+        pieces.append(value)
+        start += part["shape"][axis]
+    if start != shape[axis]:
+        raise bad("its parts cover %d of %d on axis %d" % (start, shape[axis], axis))
+    return np.concatenate(pieces, axis=axis)
 
 
 def _step_value(value):
@@ -318,10 +386,13 @@ def load_variables(values, ignore_mismatch=False):
         raise TypeError("flow.load_variables: expected a dict {name: numpy array}, got %s" % type(values).__name__)
     session = _C.default_session()
     with _snapshot.gate.snapshot("flow.load_variables"):
-        steps, present, later, problems = {}, {}, {}, []
+        steps, present, later, problems, parts = {}, {}, {}, [], {}
         for name, value in values.items():
             if not isinstance(name, str):
                 problems.append("name %r is not a str" % (name,))
+                continue
+            if isinstance(value, _Parts):  # read for this rank's parts (get's held_parts), shapes checked there
+                parts[name] = value
                 continue
             if name.startswith(_job.STEP_PREFIX):
                 step = _step_value(value)
@@ -339,10 +410,16 @@ def load_variables(values, ignore_mismatch=False):
                 problems.append("'%s' has dtype %s (variables are %s)" % (name, array.dtype, ", ".join(_DTYPES)))
                 continue
             if session.has_variable(name):
-                cur = session.get_variable(name)
-                if cur.shape != array.shape or cur.dtype != array.dtype:
+                # A variable held in parts across machines: its logical shape from the layout.
+                layout = session.variable_layout(name)
+                if layout is None:
+                    cur = session.get_variable(name)
+                    shape, dtype = cur.shape, cur.dtype
+                else:
+                    shape, dtype = tuple(layout["shape"]), np.dtype(layout["dtype"])
+                if shape != array.shape or dtype != array.dtype:
                     problems.append("'%s' is %s %s here but %s %s in the values" % (
-                        name, cur.dtype, cur.shape, array.dtype, array.shape))
+                        name, dtype, shape, array.dtype, array.shape))
                     continue
                 present[name] = array
             else:
@@ -353,6 +430,9 @@ def load_variables(values, ignore_mismatch=False):
             warnings.warn("flow.load_variables(ignore_mismatch=True): skipped " + "; ".join(problems), stacklevel=2)
         for name, array in present.items():
             session.set_variable(name, array)
+        for name, held in parts.items():
+            for index, array in held.items():
+                session.set_variable_part(name, index, array)
         for job_name, step in steps.items():
             _job.set_train_step(job_name, step)
         _pending.update(later)
@@ -373,4 +453,12 @@ class CheckPoint:
         save(path)
 
     def load(self, path):
-        load_variables(get(path))
+        # On a rank of a cluster, a variable it holds in parts reads only its part files where
+        # the checkpoint splits the variable the same way (docs/cluster.md).
+        session = _C.default_session()
+        held = {}
+        for name in session.variable_names():
+            layout = session.variable_layout(name)
+            if layout is not None and layout["axis"] >= 0 and not layout["whole_here"]:
+                held[name] = layout
+        load_variables(get(path, held_parts=held))

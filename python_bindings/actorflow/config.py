@@ -2,7 +2,7 @@
 import errno
 import os
 
-_settings = {"trace_path": os.environ.get("ACTORFLOW_TRACE", ""), "num_threads": 0, "cpu_device_num": 0,
+_settings = {"trace_path": os.environ.get("ACTORFLOW_TRACE", ""), "num_threads": 0, "cpu_device_num": 1,
              "gpu_device_num": 0}
 _noted = set()  # switches that print their one-time note
 
@@ -13,13 +13,15 @@ def settings():
 
 
 def _int_setting(value, what, minimum, maximum=None):
-    """value as an int in [minimum, maximum]; TypeError/ValueError naming `what` otherwise (no
-    silent truncation of 2.5, no negative thread counts)."""
+    """value as an int in [minimum, maximum]; TypeError/ValueError naming `what` and the
+    caller's line otherwise (no silent truncation of 2.5, no negative thread counts)."""
+    from ._trace_ctx import user_location
     if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError("%s must be an int, got %r (%s)" % (what, value, type(value).__name__))
+        raise TypeError("%s must be an int, got %r (%s) (at %s)" % (what, value, type(value).__name__, user_location()))
     value = value.__index__()
     if value < minimum or (maximum is not None and value > maximum):
-        raise ValueError("%s must be in [%d, %s], got %d" % (what, minimum, "inf" if maximum is None else maximum, value))
+        raise ValueError("%s must be in [%d, %s], got %d (at %s)" % (
+            what, minimum, "inf" if maximum is None else maximum, value, user_location()))
     return value
 
 
@@ -84,8 +86,9 @@ def num_threads(n):
 def cpu_device_num(n):
     """CPU devices of the jobs compiled after this call (OneFlow's cpu_device_num): each job's
     ops run on all of them unless a flow.scope.placement says otherwise, and the thread budget
-    (num_threads) is shared between them. 0 (the default) means one device."""
-    _settings["cpu_device_num"] = _int_setting(n, "flow.config.cpu_device_num", 0, 4096)
+    (num_threads) is shared between them. 1 by default; 0, a negative count or a non-int is an
+    error naming the argument and the caller's line (a process has at least one device)."""
+    _settings["cpu_device_num"] = _int_setting(n, "flow.config.cpu_device_num(n): n", 1, 4096)
 
 
 def gpu_device_num(n):

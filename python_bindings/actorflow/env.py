@@ -111,6 +111,10 @@ CONNECTION_TIMEOUT_MS = "ACTORFLOW_CONNECTION_TIMEOUT_MS"
 # How long a rank that finished waits at exit for the others to finish too (a rank 0 still
 # evaluating or saving is not a failure; a dead or frozen one is detected by the heartbeats).
 EXIT_TIMEOUT_MS = "ACTORFLOW_EXIT_TIMEOUT_MS"
+# Per-call deadline of multi-machine jobs (docs/cluster.md, "Call deadline"): a call pending this
+# long while some rank has not made it fails the cluster's jobs on every rank, naming that rank.
+# Long by default for the same reason as the exit timeout; 0 turns it off.
+CALL_DEADLINE_MS = "ACTORFLOW_CALL_DEADLINE_MS"
 _started = {"rank": None}
 
 
@@ -121,6 +125,13 @@ def _ms(name, default):
     if not value.isdigit() or int(value) <= 0:
         raise ValueError("%s must be a positive number of milliseconds, got %r" % (name, value))
     return int(value)
+
+
+def _call_deadline_ms():
+    value = os.environ.get(CALL_DEADLINE_MS, "")
+    if value == "0":
+        return 0
+    return _ms(CALL_DEADLINE_MS, 600000)
 
 
 def ensure_started():
@@ -141,7 +152,8 @@ def ensure_started():
                      os.environ.get(JOB_ID, "actorflow"), version, _ms(RENDEZVOUS_MS, 60000),
                      _ms(HEARTBEAT_MS, 1000), _ms(CONNECTION_TIMEOUT_MS, 5000), os.environ.get(SECRET, ""),
                      tls_certificate=os.environ.get(TLS_CERT, ""), tls_key=os.environ.get(TLS_KEY, ""),
-                     tls_ca=os.environ.get(TLS_CA, ""), data_host=os.environ.get(NODE_ADDR, ""))
+                     tls_ca=os.environ.get(TLS_CA, ""), data_host=os.environ.get(NODE_ADDR, ""),
+                     call_deadline_ms=_call_deadline_ms())
     _started["rank"] = settings["rank"]
     atexit.register(_leave)
     return settings["rank"]

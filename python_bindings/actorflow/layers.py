@@ -38,6 +38,9 @@ def variable(name, shape, dtype, initializer, trainable, distribute=None):
     if declared is not None or session.has_variable(name):  # shared by name: the declaration must match
         if declared is not None:
             held_shape, held_dtype = declared[0], declared[1]
+        elif session.variable_layout(name) is not None:  # held in parts across machines
+            layout = session.variable_layout(name)
+            held_shape, held_dtype = tuple(layout["shape"]), np.dtype(layout["dtype"])
         else:
             held = session.get_variable(name)
             held_shape, held_dtype = held.shape, held.dtype

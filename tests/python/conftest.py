@@ -14,9 +14,9 @@ def fresh_session():
     import actorflow as flow
     flow.clear_default_session()
     flow.random.seed(1234)
-    flow.config.cpu_device_num(0)  # one device unless the test asks for more
+    flow.config.cpu_device_num(1)  # one device unless the test asks for more
     flow.config.gpu_device_num(0)
     yield
     flow.clear_default_session()
-    flow.config.cpu_device_num(0)
+    flow.config.cpu_device_num(1)
     flow.config.gpu_device_num(0)

@@ -161,3 +161,147 @@ def test_returned_and_watched_tensors_stay_plain():
     np.testing.assert_allclose(seen[()], seen[("blocked_layout",)], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(conv, plain_conv, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(pooled, plain_pooled, rtol=1e-5, atol=1e-6)
+
+
+def _parallel_step(devices, disabled=(), mirrored=False, steps=3):
+    """Losses of `steps` SGD steps of the LeNet-like net on `devices` CPU devices (consistent
+    data-parallel, or mirrored with the batch split by hand), the variables after them, and the
+    train plan. Every run starts from the same initial variables (same seed)."""
+    flow.clear_default_session()
+    flow.random.seed(1234)
+    flow.config.cpu_device_num(devices)
+    config = flow.function_config()
+    config.num_threads(2)
+    if disabled:
+        config.disable_fusion(*disabled)
+    if mirrored:
+        config.default_logical_view(flow.scope.mirrored_view())
+    kind = tp.ListNumpy if mirrored else tp.Numpy
+    rows = BATCH // devices if mirrored else BATCH
+
+    @flow.global_function(type="train", function_config=config)
+    def train(images: kind.Placeholder((rows, 1, 12, 12)), labels: kind.Placeholder((rows,), dtype=flow.int32)) -> kind:
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, _net(images))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LR]), momentum=0).minimize(
+            flow.math.reduce_mean(loss))
+        return loss
+
+    images, labels = _data()
+    losses = []
+    for step in range(steps):
+        shifted = images + 0.1 * step
+        if mirrored:
+            loss = np.concatenate(train(np.split(shifted, devices), np.split(labels, devices)))
+        else:
+            loss = train(shifted, labels)
+        losses.append(float(np.mean(loss)))
+    variables = {k: v.copy() for k, v in flow.get_all_variables().items() if not k.startswith("System")}
+    return np.array(losses), variables, train._compiled.plan_text()
+
+
+def _blocked_tasks(plan):
+    """{task name: (reads a blocked tensor, writes one)} of the tasks carrying channel_block."""
+    found = {}
+    for task in plan.split("\ntasks {")[1:]:
+        if 'key: "channel_block"' in task:
+            name = re.search(r'name: "([^"]+)"', task).group(1)
+            found[name] = ('key: "blocked_inputs"' in task, 'key: "blocked_outputs"' in task)
+    return found
+
+
+@needs_block
+@pytest.mark.parametrize("devices, mirrored", [(2, False), (3, False), (4, False), (2, True), (3, True)])
+def test_blocked_layout_on_several_devices_matches_one_device(devices, mirrored):
+    """Each device's region of the chain is blocked as on one device: every per-device task of a
+    blocked op reads and writes what the op does on one device, and the filter gradients the
+    SBP pass computes whole on device 0 read the gathered blocked activations (a gather moves
+    whole samples). Training matches one device with and without the pass; 4 devices split
+    the batch of 6 unevenly (2/2/1/1)."""
+    reference, reference_variables, one_plan = _parallel_step(1)
+    losses, variables, plan = _parallel_step(devices, mirrored=mirrored)
+    plain_losses, plain_variables, plain_plan = _parallel_step(devices, ["blocked_layout"], mirrored=mirrored)
+    one = _blocked_tasks(one_plan)
+    assert len(one) == 9
+    several = _blocked_tasks(plan)
+    for name, layout in several.items():
+        assert one[name.split("@")[0]] == layout, (name, layout)
+    assert {name.split("@")[0] for name in several} == set(one)
+    per_device = {name.split("@")[0] for name in several if "@" in name}
+    assert len(per_device) == 7 and len(several) == 7 * devices + 2, sorted(several)
+    assert _blocked_ops(plain_plan) == 0
+    np.testing.assert_allclose(losses, reference, rtol=1e-5)
+    np.testing.assert_allclose(plain_losses, reference, rtol=1e-5)
+    for name, value in reference_variables.items():
+        np.testing.assert_allclose(variables[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(variables[name], plain_variables[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@needs_block
+def test_tensors_split_on_channels_stay_plain_on_several_devices():
+    """A pool output the user lays out split on channels (S(1): each device would hold half of
+    every sample) stays plain, and so does what the layout-free identity of the hint writes;
+    the rest of each device's chain is blocked, and the features match one device's. Blocking
+    them would hand the second convolution 16 of 32 channels of a blocked tensor."""
+    def run(devices):
+        flow.clear_default_session()
+        flow.random.seed(1234)
+        flow.config.cpu_device_num(devices)
+        init = flow.random_normal_initializer(stddev=0.2, seed=3)
+
+        @flow.global_function()
+        def predict(images: tp.Numpy.Placeholder((BATCH, 1, 12, 12))) -> tp.Numpy:
+            c = flow.layers.conv2d(images, 32, 3, padding="SAME", kernel_initializer=init, name="g1",
+                                   activation=flow.nn.relu)
+            p = flow.nn.max_pool2d(c, ksize=2, strides=2, padding="SAME").with_distribute(flow.distribute.split(1))
+            q = flow.layers.conv2d(p, 16, 3, padding="SAME", kernel_initializer=init, name="g2")
+            r = flow.nn.max_pool2d(q, ksize=2, strides=2, padding="SAME")
+            return flow.reshape(r, [BATCH, -1])
+
+        images, _ = _data()
+        return predict(images), predict._compiled.plan_text(), predict.sbp_summary()
+
+    reference, one_plan, _ = run(1)
+    features, plan, summary = run(2)
+    assert "parallel_cast (identity) on cpu 0:0,0:1: S(1)->S(1)" in summary, summary
+    # one device: g1 (out), pool (x, out), g2 (x, out), pool (x)
+    assert _blocked_tasks(one_plan) == {"g1_conv2d": (False, True), "max_pool2d": (True, True),
+                                        "g2_conv2d": (True, True), "max_pool2d_1": (True, False)}
+    # two: g1 (out) and the first pool (x) on each device; g2 reads channel halves, writes a
+    # partial sum its bias_add reads (plain), so the second pool reads plain
+    assert _blocked_tasks(plan) == {"g1_conv2d@0": (False, True), "g1_conv2d@1": (False, True),
+                                    "max_pool2d@0": (True, False), "max_pool2d@1": (True, False)}
+    np.testing.assert_allclose(features, reference, rtol=1e-5, atol=1e-6)
+
+
+@needs_block
+def test_blocked_tensors_cross_devices_whole():
+    """Per-layer placement: the pool output device 0 writes and device 1's convolution reads
+    (in one process the register itself, no copy) stays blocked, as on one device, and the
+    features match one device's."""
+    def run(devices):
+        flow.clear_default_session()
+        flow.random.seed(1234)
+        flow.config.cpu_device_num(devices)
+        init = flow.random_normal_initializer(stddev=0.2, seed=3)
+
+        @flow.global_function()
+        def predict(images: tp.Numpy.Placeholder((BATCH, 1, 12, 12))) -> tp.Numpy:
+            with flow.scope.placement("cpu", "0:0"):
+                c = flow.layers.conv2d(images, 16, 3, padding="SAME", kernel_initializer=init, name="g1",
+                                       activation=flow.nn.relu)
+                p = flow.nn.max_pool2d(c, ksize=2, strides=2, padding="SAME")
+            with flow.scope.placement("cpu", "0:%d" % (devices - 1)):
+                q = flow.layers.conv2d(p, 16, 3, padding="SAME", kernel_initializer=init, name="g2")
+                r = flow.nn.max_pool2d(q, ksize=2, strides=2, padding="SAME")
+                return flow.reshape(r, [BATCH, -1])
+
+        images, _ = _data()
+        return predict(images), predict._compiled.plan_text()
+
+    reference, one_plan = run(1)
+    features, plan = run(2)
+    assert len(_blocked_tasks(one_plan)) == 4
+    assert _blocked_tasks(plan) == _blocked_tasks(one_plan)
+    g2 = next(task for task in plan.split("\ntasks {") if 'name: "g2_conv2d"' in task)
+    assert "device_id: 1" in g2 and "device_id: 1" not in one_plan
+    np.testing.assert_allclose(features, reference, rtol=1e-5, atol=1e-6)

@@ -99,6 +99,18 @@ def test_ranks_feeding_their_own_devices_train_as_one_process_fed_the_same_array
             np.testing.assert_array_equal(saved[name], ranks[0][name], err_msg="%s on rank %d" % (name, rank))
 
 
+@pytest.mark.parametrize("devices", [1, 2])
+def test_list_placeholders_and_results_stay_on_their_machine(devices):
+    """Each rank's arrays go into its own devices' registers and its list results come from its
+    own devices only: a job of list placeholders and list results moves no byte between the
+    ranks (before, each rank's rows were boxed across the network and every result gathered on
+    rank 0 and sent back whole)."""
+    code, out = _launch(["1", str(devices), "2", "/dev/null/unused", "local-predict"], 2, timeout=120)
+    assert code == 0, out
+    for rank in range(2):
+        assert "rank %d local predict: own rows back, 0 payload bytes over 5 calls" % rank in out, out
+
+
 def test_a_rank_passing_the_wrong_number_of_arrays_is_named_and_the_launch_fails():
     code, out = _launch(["20", "2", "2", "/dev/null/unused", "wrong-count-on-rank-1"], 2, timeout=120)
     assert code != 0, out
@@ -133,3 +145,75 @@ def test_a_rank_that_stops_calling_fails_the_others_pending_call_naming_it():
     assert "rank 1" in failed[0], out
     seconds = float(re.match(r"step 5 failed after ([0-9.]+) s", failed[0]).group(1))
     assert seconds < 15, out
+
+
+DEADLINE_MS = 1500  # the call deadline the fault runs set (default: 10 minutes)
+
+
+def _failure_line(out, prefix):
+    lines = [line for line in out.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, out
+    return lines[0], float(re.search(r"failed after ([0-9.]+) s", lines[0]).group(1))
+
+
+def test_a_rank_alive_but_not_calling_fails_the_others_call_at_the_deadline_and_its_late_call_too():
+    """Rank 1 stays alive without calling for 4 s before step 5. Rank 0's step 5 fails at the
+    call deadline (1.5 s) naming rank 1, the job and the deadline; so does its next call, at once,
+    and rank 1's late call: it fails with the same error instead of pairing with rank 0's step 5
+    (which rank 0 was told failed) or with rank 0's next call."""
+    (code, out), (code1, out1) = _ranks_by_hand(["20", "1", "2", "/dev/null/unused", "rank-1-sleeps-at=5"],
+                                                ACTORFLOW_CALL_DEADLINE_MS=str(DEADLINE_MS))
+    assert code == 7, out
+    failed, seconds = _failure_line(out, "step ")
+    assert failed.startswith("step 5 failed after"), out
+    for expected in ("job 'train_job': call #6 of rank 0 waited past the call deadline of 1500 ms for rank(s) [1]",
+                     "rank 1 made 5 call(s) of it"):
+        assert expected in failed, out
+    assert DEADLINE_MS / 1e3 <= seconds < DEADLINE_MS / 1e3 + 5, out
+    following, seconds = _failure_line(out, "next call ")
+    assert "call #6 of rank 0 waited past the call deadline" in following and seconds < 1, out
+    assert code1 == 8, out1
+    late, seconds = _failure_line(out1, "rank 1 late call ")
+    assert "call #6 of rank 0 waited past the call deadline of 1500 ms for rank(s) [1]" in late and seconds < 1, out1
+
+
+def test_a_rank_calling_another_job_is_named_with_the_job_it_called():
+    """Rank 1 calls eval_job where rank 0 calls train_job: without a deadline both would wait for
+    each other forever. Rank 0's deadline check names rank 1 and what it called instead; rank 1's
+    call fails with the same error."""
+    (code, out), (code1, out1) = _ranks_by_hand(["20", "1", "2", "/dev/null/unused", "rank-1-calls-other-job-at=3"],
+                                                ACTORFLOW_CALL_DEADLINE_MS=str(DEADLINE_MS))
+    assert code == 7, out
+    failed, seconds = _failure_line(out, "step ")
+    assert failed.startswith("step 3 failed after"), out
+    assert ("job 'train_job': call #4 of rank 0 waited past the call deadline of 1500 ms for rank(s) [1], which did "
+            "not make it (rank 1 made 3 call(s) of it, its last call was #2 of job 'eval_job')") in failed, out
+    assert seconds < DEADLINE_MS / 1e3 + 5, out
+    assert code1 == 8, out1
+    other, _ = _failure_line(out1, "rank 1 other job ")
+    assert "call #4 of rank 0 waited past the call deadline" in other, out1
+
+
+def test_bad_arguments_on_one_rank_are_named_and_its_corrected_call_pairs_with_the_others(tmp_path):
+    """Rank 1 feeds float64 images every step (converted like one process converts them) and at
+    step 2 first passes images of a wrong shape, then labels of a wrong dtype kind: each is an
+    error naming the rank, the job and the argument, raised before anything is pushed, so its
+    corrected call is still rank 0's step 2 and the run ends with the one-process losses."""
+    steps = 10
+    reference = subprocess.run([PYTHON, PROGRAM, str(steps), "2", "1", str(tmp_path / "one")], capture_output=True,
+                               text=True, timeout=240, env=_clean_env())
+    assert reference.returncode == 0, reference.stdout + reference.stderr
+    code, out = _launch([str(steps), "1", "2", str(tmp_path / "ranks"), "bad-arguments-on-rank-1-at=2"], 2,
+                        ACTORFLOW_CALL_DEADLINE_MS="60000")
+    assert code == 0, out
+    errors = [line for line in out.splitlines() if "rank 1 error:" in line]
+    assert len(errors) == 2, out
+    assert ("job 'train_job' on rank 1 of 2 (mirrored view, this rank's own devices): argument 'images' device 0 "
+            "must have shape (6, 1, 28, 28)") in errors[0], out
+    assert ("job 'train_job' on rank 1 of 2 (mirrored view, this rank's own devices): argument 'labels' device 0 "
+            "must have dtype int32, got float32") in errors[1], out
+    expected = np.load(tmp_path / "one.rank0.npz")["losses"]
+    for rank in range(2):
+        own = expected[:, rank * 6:(rank + 1) * 6]
+        np.testing.assert_allclose(np.load(tmp_path / ("ranks.rank%d.npz" % rank))["losses"], own, rtol=1e-5, atol=0,
+                                   err_msg="rank %d" % rank)

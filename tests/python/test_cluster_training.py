@@ -358,10 +358,13 @@ def test_node_flags_are_checked(tmp_path, flags, env, message):
 
 
 def test_checkpoints_come_from_rank_0_and_every_rank_holds_the_trained_variables(tmp_path):
+    """Data-parallel variables: every rank trains its own copy to the same values and rank 0
+    writes them; a variable placed on machine 1 only lives there (rank 0 holds none of it)."""
     program = tmp_path / "checkpoint.py"
     saved = tmp_path / "saved"
     program.write_text(
         "import numpy as np, actorflow as flow, actorflow.typing as tp\n"
+        "from actorflow import _C\n"
         "rank = flow.env.cluster()['rank']\n"
         "flow.random.seed(7)\n"
         "@flow.global_function(type='train')\n"
@@ -377,17 +380,22 @@ def test_checkpoints_come_from_rank_0_and_every_rank_holds_the_trained_variables
         "@flow.global_function()\n"
         "def elsewhere(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:\n"
         "    with flow.scope.placement('cpu', '1:0'):\n"
-        "        return flow.layers.dense(x, 2, name='other')\n"
+        "        return flow.layers.dense(x, 2, name='other', kernel_initializer=flow.ones_initializer())\n"
+        "print('elsewhere:', elsewhere(np.ones((4, 3), np.float32)).tolist(), flush=True)\n"
         "try:\n"
-        "    elsewhere(np.ones((4, 3), np.float32))\n"
+        "    print('other-weight:', _C.default_session().get_variable('other-weight').tolist(), flush=True)\n"
         "except Exception as error:\n"
-        "    print('placement error:', error, flush=True)\n" % (str(saved), str(tmp_path / "trained")))
+        "    print('other-weight error:', error, flush=True)\n" % (str(saved), str(tmp_path / "trained")))
     process = subprocess.Popen([PYTHON, "-m", "actorflow.launch", "--nproc", "2", str(program)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_clean_env())
     code, out = _finish(process, 120)
     assert code == 0, out
-    assert "[rank 1] actorflow: flow.checkpoint.save(%r) on rank 1: skipped, rank 0 writes" % str(saved) in out, out
-    assert out.count("placement error:") == 2 and "variable 'other-weight' is placed on machine 1" in out, out
+    assert "skipped" not in out, out
+    # Both ranks get the result of the job whose variable lives on machine 1 only.
+    assert out.count("elsewhere: [[3.0, 3.0], [3.0, 3.0], [3.0, 3.0], [3.0, 3.0]]") == 2, out
+    assert "[rank 1] other-weight: [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]" in out, out
+    assert ("other-weight error: variable 'other-weight' is held whole on machines [1] and this process (rank 0) "
+            "holds none of it") in out, out
     trained = np.load(tmp_path / "trained.rank0.npy")
     # Rank 1 trained its own copy to the same values (each machine updates its copy).
     np.testing.assert_array_equal(np.load(tmp_path / "trained.rank1.npy"), trained)
@@ -396,6 +404,7 @@ def test_checkpoints_come_from_rank_0_and_every_rank_holds_the_trained_variables
                             capture_output=True, text=True, timeout=60, env=_clean_env())
     assert loaded.returncode == 0, loaded.stderr
     np.testing.assert_array_equal(np.array(eval(loaded.stdout)), trained)
+    assert sorted(os.listdir(saved)) == sorted(["manifest.json"] + [f for f in os.listdir(saved) if f.endswith(".npy")])
 
 
 def test_unseeded_variables_start_equal_on_every_rank(tmp_path):

@@ -2,6 +2,7 @@
 reuses the first one's compile (its own variables, watch handlers and results), and a job
 that differs in structure compiles."""
 import numpy as np
+import pytest
 
 import actorflow as flow
 import actorflow.typing as tp
@@ -53,3 +54,45 @@ def test_a_different_shape_compiles():
     other = make_job("wider_", units=7)
     other(np.ones((4, 5), np.float32))
     assert "job cache miss" in steps(other) and "job cache hit" not in steps(other)
+
+
+def make_one_hot(prefix, inline):
+    config = flow.function_config()
+    if not inline:
+        config.disable_run_inline()
+
+    def hot(indices: tp.Numpy.Placeholder((3,), dtype=flow.int32)) -> tp.Numpy:
+        if prefix == "first_":
+            return flow.one_hot(indices, depth=4, name=prefix + "hot")  # first-hot-line
+        return flow.one_hot(indices, depth=4, name=prefix + "hot")  # second-hot-line
+    hot.__name__ = prefix + "hot_job"
+    return flow.global_function(type="predict", function_config=config)(hot)
+
+
+def line_of(marker):
+    return next(i for i, text in enumerate(open(__file__), 1) if text.rstrip().endswith(marker))
+
+
+def test_a_cached_job_reports_errors_under_its_own_op_name_and_line():
+    """The second job runs the first one's plan: its errors still name its own op and line,
+    through the actors and inline, and the next call works."""
+    for inline in (True, False):
+        flow.clear_default_session()
+        first, second = make_one_hot("first_", inline), make_one_hot("second_", inline)
+        messages = {}
+        for job, prefix in ((first, "first_"), (second, "second_")):
+            assert job(np.array([0, 1, 3], np.int32)).shape == (3, 4)
+            with pytest.raises(ValueError) as raised:
+                job(np.array([0, 9, 1], np.int32))
+            messages[prefix] = str(raised.value)
+            np.testing.assert_array_equal(job(np.array([2, 0, 1], np.int32)), np.eye(4, dtype=np.float32)[[2, 0, 1]])
+        assert "job cache miss" in steps(first) and "job cache hit" in steps(second)
+        assert (second._compiled.inline_refusal() == "") == inline
+        file = "test_job_cache.py"
+        assert "op 'first_hot' (one_hot) at %s:%d, iteration 1" % (file, line_of("# first-hot-line")) in \
+            messages["first_"]
+        assert "op 'second_hot' (one_hot) at %s:%d, iteration 1" % (file, line_of("# second-hot-line")) in \
+            messages["second_"]
+        assert "first_" not in messages["second_"]
+        assert messages["first_"].replace("first_", "second_").replace(
+            ":%d" % line_of("# first-hot-line"), ":%d" % line_of("# second-hot-line")) == messages["second_"]

@@ -264,8 +264,13 @@ def test_list_numpy_feed_errors_name_argument_device_and_shapes():
     assert "from 1 to 3" in message and HERE in message
     with pytest.raises(ValueError, match=r"argument 'x' device 0 must have shape \(3, 2\).*got \(3, 5\)"):
         job([np.zeros((3, 5), np.float32), good], labels)
-    with pytest.raises(TypeError, match=r"argument 'labels' must have dtype int32, got float32"):
-        job([good, good], [np.zeros(3, np.float32)] * 2)
+    with pytest.raises(TypeError) as info:  # the device whose array is wrong, and the caller's line
+        job([good, good], [np.zeros(3, np.int32), np.zeros(3, np.float32)])
+    assert "argument 'labels' device 1 must have dtype int32, got float32" in str(info.value)
+    assert HERE in str(info.value)
+    with pytest.raises(ValueError) as info:  # a value int32 cannot hold, on device 0
+        job([good, good], [np.full(3, 2**40, np.int64), np.zeros(3, np.int32)])
+    assert "argument 'labels' device 0: values in" in str(info.value) and HERE in str(info.value)
     squares, _ = job([good + 1, good + 2], labels)  # the next call still works
     assert squares[1].tolist() == [[4.0, 4.0]] * 3
 

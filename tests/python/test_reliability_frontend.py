@@ -418,6 +418,35 @@ def test_config_values_are_checked(call, error):
         call()
 
 
+@pytest.mark.parametrize("value, error, expected", [
+    (0, ValueError, "must be in [1, 4096], got 0"),
+    (-2, ValueError, "must be in [1, 4096], got -2"),
+    (2.0, TypeError, "must be an int, got 2.0"),
+    (None, TypeError, "must be an int, got None"),
+    (True, TypeError, "must be an int, got True"),
+])
+def test_cpu_device_num_needs_a_positive_int_naming_argument_and_line(value, error, expected):
+    """No silent "one device" for 0 or a negative count: the error names the argument and the
+    caller's line, the setting keeps its value, and the next job still runs (on that value)."""
+    flow.config.cpu_device_num(2)
+    with pytest.raises(error) as raised:
+        flow.config.cpu_device_num(value)  # bad-device-count
+    message = str(raised.value)
+    assert "flow.config.cpu_device_num(n): n" in message and expected in message, message
+    assert line_of("# bad-device-count") in message, message
+    assert flow.config.settings()["cpu_device_num"] == 2
+
+    config = flow.function_config()
+    config.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(function_config=config)
+    def mirrored(x: tp.ListNumpy.Placeholder((2,))) -> tp.ListNumpy:
+        return x + 1.0
+
+    out = mirrored([np.zeros(2, np.float32), np.ones(2, np.float32)])
+    assert [o.tolist() for o in out] == [[1.0, 1.0], [2.0, 2.0]]
+
+
 def test_unknown_function_config_switch_warns_once_naming_itself():
     config = flow.function_config()
     with warnings.catch_warnings(record=True) as caught:

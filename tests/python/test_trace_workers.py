@@ -25,10 +25,11 @@ def run_matmul_chain(path, workers, second_width):
     try:
         config = flow.function_config()
         config.num_workers(workers)
-        # Eight registers per blob: the host can queue calls ahead, so a host thread descheduled
-        # for a few ms on a loaded machine does not starve the worker and turn a worker-bound
-        # job into a host-bound one (with the default two, the busy share fell below 85% under load).
-        config.register_num(8)
+        # 32 registers per blob (~30 ms of queued work): the host can queue calls ahead, so a
+        # host thread descheduled for several scheduler slices on a loaded machine does not
+        # starve the worker and turn a worker-bound job into a host-bound one (with the default
+        # two, and with eight at load 6-7, the busy share fell below 85%).
+        config.register_num(32)
 
         @flow.global_function(type="predict", function_config=config)
         def chain(x: tp.Numpy.Placeholder((ROWS, DEPTH))) -> tp.Callback[tp.Numpy]:

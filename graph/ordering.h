@@ -1,0 +1,20 @@
+// The refs some op writes in place: the ordering pass (graph/ordering.cc) runs their readers
+// before the writer, and lowering (graph/lowering.cc) keeps them out of views and marks the
+// variables that are not written read-only. Internal to graph/.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "graph/graph.h"
+
+namespace actorflow {
+namespace graph {
+namespace ordering_detail {
+
+// Refs some op writes in place (variables under an optimizer, batch-norm moving statistics).
+std::set<std::string> InPlaceWrittenRefs(const Graph& graph);
+
+}  // namespace ordering_detail
+}  // namespace graph
+}  // namespace actorflow
