@@ -154,6 +154,12 @@ struct Connection {
   bool writing = false;
   std::pair<uint64_t, int64_t> writing_key;
   int64_t writing_iteration = 0;
+  // The peer acknowledged the frame being written before the write returned (it read the last
+  // bytes while the write call was still under way): EndDataWrite completes the send with the
+  // ack's outcome (`writing_ack_error` empty: received), so the register is released only
+  // after the write stopped reading it.
+  bool writing_acked = false;
+  std::string writing_ack_error;
   // Frame authentication (comm/data_plane_frames.h), null when off: the writer's tags and the
   // reader's checks. read_error: why the reader stopped (a closed connection, a forged frame).
   std::unique_ptr<FrameAuthenticator> send_auth, receive_auth;
@@ -243,11 +249,13 @@ class DataPlaneCore {
   bool EndDataWrite(Connection* connection, const Connection::Frame& frame, bool written) {
     const std::pair<uint64_t, int64_t> key{frame.header.job, frame.header.channel};
     KernelCompletion done;
-    std::string task, why;
+    std::string task, why, ack_error;
     {
       std::lock_guard<std::mutex> lock(mu);
       connection->writing = false;
-      if (!failure.empty()) {
+      const bool acked = connection->writing_acked;
+      connection->writing_acked = false;
+      if (acked || !failure.empty()) {
         auto channel = sends.find(key);
         if (channel != sends.end()) {
           auto it = channel->second.pending.find(frame.header.iteration);
@@ -255,12 +263,15 @@ class DataPlaneCore {
             done = std::move(it->second);
             channel->second.pending.erase(it);
             task = channel->second.task;
-            why = failure;
+            if (acked) ack_error = std::move(connection->writing_ack_error);
+            else why = failure;
           }
         }
       }
     }
-    if (done.valid()) (void)done.Complete(FailedPrecondition(why).WithContext(task));
+    if (done.valid())
+      (void)done.Complete(!why.empty() ? FailedPrecondition(why).WithContext(task)
+                                       : ack_error.empty() ? Status::Ok() : Internal(ack_error).WithContext(task));
     return written || !why.empty();
   }
 
@@ -354,6 +365,12 @@ class DataPlaneCore {
           if (channel == sends.end()) continue;
           auto it = channel->second.pending.find(header.iteration);
           if (it == channel->second.pending.end()) continue;  // failed already
+          if (connection->writing && connection->writing_key == std::make_pair(header.job, header.channel) &&
+              connection->writing_iteration == header.iteration) {
+            connection->writing_acked = true;  // the write returns soon: it completes the send
+            connection->writing_ack_error.assign(error_text.begin(), error_text.end());
+            continue;
+          }
           done = std::move(it->second);
           channel->second.pending.erase(it);
           task = channel->second.task;
