@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "actors/call_wait.h"
 #include "actors/inline_run.h"
 #include "actors/iteration_ring.h"
 #include "actors/plan_dtype.h"
@@ -689,30 +690,36 @@ StatusOr<int64_t> Runtime::Push(const std::vector<TensorView>& inputs, const std
 
 Status Runtime::Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
   if (InActorHandler()) return CalledFromActor("Run");
-  struct Wait {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool finished = false;
-    std::atomic<bool> finished_flag{false};
-    Status result;
-  } wait;
-  // One pointer captured: the completion fits in std::function's own storage (no allocation).
-  auto pushed = impl_->Push(inputs, outputs, [w = &wait](int64_t, const Status& status) {
-    std::lock_guard<std::mutex> lock(w->mu);
-    w->result = status;
-    w->finished = true;
-    w->finished_flag.store(true, std::memory_order_release);
-    w->cv.notify_all();
-  }, /*may_run_inline=*/true);
+  CallWait wait;
+  auto pushed = impl_->Push(inputs, outputs, wait.completion(), /*may_run_inline=*/true);
   if (!pushed.ok()) return pushed.status();
-  // A short iteration comes back in microseconds; blocking at once adds a thread wake-up on
-  // each side (a halted vCPU's costs more than the chain). Poll briefly, then block.
+  return wait.Wait();
+}
+
+Completion CallWait::completion() {
+  return [this](int64_t, const Status& status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      result_ = status;
+      finished_ = true;
+      cv_.notify_all();
+    }
+    finished_flag_.store(true, std::memory_order_release);  // the last touch of *this
+  };
+}
+
+Status CallWait::Wait() {
   const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-  while (!wait.finished_flag.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until)
+  while (!finished_flag_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until)
     std::this_thread::yield();
-  std::unique_lock<std::mutex> lock(wait.mu);  // also waits until the completion has left its lock
-  wait.cv.wait(lock, [&] { return wait.finished; });
-  return wait.result;
+  if (!finished_flag_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return finished_; });
+    lock.unlock();
+    // The completion has left its lock; its flag store comes next.
+    while (!finished_flag_.load(std::memory_order_acquire)) std::this_thread::yield();
+  }
+  return result_;
 }
 
 void Runtime::Drain() { impl_->Drain(); }

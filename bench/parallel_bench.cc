@@ -36,6 +36,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <cstring>
@@ -46,6 +47,7 @@
 
 #include "actors/environment.h"
 #include "actors/runtime.h"
+#include "actors/trace_recorder.h"
 #include "actors/proto/plan.pb.h"
 #include "graph/attr_convert.h"
 #include "kernels/boxing.h"
@@ -162,6 +164,14 @@ struct AllReduceRun {
   std::unique_ptr<Runtime> runtime;
   float trigger = 0;
   std::vector<TensorView> inputs;
+  std::unique_ptr<ChromeTraceRecorder> recorder;  // set with a trace path (declared before runtime)
+  std::string trace_path;
+  ~AllReduceRun() {
+    if (recorder == nullptr) return;
+    runtime.reset();
+    Status written = recorder->Write(trace_path);
+    if (!written.ok()) std::fprintf(stderr, "trace %s: %s\n", trace_path.c_str(), written.ToString().c_str());
+  }
   Status Once() { return runtime->Run(inputs, {}); }
   // `calls` all-reduces pushed back to back (backpressure bounds the calls in flight by the
   // trigger's two registers), then waits for the last: the all-reduce inside a pipeline, its
@@ -181,8 +191,9 @@ struct AllReduceRun {
 
 // `one_worker`: the session's default on this budget instead (DefaultWorkerCount: one worker
 // for 2 threads), each kernel act on both threads (a sum split over the kernel helper).
+// `trace_path`: record the actors' acts and waits there (written when the run is destroyed).
 StatusOr<std::unique_ptr<AllReduceRun>> MakeAllReduceRun(int64_t bytes, int devices, bool gather_task, int tasks,
-                                                         bool one_worker = false) {
+                                                         bool one_worker = false, const std::string& trace_path = "") {
   auto run = std::make_unique<AllReduceRun>();
   const int64_t elements = bytes / 4;
   run->plan = AllReducePlan(elements, devices, gather_task, tasks);
@@ -211,6 +222,11 @@ StatusOr<std::unique_ptr<AllReduceRun>> MakeAllReduceRun(int64_t bytes, int devi
   options.num_threads = kThreads;
   options.num_workers = one_worker ? DefaultWorkerCount(kThreads, devices) : std::min(devices, kThreads);
   options.kernel_threads = kThreads / options.num_workers;
+  if (!trace_path.empty()) {
+    run->recorder = std::make_unique<ChromeTraceRecorder>();
+    run->trace_path = trace_path;
+    options.observer = run->recorder.get();
+  }
   RegisterAllOps();
   AF_ASSIGN_OR_RETURN(run->runtime, Runtime::Create(run->plan, hooks, options));
   run->inputs = {{&run->trigger, {{1}, DType::kFloat32}}};
@@ -262,7 +278,11 @@ void AllReduceVsMemcpy(benchmark::State& state) {
   const int devices = static_cast<int>(state.range(1));
   auto per_device = MakeAllReduceRun(bytes, devices, false, 0), one_task = MakeAllReduceRun(bytes, devices, false, 1);
   auto per_core = MakeAllReduceRun(bytes, devices, false, std::min(devices, kThreads));
-  auto one_worker = MakeAllReduceRun(bytes, devices, false, 0, /*one_worker=*/true);
+  // ACTORFLOW_BENCH_TRACE=prefix: one_worker's actors traced to prefix.<bytes>.<devices>dev.json.
+  const char* trace = std::getenv("ACTORFLOW_BENCH_TRACE");
+  auto one_worker = MakeAllReduceRun(
+      bytes, devices, false, 0, /*one_worker=*/true,
+      trace == nullptr ? "" : std::string(trace) + "." + std::to_string(bytes) + "." + std::to_string(devices) + "dev.json");
   for (auto* made : {&per_device, &one_task, &per_core, &one_worker})
     if (!made->ok()) return state.SkipWithError(made->status().ToString().c_str());
   // kernels_serial: the shards of per_device's run (0.5f each) and one output block.

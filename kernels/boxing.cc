@@ -22,13 +22,21 @@ constexpr size_t kStreamTouchedBytes = 16 << 20;
 constexpr int64_t kSumBlock = 2048;  // elements: 8 KiB of float32, with the shards' reads well inside L1
 
 // A partial sum's run is split over the kernel's threads (ParallelChunks) when it touches at
-// least this many bytes (shards read and output written). Below it a helper's hand-off can cost
-// more than half the sum saves: a 1 MB all-reduce (1.25-1.5 MB touched per task, ~20-40 us of
-// summing) split over two threads lost on a loaded 2-core host, where a helper waits for a core;
-// 16 MB and more gained. Each chunk is a whole number of kSumBlock, so chunks never share an
+// least this many bytes (shards read and output written), waking sleeping helpers. Below it
+// waking one can cost more than half the sum saves: a 1 MB all-reduce (1.25-1.5 MB touched per
+// task, ~20-40 us of summing) split over two threads that way lost on a loaded 2-core host,
+// where a woken helper waits for a core; 16 MB and more gained. Each chunk is a whole number of kSumBlock, so chunks never share an
 // output cache line once the run's start is aligned, and every element is added in the same
 // order as on one thread: the same bits whatever the thread count.
 constexpr size_t kThreadedSumTouchedBytes = 4 << 20;
+
+// From this many bytes touched up to kThreadedSumTouchedBytes a sum is split too, but only
+// over helpers that are awake (WakeHelpers::kInStream: the previous split job ended within
+// their spin time, as between the back-to-back sums of one all-reduce or after a step's GEMMs):
+// a sleeping helper is not woken, so the sum costs no futex wake and runs on the acting thread
+// alone when it comes by itself. A 1 MB all-reduce on 2 devices sharing one worker (the
+// default on 2 cores) sums 1.5 MiB per device; with an awake helper each sum takes about half.
+constexpr size_t kInStreamSumTouchedBytes = 512 << 10;
 
 // block[0, length) = the sources in order, added in one pass: from the first `count` (2 to 4)
 // when `first`, else block + each of `count` (1 to 3). One pass over up to four sources loads
@@ -230,10 +238,11 @@ void ForEachRun(const Box& box, T* dst, const Box& dst_box, const T* src, const 
 template <typename T, typename Source>
 void SumRunThreaded(T* out, const Source& source, size_t count, int64_t n, bool stream, int threads) {
   const size_t touched = static_cast<size_t>(n) * sizeof(T) * (count + 1);
-  if (threads <= 1 || touched < kThreadedSumTouchedBytes || n < 2 * kSumBlock) {
+  if (threads <= 1 || touched < kInStreamSumTouchedBytes || n < 2 * kSumBlock) {
     SumRun<T>(out, source, count, n, stream);
     return;
   }
+  const WakeHelpers wake = touched >= kThreadedSumTouchedBytes ? WakeHelpers::kAlways : WakeHelpers::kInStream;
   // Two chunks per thread: a helper that starts late leaves less for the caller to wait on.
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
   const int chunks = static_cast<int>(std::min<int64_t>(blocks, 2 * static_cast<int64_t>(threads)));
@@ -244,7 +253,7 @@ void SumRunThreaded(T* out, const Source& source, size_t count, int64_t n, bool 
     const int64_t length = std::min(per_chunk, n - begin);
     SumRun<T>(out + begin, [&](size_t k) { return source(k) + begin; }, count, length, stream);
   };
-  ParallelChunks(chunks, threads, chunk);
+  ParallelChunks(chunks, threads, chunk, wake);
 }
 
 template <typename T>

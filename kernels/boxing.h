@@ -44,7 +44,9 @@ int64_t BoxingInputCount(const BoxingSpec& spec);
 // The destination piece of `spec` from the source shards (views of the physical shapes, in
 // source device order; one for a broadcast source). Thread-safe: touches only its arguments.
 // `threads` > 1: a partial sum of at least 4 MiB of traffic is split over that many threads
-// (the calling one and the kernels' helpers, kernels/parallel_chunks.h), with the same bits.
+// (the calling one and the kernels' helpers, kernels/parallel_chunks.h), with the same bits;
+// one of 512 KiB to 4 MiB only over helpers still awake from a previous split job (none is
+// woken for it).
 Status RunBoxing(const BoxingSpec& spec, const std::vector<TensorView>& inputs, const TensorView& output,
                  int threads = 1);
 

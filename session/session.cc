@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "actors/call_wait.h"
 #include "actors/environment.h"
 #include "actors/device.h"
 #include "actors/trace_recorder.h"
@@ -164,26 +165,9 @@ StatusOr<int64_t> CompiledJob::Push(const std::vector<TensorView>& inputs, const
 }
 
 Status CompiledJob::Run(const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
-  std::atomic<bool> finished_flag{false};
-  Status result;
-  AF_RETURN_IF_ERROR(Push(inputs, outputs, [&](int64_t, const Status& status) {
-                       std::lock_guard<std::mutex> lock(mu);
-                       result = status;
-                       finished = true;
-                       finished_flag.store(true, std::memory_order_release);
-                       cv.notify_all();
-                     }, /*may_run_inline=*/true).status());
-  // A short call comes back in tens of microseconds; blocking at once would add a thread
-  // wake-up on each side. Poll briefly (yielding the core to the actors), then block.
-  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-  while (!finished_flag.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until)
-    std::this_thread::yield();
-  std::unique_lock<std::mutex> lock(mu);  // also waits until the callback has left its lock
-  cv.wait(lock, [&] { return finished; });
-  return result;
+  CallWait wait;
+  AF_RETURN_IF_ERROR(Push(inputs, outputs, wait.completion(), /*may_run_inline=*/true).status());
+  return wait.Wait();
 }
 
 // Drain and shutdown have no caller to return an error to: a failed write is reported on stderr

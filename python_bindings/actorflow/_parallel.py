@@ -170,28 +170,30 @@ class placement:  # noqa: N801 (OneFlow's name: flow.scope.placement)
 
     def __init__(self, device_type, machine_device_ids="0:0"):
         self.device_type, self.ids, self.devices = parse_placement(device_type, machine_device_ids)
-        self._ctx = None
-        self._previous = None
+        # One (trace, placement before) per entry not yet exited: one object may be entered
+        # again inside itself (a scope kept in a variable), and each exit restores its entry's.
+        self._entries = []
 
     def __repr__(self):
         return "flow.scope.placement(%r, %r)" % (self.device_type, self.ids)
 
     def __enter__(self):
         ctx = get_current()
-        if ctx is not None:  # outside a job function's trace there is nothing to record
-            self._ctx, self._previous = ctx, ctx.placement
+        # Outside a job function's trace there is nothing to record.
+        self._entries.append((ctx, ctx.placement if ctx is not None else None))
+        if ctx is not None:
             ctx.placement = (self.device_type, self.ids)
             ctx.builder.set_placement(self.device_type, self.ids)
         return self
 
     def __exit__(self, *exc):
-        ctx, self._ctx = self._ctx, None
+        ctx, previous = self._entries.pop()
         if ctx is not None:
-            ctx.placement = self._previous
-            if self._previous is None:
+            ctx.placement = previous
+            if previous is None:
                 ctx.builder.clear_placement()
             else:
-                ctx.builder.set_placement(*self._previous)
+                ctx.builder.set_placement(*previous)
         return False
 
 

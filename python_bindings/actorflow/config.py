@@ -25,6 +25,17 @@ def _int_setting(value, what, minimum, maximum=None):
     return value
 
 
+def _bool_setting(value, what):
+    """value if it is a bool (numpy's bool too); TypeError naming `what` and the caller's line
+    otherwise: OneFlow asserted a bool here, and a truthy "no" or 0.0 would be read silently."""
+    from ._trace_ctx import user_location
+    if type(value).__name__ == "bool_" and type(value).__module__ == "numpy":
+        value = bool(value)
+    if not isinstance(value, bool):
+        raise TypeError("%s must be a bool, got %r (%s) (at %s)" % (what, value, type(value).__name__, user_location()))
+    return value
+
+
 def enable_trace(path):
     """Record an actor trace (Chrome trace event JSON) of the jobs compiled after this call;
     "" turns tracing off. The first job compiled takes `path` itself; each other job writes
@@ -111,16 +122,20 @@ def check_devices(job_name):
 
 def enable_legacy_model_io(enabled=True):
     """Accepted for OneFlow programs. actorflow has one checkpoint format (flow.checkpoint,
-    flow.train.CheckPoint), whatever this says, so it has no effect (noted once)."""
+    flow.train.CheckPoint), whatever this says, so it has no effect (noted once). A non-bool is
+    an error naming the argument and the caller's line."""
+    enabled = _bool_setting(enabled, "flow.config.enable_legacy_model_io(enabled): enabled")
     _note_once("enable_legacy_model_io", "flow.config.enable_legacy_model_io(%r) has no effect: actorflow has one "
-               "checkpoint format (flow.train.CheckPoint / flow.checkpoint)" % (bool(enabled),))
+               "checkpoint format (flow.train.CheckPoint / flow.checkpoint)" % (enabled,))
 
 
 def enable_debug_mode(enabled=True):
     """Accepted for OneFlow programs; has no effect (noted once). To see what the compiler
-    did, use compile's DOT dumps and flow.config.enable_trace (README, "Parallelism")."""
+    did, use compile's DOT dumps and flow.config.enable_trace (README, "Parallelism"). A non-bool
+    is an error naming the argument and the caller's line."""
+    enabled = _bool_setting(enabled, "flow.config.enable_debug_mode(enabled): enabled")
     _note_once("enable_debug_mode", "flow.config.enable_debug_mode(%r) has no effect; see the README "
-               "(\"Parallelism\") for the DOT dumps and traces that show what the compiler did" % (bool(enabled),))
+               "(\"Parallelism\") for the DOT dumps and traces that show what the compiler did" % (enabled,))
 
 
 def _note_once(key, message):

@@ -82,6 +82,44 @@ def test_placements_nested_lists_and_outside_any_scope():
     assert placement_of(ops["after"]) == ("cpu", [])
 
 
+def test_a_placement_object_entered_inside_itself_restores_each_entry():
+    """A scope kept in a variable and entered again inside itself (or in a second job) restores,
+    at each exit, what its own entry found: ops after both exits run on every device."""
+    flow.config.cpu_device_num(2)
+    first = flow.scope.placement("cpu", "0:1")
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 2))) -> tp.Numpy:
+        with first:
+            a = flow.math.relu(x, name="outer")
+            with flow.scope.placement("cpu", "0:0"):
+                with first:
+                    b = flow.math.square(a, name="again")
+                c = flow.math.exp(b, name="between")
+            d = flow.math.tanh(c, name="outer_again")
+        return flow.math.negative(d, name="after")
+
+    out = trace(job, np.ones((2, 2), np.float32))
+    np.testing.assert_allclose(out, -np.tanh(np.exp(np.ones((2, 2)))), rtol=1e-6)
+    ops = job_ops(job)
+    assert placement_of(ops["outer"]) == ("cpu", ["0:1"])
+    assert placement_of(ops["again"]) == ("cpu", ["0:1"])
+    assert placement_of(ops["between"]) == ("cpu", ["0:0"])
+    assert placement_of(ops["outer_again"]) == ("cpu", ["0:1"])
+    assert placement_of(ops["after"]) == ("cpu", [])
+
+    @flow.global_function()
+    def second(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        with first:
+            y = flow.math.relu(x, name="in_second")
+        return flow.math.negative(y, name="after_second")
+
+    assert trace(second, np.array([-1, 2], np.float32)).tolist() == [0, -2]
+    ops = job_ops(second)
+    assert placement_of(ops["in_second"]) == ("cpu", ["0:1"])
+    assert placement_of(ops["after_second"]) == ("cpu", [])
+
+
 @pytest.mark.parametrize("device_type, ids, words", [
     ("tpu", "0:0", ["device_type must be 'cpu' or 'gpu'", "'tpu'"]),
     ("cpu", "0-1", ["'0-1'", "'machine:device'"]),

@@ -447,6 +447,22 @@ def test_cpu_device_num_needs_a_positive_int_naming_argument_and_line(value, err
     assert [o.tolist() for o in out] == [[1.0, 1.0], [2.0, 2.0]]
 
 
+@pytest.mark.parametrize("switch", ["enable_debug_mode", "enable_legacy_model_io"])
+@pytest.mark.parametrize("value", ["x", "False", 0, 1, None, 1.0, [True]])
+def test_legacy_bool_switches_need_a_bool_naming_argument_and_line(switch, value):
+    """OneFlow asserted a bool: a truthy "False" or 0 is not read as a switch here either; the
+    error names the argument and the caller's line. numpy's bool is a bool."""
+    with pytest.raises(TypeError) as raised:
+        getattr(flow.config, switch)(value)  # bad-bool-switch
+    message = str(raised.value)
+    assert "flow.config.%s(enabled): enabled must be a bool, got %r" % (switch, value) in message, message
+    assert line_of("# bad-bool-switch") in message, message
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the one-time "no effect" note
+        getattr(flow.config, switch)(np.bool_(False))
+        getattr(flow.config, switch)(True)
+
+
 def test_unknown_function_config_switch_warns_once_naming_itself():
     config = flow.function_config()
     with warnings.catch_warnings(record=True) as caught:
