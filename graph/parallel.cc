@@ -246,6 +246,15 @@ class SbpPass : public Pass {
       producer_outputs.push_back(resolved.second);
       context.inputs.push_back(resolved.first->output_descs[resolved.second]);
     }
+    // A hinted split the blob cannot take is that, whatever the op's signatures.
+    for (size_t k = 0; k < n.output_sbp_hints.size() && k < n.output_descs.size(); ++k) {
+      if (!n.output_sbp_hints[k]) continue;
+      const std::string problem = SplitProblem(n.output_descs[k], *n.output_sbp_hints[k], parts);
+      if (!problem.empty())
+        return InvalidArgument(Where(n) + ": cannot split blob '" + n.output_ref(k) + "' as hinted " +
+                               n.output_sbp_hints[k]->ToString() + " over " + PlacementOf(n.devices).ToString() +
+                               ": " + problem);
+    }
     auto candidates = CandidateSbpSignatures(def, context);
     if (!candidates.ok()) return candidates.status().WithContext(Where(n));
     std::string split_problem, hint_problem;

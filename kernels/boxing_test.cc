@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
+#include <thread>
+#include <vector>
 
 #include "kernels/parallel_chunks.h"
 
@@ -208,6 +212,44 @@ TEST(BoxingTest, ThreadedReduceIsBitIdenticalToOneThread) {
           if (shift == 1) ASSERT_EQ(many[0], -1.0f);  // nothing written before the piece
         }
   EXPECT_GT(ParallelChunksHelpers(), 0);
+}
+
+TEST(BoxingTest, AMidSizeSumUsesOnlyHelpersAlreadyAwake) {
+  // 1 MB over 2 shards (3 MiB touched, under the 4 MiB that wakes helpers) after the helpers
+  // fell asleep: no futex wake, the caller sums alone; the same bits as one thread. Then, right
+  // after a split job (helpers still spinning), the same sum is split again.
+  const int64_t elements = 262144;
+  const Shape logical = {elements};
+  std::vector<std::vector<float>> sources(2, std::vector<float>(elements));
+  std::vector<TensorView> inputs;
+  for (int64_t k = 0; k < 2; ++k) {
+    for (int64_t i = 0; i < elements; ++i) sources[k][i] = static_cast<float>((i * (k + 3)) % 97) / 9.0f - static_cast<float>(k);
+    inputs.push_back({sources[k].data(), {logical, DType::kFloat32}});
+  }
+  const BoxingSpec spec{logical, DType::kFloat32, Sbp::PartialSum(), Sbp::Broadcast(), 2, 1, 0};
+  std::vector<float> one(elements), many(elements);
+  ASSERT_TRUE(RunBoxing(spec, inputs, {one.data(), {logical, DType::kFloat32}}, 1).ok());
+  ParallelChunks(4, 2, [](void*, int) {}, nullptr);  // at least one helper exists
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ParallelChunksSleepingHelpers() < ParallelChunksHelpers() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(ParallelChunksSleepingHelpers(), ParallelChunksHelpers()) << "helpers did not fall asleep within 20 s";
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past the helpers' spin time since that job
+  const ParallelChunksCounters before = ParallelChunksCounts();
+  ASSERT_TRUE(RunBoxing(spec, inputs, {many.data(), {logical, DType::kFloat32}}, 2).ok());
+  const ParallelChunksCounters asleep = ParallelChunksCounts();
+  EXPECT_EQ(asleep.wake_ups, before.wake_ups);
+  EXPECT_EQ(asleep.jobs, before.jobs + 1);
+  EXPECT_EQ(asleep.caller_only_jobs, before.caller_only_jobs + 1);
+  ASSERT_EQ(std::memcmp(one.data(), many.data(), elements * sizeof(float)), 0);
+  // In a stream of sums (the previous one ended within the spin time) the split job may wake
+  // helpers; the bits stay the same.
+  for (int call = 0; call < 3; ++call) {
+    std::fill(many.begin(), many.end(), -1.0f);
+    ASSERT_TRUE(RunBoxing(spec, inputs, {many.data(), {logical, DType::kFloat32}}, 2).ok());
+    ASSERT_EQ(std::memcmp(one.data(), many.data(), elements * sizeof(float)), 0);
+  }
+  EXPECT_EQ(ParallelChunksCounts().jobs, before.jobs + 4);
 }
 
 TEST(BoxingTest, ReduceLargerThanTheCachesStreamsItsOutputExactly) {

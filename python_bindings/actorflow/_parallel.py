@@ -41,9 +41,10 @@ class Distribute:
 
 def split(axis):
     """Split along `axis` over the devices of the placement (OneFlow's S(axis))."""
-    if isinstance(axis, bool) or not isinstance(axis, int):
+    if isinstance(axis, bool) or not hasattr(axis, "__index__"):  # numpy's integers are ints
         raise TypeError("flow.distribute.split: axis must be an int, got %r (%s) (at %s)" % (
             axis, type(axis).__name__, user_location()))
+    axis = axis.__index__()
     if axis < 0:
         raise ValueError("flow.distribute.split: axis must be >= 0, got %d (at %s)" % (axis, user_location()))
     return Distribute("split", axis)
@@ -122,7 +123,11 @@ def parse_placement(device_type, machine_device_ids, what="flow.scope.placement"
     if not isinstance(ids, (list, tuple)) or not ids:
         raise TypeError("%s: machine_device_ids must be a str such as '0:0-1' or a non-empty list of them, got %r "
                         "(at %s)" % (what, machine_device_ids, where))
-    normalized, devices = [], []
+    available = device_count(device_type)
+    if device_type == "gpu" and available == 0:
+        raise ValueError("%s(%r, %r): the placement names GPU devices but flow.config.gpu_device_num is 0 "
+                         "(at %s)" % (what, device_type, machine_device_ids, where))
+    normalized, devices, named = [], [], set()
     for entry in ids:
         match = _RANGE.match(entry) if isinstance(entry, str) else None
         if match is None:
@@ -139,28 +144,23 @@ def parse_placement(device_type, machine_device_ids, what="flow.scope.placement"
             raise ValueError("%s: machine_device_ids entry %r names machine %d, but the job has %s "
                              "(flow.config.machine_num, python -m actorflow.launch --nproc) (at %s)" % (
                                  what, entry, last_machine, have, where))
-        per_machine = device_count(device_type)
+        if last >= available:  # before the ranges are expanded: "0:0-99999999999" is an error, not a loop
+            raise ValueError("%s(%r, %r): device %d does not exist: flow.config.%s_device_num is %d, so devices 0-%d "
+                             "(at %s)" % (what, device_type, machine_device_ids, last, device_type,
+                                          available, available - 1, where))
         for machine in range(first_machine, last_machine + 1):
             for device in range(first, last + 1):
-                index = machine * per_machine + device
-                if index in devices:
+                index = machine * available + device
+                if index in named:
                     name = "%d" % device if machines == 1 else "%d:%d" % (machine, device)
                     raise ValueError("%s: device %s is named twice in %r (at %s)" % (
                         what, name, machine_device_ids, where))
                 devices.append(index)
+                named.add(index)
         machine_text = "%d" % first_machine if first_machine == last_machine else "%d-%d" % (first_machine,
                                                                                           last_machine)
         normalized.append("%s:%d" % (machine_text, first) if first == last else "%s:%d-%d" % (machine_text, first,
                                                                                           last))
-    available = device_count(device_type)
-    if device_type == "gpu" and available == 0:
-        raise ValueError("%s(%r, %r): the placement names GPU devices but flow.config.gpu_device_num is 0 "
-                         "(at %s)" % (what, device_type, machine_device_ids, where))
-    largest = max(int((_RANGE.match(e).group(4) or _RANGE.match(e).group(3))) for e in ids)
-    if largest >= available:
-        raise ValueError("%s(%r, %r): device %d does not exist: flow.config.%s_device_num is %d, so devices 0-%d "
-                         "(at %s)" % (what, device_type, machine_device_ids, largest, device_type,
-                                      available, available - 1, where))
     return device_type, normalized, devices
 
 

@@ -127,6 +127,8 @@ def test_a_placement_object_entered_inside_itself_restores_each_entry():
     ("cpu", "0:3-1", ["'0:3-1'", "empty range"]),
     ("cpu", "1:0", ["machine 1", "one machine"]),
     ("cpu", "0:0-2", ["device 2 does not exist", "cpu_device_num is 2", "devices 0-1"]),
+    ("cpu", "0:0-99999999999", ["device 99999999999 does not exist"]),  # refused before the range is expanded
+    ("cpu", ["0:0", "0:5-99999999999"], ["device 99999999999 does not exist"]),
     ("cpu", ["0:0", "0:0"], ["device 0 is named twice"]),
     ("cpu", [], ["non-empty list"]),
     ("cpu", 3, ["machine_device_ids must be a str"]),
@@ -213,6 +215,13 @@ def test_blob_hints_are_identity_ops_carrying_the_layout():
     assert ops["parallel_cast"]["inputs"] == ["x/out"]
     assert hints_of(ops["cast_b"]) == ["B"]
     assert len(ops) == 3  # x and the two casts
+
+
+def test_split_takes_numpy_integers_as_axes():
+    assert flow.distribute.split(np.int64(1)) == flow.distribute.split(1)
+    assert type(flow.distribute.split(np.int32(0)).axis) is int
+    with pytest.raises(TypeError, match="axis must be an int"):
+        flow.distribute.split(np.float32(1))
 
 
 @pytest.mark.parametrize("make, error, words", [

@@ -234,19 +234,40 @@ def test_uneven_batch_split_matches_one_device():
     np.testing.assert_allclose(losses, reference, rtol=1e-3)
 
 
-def test_impossible_split_names_op_blob_axis_and_line_and_the_next_job_works():
+def _short_variable(x):
+    w = flow.get_variable("short", shape=(2, 3), distribute=flow.distribute.split(0))  # impossible-split
+    return x + flow.math.reduce_sum(w, axis=0)
+
+
+def _short_blob_hint(x):
+    return flow.math.relu(x).with_distribute(flow.distribute.split(1))  # impossible-split
+
+
+def _short_layer(x):
+    return flow.layers.dense(x, 2, name="narrow", model_distribute=flow.distribute.split(0))  # impossible-split
+
+
+@pytest.mark.parametrize("body, op, blob, axis, shape", [
+    (_short_variable, "short", "short/out", 0, "(2, 3)"),
+    (_short_blob_hint, "parallel_cast", "parallel_cast/out", 1, "(4, 3)"),
+    (_short_layer, "narrow-weight", "narrow-weight/out", 0, "(2, 3)"),
+], ids=["variable", "blob_hint", "layer_weight"])
+def test_impossible_split_names_op_blob_axis_and_line_and_the_next_job_works(body, op, blob, axis, shape):
     flow.config.cpu_device_num(4)
 
     @flow.global_function()
     def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
-        w = flow.get_variable("short", shape=(2, 3), distribute=flow.distribute.split(0))  # 2 rows, 4 devices
-        return x + flow.math.reduce_sum(w, axis=0)
+        return body(x)
 
     with pytest.raises(ValueError) as info:
         job(np.ones((4, 3), np.float32))
     message = str(info.value)
-    line = "test_parallel_training.py:%d" % (job.__wrapped__.__code__.co_firstlineno + 2)
-    assert "short" in message and "S(0)" in message and line in message, message
+    line = "test_parallel_training.py:%d" % next(
+        i for i, text in enumerate(open(__file__), 1) if text.rstrip().endswith("# impossible-split") and
+        i > body.__code__.co_firstlineno)
+    for words in ("op '%s'" % op, "blob '%s'" % blob, "S(%d)" % axis, "axis %d of float32%s" % (axis, shape),
+                  "< 4 devices", line):
+        assert words in message, (words, message)
 
     @flow.global_function()
     def fine(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
