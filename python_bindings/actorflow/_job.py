@@ -99,7 +99,7 @@ class FunctionConfig:
         from . import _parallel
         if not isinstance(view, _parallel.LogicalView):
             raise TypeError("function_config().default_logical_view: expected flow.scope.consistent_view() or "
-                            "flow.scope.mirrored_view(), got %r" % (view,))
+                            "flow.scope.mirrored_view(), got %r (at %s)" % (view, _trace_ctx.user_location()))
         self.logical_view = view.name
 
     def num_threads(self, n):

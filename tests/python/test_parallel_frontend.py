@@ -217,6 +217,15 @@ def test_blob_hints_are_identity_ops_carrying_the_layout():
     assert len(ops) == 3  # x and the two casts
 
 
+@pytest.mark.parametrize("view", ["mirrored", flow.scope.mirrored_view, None])
+def test_default_logical_view_needs_a_view_naming_the_line(view):
+    with pytest.raises(TypeError) as raised:
+        flow.function_config().default_logical_view(view)  # bad-view
+    message = str(raised.value)
+    line = next(i for i, text in enumerate(open(__file__), 1) if text.rstrip().endswith("# bad-view"))
+    assert "expected flow.scope.consistent_view()" in message and "%s:%d" % (HERE, line) in message, message
+
+
 def test_split_takes_numpy_integers_as_axes():
     assert flow.distribute.split(np.int64(1)) == flow.distribute.split(1)
     assert type(flow.distribute.split(np.int32(0)).axis) is int
