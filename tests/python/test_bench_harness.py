@@ -97,3 +97,30 @@ def test_interleave_runs_blocks_abba_and_samples_each_round():
     assert all(len(c.samples) == 4 and c.calls_per_block == 1 for c in candidates)
     timed = calls[3 * 4:]  # after warm-up (3 calls) and sizing (1 call) per candidate
     assert timed == list("abc" "cba" "abc" "cba")
+
+
+def test_all_reduce_phases_splits_each_call_of_a_trace(tmp_path):
+    """bench/all_reduce_phases.py on a synthetic trace of 30 calls with known gaps: push at
+    100*i, trigger 4 us later, two sums of 20 us 1 us apart, the sink 0.5 us after, 10 us long."""
+    import json
+    import all_reduce_phases
+    events = []
+
+    def act(actor, iteration, ts, dur, pid=0):
+        events.append({"ph": "X", "cat": "act", "name": actor, "pid": pid, "tid": 0, "ts": ts, "dur": dur,
+                       "args": {"iteration": iteration, "actor": actor, "kind": "host" if pid == 999 else "compute"}})
+    for i in range(30):
+        start = 100.0 * i
+        act("host", i, start, 2.0, pid=999)
+        act("trigger", i, start + 4.0, 0.5)
+        act("reduce_scatter@0", i, start + 5.0, 20.0)
+        act("reduce_scatter@1", i, start + 26.0, 20.0, pid=1)
+        act("output", i, start + 46.5, 10.0)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    rows = all_reduce_phases.phases(str(path))
+    assert len(rows) == 30 - 20 - 1  # warm-up skipped; the last call has no next push
+    expected = {"push_to_trigger": 4.0, "trigger_to_first_sum": 1.0, "sum_acts": 40.0, "hops_between_sums": 1.0,
+                "last_sum_to_sink": 0.5, "sink_to_next_push": 43.5, "call": 100.0}
+    for row in rows:
+        assert row == pytest.approx(expected)
