@@ -271,6 +271,9 @@ void AllReduceGatherTask(benchmark::State& state) { RunAllReduce(state, true); }
 //    called in turn on the calling thread, no runtime: the summing work alone. Its _pct is the
 //    measured ceiling of one core; twice it is the ceiling on two cores if they add bandwidth
 //    (they do not at all where DRAM is the limit, fully where each core reads its own caches).
+//  - "kernels_two_threads": the same calls on both threads (RunBoxing with 2 threads: the
+//    caller and a kernel helper, as a task's act on one worker of a 2-thread job; at 1 MB the
+//    helper joins only while awake, which back-to-back calls keep it): the ceiling of two cores.
 // Counters: each mode's median GB/s over the rounds (memcpy_same_traffic: bytes copied) and the
 // medians of the rounds' percentages.
 void AllReduceVsMemcpy(benchmark::State& state) {
@@ -291,12 +294,12 @@ void AllReduceVsMemcpy(benchmark::State& state) {
   for (int d = 0; d < devices; ++d)
     shard_views.push_back({per_device.value()->shards[d].data(), {logical, DType::kFloat32}});
   std::vector<float> summed(static_cast<size_t>(bytes / 4), 0.0f);
-  auto kernels_serial = [&]() -> bool {
+  auto kernels_serial = [&](int threads) -> bool {
     int64_t offset = 0;
     for (int d = 0; d < devices; ++d) {
       const BoxingSpec spec{logical, DType::kFloat32, Sbp::PartialSum(), Sbp::Split(0), devices, devices, d};
       const Shape piece = PhysicalShape(logical, spec.out, devices, d).value();
-      if (!RunBoxing(spec, shard_views, {summed.data() + offset, {piece, DType::kFloat32}}).ok()) return false;
+      if (!RunBoxing(spec, shard_views, {summed.data() + offset, {piece, DType::kFloat32}}, threads).ok()) return false;
       offset += NumElements(piece);
     }
     benchmark::ClobberMemory();
@@ -305,17 +308,17 @@ void AllReduceVsMemcpy(benchmark::State& state) {
   const int64_t same_traffic_bytes = bytes * (devices + 1) / 2;
   std::vector<char> from(static_cast<size_t>(same_traffic_bytes), 1), to(static_cast<size_t>(same_traffic_bytes), 0);
   const int calls = static_cast<int>(std::max<int64_t>(4, (64 << 20) / bytes));  // ~64 MB a block
-  constexpr int kModes = 9;
+  constexpr int kModes = 10;
   static const char* kNames[kModes] = {"memcpy",   "per_device",          "one_task", "per_device_pipelined",
                                        "one_task_pipelined", "memcpy_same_traffic", "per_core", "kernels_serial",
-                                       "one_worker"};
+                                       "one_worker", "kernels_two_threads"};
   auto block = [&](int mode) {  // seconds per call of one block
     const auto start = std::chrono::steady_clock::now();
     AllReduceRun& run =
         *(mode == 1 || mode == 3 ? per_device : mode == 6 ? per_core : mode == 8 ? one_worker : one_task).value();
-    if (mode == 7) {
+    if (mode == 7 || mode == 9) {
       for (int i = 0; i < calls; ++i)
-        if (!kernels_serial()) return -1.0;
+        if (!kernels_serial(mode == 7 ? 1 : kThreads)) return -1.0;
     } else if (mode == 0 || mode == 5) {
       const size_t copied = static_cast<size_t>(mode == 0 ? bytes : same_traffic_bytes);
       for (int i = 0; i < calls; ++i) {

@@ -120,6 +120,23 @@ def test_a_placement_object_entered_inside_itself_restores_each_entry():
     assert placement_of(ops["after_second"]) == ("cpu", [])
 
 
+def test_a_placement_made_before_the_device_count_shrank_fails_at_the_first_call():
+    flow.config.cpu_device_num(3)
+    third = flow.scope.placement("cpu", "0:2")  # valid when made
+    flow.config.cpu_device_num(2)
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        with third:  # shrunk-placement
+            return flow.math.relu(x)
+
+    with pytest.raises(ValueError) as raised:
+        job(np.ones(2, np.float32))
+    line = next(i for i, text in enumerate(open(__file__), 1) if text.rstrip().endswith("# shrunk-placement"))
+    message = str(raised.value)
+    assert "device 2 does not exist" in message and "%s:%d" % (HERE, line) in message, message
+
+
 @pytest.mark.parametrize("device_type, ids, words", [
     ("tpu", "0:0", ["device_type must be 'cpu' or 'gpu'", "'tpu'"]),
     ("cpu", "0-1", ["'0-1'", "'machine:device'"]),
