@@ -614,6 +614,12 @@ std::string SbpSummary(const Graph& graph) {
     out << "->";
     for (size_t i = 0; i < n.output_sbp.size(); ++i) out << (i ? "," : "") << n.output_sbp[i].ToString();
     if (!n.location.empty()) out << "  @ " << n.location;
+    // An op type declaring no signatures is computed whole (B) by one task: say so, since the
+    // layout was not chosen but fallen back to.
+    if (n.kind == NodeKind::kOp) {
+      auto def = OpRegistry::Global().Find(n.type);
+      if (def.ok() && !def.value()->sbp) out << "  (no SBP declaration: whole on one device)";
+    }
     out << "\n";
   }
   return out.str();

@@ -381,6 +381,41 @@ TEST(ParallelPassesTest, ImpossibleHintOnAnOpIsAnError) {
       << plan.status().message();
 }
 
+TEST(ParallelPassesTest, AnOpDeclaringNoSignaturesRunsWholeOnOneDeviceAndTheSummarySaysSo) {
+  RegisterAllOps();
+  if (!OpRegistry::Global().Find("test_no_sbp").ok()) {
+    OpDef def;
+    def.type = "test_no_sbp";
+    def.input_names = {"in"};
+    def.output_names = {"out"};
+    def.infer = [](InferContext& ctx) -> Status {
+      ctx.outputs = {ctx.inputs[0]};
+      return Status::Ok();
+    };
+    def.doc = "identity with no SBP function (this test)";
+    OpRegistry::Global().Register(std::move(def));
+  }
+  JobBuilder b = ValueOrDie(JobBuilder::Create("undeclared", "predict"));
+  AF_ASSERT_OK(b.SetDeviceNum(2));
+  std::string x = ValueOrDie(b.AddInput("x", {4, 3}, DType::kFloat32, "u.py:1"));
+  std::string a = ValueOrDie(b.AddOp("relu", "before", {x}, {}, "u.py:2"))->output_ref(0);
+  std::string u = ValueOrDie(b.AddOp("test_no_sbp", "plain", {a}, {}, "u.py:3"))->output_ref(0);
+  std::string y = ValueOrDie(b.AddOp("relu", "after", {u}, {}, "u.py:4"))->output_ref(0);
+  AF_ASSERT_OK(b.SetOutputs({y}));
+  Graph g = b.graph();
+  ValueOrDie(CompileGraph(g, CompileOptions{}));
+  EXPECT_EQ(g.FindNode("plain")->devices, std::vector<int>{0});
+  EXPECT_EQ(g.FindNode("before")->devices, (std::vector<int>{0, 1}));
+  const std::string summary = SbpSummary(g);
+  EXPECT_NE(summary.find("plain (test_no_sbp) on cpu 0:0: B->B  @ u.py:3  (no SBP declaration: whole on one device)"),
+            std::string::npos)
+      << summary;
+  const size_t before = summary.find("before (relu) on cpu 0:0,0:1: ");
+  ASSERT_NE(before, std::string::npos) << summary;
+  const std::string line = summary.substr(before, summary.find('\n', before) - before);
+  EXPECT_EQ(line.find("no SBP"), std::string::npos) << line;
+}
+
 TEST(ParallelPassesTest, JobRoundTripKeepsDevicesAndHints) {
   JobBuilder b = ValueOrDie(JobBuilder::Create("trip", "predict"));
   AF_ASSERT_OK(b.SetDeviceNum(3));
