@@ -403,8 +403,11 @@ Status Runtime::Impl::Instantiate() {
     for (auto& state : states_) state->set_trace_lane(options_.observer->LaneFor(state->task().id()));
     host_lane_ = options_.observer->LaneFor(RuntimeObserver::kHostLane);
   }
+  // Lazily initialized: an actor builds its behaviour when its first message arrives, in the
+  // same run of its worker, instead of being scheduled once at spawn just for that (one run and
+  // one job-queue node less per task; a large plan spawns thousands).
   for (auto& state : states_) {
-    actors_.push_back(environment_->system().spawn(TaskActor, state.get()));
+    actors_.push_back(environment_->system().spawn<caf::lazy_init>(TaskActor, state.get()));
     state->BindActor(actors_.back());  // for completions of asynchronous acts
   }
   // Handles are set before any message flows; the spawn/enqueue of the first message orders

@@ -394,10 +394,13 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     if (n.kind == NodeKind::kOp && parts > 1) {
       AF_ASSIGN_OR_RETURN(def, OpRegistry::Global().Find(n.type));
     }
-    std::vector<TensorDesc> logical_inputs;
-    for (const auto& ref : n.inputs) {
-      AF_ASSIGN_OR_RETURN(TensorDesc desc, graph.Desc(ref));
-      logical_inputs.push_back(desc);
+    std::vector<TensorDesc> logical_inputs;  // for the physical attributes of an op on several devices
+    if (def != nullptr) {
+      logical_inputs.reserve(n.inputs.size());
+      for (const auto& ref : n.inputs) {
+        AF_ASSIGN_OR_RETURN(TensorDesc desc, graph.Desc(ref));
+        logical_inputs.push_back(std::move(desc));
+      }
     }
     for (size_t index = 0; index < parts; ++index) {
       const int device = task_devices[index];
@@ -430,7 +433,8 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
         }
       } else {
         t->set_op_type(n.type);
-        Attrs attrs = n.attrs;
+        Attrs made;  // the task's own attributes where they are not the node's
+        const Attrs* attrs = &n.attrs;
         if (n.type == "boxing") {
           // One input per source shard (one for a broadcast source), and this device's piece.
           // A view's source is one whole register on one device (views are single-device
@@ -449,7 +453,8 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
           spec.in_parts = static_cast<int64_t>(from_parts);
           spec.out_parts = static_cast<int64_t>(parts);
           spec.out_index = static_cast<int64_t>(index);
-          attrs = BoxingTaskAttrs(spec);
+          made = BoxingTaskAttrs(spec);
+          attrs = &made;
           if (spec.in.kind == SbpKind::kBroadcast) {
             AF_RETURN_IF_ERROR(add_data_input(t, n.inputs[0], device, index, task_devices));
           } else {
@@ -476,12 +481,13 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
             context.signature.outputs = n.output_sbp;
             context.parts = static_cast<int64_t>(parts);
             context.index = static_cast<int64_t>(index);
-            auto made = PhysicalAttrs(*def, context);
-            if (!made.ok()) return made.status().WithContext("op '" + n.name + "' at " + n.location);
-            attrs = std::move(made).value();
+            auto physical_attrs = PhysicalAttrs(*def, context);
+            if (!physical_attrs.ok()) return physical_attrs.status().WithContext("op '" + n.name + "' at " + n.location);
+            made = std::move(physical_attrs).value();
+            attrs = &made;
           }
         }
-        AttrsToProto(attrs, t->mutable_attrs());
+        AttrsToProto(*attrs, t->mutable_attrs());
         // Control edges: between tasks of the same index where both sides span the same
         // devices, else from every task of the predecessor (the in-place order check below
         // adds what a writer still needs).
@@ -583,16 +589,26 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     }
   }
 
-  // Consumers, deduplicated per task (the runtime makes one in-edge per producer register).
+  // Consumers, deduplicated per task (the runtime makes one in-edge per producer register), in
+  // task order. `consumer` reads `in`: listed in its place unless listed already.
+  auto add_consumer = [&](const plan::InputDesc& in, int64_t consumer) {
+    auto* ids = plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())
+                    ->mutable_consumer_task_ids();
+    auto place = std::lower_bound(ids->begin(), ids->end(), consumer);
+    if (place != ids->end() && *place == consumer) return;
+    const auto at = place - ids->begin();
+    ids->Add(consumer);
+    std::rotate(ids->begin() + at, ids->end() - 1, ids->end());
+  };
   auto fill_consumers = [&]() {
     for (plan::Task& t : *plan.mutable_tasks())
       for (plan::RegisterDesc& r : *t.mutable_registers()) r.clear_consumer_task_ids();
-    for (const plan::Task& t : plan.tasks()) {
-      std::set<std::pair<int64_t, int>> seen;
-      for (const plan::InputDesc& in : t.inputs())
-        if (seen.insert({in.producer_task_id(), in.producer_register()}).second)
-          plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())->add_consumer_task_ids(t.id());
-    }
+    for (const plan::Task& t : plan.tasks())  // in task order: a consumer listed already is the list's last
+      for (const plan::InputDesc& in : t.inputs()) {
+        auto* ids = plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())
+                        ->mutable_consumer_task_ids();
+        if (ids->empty() || ids->Get(ids->size() - 1) != t.id()) ids->Add(t.id());
+      }
   };
   // Ops without data outputs (optimizer updates) still announce when they are done, so the
   // main sink below can wait for them.
@@ -609,10 +625,12 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   for (int i = 0; i < sink_id; ++i) {
     for (int r = 0; r < plan.tasks(i).registers_size(); ++r) {
       if (plan.tasks(i).registers(r).consumer_task_ids_size() > 0) continue;
-      plan::InputDesc* in = plan.mutable_tasks(sink_ids.at(plan.tasks(i).machine_id()))->add_inputs();
+      const int sink = sink_ids.at(plan.tasks(i).machine_id());
+      plan::InputDesc* in = plan.mutable_tasks(sink)->add_inputs();
       in->set_producer_task_id(i);
       in->set_producer_register(r);
       in->set_control(true);
+      add_consumer(*in, sink);
     }
   }
   // A job with nothing to return (only watches): the main sink still fires once per call.
@@ -624,9 +642,9 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       in->set_producer_task_id(i);
       in->set_producer_register(0);
       in->set_control(true);
+      add_consumer(*in, sink);
     }
   }
-  fill_consumers();
   return plan;
 }
 
