@@ -180,9 +180,9 @@ const Node* Graph::FindVariable(const std::string& variable_name) const {
 }
 
 Node& Graph::Append(Node node) {
-  if (index_.count(node.name)) throw std::logic_error("graph: duplicate node name " + node.name);
+  if (!index_.try_emplace(node.name, nodes_.size()).second)  // one lookup: a new name enters
+    throw std::logic_error("graph: duplicate node name " + node.name);
   if (node.kind == NodeKind::kVariable) variable_index_.emplace(node.variable_name, node.name);
-  index_[node.name] = nodes_.size();
   nodes_.push_back(std::move(node));
   return nodes_.back();
 }
