@@ -167,6 +167,10 @@ class Cluster {
  private:
   Cluster() = default;
   Status Call(const char* what, std::chrono::milliseconds timeout, int kind, uint64_t epoch, const PlanIdentity* plan);
+  // Every rank's `mine` of all-gather `epoch` (of its kind), by rank: AllGather and AllGatherText.
+  template <typename T, typename Atom>
+  StatusOr<std::vector<T>> Gather(const char* api, Atom atom, uint64_t epoch, const T& mine,
+                                  std::chrono::milliseconds timeout);
 
   ClusterOptions options_;
   std::shared_ptr<ActorEnvironment> environment_;
@@ -174,6 +178,7 @@ class Cluster {
   uint16_t port_ = 0;
   uint64_t barrier_epoch_ = 0;
   uint64_t plan_epoch_ = 0;
+  uint64_t gather_epoch_ = 0;
   uint64_t text_epoch_ = 0;
   bool joined_ = false;
   struct Actors;
