@@ -51,12 +51,12 @@ def _ok(results, index):
     return [results[(rank, index)][1] for rank in range(2)]
 
 
-def test_a_save_failing_anywhere_fails_on_every_rank_and_leaves_the_previous_checkpoint(tmp_path):
+def test_a_save_failing_anywhere_fails_on_every_rank_and_the_next_call_works(tmp_path):
     good, afile = tmp_path / "good", tmp_path / "afile"
     afile.write_text("mine")
     actions = ["save=%s" % good, "failwrite=1", "save=%s" % good, "step",
                "save=%s" % afile, "save=%s" % (afile / "sub"), "saverank=%s" % (tmp_path / "per"),
-               "failwrite=0", "save=%s" % good, "step", "save=%s" % good, "step"]
+               "failwrite=0", "save=%s" % good, "step", "save=%s" % good, "step", "save=/proc/actorflow-ckpt", "step"]
     code, out = _run(actions, ACTORFLOW_CALL_DEADLINE_MS="0")  # 0: no deadline, accepted
     assert code == 0 and "rank 1 done" in out, out
     results = _results(out)
@@ -70,7 +70,9 @@ def test_a_save_failing_anywhere_fails_on_every_rank_and_leaves_the_previous_che
     _same_failure(results, 5, "rank 0: ", "cannot create the parent directory")
     _same_failure(results, 6, "every rank must save to the same path", "rank 0: '%s-0'" % (tmp_path / "per"),
                   "rank 1: '%s-1'" % (tmp_path / "per"))
-    for index in (3, 9, 10, 11):
+    # A directory nobody may write in (root may write anywhere else).
+    _same_failure(results, 12, "rank 0: ", "cannot create a directory in '/proc'")
+    for index in (3, 9, 10, 11, 13):
         _ok(results, index)
     assert afile.read_text() == "mine"
     assert sorted(os.listdir(tmp_path)) == ["afile", "good"], os.listdir(tmp_path)  # no temporaries
