@@ -62,7 +62,8 @@ template <typename T>
 caf::result<std::string, std::vector<T>> AddToGather(caf::stateful_actor<CoordinatorState>* self,
                                                      GatherRounds<T>& rounds, int rank, uint64_t epoch,
                                                      const T& value) {
-  if (!self->state.failure.empty()) return caf::result<std::string, std::vector<T>>(self->state.failure, std::vector<T>());
+  if (!self->state.failure.empty())
+    return caf::result<std::string, std::vector<T>>(self->state.failure, std::vector<T>());
   auto& values = rounds.values[epoch];
   values[rank] = value;
   auto& promises = rounds.promises[epoch];

@@ -132,7 +132,8 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
     // variables' copies and the send/recv pairs, every machine together).
     for (int machine = 0; machine < graph.machine_num() && !prefix.empty(); ++machine) {
       AF_ASSIGN_OR_RETURN(MachinePlan part, ExtractMachinePlan(plan, machine));
-      AF_RETURN_IF_ERROR(WriteFile(prefix + "machine" + std::to_string(machine) + ".memory.txt", MemoryPlanText(part.plan)));
+      AF_RETURN_IF_ERROR(
+          WriteFile(prefix + "machine" + std::to_string(machine) + ".memory.txt", MemoryPlanText(part.plan)));
     }
   }
   MarkStreamOrderedTasks(plan);

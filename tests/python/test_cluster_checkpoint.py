@@ -110,7 +110,7 @@ def test_a_load_failing_on_one_rank_fails_on_every_rank_and_changes_nothing(tmp_
     actions = ["digest", "load=%s" % other, "digest", "save=%s" % saved, "rmpart=%s:1" % saved, "barrier",
                "load=%s" % saved, "digest", "loadvars=%s" % saved, "step", "save=%s" % again,
                "load=%s" % again, "memory", "digest", "loadbad1=%s" % again, "digest"]
-    code, out = _run(actions)
+    code, out = _run(actions, ACTORFLOW_DUMP_DOT=str(tmp_path / "dump"))
     assert code == 0 and "rank 1 done" in out, out
     results = _results(out)
     digests = [_ok(results, index) for index in (0, 2, 7)]
@@ -138,6 +138,9 @@ def test_a_load_failing_on_one_rank_fails_on_every_rank_and_changes_nothing(tmp_
         assert report["machine"] == rank and report["summary"].startswith("machine %d of 2: " % rank), report
         assert report["variable_bytes"] == memory["held"], (rank, report, memory["held"])
         assert report["registers"] > 0 and report["register_bytes"] > 0, report
+        # The dump of each machine's part says the same (every rank writes every machine's).
+        with open(tmp_path / "dump" / ("train_job.machine%d.memory.txt" % rank)) as dump:
+            assert dump.readline().rstrip("\n") == "job 'train_job': " + report["summary"].split(": ", 1)[1]
 
 
 def test_bad_timing_settings_are_refused_by_the_launcher_naming_the_variable(tmp_path):
