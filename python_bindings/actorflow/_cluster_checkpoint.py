@@ -134,9 +134,10 @@ def save(path, rank, snapshot_gate, steps, step_prefix):
 
     Four agreements (Agreements), so `path` changes only when every rank wrote its files: (1)
     the snapshot and rank 0's check of `path` (every rank was given the same path); (2) rank 0
-    wrote its files and the index into its temporary directory, whose name it tells; (3) every
-    other rank wrote its files there (one file system) or, on a machine that does not see that
-    directory (its own disk), into its own directory at `path`, swapped in whole; (4) rank 0
+    wrote its files and the index into its temporary directory beside `path`, whose name it
+    tells; (3) every other rank wrote its files there (one file system) or, where it does not
+    see that directory beside its `path` (its own disk), into its own directory at `path`,
+    swapped in whole; (4) rank 0
     swapped its directory in. A failure before (4) leaves `path` as it was on a shared file
     system, and removes every temporary file."""
     from . import checkpoint
@@ -165,9 +166,10 @@ def save(path, rank, snapshot_gate, steps, step_prefix):
     if rank == 0:
         _save_index(path, files, entries, names, steps, step_prefix, save_id, agreements)
         return
-    problem, directory = "", agreements.agree("")[0]
+    problem, directory = "", agreements.agree("")[0]  # the name of rank 0's directory, beside `path`
     try:
-        _write_machine_files(path, directory, rank, files, save_id)
+        _write_machine_files(path, os.path.join(os.path.dirname(os.path.abspath(path)), directory), rank, files,
+                             save_id)
     except Exception as error:
         problem = _text(error)
     agreements.agree(problem)
@@ -185,7 +187,8 @@ def _save_index(path, files, entries, names, steps, step_prefix, save_id, agreem
             _write_index(tmp, files, entries, names, steps, step_prefix, save_id)
         except Exception as error:
             problem = _text(error)
-        agreements.agree(problem, tmp)  # the others write into `tmp` (or their own disk's `path`)
+        # The others write into `tmp` where they see it beside their `path` (or at their own `path`).
+        agreements.agree(problem, os.path.basename(tmp))
         agreements.agree("")  # ... and did: otherwise write_directory removes `tmp`
     try:
         _atomic_dir.write_directory(path, checkpoint.LAYOUT, "flow.checkpoint.save", write_into)
@@ -257,10 +260,11 @@ def _machine_layout():
 
 def _write_machine_files(path, directory, rank, files, save_id):
     """Rank `rank` > 0 writes its files and machine<rank>.json: into `directory`, rank 0's
-    temporary directory of this save (recognised by its index's save_id), where this machine
-    sees it (one file system); else (a machine with its own disk) into a directory of its own at
-    `path`, swapped in whole (_atomic_dir: `path` new, empty, or holding only the files of
-    earlier saves of machines > 0). A rank never adds to or replaces what its save did not make."""
+    temporary directory of this save beside `path` (recognised by its index's save_id), where
+    this machine sees it (one file system); else (a machine with its own disk, or `path`
+    relative to another working directory) into a directory of its own at `path`, swapped in
+    whole (_atomic_dir: `path` new, empty, or holding only the files of earlier saves of
+    machines > 0). A rank never adds to or replaces what its save did not make."""
     from .checkpoint import CheckpointError, _MANIFEST, _read_manifest_quietly
     if not files:  # nothing of this machine's own: rank 0's manifest names no record of it either
         return

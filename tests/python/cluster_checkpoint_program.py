@@ -15,7 +15,10 @@ loadvars=DIR    flow.load_variables(flow.checkpoint.get(DIR))
 loadbad1=DIR    the same, but rank 1 passes another shape for hidden-bias (a rank-dependent bug)
 failwrite=R     on rank R the next save's writes of .npy files fail with "No space left on device"
 rmpart=DIR:R    rank 0 removes the file of machine R's part of hidden-weight in checkpoint DIR
+note=R:FILE     rank R writes "mine" to FILE (a user's file)
 barrier         every rank waits for the others (orders rank 0's file changes before the loads)
+cd=R:DIR        rank R changes its working directory to DIR (a relative path then names another
+                directory on each rank: as machines with their own disks see it)
 digest          a digest of the variable bytes this rank holds (its parts and whole copies)
 memory          {"report": train_job.memory_report(), "held": bytes of the variables this rank holds}
 """
@@ -124,6 +127,15 @@ def main():
                 if rank == 0:
                     part = [f for f in os.listdir(path) if "hidden-weight" in f and f.endswith(".part%s.npy" % machine)]
                     os.remove(os.path.join(path, part[0]))
+            elif kind == "cd":
+                machine, directory = argument.split(":", 1)
+                if rank == int(machine):
+                    os.chdir(directory)
+            elif kind == "note":
+                machine, file = argument.split(":", 1)
+                if rank == int(machine):
+                    with open(file, "w") as f:
+                        f.write("mine")
             elif kind == "barrier":
                 _C.cluster_barrier(60000)
             elif kind == "digest":

@@ -101,6 +101,40 @@ def test_a_failed_save_leaves_the_previous_checkpoint_whole(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["good"], os.listdir(tmp_path)
 
 
+def test_machines_with_their_own_disks_each_write_their_files_at_the_path(tmp_path):
+    """A relative path on ranks with different working directories names two directories, as
+    one path on two machines' own disks does: rank 0 writes the index and its files there, rank
+    1 its files and its record; copied together they load. A second save replaces each; rank
+    1's directory holding a user's file is refused on every rank, and both keep the save before."""
+    disks = [tmp_path / "disk0", tmp_path / "disk1"]
+    for disk in disks:
+        disk.mkdir()
+    actions = ["cd=0:%s" % disks[0], "cd=1:%s" % disks[1], "save=ckpt", "step", "save=ckpt",
+               "note=1:ckpt/notes.txt", "save=ckpt", "step"]
+    code, out = _run(actions)
+    assert code == 0 and "rank 1 done" in out, out
+    results = _results(out)
+    for index in (2, 3, 4, 7):
+        _ok(results, index)
+    _same_failure(results, 6, "a machine's files failed", "rank 1: ", "notes.txt", "nothing was written")
+    assert [sorted(os.listdir(disk)) for disk in disks] == [["ckpt"], ["ckpt"]]  # no temporaries
+    mine, theirs = [set(os.listdir(disk / "ckpt")) for disk in disks]
+    assert "manifest.json" in mine and "machine1.json" not in mine, mine
+    assert "machine1.json" in theirs and "notes.txt" in theirs and "manifest.json" not in theirs, theirs
+    assert (disks[1] / "ckpt" / "notes.txt").read_text() == "mine"
+    manifest = json.loads((disks[0] / "ckpt" / "manifest.json").read_text())
+    assert manifest["save_id"].endswith("/2"), manifest["save_id"]  # the second save, not the refused third
+    record = json.loads((disks[1] / "ckpt" / "machine1.json").read_text())
+    assert sorted(record["files"]) == sorted(theirs - {"machine1.json", "notes.txt"}), (record, theirs)
+    import actorflow as flow
+    import pytest
+    with pytest.raises(flow.checkpoint.CheckpointError, match="machine1.json.*missing: was it copied"):
+        flow.checkpoint.get(str(disks[0] / "ckpt"))
+    for name in theirs - {"notes.txt"}:  # copied together, as from the other machine
+        (disks[0] / "ckpt" / name).write_bytes((disks[1] / "ckpt" / name).read_bytes())
+    assert flow.checkpoint.get(str(disks[0] / "ckpt"))["hidden-weight"].shape == (512, 784)
+
+
 def test_a_load_failing_on_one_rank_fails_on_every_rank_and_changes_nothing(tmp_path):
     import actorflow as flow
     other = tmp_path / "other_model"  # the same names, another model's shapes
