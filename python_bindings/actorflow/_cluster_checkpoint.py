@@ -20,6 +20,7 @@ import io
 import json
 import os
 import re
+import threading
 import zlib
 
 import numpy as np
@@ -28,6 +29,9 @@ from . import _C, _atomic_dir
 
 MACHINE_FORMAT = "actorflow-checkpoint-machine"
 _saves = [0]  # saves so far in this process: every rank makes the same ones, in the same order
+# One collective save or load at a time in this process: the agreements of two threads' saves
+# would otherwise interleave, and each rank pair them differently.
+collective_lock = threading.RLock()
 _TIMEOUT_MS = 10 * 60 * 1000  # a rank may still be training or evaluating; lost ranks fail it sooner
 
 
@@ -137,9 +141,13 @@ def save(path, rank, snapshot_gate, steps, step_prefix):
     wrote its files and the index into its temporary directory beside `path`, whose name it
     tells; (3) every other rank wrote its files there (one file system) or, where it does not
     see that directory beside its `path` (its own disk), into its own directory at `path`,
-    swapped in whole; (4) rank 0
-    swapped its directory in. A failure before (4) leaves `path` as it was on a shared file
-    system, and removes every temporary file."""
+    swapped in whole; (4) rank 0 swapped its directory in. A failure before (4) leaves `path`
+    as it was on a shared file system, and removes every temporary file."""
+    with collective_lock:
+        _save(path, rank, snapshot_gate, steps, step_prefix)
+
+
+def _save(path, rank, snapshot_gate, steps, step_prefix):
     from . import checkpoint
     session = _C.default_session()
     # The same on every rank: a rank > 0 writes only into the directory rank 0 made in this save.

@@ -414,15 +414,16 @@ def _load(read, ignore_mismatch, api):
     agreements = _cluster_checkpoint.Agreements(api, ("reading and checking the values on every rank",),
                                                 "nothing was loaded on any rank")
     problem, checked = "", None
-    try:
-        values = read()
-        with _snapshot.gate.snapshot(api):
-            checked = _checked(session, values, ignore_mismatch)
-    except Exception as error:  # the same error on every rank, naming this one
-        problem = str(error) or type(error).__name__
-    agreements.agree(problem)
-    with _snapshot.gate.snapshot(api):  # not held while agreeing: this process's calls go on meanwhile
-        _apply(session, *checked)
+    with _cluster_checkpoint.collective_lock:
+        try:
+            values = read()
+            with _snapshot.gate.snapshot(api):
+                checked = _checked(session, values, ignore_mismatch)
+        except Exception as error:  # the same error on every rank, naming this one
+            problem = str(error) or type(error).__name__
+        agreements.agree(problem)
+        with _snapshot.gate.snapshot(api):  # not held while agreeing: this process's calls go on meanwhile
+            _apply(session, *checked)
     _warn_later(session, checked[3])
 
 
