@@ -357,6 +357,9 @@ caf::result<std::string, std::vector<T>> ForwardGather(caf::stateful_actor<Membe
                                                        uint64_t epoch, const T& value) {
   std::string failure = self->state.shared->failure();
   if (!failure.empty()) return caf::result<std::string, std::vector<T>>(failure, std::vector<T>());
+  // Answered requests leave the list (it serves FailMember only): a save's agreements add four.
+  pending.erase(std::remove_if(pending.begin(), pending.end(), [](caf::response_promise& p) { return !p.pending(); }),
+                pending.end());
   auto promise = self->make_response_promise();
   pending.push_back(promise);
   self->request(self->state.coordinator, caf::infinite, atom, self->state.rank, epoch, value)
