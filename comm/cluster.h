@@ -138,7 +138,9 @@ class Cluster {
   StatusOr<std::vector<caf::actor>> AllGather(const caf::actor& mine, std::chrono::milliseconds timeout);
   // Every rank's `mine`, by rank (a collective call every rank makes in the same order): small
   // agreements such as each rank's outcome of a checkpoint save. Fails on a lost rank or after
-  // `timeout` (a rank that stops calling: the others wait that long).
+  // `timeout` (a rank that stops calling: the others wait that long). A timeout fails the
+  // cluster on every rank, naming the ranks that did not make the call (the ranks' later
+  // all-gathers would pair the wrong calls); so does AllGather's.
   StatusOr<std::vector<std::string>> AllGatherText(const std::string& mine, std::chrono::milliseconds timeout);
   // Counts a call of multi-machine job `job` by this rank; returns this rank's calls of it so far.
   // Thread-safe, no message: peers read the counts when CheckCalls asks.

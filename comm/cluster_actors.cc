@@ -330,6 +330,26 @@ caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world
         CountCalls(self, census);
         return caf::delegated<std::string>();
       },
+      [self](gather_timeout_atom, int32_t rank, uint64_t epoch, bool texts, int64_t timeout_ms) -> std::string {
+        // The ranks' collectives no longer pair up in order (one rank made a collective call the
+        // others did not): later all-gathers would pair the wrong calls, so the cluster fails.
+        auto& state = self->state;
+        if (!state.failure.empty()) return state.failure;
+        std::vector<int> missing;
+        for (int r = 0; r < state.world_size; ++r) {
+          const bool came = texts ? state.text_gathers.values[epoch].count(r) > 0
+                                  : state.actor_gathers.values[epoch].count(r) > 0;
+          if (!came) missing.push_back(r);
+        }
+        FailCluster(self,
+                    "cluster all-gather #" + std::to_string(epoch) + " of rank " + std::to_string(rank) +
+                        " timed out after " + std::to_string(timeout_ms) + " ms waiting for rank(s) " +
+                        RankList(missing) +
+                        ", which did not make it. Collective calls (checkpoint saves and loads) pair up in order "
+                        "across ranks, so one that some rank did not make stops the cluster's jobs on every rank",
+                    -1);
+        return state.failure;
+      },
       [self](wait_left_atom) -> caf::result<std::string> {
         auto& state = self->state;
         if (static_cast<int>(state.left.size()) >= state.world_size - 1) return std::string();
@@ -438,6 +458,9 @@ caf::behavior Member(caf::stateful_actor<MemberState>* self, caf::actor coordina
         self->state.leaving = true;
         if (self->state.rank == 0) return Forward(self, wait_left_atom::value);
         return Forward(self, leave_atom::value, self->state.rank);
+      },
+      [self](api_gather_timeout_atom, uint64_t epoch, bool texts, int64_t timeout_ms) {
+        return Forward(self, gather_timeout_atom::value, self->state.rank, epoch, texts, timeout_ms);
       },
       [self](api_call_check_atom, const std::string& job, int64_t calls, int64_t deadline_ms) {
         return Forward(self, call_check_atom::value, self->state.rank, job, calls, deadline_ms);

@@ -93,6 +93,9 @@ namespace cluster_detail {
 //                          rank made `calls` calls of `job`, else the failure naming those that
 //                          did not (the coordinator then fails the cluster with it)
 //   coordinator -> member  (callstate, job) -> (calls of job, last job called, its calls)
+//   member -> coordinator  (gathertime, rank, epoch, texts, timeout ms) -> string: the rank's
+//                          all-gather `epoch` (of texts, else of actors) timed out; the
+//                          coordinator fails the cluster naming the ranks that did not make it
 // A reply string is empty for success and the error's message otherwise.
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using barrier_atom = caf::atom_constant<caf::atom("barrier")>;
@@ -114,6 +117,8 @@ using api_texts_atom = caf::atom_constant<caf::atom("apitexts")>;
 using call_check_atom = caf::atom_constant<caf::atom("callcheck")>;
 using call_state_atom = caf::atom_constant<caf::atom("callstate")>;
 using api_call_check_atom = caf::atom_constant<caf::atom("apicalls")>;
+using gather_timeout_atom = caf::atom_constant<caf::atom("gathertime")>;
+using api_gather_timeout_atom = caf::atom_constant<caf::atom("apigathert")>;
 
 // 16 lower-case hex digits: how op digests travel and how messages name them.
 std::string Hex(uint64_t value);

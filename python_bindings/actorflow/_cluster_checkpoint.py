@@ -102,7 +102,14 @@ class Agreements:
         from .checkpoint import CheckpointError
         what = self.steps[self.done]
         self.done += 1
-        gathered = [json.loads(text) for text in _C.cluster_all_gather(json.dumps([problem, info]), _TIMEOUT_MS)]
+        try:
+            texts = _C.cluster_all_gather(json.dumps([problem, info]), _TIMEOUT_MS)
+        except RuntimeError as error:
+            if "timed out" not in str(error):
+                raise
+            raise CheckpointError("%s: %s: %s; %s is a collective call: every rank must make it (not only rank 0), "
+                                  "in the same order" % (self.api, what, error, self.api)) from None
+        gathered = [json.loads(text) for text in texts]
         failed = {}  # problem -> the ranks that had it, in rank order
         for rank, (text, _info) in enumerate(gathered):
             if text:

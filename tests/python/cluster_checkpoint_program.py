@@ -16,6 +16,7 @@ loadbad1=DIR    the same, but rank 1 passes another shape for hidden-bias (a ran
 failwrite=R     on rank R the next save's writes of .npy files fail with "No space left on device"
 rmpart=DIR:R    rank 0 removes the file of machine R's part of hidden-weight in checkpoint DIR
 note=R:FILE     rank R writes "mine" to FILE (a user's file)
+agreetimeout=MS how long each agreement of a save or load waits for the other ranks
 barrier         every rank waits for the others (orders rank 0's file changes before the loads)
 cd=R:DIR        rank R changes its working directory to DIR (a relative path then names another
                 directory on each rank: as machines with their own disks see it)
@@ -136,6 +137,9 @@ def main():
                 if rank == int(machine):
                     with open(file, "w") as f:
                         f.write("mine")
+            elif kind == "agreetimeout":
+                from actorflow import _cluster_checkpoint
+                _cluster_checkpoint._TIMEOUT_MS = int(argument)
             elif kind == "barrier":
                 _C.cluster_barrier(60000)
             elif kind == "digest":

@@ -200,3 +200,19 @@ def test_a_collective_only_rank_0_makes_fails_both_ranks_at_the_call_deadline(tm
     for rank in range(2):  # later calls fail at once with the cause (restart from a checkpoint)
         assert not results[(rank, 1)][0] and "call deadline" in results[(rank, 1)][1], out
     assert not os.path.exists(tmp_path / "ckpt"), os.listdir(tmp_path)
+
+
+def test_a_collective_only_rank_0_makes_fails_every_rank_when_its_agreement_times_out(tmp_path):
+    """Without a call deadline, rank 0's save waits for rank 1's agreement until its timeout:
+    then the cluster fails on every rank naming rank 1 (otherwise rank 0's later agreements
+    would pair with rank 1's earlier ones), and rank 1's pending call fails with it."""
+    code, out = _run(["agreetimeout=2000", "saveonly0=%s" % (tmp_path / "ckpt"), "step"],
+                     ACTORFLOW_CALL_DEADLINE_MS="0")
+    results = _results(out)
+    save, call = results[(0, 1)], results[(1, 1)]
+    assert not save[0] and "cluster all-gather #0 of rank 0 timed out after 2000 ms waiting for rank(s) [1]" in \
+        save[1] and "is a collective call: every rank must make it" in save[1], out
+    assert not call[0] and "timed out after 2000 ms waiting for rank(s) [1]" in call[1], out
+    for rank in range(2):
+        assert not results[(rank, 2)][0] and "which did not make it" in results[(rank, 2)][1], out
+    assert not os.path.exists(tmp_path / "ckpt"), os.listdir(tmp_path)
