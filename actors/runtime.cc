@@ -184,6 +184,9 @@ class Runtime::Impl : public RuntimeCore {
 Status Runtime::Impl::Instantiate() {
   const int n = plan_.tasks_size();
   std::unordered_map<int64_t, int> index_of;
+  index_of.reserve(static_cast<size_t>(n));
+  states_.reserve(static_cast<size_t>(n));
+  actors_.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     if (!index_of.emplace(plan_.tasks(i).id(), i).second)
       return InvalidArgument("plan: duplicate task id " + std::to_string(plan_.tasks(i).id()));
@@ -196,8 +199,11 @@ Status Runtime::Impl::Instantiate() {
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
     auto state = std::make_unique<TaskState>(task, i, this, options_.observer, TaskName(i), SourceLocation(i));
+    state->outputs().reserve(static_cast<size_t>(task.registers_size()));
     for (const plan::RegisterDesc& reg : task.registers()) {
       OutputSlots out;
+      out.blob_offsets.reserve(static_cast<size_t>(reg.blobs_size()));
+      out.blob_descs.reserve(static_cast<size_t>(reg.blobs_size()));
       const MemoryCase memory_case = MemoryCaseOf(reg);
       auto allocator = allocators.Find(memory_case);
       if (!allocator.ok())
@@ -208,7 +214,8 @@ Status Runtime::Impl::Instantiate() {
       size_t bytes = 0;
       for (const plan::BlobDesc& blob : reg.blobs()) {
         TensorDesc desc = DescOf(blob);
-        AF_RETURN_IF_ERROR(ValidateTensorDesc(desc, "plan: task '" + task.name() + "' blob '" + blob.name() + "'"));
+        if (!ValidateTensorDesc(desc, "").ok())  // the message names the blob only when it fails
+          return ValidateTensorDesc(desc, "plan: task '" + task.name() + "' blob '" + blob.name() + "'");
         if (desc.byte_size() != static_cast<size_t>(blob.byte_size()) && blob.byte_size() != 0)
           return InvalidArgument("plan: task '" + task.name() + "' blob '" + blob.name() + "' declares " +
                                  std::to_string(blob.byte_size()) + " bytes but " + desc.ToString() + " needs " +
@@ -403,8 +410,11 @@ Status Runtime::Impl::Instantiate() {
     for (auto& state : states_) state->set_trace_lane(options_.observer->LaneFor(state->task().id()));
     host_lane_ = options_.observer->LaneFor(RuntimeObserver::kHostLane);
   }
+  // Lazily initialized: an actor builds its behaviour when its first message arrives, in the
+  // same run of its worker, instead of being scheduled once at spawn just for that (one run and
+  // one job-queue node less per task; a large plan spawns thousands).
   for (auto& state : states_) {
-    actors_.push_back(environment_->system().spawn(TaskActor, state.get()));
+    actors_.push_back(environment_->system().spawn<caf::lazy_init>(TaskActor, state.get()));
     state->BindActor(actors_.back());  // for completions of asynchronous acts
   }
   // Handles are set before any message flows; the spawn/enqueue of the first message orders

@@ -269,21 +269,29 @@ class PoolReluGradFusionPass : public Pass {
   std::string name() const override { return "pool relu_grad fusion"; }
 
   Status Run(Graph& graph) override {
-    std::unordered_map<std::string, int> readers = CountReadersOf(graph, [](const Node& n) -> const std::string* {
-      return n.kind == NodeKind::kOp && n.type == "relu_grad" && n.inputs.size() == 2 ? &n.inputs[1] : nullptr;
-    });
-    std::set<std::string> pinned = PinnedRefs(graph);
-    for (const auto& [variable, ref] : graph.gradients()) pinned.insert(ref);
+    // Counted at the first pooling gradient met (before anything is rewritten): most jobs have none.
+    std::unordered_map<std::string, int> readers;
+    std::set<std::string> pinned;
+    bool counted = false;
 
     std::map<std::string, std::string> renamed, absorbed;
     std::vector<bool> keep(graph.nodes().size(), true);
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
       const Node& relu_grad = graph.nodes()[i];
       if (relu_grad.kind != NodeKind::kOp || relu_grad.type != "relu_grad" || relu_grad.inputs.size() != 2) continue;
-      if (pinned.count(relu_grad.output_ref(0))) continue;
       AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(relu_grad.inputs[1]));
       const Node* pool = producer.first;
-      if (pool->kind != NodeKind::kOp || pool->type != "max_pool2d_grad" || pool->inputs.size() != 3 ||
+      if (pool->kind != NodeKind::kOp || pool->type != "max_pool2d_grad") continue;
+      if (!counted) {
+        readers = CountReadersOf(graph, [](const Node& n) -> const std::string* {
+          return n.kind == NodeKind::kOp && n.type == "relu_grad" && n.inputs.size() == 2 ? &n.inputs[1] : nullptr;
+        });
+        pinned = PinnedRefs(graph);
+        for (const auto& [variable, ref] : graph.gradients()) pinned.insert(ref);
+        counted = true;
+      }
+      if (pinned.count(relu_grad.output_ref(0))) continue;
+      if (pool->inputs.size() != 3 ||
           pool->inputs[0] != relu_grad.inputs[0] || pool->attrs.GetBoolOr("relu_mask", false) ||
           readers[relu_grad.inputs[1]] != 1 || pinned.count(relu_grad.inputs[1]) ||
           pool->placement.ToString() != relu_grad.placement.ToString())

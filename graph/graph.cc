@@ -180,9 +180,9 @@ const Node* Graph::FindVariable(const std::string& variable_name) const {
 }
 
 Node& Graph::Append(Node node) {
-  if (index_.count(node.name)) throw std::logic_error("graph: duplicate node name " + node.name);
+  if (!index_.try_emplace(node.name, nodes_.size()).second)  // one lookup: a new name enters
+    throw std::logic_error("graph: duplicate node name " + node.name);
   if (node.kind == NodeKind::kVariable) variable_index_.emplace(node.variable_name, node.name);
-  index_[node.name] = nodes_.size();
   nodes_.push_back(std::move(node));
   return nodes_.back();
 }
@@ -265,10 +265,11 @@ StatusOr<const Node*> Graph::AddOp(const std::string& type, const std::string& n
   }
   InferContext ctx;
   ctx.attrs = attrs;
+  ctx.inputs.reserve(inputs.size());
   for (const auto& ref : inputs) {
-    auto desc = Desc(ref);
-    if (!desc.ok()) return fail(desc.status());
-    ctx.inputs.push_back(desc.value());
+    auto resolved = Resolve(ref);
+    if (!resolved.ok()) return fail(resolved.status());
+    ctx.inputs.push_back(resolved.value().first->output_descs[resolved.value().second]);
   }
   if (!def->infer) return fail(Internal("op type has no shape inference"));
   Status inferred = def->infer(ctx);
@@ -278,11 +279,10 @@ StatusOr<const Node*> Graph::AddOp(const std::string& type, const std::string& n
   node.kind = NodeKind::kOp;
   node.type = type;
   node.inputs = inputs;
-  node.attrs = attrs;
+  node.attrs = std::move(ctx.attrs);  // inference reads the attributes, never writes them
   node.location = location;
   node.placement = placement;
   node.mutable_inputs = def->mutable_inputs;
-  node.output_descs = ctx.outputs;
   // Variadic outputs (more inferred than declared) are named <first>_<i>.
   if (ctx.outputs.size() == def->output_names.size()) {
     node.output_names = def->output_names;
@@ -290,6 +290,7 @@ StatusOr<const Node*> Graph::AddOp(const std::string& type, const std::string& n
     std::string base = def->output_names.empty() ? "out" : def->output_names[0];
     for (size_t i = 0; i < ctx.outputs.size(); ++i) node.output_names.push_back(base + "_" + std::to_string(i));
   }
+  node.output_descs = std::move(ctx.outputs);
   for (const auto& d : node.output_descs)
     if (d.dtype == DType::kInvalid || DTypeSize(d.dtype) == 0) return fail(Internal("inference left an output without dtype"));
   return &Append(std::move(node));

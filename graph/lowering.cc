@@ -46,8 +46,11 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     std::vector<int> devices;
     std::vector<int> tasks;
   };
-  std::unordered_map<std::string, Physical> physical;  // looked up only (references stay valid)
-  physical.reserve(graph.nodes().size());
+  // By node position: lookups hash no name, and the table goes in one free per node.
+  std::vector<Physical> physical(graph.nodes().size());
+  auto physical_of = [&](const Node& node) -> Physical& {
+    return physical[static_cast<size_t>(&node - graph.nodes().data())];
+  };
   auto devices_of = [](const Node& n) { return n.devices.empty() ? std::vector<int>{0} : n.devices; };
   // `device` is a global device id (graph.h): machine device / D, device device % D.
   const int device_num = graph.device_num();
@@ -182,7 +185,8 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     if (v != nullptr) view_shape = v->desc.shape;
     if (auto g = gathered.find(resolved.first->name); g != gathered.end())
       return Source{g->second.tasks[0], g->second.register_index, view_shape, &g->second, std::nullopt};
-    const Physical& p = physical.at(resolved.first->name);
+    const Physical& p = physical_of(*resolved.first);
+    if (p.tasks.empty()) return Internal("'" + ref + "' is read before its producer has a task");
     if (v != nullptr && v->split) {  // this device's rows (read_split_or_gathered: on the view's devices)
       const size_t parts = reader_devices.size();
       if (p.devices != reader_devices || index >= parts)
@@ -249,7 +253,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       return true;
     }
     const Sbp from = output_sbp(producer, resolved.second);
-    const Physical& shards = physical.at(producer.name);
+    const Physical& shards = physical_of(producer);
     if (producer.kind != NodeKind::kOp || from.kind != SbpKind::kSplit || shards.tasks.size() < 2) return false;
     const TensorDesc& logical = view == views.end() ? producer.output_descs.at(resolved.second) : n.output_descs[0];
     for (int64_t a = 0; a < from.axis; ++a)
@@ -304,7 +308,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
                       n.input_sbp[i].ToString() + " over " + std::to_string(variable.devices.size()) +
                       " devices on " + std::to_string(parts));
     if (ShardedVariable(graph, variable)) {  // this device's shard is a buffer of its own
-      const int shard_task = physical.at(variable.name).tasks.at(index);
+      const int shard_task = physical_of(variable).tasks.at(index);
       if (plan.tasks(shard_task).device_id() != consumer->device_id() ||
           plan.tasks(shard_task).machine_id() != consumer->machine_id())
         return Internal("op '" + n.name + "' reads shard " + std::to_string(index) + " of variable '" + variable.name +
@@ -318,7 +322,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     const TensorDesc& logical = variable.output_descs[0];
     // Fed per machine: shard `index` lies in the source of its machine (every machine holds the
     // same number of shards), offset by the shards before it there.
-    const Physical& stored = physical.at(variable.name);
+    const Physical& stored = physical_of(variable);
     const size_t per_source = parts / stored.tasks.size();
     const size_t first = index - index % per_source;
     int64_t offset = 0;
@@ -388,16 +392,19 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     const size_t parts = task_devices.size();
     spread |= parts > 1;
     plan::TaskKind kind = n.kind == NodeKind::kInput ? plan::SOURCE : n.kind == NodeKind::kVariable ? plan::VARIABLE : plan::COMPUTE;
-    Physical& p = physical[n.name];
+    Physical& p = physical_of(n);
     p.devices = all_devices;
     const OpDef* def = nullptr;
     if (n.kind == NodeKind::kOp && parts > 1) {
       AF_ASSIGN_OR_RETURN(def, OpRegistry::Global().Find(n.type));
     }
-    std::vector<TensorDesc> logical_inputs;
-    for (const auto& ref : n.inputs) {
-      AF_ASSIGN_OR_RETURN(TensorDesc desc, graph.Desc(ref));
-      logical_inputs.push_back(desc);
+    std::vector<TensorDesc> logical_inputs;  // for the physical attributes of an op on several devices
+    if (def != nullptr) {
+      logical_inputs.reserve(n.inputs.size());
+      for (const auto& ref : n.inputs) {
+        AF_ASSIGN_OR_RETURN(TensorDesc desc, graph.Desc(ref));
+        logical_inputs.push_back(std::move(desc));
+      }
     }
     for (size_t index = 0; index < parts; ++index) {
       const int device = task_devices[index];
@@ -430,7 +437,8 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
         }
       } else {
         t->set_op_type(n.type);
-        Attrs attrs = n.attrs;
+        Attrs made;  // the task's own attributes where they are not the node's
+        const Attrs* attrs = &n.attrs;
         if (n.type == "boxing") {
           // One input per source shard (one for a broadcast source), and this device's piece.
           // A view's source is one whole register on one device (views are single-device
@@ -439,7 +447,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
           AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(n.inputs.at(0)));
           const bool from_view = views.count(n.inputs[0]) > 0 || gathered.count(resolved.first->name) > 0;
           static const Physical kWholeSource{};
-          const Physical& from = from_view ? kWholeSource : physical.at(resolved.first->name);
+          const Physical& from = from_view ? kWholeSource : physical_of(*resolved.first);
           const size_t from_parts = from_view ? 1 : from.tasks.size();
           BoxingSpec spec;
           spec.logical_shape = n.output_descs[0].shape;
@@ -449,7 +457,8 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
           spec.in_parts = static_cast<int64_t>(from_parts);
           spec.out_parts = static_cast<int64_t>(parts);
           spec.out_index = static_cast<int64_t>(index);
-          attrs = BoxingTaskAttrs(spec);
+          made = BoxingTaskAttrs(spec);
+          attrs = &made;
           if (spec.in.kind == SbpKind::kBroadcast) {
             AF_RETURN_IF_ERROR(add_data_input(t, n.inputs[0], device, index, task_devices));
           } else {
@@ -476,17 +485,20 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
             context.signature.outputs = n.output_sbp;
             context.parts = static_cast<int64_t>(parts);
             context.index = static_cast<int64_t>(index);
-            auto made = PhysicalAttrs(*def, context);
-            if (!made.ok()) return made.status().WithContext("op '" + n.name + "' at " + n.location);
-            attrs = std::move(made).value();
+            auto physical_attrs = PhysicalAttrs(*def, context);
+            if (!physical_attrs.ok()) return physical_attrs.status().WithContext("op '" + n.name + "' at " + n.location);
+            made = std::move(physical_attrs).value();
+            attrs = &made;
           }
         }
-        AttrsToProto(attrs, t->mutable_attrs());
+        AttrsToProto(*attrs, t->mutable_attrs());
         // Control edges: between tasks of the same index where both sides span the same
         // devices, else from every task of the predecessor (the in-place order check below
         // adds what a writer still needs).
         for (const auto& c : n.control_inputs) {
-          const Physical& before = physical.at(c);
+          const Node* before_node = graph.FindNode(c);
+          if (before_node == nullptr) return Internal("op '" + n.name + "' is ordered after unknown op '" + c + "'");
+          const Physical& before = physical_of(*before_node);
           if (before.devices == task_devices && before.tasks.size() == parts) {
             add_control_input(t, before.tasks[index]);
           } else {
@@ -517,7 +529,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   for (const auto& ref : graph.outputs()) {
     if (!OutputPerMachine(graph, ref)) continue;
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
-    const Physical& shards = physical.at(resolved.first->name);
+    const Physical& shards = physical_of(*resolved.first);
     const TensorDesc& logical = resolved.first->output_descs.at(resolved.second);
     if (static_cast<int>(shards.tasks.size()) != machine_num * device_num ||
         !(output_sbp(*resolved.first, resolved.second) == Sbp::Split(0)))
@@ -583,16 +595,26 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     }
   }
 
-  // Consumers, deduplicated per task (the runtime makes one in-edge per producer register).
+  // Consumers, deduplicated per task (the runtime makes one in-edge per producer register), in
+  // task order. `consumer` reads `in`: listed in its place unless listed already.
+  auto add_consumer = [&](const plan::InputDesc& in, int64_t consumer) {
+    auto* ids = plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())
+                    ->mutable_consumer_task_ids();
+    auto place = std::lower_bound(ids->begin(), ids->end(), consumer);
+    if (place != ids->end() && *place == consumer) return;
+    const auto at = place - ids->begin();
+    ids->Add(consumer);
+    std::rotate(ids->begin() + at, ids->end() - 1, ids->end());
+  };
   auto fill_consumers = [&]() {
     for (plan::Task& t : *plan.mutable_tasks())
       for (plan::RegisterDesc& r : *t.mutable_registers()) r.clear_consumer_task_ids();
-    for (const plan::Task& t : plan.tasks()) {
-      std::set<std::pair<int64_t, int>> seen;
-      for (const plan::InputDesc& in : t.inputs())
-        if (seen.insert({in.producer_task_id(), in.producer_register()}).second)
-          plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())->add_consumer_task_ids(t.id());
-    }
+    for (const plan::Task& t : plan.tasks())  // in task order: a consumer listed already is the list's last
+      for (const plan::InputDesc& in : t.inputs()) {
+        auto* ids = plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())
+                        ->mutable_consumer_task_ids();
+        if (ids->empty() || ids->Get(ids->size() - 1) != t.id()) ids->Add(t.id());
+      }
   };
   // Ops without data outputs (optimizer updates) still announce when they are done, so the
   // main sink below can wait for them.
@@ -609,10 +631,12 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
   for (int i = 0; i < sink_id; ++i) {
     for (int r = 0; r < plan.tasks(i).registers_size(); ++r) {
       if (plan.tasks(i).registers(r).consumer_task_ids_size() > 0) continue;
-      plan::InputDesc* in = plan.mutable_tasks(sink_ids.at(plan.tasks(i).machine_id()))->add_inputs();
+      const int sink = sink_ids.at(plan.tasks(i).machine_id());
+      plan::InputDesc* in = plan.mutable_tasks(sink)->add_inputs();
       in->set_producer_task_id(i);
       in->set_producer_register(r);
       in->set_control(true);
+      add_consumer(*in, sink);
     }
   }
   // A job with nothing to return (only watches): the main sink still fires once per call.
@@ -624,9 +648,9 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       in->set_producer_task_id(i);
       in->set_producer_register(0);
       in->set_control(true);
+      add_consumer(*in, sink);
     }
   }
-  fill_consumers();
   return plan;
 }
 

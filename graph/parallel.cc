@@ -444,6 +444,8 @@ class BoxingPass : public Pass {
       const size_t inputs = graph.FindNode(name)->inputs.size();
       for (size_t i = 0; i < inputs; ++i) {
         const Node* n = graph.FindNode(name);
+        AF_ASSIGN_OR_RETURN(bool unboxed, ReadAsItIs(graph, n->inputs[i], n->devices, n->input_sbp.at(i)));
+        if (unboxed) continue;  // most inputs: no copies of the node's fields, nothing added
         const std::string ref = n->inputs[i];
         const std::vector<int> devices = n->devices;
         const Sbp want = n->input_sbp.at(i);
@@ -499,17 +501,30 @@ class BoxingPass : public Pass {
   // destination), and a blob of a few chunks by as many tasks, on the first devices of the
   // source (several machines: every device of the source, or one task under the threshold,
   // the pairs the cross-machine pass turns into one all-reduce per machine).
+  // Whether a reader on `devices` laid out `want` reads `ref` as it is (Boxed returns `ref`).
+  static StatusOr<bool> ReadAsItIs(const Graph& graph, const std::string& ref, const std::vector<int>& devices,
+                                   const Sbp& want) {
+    static const std::vector<int> kFirstDevice{0};
+    AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
+    const Node& producer = *resolved.first;
+    const std::vector<int>& from_devices = producer.devices.empty() ? kFirstDevice : producer.devices;
+    const Sbp from = PhysicalOutputSbp(graph, producer, resolved.second);
+    const Sbp to = Normalized(want, devices.size());
+    if (!NeedsBoxing(from_devices, from, devices, to)) return true;
+    // A variable or placeholder stored split: each device reads its shard of the one buffer
+    // in place.
+    return from_devices == devices && to.kind == SbpKind::kSplit && StoredLayout(graph, producer) == to;
+  }
+
   StatusOr<std::string> Boxed(Graph& graph, const std::string& ref, const std::vector<int>& devices, const Sbp& want,
                               const std::string& location) {
+    AF_ASSIGN_OR_RETURN(bool unboxed, ReadAsItIs(graph, ref, devices, want));
+    if (unboxed) return ref;
     AF_ASSIGN_OR_RETURN(auto resolved, graph.Resolve(ref));
     const Node& producer = *resolved.first;
     const std::vector<int> from_devices = producer.devices.empty() ? std::vector<int>{0} : producer.devices;
     const Sbp from = PhysicalOutputSbp(graph, producer, resolved.second);
     const Sbp to = Normalized(want, devices.size());
-    if (!NeedsBoxing(from_devices, from, devices, to)) return ref;
-    // A variable or placeholder stored split: each device reads its shard of the one buffer
-    // in place.
-    if (from_devices == devices && to.kind == SbpKind::kSplit && StoredLayout(graph, producer) == to) return ref;
     const std::string key = ref + "|" + PlacementOf(devices).ToString() + "|" + to.ToString();
     if (auto it = made_.find(key); it != made_.end()) return it->second;
     const TensorDesc& desc = producer.output_descs[resolved.second];

@@ -477,7 +477,7 @@ std::map<std::string, int> OpTypes(const Graph& g) {
 
 // Data-parallel (S(0) activations), the conv layer's bias and relu run in the convolution and
 // its bias gradient in the filter gradient on every device, as on one device (the numbers:
-// tests/python/test_parallel_training.py's LeNet against one device); split on the channels
+// tests/python/test_parallel_training_lenet.py's LeNet against one device); split on the channels
 // (S(1)), where the fused kernel would add the whole bias to each device's slice, nothing fuses.
 TEST(ParallelPassesTest, ConvEpiloguesFuseOnSeveralDevicesWhereTheLayoutsAllow) {
   for (int devices : {1, 2, 3}) {

@@ -23,9 +23,10 @@ class SoftmaxCrossEntropyGradFusionPass : public Pass {
   std::string name() const override { return "softmax cross entropy grad fusion"; }
 
   Status Run(Graph& graph) override {
-    std::map<std::string, int> readers = CountReaders(graph);
-    std::set<std::string> pinned = PinnedRefs(graph);
-    for (const auto& [variable, ref] : graph.gradients()) pinned.insert(ref);
+    // Counted at the first candidate (before anything is rewritten): most jobs have none.
+    std::map<std::string, int> readers;
+    std::set<std::string> pinned;
+    bool counted = false;
 
     std::map<std::string, std::string> renamed, absorbed;
     std::vector<bool> keep(graph.nodes().size(), true);
@@ -34,6 +35,12 @@ class SoftmaxCrossEntropyGradFusionPass : public Pass {
       if (grad.kind != NodeKind::kOp || grad.type != "sparse_softmax_cross_entropy_grad" || grad.inputs.size() != 3)
         continue;
       if (grad.placement.device_type == "gpu" || grad.placement.device_type == "cuda") continue;
+      if (!counted) {
+        readers = CountReaders(graph);
+        pinned = PinnedRefs(graph);
+        for (const auto& [variable, ref] : graph.gradients()) pinned.insert(ref);
+        counted = true;
+      }
       if (pinned.count(grad.output_ref(0))) continue;
       AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(grad.inputs[1]));
       const Node* forward = producer.first;

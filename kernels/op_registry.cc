@@ -59,21 +59,34 @@ StatusOr<std::vector<double>> Attrs::GetFloats(const std::string& name) const {
     if (const auto* i = std::get_if<std::vector<int64_t>>(&it->second)) return std::vector<double>(i->begin(), i->end());
   return Get<std::vector<double>>(values_, name);
 }
+// The *Or getters answer the fallback without building the error a Get* would return: a
+// compile asks for many attributes an op does not set (fusion flags, layouts), once per op.
 int64_t Attrs::GetIntOr(const std::string& name, int64_t fallback) const {
-  auto v = GetInt(name);
-  return v.ok() ? v.value() : fallback;
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return *i;
+  if (const bool* b = std::get_if<bool>(&it->second)) return static_cast<int64_t>(*b);
+  return fallback;
 }
 double Attrs::GetFloatOr(const std::string& name, double fallback) const {
-  auto v = GetFloat(name);
-  return v.ok() ? v.value() : fallback;
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  if (const double* d = std::get_if<double>(&it->second)) return *d;
+  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
+  return fallback;
 }
 bool Attrs::GetBoolOr(const std::string& name, bool fallback) const {
-  auto v = GetBool(name);
-  return v.ok() ? v.value() : fallback;
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  if (const bool* b = std::get_if<bool>(&it->second)) return *b;
+  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return *i != 0;
+  return fallback;
 }
 std::string Attrs::GetStringOr(const std::string& name, const std::string& fallback) const {
-  auto v = GetString(name);
-  return v.ok() ? v.value() : fallback;
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  if (const std::string* v = std::get_if<std::string>(&it->second)) return *v;
+  return fallback;
 }
 
 StatusOr<std::string> GradBuilder::AddOp1(const std::string& type, const std::vector<std::string>& inputs,
@@ -131,6 +144,7 @@ StatusOr<KernelFn> MakeKernel(const std::string& type, const KernelInit& init) {
 }
 
 StatusOr<KernelFn> MakeCpuKernel(const std::string& type, const KernelInit& init) {
+  if (init.device_type == kCpuDevice) return MakeKernel(type, init);  // no copy of the descs and attributes
   KernelInit cpu = init;
   cpu.device_type = kCpuDevice;
   return MakeKernel(type, cpu);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages actorflow needs, only those missing. Idempotent.
-# Usage: scripts/setup.sh [--test|--bench]   (adds what the tests or benchmarks need: chromium, python3-torch)
+# Usage: scripts/setup.sh [--test|--bench]   (adds what the tests or benchmarks need: chromium, python3-torch; valgrind)
 set -euo pipefail
 
 packages=(
@@ -17,6 +17,10 @@ packages=(
 # off in a network namespace (unshare, ip); benchmarks compare with PyTorch side by side.
 if [[ "${1:-}" == "--test" || "${1:-}" == "--bench" ]]; then
   packages+=(chromium python3-torch util-linux iproute2)
+fi
+# Compile-time profiles count instructions per step with callgrind (README "### Compile time").
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(valgrind)
 fi
 
 missing=()

@@ -472,6 +472,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     if (membership && DataPlane::Handles(task.op_type()))
       return membership->data_plane().MakeKernel(plan->job_name(), task);
     KernelInit init;
+    init.inputs.reserve(task.inputs_size());
     for (const plan::InputDesc& in : task.inputs()) {
       if (in.control()) continue;
       const plan::Task& producer = plan->tasks(static_cast<int>(in.producer_task_id()));

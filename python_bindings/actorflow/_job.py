@@ -390,8 +390,12 @@ class JobFunction:
         session = _C.default_session()
         existing = set(session.variable_names())
         try:
+            dtype_names = {}  # numpy's dtype.name is slow, and a job's variables share a few dtypes
             for var_name, (shape, dtype, var_value, _from_checkpoint) in ctx.new_variables.items():
-                session.create_variable(var_name, list(shape), np.dtype(dtype).name, var_value)
+                dtype_name = dtype_names.get(dtype)
+                if dtype_name is None:
+                    dtype_name = dtype_names[dtype] = np.dtype(dtype).name
+                session.create_variable(var_name, list(shape), dtype_name, var_value)
             options = dict(_config.compile_options(name))
             options.update({k: v for k, v in self._config.options.items()
                             if k in ("num_threads", "num_workers", "register_num", "disabled_fusions",

@@ -48,8 +48,9 @@ _base_name = {}  # a code object's file name -> its base name (user_location run
 def _is_package_file(filename):
     known = _package_file.get(filename)
     if known is None:
-        known = os.path.abspath(filename).startswith(_PACKAGE_DIR)
-        if os.path.isabs(filename):  # a relative name's meaning follows the working directory
+        # A pseudo file ("<string>", "<stdin>": code given to exec or -c) is never the package's.
+        known = not filename.startswith("<") and os.path.abspath(filename).startswith(_PACKAGE_DIR)
+        if os.path.isabs(filename) or filename.startswith("<"):  # a relative name follows the working directory
             _package_file[filename] = known
     return known
 

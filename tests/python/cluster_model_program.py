@@ -3,7 +3,7 @@ MLP with its variables placed across machines (docs/cluster.md, "Variables acros
 
     python cluster_model_program.py STEPS DEVICES LAYOUT OUT_PREFIX [load=DIR] [save=DIR]
 
-LAYOUT (tests/python/test_parallel_training.py's _mlp): model0 (both dense weights split on axis
+LAYOUT (tests/python/parallel_training_util.py's _mlp): model0 (both dense weights split on axis
 0 over every device), model1 (split on axis 1), hybrid (hidden layer data-parallel, output
 layer split on axis 0), placement (the hidden layer on the first device, the output layer on
 the last: on several machines, its variables on the last machine only). DEVICES per machine.
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import actorflow as flow  # noqa: E402
 import actorflow.typing as tp  # noqa: E402
 from actorflow import _C  # noqa: E402
-from test_parallel_training import BATCH, LR, _data, _mlp  # noqa: E402
+from parallel_training_util import BATCH, LR, _data, _mlp  # noqa: E402
 
 
 def main():
