@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import actorflow as flow  # noqa: E402
 import actorflow.typing as tp  # noqa: E402
 from actorflow import _C, _atomic_dir  # noqa: E402
-from test_parallel_training import BATCH, LR, _data, _mlp  # noqa: E402
+from parallel_training_util import BATCH, LR, _data, _mlp  # noqa: E402
 
 
 def _buffers(session, name):
