@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <set>
 #include <thread>
+#include <type_traits>
 
 namespace actorflow {
 
 using cluster_detail::api_barrier_atom;
 using cluster_detail::api_call_check_atom;
 using cluster_detail::api_gather_atom;
+using cluster_detail::api_gather_timeout_atom;
 using cluster_detail::api_join_atom;
 using cluster_detail::api_leave_atom;
 using cluster_detail::api_plan_atom;
@@ -275,54 +277,54 @@ Status Cluster::CheckPlan(const PlanIdentity& plan, std::chrono::milliseconds ti
   return FailedPrecondition(reply);
 }
 
-StatusOr<std::vector<caf::actor>> Cluster::AllGather(const caf::actor& mine, std::chrono::milliseconds timeout) {
-  if (!joined_) return FailedPrecondition("Cluster::AllGather: call Rendezvous first");
+template <typename T, typename Atom>
+StatusOr<std::vector<T>> Cluster::Gather(const char* api, Atom atom, uint64_t epoch, const T& mine,
+                                         std::chrono::milliseconds timeout) {
+  if (!joined_) return FailedPrecondition(std::string(api) + ": call Rendezvous first");
   AF_RETURN_IF_ERROR(health());
   caf::scoped_actor self{environment_->system()};
   std::string failure;
-  std::vector<caf::actor> actors;
-  self->request(actors_->member, timeout, api_gather_atom::value, mine)
+  std::vector<T> gathered;
+  bool timed_out = false;
+  self->request(actors_->member, timeout, atom, epoch, mine)
       .receive(
-          [&](std::string& error, std::vector<caf::actor>& gathered) {
+          [&](std::string& error, std::vector<T>& values) {
             failure = std::move(error);
-            actors = std::move(gathered);
+            gathered = std::move(values);
           },
           [&](caf::error& error) {
-            failure = error == caf::sec::request_timeout
-                          ? "cluster all-gather timed out after " + Millis(timeout) + " on rank " + std::to_string(rank())
-                          : "cluster all-gather: " + environment_->system().render(error);
+            timed_out = error == caf::sec::request_timeout;
+            failure = timed_out ? "cluster all-gather timed out after " + Millis(timeout) + " on rank " +
+                                      std::to_string(rank())
+                                : "cluster all-gather: " + environment_->system().render(error);
           });
+  if (timed_out) {
+    // Every rank learns it, naming who did not come (the coordinator fails the cluster): this
+    // rank's later all-gathers would otherwise pair with the others' earlier ones.
+    self->request(actors_->member, options_.connection_timeout + std::chrono::seconds(10),
+                  api_gather_timeout_atom::value, epoch, std::is_same_v<T, std::string>,
+                  static_cast<int64_t>(timeout.count()))
+        .receive([&](std::string& reply) { failure = reply.empty() ? failure : reply; }, [](caf::error&) {});
+  }
+  if (!failure.empty() && actors_->coordinator) {
+    // As in Call: rank 0's program may exit on this error; the others get theirs first.
+    self->request(actors_->coordinator, std::chrono::seconds(3), drain_atom::value)
+        .receive([](std::string&) {}, [](caf::error&) {});
+  }
   if (!failure.empty()) return FailedPrecondition(failure);
-  if (static_cast<int>(actors.size()) != world_size())
-    return Internal("cluster all-gather returned " + std::to_string(actors.size()) + " actors for " +
+  if (static_cast<int>(gathered.size()) != world_size())
+    return Internal(std::string(api) + " returned " + std::to_string(gathered.size()) + " values for " +
                     std::to_string(world_size()) + " ranks");
-  return actors;
+  return gathered;
+}
+
+StatusOr<std::vector<caf::actor>> Cluster::AllGather(const caf::actor& mine, std::chrono::milliseconds timeout) {
+  return Gather("Cluster::AllGather", api_gather_atom::value, gather_epoch_++, mine, timeout);
 }
 
 StatusOr<std::vector<std::string>> Cluster::AllGatherText(const std::string& mine,
                                                          std::chrono::milliseconds timeout) {
-  if (!joined_) return FailedPrecondition("Cluster::AllGatherText: call Rendezvous first");
-  AF_RETURN_IF_ERROR(health());
-  caf::scoped_actor self{environment_->system()};
-  std::string failure;
-  std::vector<std::string> texts;
-  self->request(actors_->member, timeout, api_texts_atom::value, text_epoch_++, mine)
-      .receive(
-          [&](std::string& error, std::vector<std::string>& gathered) {
-            failure = std::move(error);
-            texts = std::move(gathered);
-          },
-          [&](caf::error& error) {
-            failure = error == caf::sec::request_timeout
-                          ? "cluster all-gather timed out after " + Millis(timeout) + " on rank " +
-                                std::to_string(rank())
-                          : "cluster all-gather: " + environment_->system().render(error);
-          });
-  if (!failure.empty()) return FailedPrecondition(failure);
-  if (static_cast<int>(texts.size()) != world_size())
-    return Internal("cluster all-gather returned " + std::to_string(texts.size()) + " texts for " +
-                    std::to_string(world_size()) + " ranks");
-  return texts;
+  return Gather("Cluster::AllGatherText", api_texts_atom::value, text_epoch_++, mine, timeout);
 }
 
 int64_t Cluster::NoteCall(const std::string& job) { return state_->NoteCall(job); }

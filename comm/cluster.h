@@ -138,7 +138,9 @@ class Cluster {
   StatusOr<std::vector<caf::actor>> AllGather(const caf::actor& mine, std::chrono::milliseconds timeout);
   // Every rank's `mine`, by rank (a collective call every rank makes in the same order): small
   // agreements such as each rank's outcome of a checkpoint save. Fails on a lost rank or after
-  // `timeout` (a rank that stops calling: the others wait that long).
+  // `timeout` (a rank that stops calling: the others wait that long). A timeout fails the
+  // cluster on every rank, naming the ranks that did not make the call (the ranks' later
+  // all-gathers would pair the wrong calls); so does AllGather's.
   StatusOr<std::vector<std::string>> AllGatherText(const std::string& mine, std::chrono::milliseconds timeout);
   // Counts a call of multi-machine job `job` by this rank; returns this rank's calls of it so far.
   // Thread-safe, no message: peers read the counts when CheckCalls asks.
@@ -167,6 +169,10 @@ class Cluster {
  private:
   Cluster() = default;
   Status Call(const char* what, std::chrono::milliseconds timeout, int kind, uint64_t epoch, const PlanIdentity* plan);
+  // Every rank's `mine` of all-gather `epoch` (of its kind), by rank: AllGather and AllGatherText.
+  template <typename T, typename Atom>
+  StatusOr<std::vector<T>> Gather(const char* api, Atom atom, uint64_t epoch, const T& mine,
+                                  std::chrono::milliseconds timeout);
 
   ClusterOptions options_;
   std::shared_ptr<ActorEnvironment> environment_;
@@ -174,6 +180,7 @@ class Cluster {
   uint16_t port_ = 0;
   uint64_t barrier_epoch_ = 0;
   uint64_t plan_epoch_ = 0;
+  uint64_t gather_epoch_ = 0;
   uint64_t text_epoch_ = 0;
   bool joined_ = false;
   struct Actors;

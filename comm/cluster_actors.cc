@@ -50,15 +50,33 @@ void FailCluster(caf::stateful_actor<CoordinatorState>* self, const std::string&
   DeliverAll(state.left_waiters, state.failure);
   for (auto& [epoch, promises] : state.plan_check_promises) DeliverAll(promises, state.failure);
   state.plan_check_promises.clear();
-  for (auto& promise : state.gather_promises)
-    if (promise.pending()) promise.deliver(state.failure, std::vector<caf::actor>());
-  state.gather_promises.clear();
-  for (auto& [epoch, promises] : state.text_promises)
-    for (auto& promise : promises)
-      if (promise.pending()) promise.deliver(state.failure, std::vector<std::string>());
-  state.text_promises.clear();
+  state.actor_gathers.Fail(state.failure);
+  state.text_gathers.Fail(state.failure);
   for (auto& [rank, joined] : state.joined)
     if (rank != lost_rank && !state.left.count(rank)) self->send(joined.member, lost_atom::value, state.failure);
+}
+
+// Rank `rank`'s value of all-gather `epoch`; once every rank's came, every request of the
+// epoch is answered with them by rank.
+template <typename T>
+caf::result<std::string, std::vector<T>> AddToGather(caf::stateful_actor<CoordinatorState>* self,
+                                                     GatherRounds<T>& rounds, int rank, uint64_t epoch,
+                                                     const T& value) {
+  if (!self->state.failure.empty())
+    return caf::result<std::string, std::vector<T>>(self->state.failure, std::vector<T>());
+  auto& values = rounds.values[epoch];
+  values[rank] = value;
+  auto& promises = rounds.promises[epoch];
+  promises.push_back(self->make_response_promise());
+  if (static_cast<int>(values.size()) == self->state.world_size) {
+    std::vector<T> by_rank;
+    for (auto& [r, v] : values) by_rank.push_back(v);
+    for (auto& promise : promises)
+      if (promise.pending()) promise.deliver(std::string(), by_rank);
+    rounds.values.erase(epoch);
+    rounds.promises.erase(epoch);
+  }
+  return caf::delegated<std::string, std::vector<T>>();
 }
 
 void DrainDone(caf::stateful_actor<CoordinatorState>* self, int rank) {
@@ -259,38 +277,11 @@ caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world
         }
         return caf::delegated<std::string>();
       },
-      [self](gather_atom, int32_t rank, const caf::actor& actor) -> caf::result<std::string, std::vector<caf::actor>> {
-        auto& state = self->state;
-        if (!state.failure.empty()) return caf::result<std::string, std::vector<caf::actor>>(state.failure, std::vector<caf::actor>());
-        state.gathered[rank] = actor;
-        state.gather_promises.push_back(self->make_response_promise());
-        if (static_cast<int>(state.gathered.size()) == state.world_size) {
-          std::vector<caf::actor> actors;
-          for (auto& [r, a] : state.gathered) actors.push_back(a);
-          for (auto& promise : state.gather_promises)
-            if (promise.pending()) promise.deliver(std::string(), actors);
-          state.gather_promises.clear();
-        }
-        return caf::delegated<std::string, std::vector<caf::actor>>();
+      [self](gather_atom, int32_t rank, uint64_t epoch, const caf::actor& actor) {
+        return AddToGather(self, self->state.actor_gathers, rank, epoch, actor);
       },
-      [self](texts_atom, int32_t rank, uint64_t epoch,
-             const std::string& text) -> caf::result<std::string, std::vector<std::string>> {
-        auto& state = self->state;
-        if (!state.failure.empty())
-          return caf::result<std::string, std::vector<std::string>>(state.failure, std::vector<std::string>());
-        auto& texts = state.texts[epoch];
-        texts[rank] = text;
-        auto& promises = state.text_promises[epoch];
-        promises.push_back(self->make_response_promise());
-        if (static_cast<int>(texts.size()) == state.world_size) {
-          std::vector<std::string> by_rank;
-          for (auto& [r, t] : texts) by_rank.push_back(t);
-          for (auto& promise : promises)
-            if (promise.pending()) promise.deliver(std::string(), by_rank);
-          state.texts.erase(epoch);
-          state.text_promises.erase(epoch);
-        }
-        return caf::delegated<std::string, std::vector<std::string>>();
+      [self](texts_atom, int32_t rank, uint64_t epoch, const std::string& text) {
+        return AddToGather(self, self->state.text_gathers, rank, epoch, text);
       },
       [self](leave_atom, int32_t rank) -> std::string {
         auto& state = self->state;
@@ -339,6 +330,26 @@ caf::behavior Coordinator(caf::stateful_actor<CoordinatorState>* self, int world
         CountCalls(self, census);
         return caf::delegated<std::string>();
       },
+      [self](gather_timeout_atom, int32_t rank, uint64_t epoch, bool texts, int64_t timeout_ms) -> std::string {
+        // The ranks' collectives no longer pair up in order (one rank made a collective call the
+        // others did not): later all-gathers would pair the wrong calls, so the cluster fails.
+        auto& state = self->state;
+        if (!state.failure.empty()) return state.failure;
+        std::vector<int> missing;
+        for (int r = 0; r < state.world_size; ++r) {
+          const bool came = texts ? state.text_gathers.values[epoch].count(r) > 0
+                                  : state.actor_gathers.values[epoch].count(r) > 0;
+          if (!came) missing.push_back(r);
+        }
+        FailCluster(self,
+                    "cluster all-gather #" + std::to_string(epoch) + " of rank " + std::to_string(rank) +
+                        " timed out after " + std::to_string(timeout_ms) + " ms waiting for rank(s) " +
+                        RankList(missing) +
+                        ", which did not make it. Collective calls (checkpoint saves and loads) pair up in order "
+                        "across ranks, so one that some rank did not make stops the cluster's jobs on every rank",
+                    -1);
+        return state.failure;
+      },
       [self](wait_left_atom) -> caf::result<std::string> {
         auto& state = self->state;
         if (static_cast<int>(state.left.size()) >= state.world_size - 1) return std::string();
@@ -354,12 +365,37 @@ namespace {
 void FailMember(caf::stateful_actor<MemberState>* self, const std::string& message) {
   self->state.shared->Fail(message);
   DeliverAll(self->state.pending, self->state.shared->failure());
-  for (auto& promise : self->state.gather_pending)
-    if (promise.pending()) promise.deliver(self->state.shared->failure(), std::vector<caf::actor>());
-  self->state.gather_pending.clear();
-  for (auto& promise : self->state.texts_pending)
-    if (promise.pending()) promise.deliver(self->state.shared->failure(), std::vector<std::string>());
-  self->state.texts_pending.clear();
+  FailGathers<caf::actor>(self->state.gather_pending, self->state.shared->failure());
+  FailGathers<std::string>(self->state.texts_pending, self->state.shared->failure());
+}
+
+// An all-gather request of this rank (AllGather, AllGatherText) sent on to the coordinator;
+// its answer, or the rank's failure, completes it.
+template <typename T, typename Atom>
+caf::result<std::string, std::vector<T>> ForwardGather(caf::stateful_actor<MemberState>* self,
+                                                       std::vector<caf::response_promise>& pending, Atom atom,
+                                                       uint64_t epoch, const T& value) {
+  std::string failure = self->state.shared->failure();
+  if (!failure.empty()) return caf::result<std::string, std::vector<T>>(failure, std::vector<T>());
+  // Answered requests leave the list (it serves FailMember only): a save's agreements add four.
+  pending.erase(std::remove_if(pending.begin(), pending.end(), [](caf::response_promise& p) { return !p.pending(); }),
+                pending.end());
+  auto promise = self->make_response_promise();
+  pending.push_back(promise);
+  self->request(self->state.coordinator, caf::infinite, atom, self->state.rank, epoch, value)
+      .then(
+          [self, promise](std::string& error, std::vector<T>& values) mutable {
+            // An error is the cluster's failure: this rank fails before its caller hears of it,
+            // so the caller's next call fails with the cause (the coordinator's own message
+            // telling this rank may come later).
+            if (!error.empty()) FailMember(self, error);
+            if (promise.pending()) promise.deliver(std::move(error), std::move(values));
+          },
+          [self, promise](caf::error& error) mutable {
+            if (promise.pending())
+              promise.deliver("cluster: rank 0 did not answer: " + self->system().render(error), std::vector<T>());
+          });
+  return caf::delegated<std::string, std::vector<T>>();
 }
 
 // Sends `request` to the coordinator; its reply (or the rank's failure) completes a promise.
@@ -412,46 +448,19 @@ caf::behavior Member(caf::stateful_actor<MemberState>* self, caf::actor coordina
              const std::vector<std::string>& op_digests) {
         return Forward(self, plan_check_atom::value, self->state.rank, epoch, digest, op_names, op_digests);
       },
-      [self](api_gather_atom, const caf::actor& actor) -> caf::result<std::string, std::vector<caf::actor>> {
-        std::string failure = self->state.shared->failure();
-        if (!failure.empty()) return caf::result<std::string, std::vector<caf::actor>>(failure, std::vector<caf::actor>());
-        auto promise = self->make_response_promise();
-        self->state.gather_pending.push_back(promise);
-        self->request(self->state.coordinator, caf::infinite, gather_atom::value, self->state.rank, actor)
-            .then(
-                [promise](std::string& error, std::vector<caf::actor>& actors) mutable {
-                  if (promise.pending()) promise.deliver(std::move(error), std::move(actors));
-                },
-                [self, promise](caf::error& error) mutable {
-                  if (promise.pending())
-                    promise.deliver("cluster: rank 0 did not answer: " + self->system().render(error),
-                                    std::vector<caf::actor>());
-                });
-        return caf::delegated<std::string, std::vector<caf::actor>>();
+      [self](api_gather_atom, uint64_t epoch, const caf::actor& actor) {
+        return ForwardGather(self, self->state.gather_pending, gather_atom::value, epoch, actor);
       },
-      [self](api_texts_atom, uint64_t epoch, const std::string& text)
-          -> caf::result<std::string, std::vector<std::string>> {
-        std::string failure = self->state.shared->failure();
-        if (!failure.empty())
-          return caf::result<std::string, std::vector<std::string>>(failure, std::vector<std::string>());
-        auto promise = self->make_response_promise();
-        self->state.texts_pending.push_back(promise);
-        self->request(self->state.coordinator, caf::infinite, texts_atom::value, self->state.rank, epoch, text)
-            .then(
-                [promise](std::string& error, std::vector<std::string>& texts) mutable {
-                  if (promise.pending()) promise.deliver(std::move(error), std::move(texts));
-                },
-                [self, promise](caf::error& error) mutable {
-                  if (promise.pending())
-                    promise.deliver("cluster: rank 0 did not answer: " + self->system().render(error),
-                                    std::vector<std::string>());
-                });
-        return caf::delegated<std::string, std::vector<std::string>>();
+      [self](api_texts_atom, uint64_t epoch, const std::string& text) {
+        return ForwardGather(self, self->state.texts_pending, texts_atom::value, epoch, text);
       },
       [self](api_leave_atom) {
         self->state.leaving = true;
         if (self->state.rank == 0) return Forward(self, wait_left_atom::value);
         return Forward(self, leave_atom::value, self->state.rank);
+      },
+      [self](api_gather_timeout_atom, uint64_t epoch, bool texts, int64_t timeout_ms) {
+        return Forward(self, gather_timeout_atom::value, self->state.rank, epoch, texts, timeout_ms);
       },
       [self](api_call_check_atom, const std::string& job, int64_t calls, int64_t deadline_ms) {
         return Forward(self, call_check_atom::value, self->state.rank, job, calls, deadline_ms);

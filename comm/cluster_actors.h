@@ -86,11 +86,16 @@ namespace cluster_detail {
 //   coordinator -> member  (ping) -> string: everything sent to it earlier has arrived
 //   member -> coordinator  (plancheck, rank, epoch, digest, op_names, op_digests) -> string, once
 //                          every rank sent that epoch: a job's plan compared across ranks
-//   member -> coordinator  (gather, rank, actor) -> (string, actors by rank), once every rank sent
+//   member -> coordinator  (gather, rank, epoch, actor) -> (string, actors by rank), once every
+//                          rank sent that epoch; (texts, rank, epoch, text) -> (string, texts)
+//                          the same for texts
 //   member -> coordinator  (callcheck, rank, job, calls, deadline ms) -> string: empty when every
 //                          rank made `calls` calls of `job`, else the failure naming those that
 //                          did not (the coordinator then fails the cluster with it)
 //   coordinator -> member  (callstate, job) -> (calls of job, last job called, its calls)
+//   member -> coordinator  (gathertime, rank, epoch, texts, timeout ms) -> string: the rank's
+//                          all-gather `epoch` (of texts, else of actors) timed out; the
+//                          coordinator fails the cluster naming the ranks that did not make it
 // A reply string is empty for success and the error's message otherwise.
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using barrier_atom = caf::atom_constant<caf::atom("barrier")>;
@@ -112,6 +117,8 @@ using api_texts_atom = caf::atom_constant<caf::atom("apitexts")>;
 using call_check_atom = caf::atom_constant<caf::atom("callcheck")>;
 using call_state_atom = caf::atom_constant<caf::atom("callstate")>;
 using api_call_check_atom = caf::atom_constant<caf::atom("apicalls")>;
+using gather_timeout_atom = caf::atom_constant<caf::atom("gathertime")>;
+using api_gather_timeout_atom = caf::atom_constant<caf::atom("apigathert")>;
 
 // 16 lower-case hex digits: how op digests travel and how messages name them.
 std::string Hex(uint64_t value);
@@ -124,6 +131,27 @@ struct JoinedRank {
   uint64_t digest = 0;
   std::vector<std::string> op_names;
   std::vector<std::string> op_digests;
+};
+
+// Answers all-gather requests of values of type T, answered with (error, values by rank),
+// with `failure`.
+template <typename T>
+void FailGathers(std::vector<caf::response_promise>& pending, const std::string& failure) {
+  for (auto& promise : pending)
+    if (promise.pending()) promise.deliver(failure, std::vector<T>());
+  pending.clear();
+}
+
+// The all-gathers of values of type T on the coordinator, by epoch: each rank's value and the
+// requests waiting for the others'.
+template <typename T>
+struct GatherRounds {
+  std::map<uint64_t, std::map<int, T>> values;  // by epoch, by rank
+  std::map<uint64_t, std::vector<caf::response_promise>> promises;
+  void Fail(const std::string& failure) {
+    for (auto& [epoch, waiting] : promises) FailGathers<T>(waiting, failure);
+    promises.clear();
+  }
 };
 
 struct CoordinatorState {
@@ -140,10 +168,8 @@ struct CoordinatorState {
   bool rendezvous_done = false;
   std::map<uint64_t, std::map<int, JoinedRank>> plan_checks;  // by epoch
   std::map<uint64_t, std::vector<caf::response_promise>> plan_check_promises;
-  std::map<int, caf::actor> gathered;
-  std::vector<caf::response_promise> gather_promises;
-  std::map<uint64_t, std::map<int, std::string>> texts;  // by epoch, by rank
-  std::map<uint64_t, std::vector<caf::response_promise>> text_promises;  // answered with (error, texts)
+  GatherRounds<caf::actor> actor_gathers;   // Cluster::AllGather
+  GatherRounds<std::string> text_gathers;   // Cluster::AllGatherText
   std::string failure;
   static inline const char* name = "actorflow.cluster.coordinator";
 };

@@ -128,6 +128,13 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
     AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "', variables on every machine"));
     AF_ASSIGN_OR_RETURN(plan, InsertCrossMachineTransfers(plan, options.register_num));
     lap("send/recv");
+    // What each machine's process instantiates (memory.txt above is the plan before the
+    // variables' copies and the send/recv pairs, every machine together).
+    for (int machine = 0; machine < graph.machine_num() && !prefix.empty(); ++machine) {
+      AF_ASSIGN_OR_RETURN(MachinePlan part, ExtractMachinePlan(plan, machine));
+      AF_RETURN_IF_ERROR(
+          WriteFile(prefix + "machine" + std::to_string(machine) + ".memory.txt", MemoryPlanText(part.plan)));
+    }
   }
   MarkStreamOrderedTasks(plan);
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "plan.dot", PlanToDot(plan)));

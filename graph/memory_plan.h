@@ -69,7 +69,8 @@ struct MemoryReport {
 MemoryReport PlanMemoryReport(const plan::Plan& plan);
 
 // The report's line, then one line per register with bytes: "task register: bytes xN" and
-// "shared +offset" for those in a block. Written beside DOT dumps as <job>.memory.txt.
+// "shared +offset" for those in a block. Written beside DOT dumps as <job>.memory.txt (and, for
+// a job over several machines, each machine's part as <job>.machine<m>.memory.txt).
 std::string MemoryPlanText(const plan::Plan& plan);
 
 // Plans `plan` in place (see above): lowers register_num to 1 where the producer cannot run

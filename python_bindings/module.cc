@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <map>
 #include <memory>
@@ -305,8 +306,11 @@ class PyJob {
   std::string InlineRefusal() const { return job().inline_refusal(); }
   std::string SbpSummary() const { return graph::SbpSummary(job().graph()); }
   std::string PlanText() const { return job().plan().DebugString(); }
+  // On a rank of a job over several machines: this machine's part only (its variables and
+  // registers, send/recv included), "machine" says which.
   py::dict MemoryReport() const {
-    const graph::MemoryReport report = graph::PlanMemoryReport(job().plan());
+    const graph::MemoryReport report = graph::PlanMemoryReport(job().machine_plan());
+    const int machines = job().graph().machine_num();
     py::dict out;
     out["register_bytes"] = report.register_bytes;
     out["unshared_register_bytes"] = report.unshared_register_bytes;
@@ -316,7 +320,11 @@ class PyJob {
     out["shared_registers"] = report.shared_registers;
     out["single_registers"] = report.single_registers;
     out["memory_blocks"] = report.memory_blocks;
-    out["summary"] = report.ToString();
+    out["machine"] = job().machine();
+    out["summary"] = (machines > 1 ? "machine " + std::to_string(job().machine()) + " of " + std::to_string(machines) +
+                                         ": "
+                                   : "") +
+                     report.ToString();
     return out;
   }
   std::vector<std::pair<std::string, double>> CompileTimings() const { return job().compile_timings(); }
@@ -701,8 +709,11 @@ PYBIND11_MODULE(_C, m) {
          const std::string& secret, const std::string& tls_certificate, const std::string& tls_key,
          const std::string& tls_ca, const std::string& data_host, int64_t call_deadline_ms) {
         if (port < 0 || port > 65535) throw py::value_error("cluster_start: port must be in [0, 65535], got " + std::to_string(port));
-        if (call_deadline_ms < 0)
-          throw py::value_error("cluster_start: call_deadline_ms must be >= 0 (0: none), got " +
+        // At most int32 milliseconds (about 24.8 days), as the other waits: a deadline of years
+        // would overflow the watch's clock arithmetic into the past.
+        if (call_deadline_ms < 0 || call_deadline_ms > std::numeric_limits<int32_t>::max())
+          throw py::value_error("cluster_start: call_deadline_ms must be in [0, " +
+                                std::to_string(std::numeric_limits<int32_t>::max()) + "] (0: none), got " +
                                 std::to_string(call_deadline_ms));
         ClusterOptions options;
         options.rank = rank;

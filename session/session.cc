@@ -55,6 +55,8 @@ const plan::Plan& CompiledJob::plan() const {
   return *renamed_plan_;
 }
 
+int CompiledJob::machine() const { return distributed_ ? membership_->rank() : 0; }
+
 const graph::Graph& CompiledJob::graph() const {
   if (names_) MakeRenamedCopies();
   return *graph_;
@@ -144,7 +146,8 @@ StatusOr<int64_t> CompiledJob::Push(const std::vector<TensorView>& inputs, const
     Status healthy = membership_->cluster().health();
     if (!healthy.ok()) {
       Finished();
-      return healthy.WithContext("job '" + name() + "'");
+      const std::string context = "job '" + name() + "'";
+      return healthy.message().rfind(context, 0) == 0 ? healthy : healthy.WithContext(context);
     }
     // This rank's feeds only: the job's other inputs are read by the ranks holding their sources.
     local_inputs_.clear();

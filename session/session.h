@@ -88,6 +88,11 @@ class CompiledJob {
   // made on the first call (thread-safe), for whoever reads them (dumps, summaries, tests).
   const plan::Plan& plan() const;
   const graph::Graph& graph() const;
+  // The tasks this process runs: plan(), or on a rank of a job over several machines its
+  // machine's part (graph::ExtractMachinePlan: its own tasks, send/recv included).
+  const plan::Plan& machine_plan() const { return distributed_ ? local_plan_ : plan(); }
+  // This process's machine in the job: 0 unless it runs over several machines.
+  int machine() const;
   // Whether the job has a watch (flow.watch / watch_diff) whose handler is `name`.
   bool has_watch_handler(const std::string& name) const;
   // Variables the plan reads without writing them, and variables it writes (in place).

@@ -183,7 +183,11 @@ def write_directory(path, layout, api, write_into):
             raise layout.error("%s('%s'): cannot create the parent directory: %s" % (api, path, e)) from e
         _remove_stale_temporaries(path, layout)
         tmp = os.path.join(parent, "%s%d-%016x" % (_temp_prefix(path), os.getpid(), random.getrandbits(64)))
-        os.mkdir(tmp)
+        try:
+            os.mkdir(tmp)
+        except OSError as e:  # a read-only or special file system, no permission
+            raise layout.error("%s('%s'): cannot create a directory in '%s' (%s); nothing was written"
+                               % (api, path, parent, e.strerror or e)) from e
         try:
             write_file(os.path.join(tmp, IN_PROGRESS), b"")
             write_into(tmp)
@@ -203,6 +207,10 @@ def write_directory(path, layout, api, write_into):
             if old:
                 shutil.rmtree(old, ignore_errors=True)
             return path
+        except OSError as e:  # a full disk, a quota, a file system gone read-only
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise layout.error("%s('%s'): writing failed (%s); '%s' is as it was and nothing of this save is left"
+                               % (api, path, e, path)) from e
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -602,8 +602,10 @@ class JobFunction:
         register_bytes (what the runtime allocates for registers), unshared_register_bytes (the
         same registers each in its own memory), largest_live_bytes (the most bytes of registers
         live at one task of the plan's order), variable_bytes, registers, shared_registers,
-        single_registers, memory_blocks, and `summary`, the same in one line. None before the
-        first call."""
+        single_registers, memory_blocks, `machine`, and `summary`, the same in one line. On a
+        rank of a job over several machines it describes that machine's part only (`machine`:
+        the rank): its variables' shards or copies and its registers, send/recv included. None
+        before the first call."""
         return None if self._compiled is None else self._compiled.memory_report()
 
     def job_text(self):

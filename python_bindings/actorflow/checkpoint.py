@@ -79,10 +79,10 @@ def clear_pending():
     _warn_unused_after_compile[0] = False
 
 
-def _warn_unused(names, why):
+def _warn_unused(names, why, stacklevel=3):
     shown = ", ".join(repr(n) for n in names[:10]) + (" and %d more" % (len(names) - 10) if len(names) > 10 else "")
     warnings.warn("flow.load_variables: %s %s; their values are kept for a job compiled later" % (why, shown),
-                  stacklevel=3)
+                  stacklevel=stacklevel)
 
 
 # ------------------------------------------------------------------------------ snapshots
@@ -142,7 +142,10 @@ def _owned_files(path):
 
 
 LAYOUT = _atomic_dir.register(_atomic_dir.Layout(
-    "checkpoint", _MANIFEST, _owned_files, lambda name: name == _MANIFEST or name.endswith(".npy"), CheckpointError))
+    "checkpoint", _MANIFEST, _owned_files,
+    # machine<r>.json: other machines write their records into rank 0's temporary directory
+    lambda name: name == _MANIFEST or name.endswith(".npy") or re.fullmatch(r"machine\d+\.json", name) is not None,
+    CheckpointError))
 
 
 def write_values(path, values, api="flow.checkpoint.save", extra=None):
@@ -170,8 +173,7 @@ def save(path):
     holds something else."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError("flow.checkpoint.save: path must be a str or os.PathLike, got %s" % type(path).__name__)
-    from . import env as _env
-    rank = _env.started_rank()
+    rank = _cluster_rank()
     if rank is not None:  # every rank runs this: each writes what its machine holds, rank 0 the index
         _cluster_checkpoint.save(os.fspath(path), rank, _snapshot.gate, _job.train_steps(), _job.STEP_PREFIX)
         return
@@ -376,69 +378,119 @@ def _step_value(value):
     return step if step >= 0 else None
 
 
+def _cluster_rank():
+    """This process's rank when it is one of several machines (joining the cluster first, a
+    collective, when no job did yet: every rank runs the same program), else None."""
+    from . import config as _config, env as _env
+    rank = _env.started_rank()
+    if rank is None and _env.launched() and _config.machines() > 1:
+        rank = _env.ensure_started()
+    return rank
+
+
 def load_variables(values, ignore_mismatch=False):
     """Sets session variables (and train steps) from {name: array}. Everything is checked
     before anything is set, and the values go in between iterations, all together: a failure
     leaves the session as it was. With ignore_mismatch=True, values whose shape or dtype do not
     fit are skipped with a warning naming them. Names of variables the session does not hold
-    yet are kept for the job functions' first calls; names no compiled job uses are warned of."""
+    yet are kept for the job functions' first calls; names no compiled job uses are warned of.
+    On a rank of a cluster this is a collective call (every rank makes it, with its values):
+    the values are set only where every rank's check passed, else every rank raises the same
+    CheckpointError naming each rank's problem (docs/cluster.md)."""
+    _load(lambda: values, ignore_mismatch, "flow.load_variables")
+
+
+def _load(read, ignore_mismatch, api):
+    """load_variables of the values read() returns (it may raise: a checkpoint being read)."""
+    rank = _cluster_rank()
+    session = _C.default_session()
+    if rank is None:
+        values = read()
+        with _snapshot.gate.snapshot(api):
+            checked = _checked(session, values, ignore_mismatch)
+            _apply(session, *checked)
+        _warn_later(session, checked[3])
+        return
+    agreements = _cluster_checkpoint.Agreements(api, ("reading and checking the values on every rank",),
+                                                "nothing was loaded on any rank")
+    problem, checked = "", None
+    with _cluster_checkpoint.collective_lock:
+        try:
+            values = read()
+            with _snapshot.gate.snapshot(api):
+                checked = _checked(session, values, ignore_mismatch)
+        except Exception as error:  # the same error on every rank, naming this one
+            problem = str(error) or type(error).__name__
+        agreements.agree(problem)
+        with _snapshot.gate.snapshot(api):  # not held while agreeing: this process's calls go on meanwhile
+            _apply(session, *checked)
+    _warn_later(session, checked[3])
+
+
+def _checked(session, values, ignore_mismatch):
+    """(present, parts, steps, later): what load_variables sets, after checking every value."""
     if not isinstance(values, dict):
         raise TypeError("flow.load_variables: expected a dict {name: numpy array}, got %s" % type(values).__name__)
-    session = _C.default_session()
-    with _snapshot.gate.snapshot("flow.load_variables"):
-        steps, present, later, problems, parts = {}, {}, {}, [], {}
-        for name, value in values.items():
-            if not isinstance(name, str):
-                problems.append("name %r is not a str" % (name,))
-                continue
-            if isinstance(value, _Parts):  # read for this rank's parts (get's held_parts), shapes checked there
-                parts[name] = value
-                continue
-            if name.startswith(_job.STEP_PREFIX):
-                step = _step_value(value)
-                if step is None:
-                    problems.append("'%s' must be one non-negative integer, got %r" % (name, value))
-                else:
-                    steps[name[len(_job.STEP_PREFIX):]] = step
-                continue
-            try:
-                array = np.array(value, order="C")  # a copy: later changes to `values` do not leak in
-            except Exception as e:
-                problems.append("'%s' is not an array (%s)" % (name, e))
-                continue
-            if array.dtype.name not in _DTYPES:
-                problems.append("'%s' has dtype %s (variables are %s)" % (name, array.dtype, ", ".join(_DTYPES)))
-                continue
-            if session.has_variable(name):
-                # A variable held in parts across machines: its logical shape from the layout.
-                layout = session.variable_layout(name)
-                if layout is None:
-                    cur = session.get_variable(name)
-                    shape, dtype = cur.shape, cur.dtype
-                else:
-                    shape, dtype = tuple(layout["shape"]), np.dtype(layout["dtype"])
-                if shape != array.shape or dtype != array.dtype:
-                    problems.append("'%s' is %s %s here but %s %s in the values" % (
-                        name, dtype, shape, array.dtype, array.shape))
-                    continue
-                present[name] = array
+    steps, present, later, problems, parts = {}, {}, {}, [], {}
+    for name, value in values.items():
+        if not isinstance(name, str):
+            problems.append("name %r is not a str" % (name,))
+            continue
+        if isinstance(value, _Parts):  # read for this rank's parts (get's held_parts), shapes checked there
+            parts[name] = value
+            continue
+        if name.startswith(_job.STEP_PREFIX):
+            step = _step_value(value)
+            if step is None:
+                problems.append("'%s' must be one non-negative integer, got %r" % (name, value))
             else:
-                later[name] = array
-        if problems and not ignore_mismatch:
-            raise ValueError("flow.load_variables: nothing was loaded: " + "; ".join(problems))
-        if problems:
-            warnings.warn("flow.load_variables(ignore_mismatch=True): skipped " + "; ".join(problems), stacklevel=2)
-        for name, array in present.items():
-            session.set_variable(name, array)
-        for name, held in parts.items():
-            for index, array in held.items():
-                session.set_variable_part(name, index, array)
-        for job_name, step in steps.items():
-            _job.set_train_step(job_name, step)
-        _pending.update(later)
+                steps[name[len(_job.STEP_PREFIX):]] = step
+            continue
+        try:
+            array = np.array(value, order="C")  # a copy: later changes to `values` do not leak in
+        except Exception as e:
+            problems.append("'%s' is not an array (%s)" % (name, e))
+            continue
+        if array.dtype.name not in _DTYPES:
+            problems.append("'%s' has dtype %s (variables are %s)" % (name, array.dtype, ", ".join(_DTYPES)))
+            continue
+        if session.has_variable(name):
+            # A variable held in parts across machines: its logical shape from the layout.
+            layout = session.variable_layout(name)
+            if layout is None:
+                cur = session.get_variable(name)
+                shape, dtype = cur.shape, cur.dtype
+            else:
+                shape, dtype = tuple(layout["shape"]), np.dtype(layout["dtype"])
+            if shape != array.shape or dtype != array.dtype:
+                problems.append("'%s' is %s %s here but %s %s in the values" % (
+                    name, dtype, shape, array.dtype, array.shape))
+                continue
+            present[name] = array
+        else:
+            later[name] = array
+    if problems and not ignore_mismatch:
+        raise ValueError("flow.load_variables: nothing was loaded: " + "; ".join(problems))
+    if problems:
+        warnings.warn("flow.load_variables(ignore_mismatch=True): skipped " + "; ".join(problems), stacklevel=4)
+    return present, parts, steps, later
+
+
+def _apply(session, present, parts, steps, later):
+    for name, array in present.items():
+        session.set_variable(name, array)
+    for name, held in parts.items():
+        for index, array in held.items():
+            session.set_variable_part(name, index, array)
+    for job_name, step in steps.items():
+        _job.set_train_step(job_name, step)
+    _pending.update(later)
+
+
+def _warn_later(session, later):
     if later:
         if session.variable_names():
-            _warn_unused(sorted(later), "the session has no variable named")
+            _warn_unused(sorted(later), "the session has no variable named", stacklevel=5)  # the user's call
         else:
             _warn_unused_after_compile[0] = True
 
@@ -454,11 +506,14 @@ class CheckPoint:
 
     def load(self, path):
         # On a rank of a cluster, a variable it holds in parts reads only its part files where
-        # the checkpoint splits the variable the same way (docs/cluster.md).
-        session = _C.default_session()
-        held = {}
-        for name in session.variable_names():
-            layout = session.variable_layout(name)
-            if layout is not None and layout["axis"] >= 0 and not layout["whole_here"]:
-                held[name] = layout
-        load_variables(get(path, held_parts=held))
+        # the checkpoint splits the variable the same way (docs/cluster.md); a collective call,
+        # as load_variables.
+        def read():
+            session = _C.default_session()
+            held = {}
+            for name in session.variable_names():
+                layout = session.variable_layout(name)
+                if layout is not None and layout["axis"] >= 0 and not layout["whole_here"]:
+                    held[name] = layout
+            return get(path, held_parts=held)
+        _load(read, False, "flow.train.CheckPoint().load")

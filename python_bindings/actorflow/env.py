@@ -118,20 +118,30 @@ CALL_DEADLINE_MS = "ACTORFLOW_CALL_DEADLINE_MS"
 _started = {"rank": None}
 
 
-def _ms(name, default):
+# The most any of them may be: the control plane's timers and the runtime's take int milliseconds
+# (about 24.8 days).
+MAX_MS = 2 ** 31 - 1
+
+
+def _ms(name, default, off=False):
+    """The milliseconds in environment variable `name`, `default` when unset or empty; with
+    off=True, 0 is allowed (it turns the wait off). ValueError naming the variable otherwise."""
     value = os.environ.get(name, "")
     if not value:
         return default
-    if not value.isdigit() or int(value) <= 0:
-        raise ValueError("%s must be a positive number of milliseconds, got %r" % (name, value))
+    lowest = 0 if off else 1
+    if not all("0" <= c <= "9" for c in value) or not lowest <= int(value) <= MAX_MS:
+        raise ValueError("%s must be a whole number of milliseconds from %d to %d%s, got %r"
+                         % (name, lowest, MAX_MS, " (0 turns it off)" if off else "", value))
     return int(value)
 
 
-def _call_deadline_ms():
-    value = os.environ.get(CALL_DEADLINE_MS, "")
-    if value == "0":
-        return 0
-    return _ms(CALL_DEADLINE_MS, 600000)
+def check_timing_settings():
+    """Checks every control-plane timing variable set in the environment (ValueError naming the
+    first bad one): the launcher runs this before starting any process."""
+    for name, default in ((RENDEZVOUS_MS, 0), (HEARTBEAT_MS, 0), (CONNECTION_TIMEOUT_MS, 0), (EXIT_TIMEOUT_MS, 0)):
+        _ms(name, default)
+    _ms(CALL_DEADLINE_MS, 0, off=True)
 
 
 def ensure_started():
@@ -147,13 +157,14 @@ def ensure_started():
                            "run `python -m actorflow.launch --nproc N program.py` (ranks started by hand are not "
                            "supported yet)" % settings["world_size"])
     from . import _C
+    check_timing_settings()  # the exit timeout too: an error now, not when the process ends
     version = getattr(sys.modules.get(__package__), "__version__", "")
     _C.cluster_start(settings["rank"], settings["world_size"], settings["master_addr"], settings["master_port"],
                      os.environ.get(JOB_ID, "actorflow"), version, _ms(RENDEZVOUS_MS, 60000),
                      _ms(HEARTBEAT_MS, 1000), _ms(CONNECTION_TIMEOUT_MS, 5000), os.environ.get(SECRET, ""),
                      tls_certificate=os.environ.get(TLS_CERT, ""), tls_key=os.environ.get(TLS_KEY, ""),
                      tls_ca=os.environ.get(TLS_CA, ""), data_host=os.environ.get(NODE_ADDR, ""),
-                     call_deadline_ms=_call_deadline_ms())
+                     call_deadline_ms=_ms(CALL_DEADLINE_MS, 600000, off=True))
     _started["rank"] = settings["rank"]
     atexit.register(_leave)
     return settings["rank"]

@@ -133,6 +133,10 @@ def _parse(argv):
                          "`python -c 'import secrets; print(secrets.token_hex(32))'`)" % (options.nnodes, _env.SECRET))
     if not os.path.isfile(options.script):
         parser.error("script %r: no such file" % options.script)
+    try:  # every rank would fail with it at its first job: say it once, before starting any
+        _env.check_timing_settings()
+    except ValueError as error:
+        parser.error(str(error))
     return options
 
 

@@ -73,6 +73,28 @@ def test_save_onto_a_file_refuses_and_the_file_stays(tmp_path):
     assert tree(tmp_path) == {"model.ckpt": b"precious"}
 
 
+def test_a_save_that_cannot_write_is_a_checkpoint_error_naming_the_path_and_leaves_the_previous(tmp_path,
+                                                                                           monkeypatch):
+    make_variables({"w": np.arange(3, dtype=np.float32)})
+    # A directory that cannot be written (root may write anywhere else: /proc refuses it too).
+    with pytest.raises(CheckpointError, match=r"save\('/proc/actorflow-ckpt'\): cannot create a directory in "
+                                              r"'/proc' \(.+\); nothing was written"):
+        flow.checkpoint.save("/proc/actorflow-ckpt")
+    # A disk that fills while the files are written: the previous save stays, whole.
+    target = tmp_path / "ckpt"
+    flow.checkpoint.save(str(target))
+    before = tree(tmp_path)
+    from actorflow import _atomic_dir
+
+    def full(path, data):
+        raise OSError(28, "No space left on device", path)
+    monkeypatch.setattr(_atomic_dir, "write_file", full)
+    with pytest.raises(CheckpointError, match=r"writing failed \(.*No space left on device.*\); '.*ckpt' is as it "
+                                              r"was and nothing of this save is left"):
+        flow.checkpoint.save(str(target))
+    assert tree(tmp_path) == before
+
+
 def test_save_refuses_a_checkpoint_with_foreign_files_and_a_symlink(tmp_path):
     make_variables({"w": np.arange(3, dtype=np.float32)})
     path = tmp_path / "ckpt"
