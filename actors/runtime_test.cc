@@ -29,6 +29,17 @@ const TensorDesc kScalar{{1}, DType::kFloat32};
 
 TensorView View(float* x) { return TensorView{x, kScalar}; }
 
+// A hand-built plan's register of one float32 scalar blob, `register_num` registers deep.
+plan::RegisterDesc* AddScalarRegister(plan::Task* t, int register_num = 2) {
+  plan::RegisterDesc* r = t->add_registers();
+  r->set_register_num(register_num);
+  plan::BlobDesc* b = r->add_blobs();
+  b->add_shape(1);
+  b->set_dtype(plan::DT_FLOAT32);
+  b->set_byte_size(4);
+  return r;
+}
+
 StageFn AddConstant(float c, std::chrono::microseconds delay = std::chrono::microseconds(0)) {
   return [c, delay](const StageArgs& a) {
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
@@ -194,12 +205,7 @@ TEST(Runtime, KernelErrorNamesOpTypeAndSourceLine) {
     t->set_name(name);
     t->set_kind(kind);
     if (kind != plan::SINK) {
-      plan::RegisterDesc* r = t->add_registers();
-      r->set_register_num(2);
-      plan::BlobDesc* b = r->add_blobs();
-      b->add_shape(1);
-      b->set_dtype(plan::DT_FLOAT32);
-      b->set_byte_size(4);
+      AddScalarRegister(t);
     }
     if (id > 0) {
       t->add_inputs()->set_producer_task_id(id - 1);
@@ -257,13 +263,7 @@ TEST(Runtime, ErrorsNameTheTasksOfThePlanNamesTable) {
       t->set_source_location("first.py:3");
     }
     if (id < 2) {
-      plan::RegisterDesc* r = t->add_registers();
-      r->set_register_num(2);
-      plan::BlobDesc* b = r->add_blobs();
-      b->add_shape(1);
-      b->set_dtype(plan::DT_FLOAT32);
-      b->set_byte_size(4);
-      r->add_consumer_task_ids(id + 1);
+      AddScalarRegister(t)->add_consumer_task_ids(id + 1);
     }
     if (id > 0) t->add_inputs()->set_producer_task_id(id - 1);
   }
@@ -475,12 +475,7 @@ TEST(Runtime, ReadOnlyVariablesAreReadInPlace) {
     t->set_name(name);
     t->set_kind(kind);
     if (data_register) {
-      plan::RegisterDesc* r = t->add_registers();
-      r->set_register_num(2);
-      plan::BlobDesc* b = r->add_blobs();
-      b->add_shape(1);
-      b->set_dtype(plan::DT_FLOAT32);
-      b->set_byte_size(4);
+      AddScalarRegister(t);
     }
     return t;
   };
@@ -554,13 +549,7 @@ plan::Plan OneStagePlan() {
     t->set_name("task" + std::to_string(id));
     t->set_kind(id == 0 ? plan::SOURCE : id == 1 ? plan::COMPUTE : plan::SINK);
     if (id < 2) {
-      plan::RegisterDesc* r = t->add_registers();
-      r->set_register_num(2);
-      r->add_consumer_task_ids(id + 1);
-      plan::BlobDesc* b = r->add_blobs();
-      b->add_shape(1);
-      b->set_dtype(plan::DT_FLOAT32);
-      b->set_byte_size(4);
+      AddScalarRegister(t)->add_consumer_task_ids(id + 1);
     }
     if (id > 0) t->add_inputs()->set_producer_task_id(id - 1);
   }
@@ -645,12 +634,7 @@ TEST(Runtime, IdleWorkersLendTheirThreadsToAnActingKernel) {
         plan.mutable_tasks(producer)->mutable_registers(0)->add_consumer_task_ids(t->id());
       }
       if (kind == plan::SINK) return;
-      plan::RegisterDesc* r = t->add_registers();
-      r->set_register_num(1);
-      plan::BlobDesc* b = r->add_blobs();
-      b->add_shape(1);
-      b->set_dtype(plan::DT_FLOAT32);
-      b->set_byte_size(4);
+      AddScalarRegister(t, 1);
     };
     add_task("x", plan::SOURCE, {});
     add_task("left", plan::COMPUTE, {0});

@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import actorflow as flow  # noqa: E402
 import actorflow.typing as tp  # noqa: E402
-from parallel_training_util import BATCH, LR, _data, _mlp  # noqa: E402
+from parallel_training_util import BATCH, _data, _mlp, sgd_loss  # noqa: E402
 
 
 def _late_call(what, job, *args):
@@ -85,11 +85,7 @@ def main():
     @flow.global_function(type="train", function_config=config)
     def train_job(images: tp.ListNumpy.Placeholder((rows, 1, 28, 28), dtype=flow.float),
                   labels: tp.ListNumpy.Placeholder((rows,), dtype=flow.int32)) -> tp.ListNumpy:
-        logits = _mlp(images, "data")
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LR]), momentum=0).minimize(
-            flow.math.reduce_mean(loss))
-        return loss
+        return sgd_loss(labels, _mlp(images, "data"))
 
     # Its mean over every device of every machine pairs the ranks' calls (a job of list results
     # only would run on each rank alone: nothing of it crosses machines).

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import actorflow as flow  # noqa: E402
 import actorflow.typing as tp  # noqa: E402
 from actorflow import _C  # noqa: E402
-from parallel_training_util import BATCH, LR, _data, _mlp  # noqa: E402
+from parallel_training_util import BATCH, _data, _mlp, sgd_loss  # noqa: E402
 
 
 def main():
@@ -50,11 +50,7 @@ def main():
     @flow.global_function(type="train")
     def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float),
                   labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
-        logits = model(images)
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LR]), momentum=0).minimize(
-            flow.math.reduce_mean(loss))
-        return loss
+        return sgd_loss(labels, model(images))
 
     rank = int(os.environ.get("ACTORFLOW_RANK", "0"))
     images, labels = _data(steps, BATCH)

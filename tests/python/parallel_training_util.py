@@ -76,6 +76,15 @@ def _lenet(images, layout):
     return classifier(features(), hint)
 
 
+def sgd_loss(labels, logits):
+    """The harness's training loss: per-example cross-entropy (a job's result), its mean minimized
+    by plain SGD at LR. Called inside a train job function."""
+    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
+    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LR]), momentum=0).minimize(
+        flow.math.reduce_mean(loss))
+    return loss
+
+
 def train(model, devices, layout="data", steps=STEPS, batch=BATCH, checkpoint_in=None, checkpoint_out=None):
     """Per-step mean losses of `steps` SGD steps of `model` on `devices` CPU devices, the job,
     and the final variables. Every run starts from the same initial values (same seed)."""
@@ -93,11 +102,7 @@ def train(model, devices, layout="data", steps=STEPS, batch=BATCH, checkpoint_in
     @flow.global_function(type="train", function_config=config)
     def train_job(images: kind.Placeholder((per_device, 1, 28, 28), dtype=flow.float),
                   labels: kind.Placeholder((per_device,), dtype=flow.int32)) -> kind:
-        logits = forward(images, layout)
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LR]), momentum=0).minimize(
-            flow.math.reduce_mean(loss))
-        return loss
+        return sgd_loss(labels, forward(images, layout))
 
     if checkpoint_in:
         flow.load_variables(flow.checkpoint.get(checkpoint_in))
