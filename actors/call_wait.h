@@ -16,6 +16,10 @@ namespace actorflow {
 // (a halted vCPU's costs more than the chain). The completion's last touch of this object is
 // the flag Wait polls, set after its lock is released, so a polling caller returns without
 // taking the lock (it would find it held in the instant before the unlock and sleep on it).
+// While it polls, the caller lends its thread to the kernels (CallWaitAssist below): a caller
+// that polls is one more runnable thread on the host, so on a budget whose kernels split their
+// work over helper threads it takes a helper's share instead of competing with it for a core.
+// It keeps polling while work keeps coming (200 us past the last chunk it ran).
 // Owned by the waiting thread; one iteration per object.
 class CallWait {
  public:
@@ -31,5 +35,17 @@ class CallWait {
   std::atomic<bool> finished_flag_{false};
   Status result_;
 };
+
+// Work a polling caller can do for the process, installed once by the kernels' thread pool
+// (kernels/parallel_chunks.cc; the runtime does not depend on the kernels). enter/leave bracket
+// a caller's polling (the pool then leaves a helper asleep for the share the caller can take);
+// poll runs chunks of a job being split, if any is claimable, and says whether it ran one.
+struct CallWaitAssist {
+  void (*enter)();
+  bool (*poll)();
+  void (*leave)();
+};
+// `assist` must outlive the process's calls (a static object); null removes it.
+void SetCallWaitAssist(const CallWaitAssist* assist);
 
 }  // namespace actorflow

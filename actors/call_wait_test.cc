@@ -47,7 +47,9 @@ TEST(CallWait, EachWaitOutlivesItsCompletionsTouch) {
     wait.reset();
     completing.join();
     ASSERT_EQ(status.ok(), round % 2 == 0) << "call " << round << ": " << status.ToString();
-    if (round % 2 == 1) ASSERT_EQ(status.ToString(), Internal("call " + std::to_string(round)).ToString());
+    if (round % 2 == 1) {
+      ASSERT_EQ(status.ToString(), Internal("call " + std::to_string(round)).ToString());
+    }
   }
 }
 

@@ -718,10 +718,28 @@ Completion CallWait::completion() {
   };
 }
 
+namespace {
+std::atomic<const CallWaitAssist*> call_wait_assist{nullptr};
+}  // namespace
+
+void SetCallWaitAssist(const CallWaitAssist* assist) { call_wait_assist.store(assist, std::memory_order_release); }
+
 Status CallWait::Wait() {
-  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-  while (!finished_flag_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until)
-    std::this_thread::yield();
+  constexpr auto kPoll = std::chrono::microseconds(200);
+  if (!finished_flag_.load(std::memory_order_acquire)) {
+    const CallWaitAssist* assist = call_wait_assist.load(std::memory_order_acquire);
+    if (assist != nullptr) assist->enter();
+    auto poll_until = std::chrono::steady_clock::now() + kPoll;
+    while (!finished_flag_.load(std::memory_order_acquire)) {
+      if (assist != nullptr && assist->poll()) {
+        poll_until = std::chrono::steady_clock::now() + kPoll;  // work keeps coming: stay
+        continue;
+      }
+      if (std::chrono::steady_clock::now() >= poll_until) break;
+      std::this_thread::yield();
+    }
+    if (assist != nullptr) assist->leave();
+  }
   if (!finished_flag_.load(std::memory_order_acquire)) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return finished_; });

@@ -1,5 +1,8 @@
 #include "kernels/parallel_chunks.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include <immintrin.h>
 #include <omp.h>
 #include <pthread.h>
@@ -11,6 +14,8 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+
+#include "actors/call_wait.h"
 
 namespace actorflow {
 namespace {
@@ -41,6 +46,8 @@ struct Pool {
   std::atomic<uint32_t> wake{0};
   std::atomic<int> sleepers{0};
   std::atomic<int> helpers{0};
+  std::atomic<int> assistants{0};    // callers polling for their iteration (CallWaitAssist)
+  std::atomic<int> last_helpers{0};  // helpers the latest job asked for
   std::atomic<int64_t> wake_ups{0};
   std::atomic<int64_t> jobs{0}, caller_only_jobs{0};  // split jobs; those no helper took a chunk of
   std::mutex grow_mutex;
@@ -75,13 +82,19 @@ struct Pool {
       for (int i = 1; !found; ++i) {
         _mm_pause();
         if (wake.load(std::memory_order_relaxed) != seen) found = true;
-        else if ((i & 63) == 0 && std::chrono::steady_clock::now() > until) break;
+        else if ((i & 63) == 0 && (std::chrono::steady_clock::now() > until || AssistantsSuffice())) break;
       }
       if (found) continue;
       sleepers.fetch_add(1);
       wake.wait(seen);  // returns at once if a job was published since `seen` was read
       sleepers.fetch_sub(1);
     }
+  }
+
+  // Polling callers can take the shares the latest job gave helpers: a spinning helper would
+  // be one runnable thread more than the budget.
+  bool AssistantsSuffice() const {
+    return assistants.load(std::memory_order_relaxed) >= last_helpers.load(std::memory_order_relaxed);
   }
 
   void EnsureHelpers(int wanted) {
@@ -113,6 +126,30 @@ void RunInline(int num_chunks, void (*body)(void*, int), void* context) {
   for (int chunk = 0; chunk < num_chunks; ++chunk) body(context, chunk);
 }
 
+// A caller polling for its iteration (actors/call_wait.h) takes a helper's ticket: the chunks
+// of the kernels its own iteration runs, on a thread that is awake already. Off with
+// ACTORFLOW_CALLER_ASSIST=0 (then only helper threads take chunks, as before).
+void AssistEnter() { GetPool().assistants.fetch_add(1, std::memory_order_relaxed); }
+void AssistLeave() { GetPool().assistants.fetch_sub(1, std::memory_order_relaxed); }
+bool AssistPoll() {
+  Pool& pool = GetPool();
+  if (!Claimable(pool.state.load(std::memory_order_acquire)) || pool.tickets.load(std::memory_order_relaxed) <= 0 ||
+      pool.tickets.fetch_sub(1) <= 0)
+    return false;
+  const int caller_threads = omp_get_max_threads();
+  omp_set_num_threads(1);  // as on the helpers
+  pool.Work();
+  omp_set_num_threads(caller_threads);
+  return true;
+}
+const CallWaitAssist kAssist{AssistEnter, AssistPoll, AssistLeave};
+const bool assist_installed = [] {
+  const char* off = std::getenv("ACTORFLOW_CALLER_ASSIST");
+  if (off != nullptr && std::strcmp(off, "0") == 0) return false;
+  SetCallWaitAssist(&kAssist);
+  return true;
+}();
+
 }  // namespace
 
 void ParallelChunks(int num_chunks, int threads, void (*body)(void* context, int chunk), void* context,
@@ -129,9 +166,10 @@ void ParallelChunks(int num_chunks, int threads, void (*body)(void* context, int
   pool.context.store(context, std::memory_order_relaxed);
   pool.completed.store(0, std::memory_order_relaxed);
   pool.tickets.store(helpers);
+  pool.last_helpers.store(helpers, std::memory_order_relaxed);
   pool.state.store(Pack(++pool.generation, static_cast<uint32_t>(num_chunks), 0), std::memory_order_release);
   pool.wake.fetch_add(1);  // spinning helpers see it; sleeping ones only if notified
-  if (pool.sleepers.load() > 0 &&
+  if (pool.sleepers.load() > 0 && !pool.AssistantsSuffice() &&
       (wake == WakeHelpers::kAlways || std::chrono::steady_clock::now() - pool.last_job_end < kSpinTime)) {
     pool.wake.notify_all();
     pool.wake_ups.fetch_add(1, std::memory_order_relaxed);

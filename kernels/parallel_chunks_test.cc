@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/call_wait.h"
 #include "kernels/testing/with_timeout.h"
 
 namespace actorflow::testing {
@@ -123,6 +124,44 @@ TEST(ParallelChunks, ShortJobsWakeHelpersOnlyInAStream) {
     const int64_t before = ParallelChunksWakeUps();
     ParallelChunks(2, 2, body);
     EXPECT_EQ(ParallelChunksWakeUps(), before + 1) << "a long job after idle did not wake the helpers";
+  });
+}
+
+// A caller polling for its iteration (CallWait) takes a helper's share of a split job: the
+// chunk the job's owner leaves runs on the waiting thread while the helpers stay asleep (a
+// short job after idle does not wake them, and a caller present keeps them from being woken).
+TEST(ParallelChunks, APollingCallerTakesAHelpersShare) {
+  WithTimeout([] {
+    std::atomic<int> warm{0};
+    auto count = [&](int) { warm.fetch_add(1); };
+    ParallelChunks(2, 2, count);  // at least one helper exists
+    ASSERT_TRUE(HelpersAsleep()) << "the helpers did not go to sleep within 5 s";
+    const int64_t wake_ups = ParallelChunksWakeUps();
+    std::atomic<bool> owner_in{false}, second_done{false};
+    std::atomic<std::thread::id> second_chunk{};
+    auto body = [&](int chunk) {
+      if (chunk == 1) {
+        second_chunk = std::this_thread::get_id();
+        second_done = true;
+        return;
+      }
+      // The owner's chunk holds the job open until another thread took chunk 1 (bounded).
+      owner_in = true;
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!second_done && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    };
+    CallWait wait;
+    Completion done = wait.completion();
+    std::thread owner([&] {
+      ParallelChunks(2, 2, body, WakeHelpers::kInStream);
+      done(0, Status::Ok());
+    });
+    while (!owner_in) std::this_thread::yield();  // the job is published: the caller starts polling
+    EXPECT_TRUE(wait.Wait().ok());
+    owner.join();
+    ASSERT_TRUE(second_done.load()) << "no thread took the second chunk within 5 s";
+    EXPECT_EQ(second_chunk.load(), std::this_thread::get_id()) << "the second chunk ran on a helper, not on the polling caller";
+    EXPECT_EQ(ParallelChunksWakeUps(), wake_ups) << "a helper was woken while a polling caller could take its share";
   });
 }
 
