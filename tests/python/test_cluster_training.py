@@ -150,7 +150,11 @@ def test_a_frozen_rank_fails_the_survivor_and_the_launch():
     out = "".join(line for _, line in lines)
     assert code == 7, out
     failed = [(at, line) for at, line in lines if line.startswith("step ")]
-    assert failed and "lost rank 1" in failed[0][1] and failed[0][1].startswith("step 4 "), out
+    assert failed and "lost rank 1" in failed[0][1], out
+    # Rank 1 froze after its step 3 returned; rank 0's step 3 may still wait for rank 1's
+    # acknowledgement of its last send (sent after rank 1's call returned), so it is the call
+    # in flight then, or the next one.
+    assert 3 <= int(failed[0][1].split()[1]) <= 4, failed[0][1]
     assert float(failed[0][1].split()[4]) < 10, failed[0][1]
     assert "actorflow.launch: rank 0 failed with exit code 7" in out
     assert ended - started < 40, ended - started
