@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -35,6 +36,12 @@ class CallWait {
   std::atomic<bool> finished_flag_{false};
   Status result_;
 };
+
+// Polls `flag` (acquire) for up to `poll`, extended while the thread finds kernel work to do
+// (CallWaitAssist below); whether the flag was set. CallWait::Wait and the Python binding's
+// synchronous call poll with it before they block.
+bool PollForCompletion(const std::atomic<bool>& flag,
+                       std::chrono::microseconds poll = std::chrono::microseconds(200));
 
 // Work a polling caller can do for the process, installed once by the kernels' thread pool
 // (kernels/parallel_chunks.cc; the runtime does not depend on the kernels). enter/leave bracket

@@ -724,23 +724,26 @@ std::atomic<const CallWaitAssist*> call_wait_assist{nullptr};
 
 void SetCallWaitAssist(const CallWaitAssist* assist) { call_wait_assist.store(assist, std::memory_order_release); }
 
-Status CallWait::Wait() {
-  constexpr auto kPoll = std::chrono::microseconds(200);
-  if (!finished_flag_.load(std::memory_order_acquire)) {
-    const CallWaitAssist* assist = call_wait_assist.load(std::memory_order_acquire);
-    if (assist != nullptr) assist->enter();
-    auto poll_until = std::chrono::steady_clock::now() + kPoll;
-    while (!finished_flag_.load(std::memory_order_acquire)) {
-      if (assist != nullptr && assist->poll()) {
-        poll_until = std::chrono::steady_clock::now() + kPoll;  // work keeps coming: stay
-        continue;
-      }
-      if (std::chrono::steady_clock::now() >= poll_until) break;
-      std::this_thread::yield();
+bool PollForCompletion(const std::atomic<bool>& flag, std::chrono::microseconds poll) {
+  if (flag.load(std::memory_order_acquire)) return true;
+  const CallWaitAssist* assist = call_wait_assist.load(std::memory_order_acquire);
+  if (assist != nullptr) assist->enter();
+  auto poll_until = std::chrono::steady_clock::now() + poll;
+  bool set = false;
+  while (!(set = flag.load(std::memory_order_acquire))) {
+    if (assist != nullptr && assist->poll()) {
+      poll_until = std::chrono::steady_clock::now() + poll;  // work keeps coming: stay
+      continue;
     }
-    if (assist != nullptr) assist->leave();
+    if (std::chrono::steady_clock::now() >= poll_until) break;
+    std::this_thread::yield();
   }
-  if (!finished_flag_.load(std::memory_order_acquire)) {
+  if (assist != nullptr) assist->leave();
+  return set;
+}
+
+Status CallWait::Wait() {
+  if (!PollForCompletion(finished_flag_)) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return finished_; });
     lock.unlock();

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <set>
 
+#include "actors/call_wait.h"
 #include "graph/device_placement.h"
 #include "graph/memory_plan.h"
 #include "kernels/parallel_chunks.h"
@@ -182,12 +183,9 @@ class PyJob {
         // The caller left (KeyboardInterrupt); release the arrays the runtime used, with the GIL.
         dispatcher->Enqueue({nullptr, [wait] { wait->keep.clear(); }});
       }, /*may_run_inline=*/true);
-      // A short call comes back in tens of microseconds: poll briefly before blocking.
-      const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-      while (pushed.ok() && !wait->finished.load(std::memory_order_acquire) &&
-             std::chrono::steady_clock::now() < spin_until)
-        std::this_thread::yield();
-      finished = pushed.ok() && wait->finished.load(std::memory_order_acquire);
+      // A short call comes back in tens of microseconds: poll briefly before blocking (taking
+      // kernel chunks meanwhile, actors/call_wait.h).
+      finished = pushed.ok() && PollForCompletion(wait->finished);
       if (finished) dispatcher_->WaitIdle();  // watch handlers of this iteration run before run() returns
     }
     Check(pushed.status());
