@@ -13,6 +13,10 @@
 //  - ChainLatency/N/inline: one iteration at a time (Run), wall time per iteration (and the p10 and
 //    median of single iterations); through the
 //    actors (inline=0), or on the calling thread (inline=1, RuntimeOptions::run_inline).
+//  - ChainLatencyOneCore/N: the same through the actors with the caller and the worker on one
+//    core (the runtime created from a thread pinned to CPU 0): what a call costs when the
+//    scheduler or a loaded host puts them together (a worker that polled without yielding made
+//    it ~100 us for N = 10).
 //  - CafPingPong: two raw CAF actors bouncing a message; `per_message` is one hop.
 //  - FunctionCall: the same no-op kernel called through its std::function, no actors.
 // Run with --benchmark_repetitions=N --benchmark_report_aggregates_only=true: the machine is
@@ -25,6 +29,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <sched.h>
 #include <future>
 #include <memory>
 
@@ -211,11 +216,34 @@ BENCHMARK(RecorderToJson)->Iterations(1)->Repetitions(1)->Unit(benchmark::kMilli
 
 BENCHMARK(RecorderPerAct)->Arg(1)->Arg(10)->Arg(100)->Iterations(2000000);
 
+void TimeSingleCalls(benchmark::State& state, Runtime* runtime);
+
 void ChainLatency(benchmark::State& state) {
   const int length = static_cast<int>(state.range(0));
   auto runtime = MakeChain(length, nullptr, 0, state.range(1) != 0);
   if (!runtime) return state.SkipWithError("Runtime::Create failed");
   if (state.range(1) != 0 && !runtime->inline_refusal().empty()) return state.SkipWithError("not inline");
+  TimeSingleCalls(state, runtime.get());
+}
+// inline=1: RuntimeOptions::run_inline, Run executes the chain on the calling thread.
+BENCHMARK(ChainLatency)->ArgsProduct({{1, 10, 100}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void ChainLatencyOneCore(benchmark::State& state) {
+  cpu_set_t before, one;
+  if (sched_getaffinity(0, sizeof(before), &before) != 0) return state.SkipWithError("sched_getaffinity failed");
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) return state.SkipWithError("sched_setaffinity failed");
+  {
+    auto runtime = MakeChain(static_cast<int>(state.range(0)), nullptr, 1);  // its worker inherits CPU 0
+    if (runtime) TimeSingleCalls(state, runtime.get());
+    else state.SkipWithError("Runtime::Create failed");
+  }
+  sched_setaffinity(0, sizeof(before), &before);
+}
+BENCHMARK(ChainLatencyOneCore)->Arg(1)->Arg(10)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void TimeSingleCalls(benchmark::State& state, Runtime* runtime) {
   float in = 1, out = 0;
   std::vector<TensorView> inputs{{&in, kScalar}}, outputs{{&out, kScalar}};
   // Each Run timed alone too: on a shared host the low percentile is the cost when the chain's
@@ -233,8 +261,6 @@ void ChainLatency(benchmark::State& state) {
   state.counters["p10_us"] = single[single.size() / 10];
   state.counters["median_us"] = single[single.size() / 2];
 }
-// inline=1: RuntimeOptions::run_inline, Run executes the chain on the calling thread.
-BENCHMARK(ChainLatency)->ArgsProduct({{1, 10, 100}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // Two raw CAF actors bounce a countdown; the last one fulfils the host's promise. The exit
 // message at the end terminates both, which drops their behaviours and so the handles they hold.
