@@ -62,7 +62,12 @@ Shared& TheShared() {
   return *s;
 }
 
+// The callback thread's name (top -H, gdb, /proc/<pid>/task/*/comm): callbacks run here, never
+// on an actor worker ("caf.*"); tests check it.
+constexpr char kThreadName[] = "af.callbacks";
+
 void Loop(Shared* s, uint64_t generation) {
+  pthread_setname_np(pthread_self(), kThreadName);
   std::unique_lock<std::mutex> lock(s->mu);
   for (;;) {
     s->cv.wait(lock, [&] { return !s->queue.empty() || s->holders == 0 || s->generation != generation; });
