@@ -6,10 +6,11 @@ sink actor's busy share and mean act (the sink copies each result into its array
 to the callback thread; it never waits for the interpreter).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_callbacks.py [--calls 5000] [--rounds 5]
-        [--shapes 100x10,128x768] [--trace]
+        [--shapes 100x10,128x768] [--trace] [--json out.json]
 
 Run it against two builds alternately (PYTHONPATH) to compare them; note the host's load."""
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -68,10 +69,12 @@ def main():
     p.add_argument("--shapes", default="100x10,128x768")
     p.add_argument("--threads", type=int, default=int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1)))
     p.add_argument("--trace", action="store_true", help="also report the sink's busy share from a trace")
+    p.add_argument("--json", help="also write the results here")
     args = p.parse_args()
     flow.config.num_threads(args.threads)
     print("bench_callbacks: %d async calls per round, %d rounds, %d threads, load %.2f" % (
         args.calls, args.rounds, args.threads, os.getloadavg()[0]))
+    rows_out = []
     for shape in args.shapes.split(","):
         rows, cols = (int(v) for v in shape.split("x"))
         job = make_job(rows, cols)
@@ -82,12 +85,18 @@ def main():
             wall, cpu = push_all(job, x, args.calls)
             walls.append(wall / args.calls * 1e6)
             cpus.append(cpu / args.calls * 1e6)
+        row = dict(shape=shape, us_per_call=walls, cpu_us_per_call=cpus, load=os.getloadavg()[0])
         line = "%-8s %.1f us/call [%.1f-%.1f], CPU %.1f us/call" % (
             shape, statistics.median(walls), min(walls), max(walls), statistics.median(cpus))
         if args.trace:
             busy, act = sink_share(rows, cols, args.calls)
             line += "; traced: sink busy %.1f%%, mean act %.1f us" % (busy, act)
+            row.update(sink_busy_pct=busy, sink_mean_act_us=act)
         print(line)
+        rows_out.append(row)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"threads": args.threads, "calls": args.calls, "rows": rows_out}, out, indent=1)
 
 
 if __name__ == "__main__":
