@@ -37,3 +37,4 @@ run_python bench_mlp.py
 run_python bench_lenet.py
 run_python bench_memory.py
 run_python bench_compile.py --rounds "${BENCH_COMPILE_ROUNDS:-3}"
+run_python bench_callbacks.py --trace

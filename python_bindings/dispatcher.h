@@ -3,7 +3,9 @@
 // ONE callback thread per process, started by the first callback of any job and ended when the
 // last job that used it stops: the number of OS threads does not grow with compiled jobs, with
 // or without callbacks. Items of one job run in order; items of different jobs run in the
-// order they were enqueued (one GIL: running them on more threads would not run them faster).
+// order they were enqueued (one GIL: running them on more threads would not run them faster),
+// several under one GIL hold when they queue up (dispatcher.cc). The thread is named
+// "af.callbacks".
 // Actor threads only enqueue (never touch Python objects, never wait for the GIL), so a slow
 // or blocked Python thread never stalls the actors; memory stays bounded because callers of
 // push wait while too many of their job's calls are pending (TryBeginCall).

@@ -1,11 +1,10 @@
 // "cuda" factory of matmul: cuBLAS SGEMM (strided batched for 3-D operands), transposes as the
 // CPU kernel's attrs say, and the fusion pass's epilogue (fuse_bias, fuse_relu) as one bias
 // kernel over the product. FP32 math (no TF32), so results match the CPU kernel closely.
-#include <cublas_v2.h>
-
 #include <memory>
 #include <mutex>
 
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/launch.h"
 
@@ -30,24 +29,31 @@ Status CublasStatus(cublasStatus_t status, const std::string& what) {
   return Internal(what + ": " + CublasName(status) + " (" + std::to_string(static_cast<int>(status)) + ")");
 }
 
-// One cuBLAS handle per kernel, bound to its stream, made on the first act (on the device).
+// One cuBLAS handle per kernel, bound to its stream, made on the first act (on the device);
+// cuBLAS itself is opened then too (cublas_library.h).
 class CublasHandle {
  public:
   ~CublasHandle() {
-    if (handle_ != nullptr) cublasDestroy(handle_);
+    if (handle_ != nullptr) library_->destroy(handle_);
   }
-  StatusOr<cublasHandle_t> Get(cudaStream_t stream) {
+  // The library and the handle; valid while this object lives.
+  StatusOr<std::pair<const CublasLibrary*, cublasHandle_t>> Get(cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(mu_);
     if (handle_ == nullptr) {
-      AF_RETURN_IF_ERROR(CublasStatus(cublasCreate(&handle_), "cublasCreate"));
-      AF_RETURN_IF_ERROR(CublasStatus(cublasSetStream(handle_, stream), "cublasSetStream"));
-      AF_RETURN_IF_ERROR(CublasStatus(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+      AF_ASSIGN_OR_RETURN(const CublasLibrary* library, Cublas());
+      cublasHandle_t handle = nullptr;
+      AF_RETURN_IF_ERROR(CublasStatus(library->create(&handle), "cublasCreate"));
+      library_ = library;
+      handle_ = handle;
+      AF_RETURN_IF_ERROR(CublasStatus(library->set_stream(handle_, stream), "cublasSetStream"));
+      AF_RETURN_IF_ERROR(CublasStatus(library->set_math_mode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
     }
-    return handle_;
+    return std::make_pair(library_, handle_);
   }
 
  private:
   std::mutex mu_;
+  const CublasLibrary* library_ = nullptr;
   cublasHandle_t handle_ = nullptr;
 };
 
@@ -96,7 +102,8 @@ void RegisterMatmulCudaKernels(OpRegistry& registry) {
       if (v > 2147483647) return Unimplemented("matmul on cuda: a dimension exceeds cuBLAS's int range");
     auto handle = std::make_shared<CublasHandle>();
     return CudaKernelWithStatus("matmul", init, [=](KernelContext& c, cudaStream_t stream) -> Status {
-      AF_ASSIGN_OR_RETURN(cublasHandle_t handle_of_stream, handle->Get(stream));
+      AF_ASSIGN_OR_RETURN(auto library_and_handle, handle->Get(stream));
+      const auto& [cublas, handle_of_stream] = library_and_handle;
       const float alpha = 1.0f, beta = 0.0f;
       const float* a = c.input(0).as<float>();
       const float* b = c.input(1).as<float>();
@@ -107,10 +114,11 @@ void RegisterMatmulCudaKernels(OpRegistry& registry) {
       const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
       cublasStatus_t status;
       if (d.batch == 1) {
-        status = cublasSgemm(handle_of_stream, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, out, n);
+        status = cublas->sgemm(handle_of_stream, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, out, n);
       } else {
-        status = cublasSgemmStridedBatched(handle_of_stream, op_b, op_a, n, m, k, &alpha, b, ldb, d.b_batched ? d.k * d.n : 0, a, lda,
-                                           d.a_batched ? d.m * d.k : 0, &beta, out, n, d.m * d.n, static_cast<int>(d.batch));
+        status = cublas->sgemm_strided_batched(handle_of_stream, op_b, op_a, n, m, k, &alpha, b, ldb,
+                                               d.b_batched ? d.k * d.n : 0, a, lda, d.a_batched ? d.m * d.k : 0, &beta,
+                                               out, n, d.m * d.n, static_cast<int>(d.batch));
       }
       AF_RETURN_IF_ERROR(CublasStatus(status, d.batch == 1 ? "cublasSgemm" : "cublasSgemmStridedBatched"));
       if (!fuse_bias) return Status::Ok();
