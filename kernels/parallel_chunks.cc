@@ -79,10 +79,14 @@ struct Pool {
       }
       const auto until = std::chrono::steady_clock::now() + kSpinTime;
       bool found = false;
+      // Yielding now and then: a worker or caller waiting for a core this helper spins on gets it.
       for (int i = 1; !found; ++i) {
         _mm_pause();
         if (wake.load(std::memory_order_relaxed) != seen) found = true;
-        else if ((i & 63) == 0 && (std::chrono::steady_clock::now() > until || AssistantsSuffice())) break;
+        else if ((i & 63) == 0) {
+          if (std::chrono::steady_clock::now() > until || AssistantsSuffice()) break;
+          sched_yield();
+        }
       }
       if (found) continue;
       sleepers.fetch_add(1);
