@@ -47,7 +47,7 @@ std::string InlineRun::Ineligible(const std::vector<std::unique_ptr<TaskState>>&
   size_t bytes = 0;
   for (const auto& state : states) {
     const plan::Task& task = state->task();
-    const std::string name = "task '" + state->name() + "'";
+    const std::string name = "task '" + std::string(state->name()) + "'";
     switch (task.kind()) {
       case plan::SOURCE:
         break;

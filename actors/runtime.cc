@@ -127,11 +127,11 @@ class Runtime::Impl : public RuntimeCore {
 
   // How errors name the job and task `i` (RuntimeOptions::names, else the plan's own).
   const std::string& JobName() const { return options_.names ? options_.names->job_name : plan_.job_name(); }
-  const std::string& TaskName(int i) const {
-    return options_.names ? options_.names->task_names[i] : plan_.tasks(i).name();
+  std::string_view TaskName(int i) const {
+    return options_.names ? options_.names->task_names[i] : std::string_view(plan_.tasks(i).name());
   }
-  const std::string& SourceLocation(int i) const {
-    return options_.names ? options_.names->source_locations[i] : plan_.tasks(i).source_location();
+  std::string_view SourceLocation(int i) const {
+    return options_.names ? options_.names->source_locations[i] : std::string_view(plan_.tasks(i).source_location());
   }
 
  private:
@@ -248,7 +248,7 @@ Status Runtime::Impl::Instantiate() {
         } else if (block_bytes > 0) {
           auto block = register_memory_->Allocate(allocator.value(), memory_case, block_bytes, kAlignment);
           if (!block.ok())
-            return block.status().WithContext("allocating register " + std::to_string(r) + " of task '" + TaskName(i) + "'");
+            return block.status().WithContext("allocating register " + std::to_string(r) + " of task '" + std::string(TaskName(i)) + "'");
           memory = static_cast<char*>(block.value());
         }
         out.register_memory.push_back(memory);
@@ -268,8 +268,8 @@ Status Runtime::Impl::Instantiate() {
         if (!hooks_.make_kernel) return InvalidArgument("plan has compute tasks but no make_kernel hook");
         auto kernel = hooks_.make_kernel(task);
         if (!kernel.ok())
-          return kernel.status().WithContext("building kernel of op '" + TaskName(i) + "' (" + task.op_type() + ")" +
-                                             (SourceLocation(i).empty() ? "" : " at " + SourceLocation(i)));
+          return kernel.status().WithContext("building kernel of op '" + std::string(TaskName(i)) + "' (" + task.op_type() + ")" +
+                                             (SourceLocation(i).empty() ? "" : " at " + std::string(SourceLocation(i))));
         state->set_kernel(std::move(kernel).value());
         break;
       }
@@ -441,7 +441,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
     return InvalidArgument("expected " + std::to_string(sources_.size()) + " inputs, got " + std::to_string(inputs.size()));
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (inputs[k].desc != input_descs[k])
-      return InvalidArgument("input " + std::to_string(k) + " ('" + states_[sources_[k]]->name() + "'): expected " +
+      return InvalidArgument("input " + std::to_string(k) + " ('" + std::string(states_[sources_[k]]->name()) + "'): expected " +
                              input_descs[k].ToString() + ", got " + inputs[k].desc.ToString());
     if (inputs[k].data == nullptr && input_descs[k].byte_size() > 0)
       return InvalidArgument("input " + std::to_string(k) + " has no data");
@@ -510,7 +510,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
     Status copied = CopyBytes(out.blob(regs[k], 0), out.place, inputs[k].data, HostPlace(), inputs[k].byte_size());
     if (!copied.ok())  // fails this iteration only; the register still travels so it completes
       RecordError(iteration, copied.WithContext("copying input " + std::to_string(k) + " ('" +
-                                                states_[sources_[k]]->name() + "') into its register"));
+                                                std::string(states_[sources_[k]]->name()) + "') into its register"));
     Send(nullptr, actors_[sources_[k]], out.channel(regs[k]), fill_atom::value, regs[k], iteration, act_start);
   }
   if (sources_.empty())  // otherwise the first source passes the tick on (Instantiate)

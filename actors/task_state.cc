@@ -43,11 +43,11 @@ std::string TaskPolicies::ToString() const {
 }
 
 TaskState::TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer,
-                     const std::string& name, const std::string& source_location)
+                     std::string_view name, std::string_view source_location)
     : task_(task), name_(name), index_(index), core_(core), observer_(observer) {
-  where_ = "op '" + name_ + "'";
-  if (!task_.op_type().empty()) where_ += " (" + task_.op_type() + ")";
-  if (!source_location.empty()) where_ += " at " + source_location;
+  where_.append("op '").append(name_).append("'");
+  if (!task_.op_type().empty()) where_.append(" (").append(task_.op_type()).append(")");
+  if (!source_location.empty()) where_.append(" at ").append(source_location);
 }
 
 Status TaskState::FinishSetup(std::shared_ptr<const void> register_memory) {

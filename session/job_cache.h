@@ -23,11 +23,13 @@
 #include <vector>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "actors/proto/plan.pb.h"
 #include "actors/runtime.h"
 #include "graph/graph.h"
+#include "session/name_table.h"
 
 namespace actorflow {
 
@@ -57,21 +59,24 @@ void PrepareRebind(const CachedCompile& cached);
 // The names a job gives a cached compile (what RebindCompiled writes into its copies), found
 // without copying the compiled graph or the plan: a hit shares the entry's plan with the runtime
 // and hands it these names (the runtime's table, PlanNames), and builds the renamed copies only
-// when someone asks for them (RenamedGraph, RenamedPlan). Immutable once made.
+// when someone asks for them (RenamedGraph, RenamedPlan). Immutable once made. Every view below
+// is into `text` (names made from the new trace, and copies of the old names kept as they were),
+// so a JobNames needs nothing else alive; an aliasing shared_ptr to `tasks` keeps it alive.
 struct JobNames {
   std::string job_name;
+  NameArena text;  // the characters of every view below
   // Per compiled node (position): its name, source line and, for variables, variable name.
-  std::vector<std::string> node_names, node_locations, variable_names;
+  std::vector<std::string_view> node_names, node_locations, variable_names;
   // Per plan task: its name and source line (the runtime's table), a watch sink's handler
   // name ("" for other tasks) and a VARIABLE task's variable name ("" for others).
-  std::shared_ptr<const PlanNames> tasks;
-  std::vector<std::string> sink_names, task_variable_names;
+  PlanNames tasks;
+  std::vector<std::string_view> sink_names, task_variable_names;
   // The compiled job's watch handler names -> this job's; feeds and outputs renamed.
   std::unordered_map<std::string, std::string> handlers;
   std::vector<std::string> feeds, outputs;
   // Of the new trace, what the renamed copies need besides: per traced node its name and (for
   // variables) variable name, and its watches.
-  std::vector<std::string> traced_names, traced_variable_names;
+  std::vector<std::string_view> traced_names, traced_variable_names;
   std::vector<graph::Watch> traced_watches;
 };
 
