@@ -295,8 +295,28 @@ Status Runtime::Impl::Instantiate() {
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
     TaskState& state = *states_[i];
+    // The in-edge reading (producer, register): found by a scan while a task has a few (most
+    // read one to three registers), by a map past that (built then, and for whole inputs).
     std::map<std::pair<int, int>, int> edge_of;
+    auto index_edges = [&] {
+      for (size_t e = edge_of.size(); e < state.in_edges().size(); ++e)
+        edge_of.emplace(std::make_pair(state.in_edges()[e].producer_index, state.in_edges()[e].producer_output),
+                        static_cast<int>(e));
+    };
+    auto find_edge = [&](const std::pair<int, int>& key) {
+      constexpr size_t kScan = 8;
+      if (edge_of.empty() && state.in_edges().size() <= kScan) {
+        for (size_t e = 0; e < state.in_edges().size(); ++e)
+          if (state.in_edges()[e].producer_index == key.first && state.in_edges()[e].producer_output == key.second)
+            return static_cast<int>(e);
+        return -1;
+      }
+      index_edges();
+      auto found = edge_of.find(key);
+      return found == edge_of.end() ? -1 : found->second;
+    };
     std::vector<std::pair<size_t, std::pair<int, int>>> whole_inputs;  // (data input, producer register)
+    state.data_inputs().reserve(static_cast<size_t>(task.inputs_size()));
     for (const plan::InputDesc& input : task.inputs()) {
       auto it = index_of.find(input.producer_task_id());
       if (it == index_of.end())
@@ -351,11 +371,10 @@ Status Runtime::Impl::Instantiate() {
         continue;
       }
       auto key = std::make_pair(p, input.producer_register());
-      auto found = edge_of.find(key);
-      int edge;
-      if (found == edge_of.end()) {
+      int edge = find_edge(key);
+      if (edge < 0) {
         edge = static_cast<int>(state.in_edges().size());
-        edge_of.emplace(key, edge);
+        if (!edge_of.empty()) edge_of.emplace(key, edge);
         InputSlots slots;
         slots.producer_index = p;
         slots.producer_output = input.producer_register();
@@ -363,12 +382,11 @@ Status Runtime::Impl::Instantiate() {
         slots.ring.resize(slots.producer_slots->register_num);
         state.in_edges().push_back(std::move(slots));
         producer.outputs()[input.producer_register()].consumers.push_back(OutputSlots::Consumer{i, edge, caf::actor()});
-      } else {
-        edge = found->second;
       }
       if (!input.control()) state.data_inputs().push_back(DataInput{edge, input.blob_index(), nullptr, desc, {}, ByteOffset(input)});
       if (input.whole()) whole_inputs.emplace_back(state.data_inputs().size() - 1, key);
     }
+    if (!whole_inputs.empty()) index_edges();
     for (const auto& [data_input, owner] : whole_inputs) {
       AF_ASSIGN_OR_RETURN(state.data_inputs()[data_input].slice_edges,
                           WholeInputSliceEdges(plan_, slice_groups, i, owner.first, owner.second, edge_of));

@@ -279,7 +279,8 @@ class TaskState {
   bool is_root() const { return in_edges_.empty(); }
   const TaskPolicies& policies() const { return policies_; }
   // "op 'name' (type) at file:line": how errors name this task.
-  const std::string& where() const { return where_; }
+  // Made when asked (errors): a plan of thousands of tasks keeps no string per task for it.
+  std::string where() const;
 
   // Instantiation (before any message flows).
   std::vector<OutputSlots>& outputs() { return outputs_; }
@@ -343,12 +344,11 @@ class TaskState {
   bool tracing() const { return lane_ != nullptr && observer_->recording(); }
 
   const plan::Task& task_;
-  std::string_view name_;
+  std::string_view name_, source_location_;  // outlive the state (see the constructor)
   const int index_;
   RuntimeCore* const core_;
   RuntimeObserver* const observer_;
   TaskPolicies policies_;
-  std::string where_;
   std::vector<OutputSlots> outputs_;
   std::vector<InputSlots> in_edges_;
   std::vector<DataInput> data_inputs_;
