@@ -220,13 +220,14 @@ struct RebindIndex {
   NameArena text;
   std::vector<std::string_view> locations;  // the distinct old source lines: the ids below
   std::vector<uint32_t> traced_location, watch_location;  // per traced node, per watch
-  // Per compiled node: its old name, variable name (variables only) and line, and whether that
-  // line is the line of the traced node its name derives from.
+  // Per compiled node: its old name (for a name derived from a traced node, only the rest after
+  // that node's name), variable name (variables only) and line, and whether that line is the
+  // line of the traced node its name derives from.
   std::vector<std::string_view> node_name, node_variable_name;
   std::vector<uint32_t> node_location;
   std::vector<bool> node_is_variable, node_line_of_origin;
-  // Per plan task: its kind, old name, line, variable name (VARIABLE tasks) and handler name
-  // (watch sinks).
+  // Per plan task: its kind, old name (for a task named after its compiled node, only the rest
+  // after that node's name), line, variable name (VARIABLE tasks) and handler name (watch sinks).
   std::vector<plan::TaskKind> task_kind;
   std::vector<std::string_view> task_name, task_variable_name, task_sink_name;
   std::vector<uint32_t> task_location;
@@ -269,10 +270,16 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
   };
   // Besides, the packed copies a hit reads: the old names and lines.
   std::unordered_map<std::string_view, uint32_t> location_id;
+  std::string_view last_line;
+  uint32_t last_id = 0;
   auto location = [&](const std::string& line) {
-    auto [it, inserted] = location_id.try_emplace(line, static_cast<uint32_t>(index->locations.size()));
-    if (inserted) index->locations.push_back(index->text.Concat(line));
-    return it->second;
+    if (index->locations.empty() || line != last_line) {  // neighbours mostly share a line
+      auto [it, inserted] = location_id.try_emplace(line, static_cast<uint32_t>(index->locations.size()));
+      if (inserted) index->locations.push_back(index->text.Concat(line));
+      last_line = line;
+      last_id = it->second;
+    }
+    return last_id;
   };
   for (const Node& n : before.nodes()) index->traced_location.push_back(location(n.location));
   for (const graph::Watch& w : before.watches()) index->watch_location.push_back(location(w.location));
@@ -289,7 +296,7 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
     const Node& n = compiled.nodes()[i];
     const DerivedName origin = derive(traced_index, n.name);
     index->node_origin[i] = origin;
-    index->node_name.push_back(index->text.Concat(n.name));
+    index->node_name.push_back(index->text.Concat(origin.from >= 0 ? std::string_view(n.name).substr(origin.cut) : n.name));
     index->node_location.push_back(location(n.location));
     index->node_line_of_origin[i] = origin.from >= 0 && n.location == before.nodes()[origin.from].location;
     if (n.kind == graph::NodeKind::kVariable) {
@@ -327,7 +334,9 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
         index->task_node[t] = DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(at)};
     }
     index->task_kind.push_back(task.kind());
-    index->task_name.push_back(index->text.Concat(name));
+    const DerivedName node = index->task_node[t];
+    index->task_name.push_back(index->text.Concat(
+        node.from >= 0 && task.kind() != plan::SINK ? std::string_view(name).substr(node.cut) : name));
     index->task_location.push_back(location(task.source_location()));
     if (task.kind() == plan::VARIABLE) {
       index->task_variable[t] = derive(variable_position, task.variable_name());
@@ -427,8 +436,8 @@ std::shared_ptr<const JobNames> BindNames(const CachedCompile& cached, const Gra
     if (line_state[id] != kMapped) new_line[id] = kept_line(static_cast<uint32_t>(id));
   // A derived name under the new job's names: the new traced node's name (or variable name)
   // and the rest of the old name.
-  auto traced_name = [&](const DerivedName& d, std::string_view old) {
-    return d.from < 0 ? text.Concat(old) : text.Concat(names->traced_names[d.from], old.substr(d.cut));
+  auto traced_name = [&](const DerivedName& d, std::string_view rest) {
+    return text.Concat(names->traced_names[d.from], rest);
   };
   auto variable_name = [&](const DerivedName& d, std::string_view old) {
     return d.from < 0 ? text.Concat(old) : text.Concat(names->traced_variable_names[d.from], old.substr(d.cut));
@@ -444,7 +453,7 @@ std::shared_ptr<const JobNames> BindNames(const CachedCompile& cached, const Gra
   ViewSet new_names(count), new_variables, old_variables;
   for (size_t i = 0; i < count; ++i) {
     const DerivedName from = index.node_origin[i];
-    const std::string_view old_name = index.node_name[i];
+    const std::string_view old_name = index.node_name[i];  // the rest only, when derived
     const std::string_view old_variable = index.node_variable_name[i];
     const bool is_variable = index.node_is_variable[i];
     std::string_view variable;
@@ -496,7 +505,7 @@ std::shared_ptr<const JobNames> BindNames(const CachedCompile& cached, const Gra
       for (size_t w = 0; w < traced.watches().size(); ++w)
         if (traced.watches()[w].handler_name == it->second) location = store_line(traced.watches()[w].location);
     } else if (node.from >= 0 && kind != plan::SINK) {
-      name = node.cut == old_name.size() ? new_name[node.from] : text.Concat(new_name[node.from], old_name.substr(node.cut));
+      name = old_name.empty() ? new_name[node.from] : text.Concat(new_name[node.from], old_name);  // the rest
       location = new_location[node.from];
     } else {
       name = text.Concat(old_name);
