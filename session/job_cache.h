@@ -29,6 +29,7 @@
 #include "actors/proto/plan.pb.h"
 #include "actors/runtime.h"
 #include "graph/graph.h"
+#include "graph/job_builder.h"
 #include "session/name_table.h"
 
 namespace actorflow {
@@ -49,6 +50,8 @@ struct CachedCompile {
 
 // The canonical text of `traced` compiled with `register_num` registers (see above).
 std::string CanonicalJobKey(const graph::Graph& traced, int register_num);
+// The same key, from the node part the builder wrote as the trace grew where it has one.
+std::string CanonicalJobKey(const graph::JobBuilder& builder, int register_num);
 
 // `cached` (compiled from a job with the same key as `traced`) under the names, variables, watch
 // handlers and source lines of `traced`; std::nullopt when a name would be ambiguous.

@@ -372,6 +372,24 @@ TEST(JobCacheTest, NamesThatWouldCollideUnderTheRenamingCompile) {
   }
 }
 
+// The key's node part the builder writes as the trace grows is the part written whole at
+// compile time; a node changed after it was added (a layout hint) drops the builder's part.
+TEST(JobCacheTest, TheKeyWrittenWhileTracingIsTheKeyWrittenWhole) {
+  Variant hinted, two_devices, wider;
+  hinted.hint = true;
+  two_devices.devices = 2;
+  wider.hidden = 7;
+  for (const Variant& v : {Variant{}, hinted, two_devices, wider}) {
+    JobBuilder b = Build("alpha_", v);
+    SCOPED_TRACE(v.hint ? "hinted" : "plain");
+    EXPECT_EQ(b.node_key() == nullptr, v.hint);
+    EXPECT_EQ(CanonicalJobKey(b, 2), CanonicalJobKey(b.graph(), 2));
+    EXPECT_EQ(CanonicalJobKey(b, 3), CanonicalJobKey(b.graph(), 3));
+  }
+  EXPECT_EQ(CanonicalJobKey(Build("alpha_"), 2), CanonicalJobKey(Build("beta_"), 2));
+  EXPECT_NE(CanonicalJobKey(Build("alpha_"), 2), CanonicalJobKey(Build("alpha_", wider), 2));
+}
+
 // ViewSet (session/name_table.h) against std::set: equal contents, through growth.
 TEST(JobCacheTest, ViewSetFindsEveryDuplicate) {
   std::vector<std::string> words;

@@ -246,7 +246,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   std::string key;
   bool from_cache = false;
   if (cacheable) {
-    key = CanonicalJobKey(traced, options.register_num);
+    key = CanonicalJobKey(builder, options.register_num);
     for (const std::string& fusion : compile_options.disabled_fusions) key += "\nfusion off: " + fusion;
     if (!compile_options.memory_sharing) key += "\nmemory sharing off";
     if (!compile_options.pipelining) key += "\npipelining off";
