@@ -3,9 +3,9 @@
 // outputs, optimizer, device count and register count; any op, variable, watch or job names and
 // source lines) reuses the first one's compiled graph and plan instead of running the passes.
 //
-// The key is the job's canonical text: every node by its position in the trace instead of its
-// name, variables by their first appearance, watches by position; the cache compares the whole
-// text, not only a hash of it. A hit is named by the new job (BindNames): traced nodes by
+// The key is the job's canonical text (graph/job_key.h): every node by its position in the
+// trace instead of its name, variables by the position of their first node, watches by
+// position; the cache compares the whole text, not only a hash of it. A hit is named by the new job (BindNames): traced nodes by
 // position, nodes the passes made from them ("<op>-grad", "<variable>-update", an optimizer
 // state "<variable>-m") by the traced name they start with, variables and watch handlers by the
 // same correspondence, so the new job's variables are bound by its own names. The hit shares the
