@@ -317,6 +317,7 @@ Status Runtime::Impl::Instantiate() {
     };
     std::vector<std::pair<size_t, std::pair<int, int>>> whole_inputs;  // (data input, producer register)
     state.data_inputs().reserve(static_cast<size_t>(task.inputs_size()));
+    state.in_edges().reserve(static_cast<size_t>(task.inputs_size()));  // at most one per input
     for (const plan::InputDesc& input : task.inputs()) {
       auto it = index_of.find(input.producer_task_id());
       if (it == index_of.end())
