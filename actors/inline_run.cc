@@ -47,7 +47,7 @@ std::string InlineRun::Ineligible(const std::vector<std::unique_ptr<TaskState>>&
   size_t bytes = 0;
   for (const auto& state : states) {
     const plan::Task& task = state->task();
-    const std::string name = "task '" + state->name() + "'";
+    const std::string name = "task '" + std::string(state->name()) + "'";
     switch (task.kind()) {
       case plan::SOURCE:
         break;
@@ -107,7 +107,7 @@ StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const std::vector<std::un
     const plan::Task& task = state.task();
     if (task.kind() == plan::VARIABLE) continue;
     Step step;
-    step.where = &state.where();
+    step.state = &state;
     for (const DataInput& d : state.data_inputs()) {
       char* data;
       if (d.in_edge < 0) {
@@ -159,7 +159,7 @@ Status InlineRun::Run(int64_t iteration, const std::vector<TensorView>& inputs, 
         ctx.inputs = &step.inputs;
         ctx.outputs = &step.outputs;
         Status status = CallKernel(step.kernel, ctx);
-        if (!status.ok()) return status.WithContext(*step.where + ", iteration " + std::to_string(iteration));
+        if (!status.ok()) return status.WithContext(step.state->where() + ", iteration " + std::to_string(iteration));
         break;
       }
       case Kind::kDeliver:

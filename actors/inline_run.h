@@ -55,7 +55,7 @@ class InlineRun {
   struct Step {
     Kind kind;
     int feed = 0;  // kFeed: which input
-    const std::string* where = nullptr;  // "op 'x' (type) at file:line"
+    const TaskState* state = nullptr;  // its where() names the op in errors
     KernelFn kernel;
     std::vector<TensorView> inputs, outputs;
   };

@@ -127,11 +127,11 @@ class Runtime::Impl : public RuntimeCore {
 
   // How errors name the job and task `i` (RuntimeOptions::names, else the plan's own).
   const std::string& JobName() const { return options_.names ? options_.names->job_name : plan_.job_name(); }
-  const std::string& TaskName(int i) const {
-    return options_.names ? options_.names->task_names[i] : plan_.tasks(i).name();
+  std::string_view TaskName(int i) const {
+    return options_.names ? options_.names->task_names[i] : std::string_view(plan_.tasks(i).name());
   }
-  const std::string& SourceLocation(int i) const {
-    return options_.names ? options_.names->source_locations[i] : plan_.tasks(i).source_location();
+  std::string_view SourceLocation(int i) const {
+    return options_.names ? options_.names->source_locations[i] : std::string_view(plan_.tasks(i).source_location());
   }
 
  private:
@@ -248,7 +248,7 @@ Status Runtime::Impl::Instantiate() {
         } else if (block_bytes > 0) {
           auto block = register_memory_->Allocate(allocator.value(), memory_case, block_bytes, kAlignment);
           if (!block.ok())
-            return block.status().WithContext("allocating register " + std::to_string(r) + " of task '" + TaskName(i) + "'");
+            return block.status().WithContext("allocating register " + std::to_string(r) + " of task '" + std::string(TaskName(i)) + "'");
           memory = static_cast<char*>(block.value());
         }
         out.register_memory.push_back(memory);
@@ -268,8 +268,8 @@ Status Runtime::Impl::Instantiate() {
         if (!hooks_.make_kernel) return InvalidArgument("plan has compute tasks but no make_kernel hook");
         auto kernel = hooks_.make_kernel(task);
         if (!kernel.ok())
-          return kernel.status().WithContext("building kernel of op '" + TaskName(i) + "' (" + task.op_type() + ")" +
-                                             (SourceLocation(i).empty() ? "" : " at " + SourceLocation(i)));
+          return kernel.status().WithContext("building kernel of op '" + std::string(TaskName(i)) + "' (" + task.op_type() + ")" +
+                                             (SourceLocation(i).empty() ? "" : " at " + std::string(SourceLocation(i))));
         state->set_kernel(std::move(kernel).value());
         break;
       }
@@ -295,8 +295,29 @@ Status Runtime::Impl::Instantiate() {
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
     TaskState& state = *states_[i];
+    // The in-edge reading (producer, register): found by a scan while a task has a few (most
+    // read one to three registers), by a map past that (built then, and for whole inputs).
     std::map<std::pair<int, int>, int> edge_of;
+    auto index_edges = [&] {
+      for (size_t e = edge_of.size(); e < state.in_edges().size(); ++e)
+        edge_of.emplace(std::make_pair(state.in_edges()[e].producer_index, state.in_edges()[e].producer_output),
+                        static_cast<int>(e));
+    };
+    auto find_edge = [&](const std::pair<int, int>& key) {
+      constexpr size_t kScan = 8;
+      if (edge_of.empty() && state.in_edges().size() <= kScan) {
+        for (size_t e = 0; e < state.in_edges().size(); ++e)
+          if (state.in_edges()[e].producer_index == key.first && state.in_edges()[e].producer_output == key.second)
+            return static_cast<int>(e);
+        return -1;
+      }
+      index_edges();
+      auto found = edge_of.find(key);
+      return found == edge_of.end() ? -1 : found->second;
+    };
     std::vector<std::pair<size_t, std::pair<int, int>>> whole_inputs;  // (data input, producer register)
+    state.data_inputs().reserve(static_cast<size_t>(task.inputs_size()));
+    state.in_edges().reserve(static_cast<size_t>(task.inputs_size()));  // at most one per input
     for (const plan::InputDesc& input : task.inputs()) {
       auto it = index_of.find(input.producer_task_id());
       if (it == index_of.end())
@@ -351,11 +372,10 @@ Status Runtime::Impl::Instantiate() {
         continue;
       }
       auto key = std::make_pair(p, input.producer_register());
-      auto found = edge_of.find(key);
-      int edge;
-      if (found == edge_of.end()) {
+      int edge = find_edge(key);
+      if (edge < 0) {
         edge = static_cast<int>(state.in_edges().size());
-        edge_of.emplace(key, edge);
+        if (!edge_of.empty()) edge_of.emplace(key, edge);
         InputSlots slots;
         slots.producer_index = p;
         slots.producer_output = input.producer_register();
@@ -363,12 +383,11 @@ Status Runtime::Impl::Instantiate() {
         slots.ring.resize(slots.producer_slots->register_num);
         state.in_edges().push_back(std::move(slots));
         producer.outputs()[input.producer_register()].consumers.push_back(OutputSlots::Consumer{i, edge, caf::actor()});
-      } else {
-        edge = found->second;
       }
       if (!input.control()) state.data_inputs().push_back(DataInput{edge, input.blob_index(), nullptr, desc, {}, ByteOffset(input)});
       if (input.whole()) whole_inputs.emplace_back(state.data_inputs().size() - 1, key);
     }
+    if (!whole_inputs.empty()) index_edges();
     for (const auto& [data_input, owner] : whole_inputs) {
       AF_ASSIGN_OR_RETURN(state.data_inputs()[data_input].slice_edges,
                           WholeInputSliceEdges(plan_, slice_groups, i, owner.first, owner.second, edge_of));
@@ -441,7 +460,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
     return InvalidArgument("expected " + std::to_string(sources_.size()) + " inputs, got " + std::to_string(inputs.size()));
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (inputs[k].desc != input_descs[k])
-      return InvalidArgument("input " + std::to_string(k) + " ('" + states_[sources_[k]]->name() + "'): expected " +
+      return InvalidArgument("input " + std::to_string(k) + " ('" + std::string(states_[sources_[k]]->name()) + "'): expected " +
                              input_descs[k].ToString() + ", got " + inputs[k].desc.ToString());
     if (inputs[k].data == nullptr && input_descs[k].byte_size() > 0)
       return InvalidArgument("input " + std::to_string(k) + " has no data");
@@ -510,7 +529,7 @@ StatusOr<int64_t> Runtime::Impl::Push(const std::vector<TensorView>& inputs, con
     Status copied = CopyBytes(out.blob(regs[k], 0), out.place, inputs[k].data, HostPlace(), inputs[k].byte_size());
     if (!copied.ok())  // fails this iteration only; the register still travels so it completes
       RecordError(iteration, copied.WithContext("copying input " + std::to_string(k) + " ('" +
-                                                states_[sources_[k]]->name() + "') into its register"));
+                                                std::string(states_[sources_[k]]->name()) + "') into its register"));
     Send(nullptr, actors_[sources_[k]], out.channel(regs[k]), fill_atom::value, regs[k], iteration, act_start);
   }
   if (sources_.empty())  // otherwise the first source passes the tick on (Instantiate)

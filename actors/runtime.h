@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <string_view>
 #include <vector>
 
 #include "actors/environment.h"
@@ -43,10 +44,11 @@ namespace plan { class Plan; class Task; }
 // compiled once, each job function of that structure binding its own names): the job's name
 // and, per task position, the task name and the user's source line the runtime reports (errors,
 // inline refusals) instead of the plan's own. Sink names and variable names stay the plan's:
-// the hooks receive the plan's task and translate them.
+// the hooks receive the plan's task and translate them. The names are views: whoever makes the
+// table keeps their characters alive as long as the table (e.g. with an aliasing shared_ptr).
 struct PlanNames {
   std::string job_name;
-  std::vector<std::string> task_names, source_locations;  // one per task of the plan
+  std::vector<std::string_view> task_names, source_locations;  // one per task of the plan
 };
 
 struct RuntimeOptions {

@@ -43,11 +43,15 @@ std::string TaskPolicies::ToString() const {
 }
 
 TaskState::TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer,
-                     const std::string& name, const std::string& source_location)
-    : task_(task), name_(name), index_(index), core_(core), observer_(observer) {
-  where_ = "op '" + name_ + "'";
-  if (!task_.op_type().empty()) where_ += " (" + task_.op_type() + ")";
-  if (!source_location.empty()) where_ += " at " + source_location;
+                     std::string_view name, std::string_view source_location)
+    : task_(task), name_(name), source_location_(source_location), index_(index), core_(core), observer_(observer) {}
+
+std::string TaskState::where() const {
+  std::string where;
+  where.append("op '").append(name_).append("'");
+  if (!task_.op_type().empty()) where.append(" (").append(task_.op_type()).append(")");
+  if (!source_location_.empty()) where.append(" at ").append(source_location_);
+  return where;
 }
 
 Status TaskState::FinishSetup(std::shared_ptr<const void> register_memory) {
@@ -92,7 +96,7 @@ Status TaskState::FinishSetup(std::shared_ptr<const void> register_memory) {
     for (int k = 0; k < capacity; ++k) {
       auto slot = std::make_shared<runtime_internal::CompletionSlot>();
       slot->index = k;
-      slot->where = where_;
+      slot->where = where();
       slot->register_memory = register_memory;
       slots_.push_back(std::move(slot));
     }
@@ -118,7 +122,7 @@ std::vector<std::string> TaskState::OutstandingCompletions() const {
   std::vector<std::string> outstanding;
   for (const auto& slot : slots_) {
     std::lock_guard<std::mutex> lock(slot->mu);
-    if (slot->armed) outstanding.push_back(where_ + ", iteration " + std::to_string(slot->iteration));
+    if (slot->armed) outstanding.push_back(where() + ", iteration " + std::to_string(slot->iteration));
   }
   return outstanding;
 }
@@ -364,7 +368,7 @@ void TaskState::FinishAct(caf::event_based_actor* self, int64_t iteration, bool 
                           const int* registers, int64_t sent) {
   if (!status.ok()) {
     failed = true;
-    core_->RecordError(iteration, status.WithContext(where_ + ", iteration " + std::to_string(iteration)));
+    core_->RecordError(iteration, status.WithContext(where() + ", iteration " + std::to_string(iteration)));
   }
   // Which actor this worker runs next: CAF's work-stealing worker runs the actors a handler's
   // sends woke last-in first-out, so the one sent to last runs first. A producer whose every
@@ -616,15 +620,16 @@ namespace {
 // Completes `launch` of `slot` (under its lock): refused unless that launch is armed; sent to
 // the actor unless the runtime is gone.
 Status CompleteLocked(runtime_internal::CompletionSlot& slot, int64_t launch, int64_t iteration, Status status) {
-  const std::string act = slot.where + ", iteration " + std::to_string(iteration);
+  // Named only in the refusals below: a completion builds no string.
+  auto act = [&] { return slot.where + ", iteration " + std::to_string(iteration); };
   if (slot.launch != launch || !slot.armed) {
-    Status refused = FailedPrecondition("the completion of " + act +
+    Status refused = FailedPrecondition("the completion of " + act() +
                                         " was called more than once (it must be called exactly once); ignored");
     std::cerr << "actorflow: " << refused.message() << std::endl;
     return refused;
   }
   slot.armed = false;
-  if (!slot.actor) return FailedPrecondition("the completion of " + act + " came after its runtime shut down; ignored");
+  if (!slot.actor) return FailedPrecondition("the completion of " + act() + " came after its runtime shut down; ignored");
   slot.status = std::move(status);
   // Under the lock: the runtime unbinds the actor (under the same lock) before it goes.
   caf::anon_send(slot.actor, complete_atom::value, slot.index, launch);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -269,16 +270,17 @@ class TaskState {
  public:
   // `name` and `source_location` (which must outlive the state): how errors name the task, the
   // plan's own or those of the job sharing the plan (PlanNames, actors/runtime.h).
-  TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer, const std::string& name,
-            const std::string& source_location);
+  TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer, std::string_view name,
+            std::string_view source_location);
 
   const plan::Task& task() const { return task_; }
-  const std::string& name() const { return name_; }
+  std::string_view name() const { return name_; }
   int index() const { return index_; }
   bool is_root() const { return in_edges_.empty(); }
   const TaskPolicies& policies() const { return policies_; }
   // "op 'name' (type) at file:line": how errors name this task.
-  const std::string& where() const { return where_; }
+  // Made when asked (errors): a plan of thousands of tasks keeps no string per task for it.
+  std::string where() const;
 
   // Instantiation (before any message flows).
   std::vector<OutputSlots>& outputs() { return outputs_; }
@@ -342,12 +344,11 @@ class TaskState {
   bool tracing() const { return lane_ != nullptr && observer_->recording(); }
 
   const plan::Task& task_;
-  const std::string& name_;
+  std::string_view name_, source_location_;  // outlive the state (see the constructor)
   const int index_;
   RuntimeCore* const core_;
   RuntimeObserver* const observer_;
   TaskPolicies policies_;
-  std::string where_;
   std::vector<OutputSlots> outputs_;
   std::vector<InputSlots> in_edges_;
   std::vector<DataInput> data_inputs_;

@@ -2,6 +2,7 @@
 
 #include "graph/attr_convert.h"
 #include "graph/device_placement.h"
+#include "graph/job_key.h"
 #include "graph/passes.h"
 
 namespace actorflow {
@@ -64,6 +65,7 @@ Status JobBuilder::SetOutputSbpHint(const std::string& ref, const Sbp& sbp) {
   }
   node->output_sbp_hints.resize(node->output_names.size());
   node->output_sbp_hints[resolved.second] = sbp;
+  node_key_valid_ = false;  // the node's part of the key was written before
   return Status::Ok();
 }
 
@@ -74,6 +76,7 @@ Status JobBuilder::SetFedPerMachine(const std::string& ref) {
     return InvalidArgument("'" + ref + "' (at " + node->location + "): only a placeholder of rank >= 1 can be fed per "
                            "machine");
   node->attrs.Set(kFedPerMachineAttr, true);
+  node_key_valid_ = false;  // the node's part of the key was written before
   return Status::Ok();
 }
 
@@ -99,6 +102,7 @@ StatusOr<std::string> JobBuilder::AddInput(const std::string& name, const Shape&
   std::string ref = node.output_ref(0);
   graph_.feeds().push_back(node.name);
   graph_.Append(std::move(node));
+  KeyNewNode();
   return ref;
 }
 
@@ -125,13 +129,26 @@ StatusOr<std::string> JobBuilder::AddVariable(const std::string& name, const Sha
   node.placement = placement_;
   std::string ref = node.output_ref(0);
   graph_.Append(std::move(node));
+  KeyNewNode();
   return ref;
 }
 
 StatusOr<const Node*> JobBuilder::AddOp(const std::string& type, const std::string& name,
                                         const std::vector<std::string>& inputs, const Attrs& attrs,
                                         const std::string& location) {
-  return graph_.AddOp(type, name, inputs, attrs, location, placement_);
+  AF_ASSIGN_OR_RETURN(const Node* added, graph_.AddOp(type, name, inputs, attrs, location, placement_));
+  KeyNewNode();
+  return added;
+}
+
+void JobBuilder::KeyNewNode() {
+  if (!node_key_valid_ || keyed_nodes_ + 1 != graph_.nodes().size()) {
+    node_key_valid_ = false;  // a node came in some other way: the key is written whole
+    return;
+  }
+  if (node_key_.empty()) node_key_.reserve(size_t{1} << 16);
+  AppendNodeKey(graph_, graph_.nodes().back(), &node_key_);
+  ++keyed_nodes_;
 }
 
 Status JobBuilder::SetOutputs(const std::vector<std::string>& refs) {

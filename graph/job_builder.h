@@ -64,13 +64,24 @@ class JobBuilder {
   Status SetOptimizer(const OptimizerSpec& spec);
 
   const Graph& graph() const { return graph_; }
+  // Every node's part of the job cache's key (graph/job_key.h), written as each node was added;
+  // null once a node was changed after it was added (then the key is written whole).
+  const std::string* node_key() const {
+    return node_key_valid_ && keyed_nodes_ == graph_.nodes().size() ? &node_key_ : nullptr;
+  }
   job::Job ToJob() const;
   // Rebuilds a builder from its serialized form, re-running inference.
   static StatusOr<JobBuilder> FromJob(const job::Job& job);
 
  private:
   JobBuilder() = default;
+  // Appends the newest node's part of the key.
+  void KeyNewNode();
+
   Graph graph_;
+  std::string node_key_;
+  size_t keyed_nodes_ = 0;
+  bool node_key_valid_ = true;
   Placement placement_;
   Placement default_placement_;
   std::string logical_view_;

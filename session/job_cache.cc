@@ -1,6 +1,7 @@
 #include "session/job_cache.h"
 
-#include <charconv>
+#include "graph/job_key.h"
+
 #include <cstring>
 #include <type_traits>
 #include <google/protobuf/arena.h>
@@ -16,175 +17,12 @@ namespace actorflow {
 using graph::Graph;
 using graph::Node;
 
-namespace {
-
-// Doubles by their bits: the key must tell 0.1 from 0.1000000001.
-std::string Exact(double value) {
-  uint64_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(bits));
-  return std::to_string(bits);
-}
-
-struct KeyToken {
-  char kind;
-  size_t number;
-  std::string_view name, rest;
-};
-
-// The key's text, appended to one string (what std::ostringstream wrote, without a stream's
-// per-insertion cost: the key is written for every job, a hit's included).
-class KeyWriter {
- public:
-  KeyWriter() { text_.reserve(1 << 16); }
-  KeyWriter& operator<<(const std::string& s) { text_ += s; return *this; }
-  KeyWriter& operator<<(const char* s) { text_ += s; return *this; }
-  KeyWriter& operator<<(char c) { text_ += c; return *this; }
-  template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
-  KeyWriter& operator<<(T value) {
-    if constexpr (std::is_same_v<T, bool>) {
-      text_ += value ? '1' : '0';  // as a stream writes a bool
-    } else {
-      char digits[24];
-      const auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
-      text_.append(digits, end);
-    }
-    return *this;
-  }
-  // "#<position>" (a traced node), "v<position>" (a variable) or "?<size>\"<name>" (a name the
-  // trace does not define), then `rest` (a ref's "/output").
-  KeyWriter& operator<<(const KeyToken& token) {
-    text_ += token.kind;
-    *this << token.number;
-    if (token.kind == '?') (text_ += '"') += token.name;
-    text_ += token.rest;
-    return *this;
-  }
-  std::string str() { return std::move(text_); }
-
- private:
-  std::string text_;
-};
-
-// "float32(4,8,)": what TensorDesc::ToString says, without its stream (one per node output).
-void WriteDesc(KeyWriter& out, const TensorDesc& desc) {
-  out << DTypeName(desc.dtype) << '(';
-  for (int64_t d : desc.shape) out << d << ',';
-  out << ')';
-}
-
-// "cpu 0:0-1", "cpu (all devices)": Placement::ToString, written in place.
-void WritePlacement(KeyWriter& out, const graph::Placement& placement) {
-  out << placement.device_type;
-  if (placement.machine_device_ids.empty()) {
-    out << " (all devices)";
-    return;
-  }
-  for (size_t i = 0; i < placement.machine_device_ids.size(); ++i) out << (i ? ',' : ' ') << placement.machine_device_ids[i];
-}
-
-void WriteAttr(KeyWriter& out, const AttrValue& value) {
-  out << value.index() << ':';
-  std::visit(
-      [&](const auto& v) {
-        using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, double>) {
-          out << Exact(v);
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          out << v.size() << '"' << v;
-        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-          out << '[';
-          for (int64_t x : v) out << x << ',';
-          out << ']';
-        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
-          out << '[';
-          for (double x : v) out << Exact(x) << ',';
-          out << ']';
-        } else {
-          out << v;
-        }
-      },
-      value);
-}
-
-}  // namespace
-
 std::string CanonicalJobKey(const Graph& traced, int register_num) {
-  // Views of the trace's names (it outlives this function).
-  std::unordered_map<std::string_view, size_t> position, variable_position;
-  position.reserve(traced.nodes().size());
-  for (size_t i = 0; i < traced.nodes().size(); ++i) {
-    position.emplace(traced.nodes()[i].name, i);
-    if (traced.nodes()[i].kind == graph::NodeKind::kVariable)
-      variable_position.emplace(traced.nodes()[i].variable_name, variable_position.size());
-  }
-  // A name the trace does not define stays itself (it is part of what the job means).
-  auto node = [&](std::string_view name, std::string_view rest = {}) {
-    auto it = position.find(name);
-    return it == position.end() ? KeyToken{'?', name.size(), name, rest} : KeyToken{'#', it->second, {}, rest};
-  };
-  auto ref = [&](const std::string& r) {
-    const size_t slash = r.rfind('/');
-    if (slash == std::string::npos) return node(r);
-    return node(std::string_view(r).substr(0, slash), std::string_view(r).substr(slash));
-  };
-  auto variable = [&](const std::string& name) {
-    auto it = variable_position.find(name);
-    return it == variable_position.end() ? KeyToken{'?', name.size(), name, {}} : KeyToken{'v', it->second, {}, {}};
-  };
-  KeyWriter out;
-  out << "job " << traced.job_type() << " devices " << traced.device_num() << " gpus " << traced.gpu_device_num()
-      << " machines " << traced.machine_num()
-      << " registers " << register_num << '\n';
-  for (const Node& n : traced.nodes()) {
-    out << static_cast<int>(n.kind) << ' ' << n.type << " (";
-    for (const auto& in : n.inputs) out << ref(in) << ' ';
-    out << ") control (";
-    for (const auto& c : n.control_inputs) out << node(c) << ' ';
-    out << ") attrs {";
-    for (const auto& [name, value] : n.attrs.values()) {
-      out << name << '=';
-      WriteAttr(out, value);
-      out << ' ';
-    }
-    out << "} outputs (";
-    for (size_t k = 0; k < n.output_names.size(); ++k) {
-      out << n.output_names[k] << ':';
-      if (k < n.output_descs.size()) {
-        WriteDesc(out, n.output_descs[k]);
-      } else {
-        out << '?';
-      }
-      out << ' ';
-    }
-    out << ") mutable (";
-    for (int m : n.mutable_inputs) out << m << ' ';
-    out << ") on ";
-    WritePlacement(out, n.placement);
-    out << " hints (";
-    for (const auto& hint : n.output_sbp_hints) out << (hint ? hint->ToString() : "-") << ' ';
-    out << ')';
-    if (n.kind == graph::NodeKind::kVariable)
-      out << " variable " << variable(n.variable_name) << (n.trainable ? " trainable" : "")
-          << (n.zeros_if_missing ? " zeros" : "");
-    out << '\n';
-  }
-  out << "feeds";
-  for (const auto& f : traced.feeds()) out << ' ' << node(f);
-  out << "\noutputs";
-  for (const auto& o : traced.outputs()) out << ' ' << ref(o);
-  out << "\nlosses";
-  for (const auto& l : traced.losses()) out << ' ' << ref(l);
-  out << "\nwatches";
-  for (const auto& w : traced.watches()) out << ' ' << ref(w.ref) << (w.diff ? ":diff" : "");
-  out << '\n';
-  if (const graph::OptimizerSpec* o = traced.optimizer()) {
-    out << "optimizer " << o->type << ' ' << Exact(o->momentum) << ' ' << Exact(o->beta1) << ' ' << Exact(o->beta2)
-        << ' ' << Exact(o->epsilon) << ' ' << Exact(o->decay_rate) << ' ' << Exact(o->weight_decay) << ' '
-        << Exact(o->clip_norm) << (o->exact_bias_correction ? " exact" : "") << " (";
-    for (const auto& v : o->variables) out << variable(v) << ' ';
-    out << ")\n";
-  }
-  return out.str();
+  return graph::JobKey(traced, register_num, nullptr);
+}
+
+std::string CanonicalJobKey(const graph::JobBuilder& builder, int register_num) {
+  return graph::JobKey(builder.graph(), register_num, builder.node_key());
 }
 
 // A name of the cached compile as the node it derives from plus the rest of it: a compiled
@@ -214,6 +52,23 @@ struct RebindIndex {
   // Per plan task: the compiled node it lowers (and where a device suffix "@1" starts), its
   // variable; per blob (flattened in task, register, blob order): the compiled node.
   std::vector<DerivedName> task_node, task_variable, blobs;
+
+  // What a hit reads instead of the entry's graphs and plan, which are cold in memory by then
+  // (thousands of strings spread over the heap): the old names and lines, packed in `text`.
+  NameArena text;
+  std::vector<std::string_view> locations;  // the distinct old source lines: the ids below
+  std::vector<uint32_t> traced_location, watch_location;  // per traced node, per watch
+  // Per compiled node: its old name (for a name derived from a traced node, only the rest after
+  // that node's name), variable name (variables only) and line, and whether that line is the
+  // line of the traced node its name derives from.
+  std::vector<std::string_view> node_name, node_variable_name;
+  std::vector<uint32_t> node_location;
+  std::vector<bool> node_is_variable, node_line_of_origin;
+  // Per plan task: its kind, old name (for a task named after its compiled node, only the rest
+  // after that node's name), line, variable name (VARIABLE tasks) and handler name (watch sinks).
+  std::vector<plan::TaskKind> task_kind;
+  std::vector<std::string_view> task_name, task_variable_name, task_sink_name;
+  std::vector<uint32_t> task_location;
 };
 
 namespace {
@@ -251,16 +106,42 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
     return it == index->compiled_index.end() ? DerivedName{}
                                              : DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(end)};
   };
+  // Besides, the packed copies a hit reads: the old names and lines.
+  std::unordered_map<std::string_view, uint32_t> location_id;
+  std::string_view last_line;
+  uint32_t last_id = 0;
+  auto location = [&](const std::string& line) {
+    if (index->locations.empty() || line != last_line) {  // neighbours mostly share a line
+      auto [it, inserted] = location_id.try_emplace(line, static_cast<uint32_t>(index->locations.size()));
+      if (inserted) index->locations.push_back(index->text.Concat(line));
+      last_line = line;
+      last_id = it->second;
+    }
+    return last_id;
+  };
+  for (const Node& n : before.nodes()) index->traced_location.push_back(location(n.location));
+  for (const graph::Watch& w : before.watches()) index->watch_location.push_back(location(w.location));
   index->node_origin.resize(count);
   index->node_variable.resize(count);
   index->node_name_as_variable.resize(count);
   index->input_begin.reserve(count + 1);
+  index->node_name.reserve(count);
+  index->node_variable_name.resize(count);
+  index->node_location.reserve(count);
+  index->node_is_variable.resize(count);
+  index->node_line_of_origin.resize(count);
   for (size_t i = 0; i < count; ++i) {
     const Node& n = compiled.nodes()[i];
-    index->node_origin[i] = derive(traced_index, n.name);
+    const DerivedName origin = derive(traced_index, n.name);
+    index->node_origin[i] = origin;
+    index->node_name.push_back(index->text.Concat(origin.from >= 0 ? std::string_view(n.name).substr(origin.cut) : n.name));
+    index->node_location.push_back(location(n.location));
+    index->node_line_of_origin[i] = origin.from >= 0 && n.location == before.nodes()[origin.from].location;
     if (n.kind == graph::NodeKind::kVariable) {
       index->node_variable[i] = derive(variable_position, n.variable_name);
       index->node_name_as_variable[i] = derive(variable_position, n.name);
+      index->node_is_variable[i] = true;
+      index->node_variable_name[i] = index->text.Concat(n.variable_name);
     }
     index->input_begin.push_back(static_cast<uint32_t>(index->inputs.size()));
     for (const std::string& in : n.inputs) index->inputs.push_back(ref(in));
@@ -273,10 +154,16 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
   }
   index->input_begin.push_back(static_cast<uint32_t>(index->inputs.size()));
   const plan::Plan& plan = *cached.plan;
-  index->task_node.resize(plan.tasks_size());
-  index->task_variable.resize(plan.tasks_size());
-  for (int t = 0; t < plan.tasks_size(); ++t) {
-    const plan::Task& task = plan.tasks(t);
+  const size_t tasks = static_cast<size_t>(plan.tasks_size());
+  index->task_node.resize(tasks);
+  index->task_variable.resize(tasks);
+  index->task_kind.reserve(tasks);
+  index->task_name.reserve(tasks);
+  index->task_variable_name.resize(tasks);
+  index->task_sink_name.resize(tasks);
+  index->task_location.reserve(tasks);
+  for (size_t t = 0; t < tasks; ++t) {
+    const plan::Task& task = plan.tasks(static_cast<int>(t));
     const std::string& name = task.name();
     if (auto it = index->compiled_index.find(name); it != index->compiled_index.end()) {
       index->task_node[t] = DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(name.size())};
@@ -284,7 +171,16 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
       if (auto it = index->compiled_index.find(std::string_view(name).substr(0, at)); it != index->compiled_index.end())
         index->task_node[t] = DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(at)};
     }
-    if (task.kind() == plan::VARIABLE) index->task_variable[t] = derive(variable_position, task.variable_name());
+    index->task_kind.push_back(task.kind());
+    const DerivedName node = index->task_node[t];
+    index->task_name.push_back(index->text.Concat(
+        node.from >= 0 && task.kind() != plan::SINK ? std::string_view(name).substr(node.cut) : name));
+    index->task_location.push_back(location(task.source_location()));
+    if (task.kind() == plan::VARIABLE) {
+      index->task_variable[t] = derive(variable_position, task.variable_name());
+      index->task_variable_name[t] = index->text.Concat(task.variable_name());
+    }
+    if (task.kind() == plan::SINK) index->task_sink_name[t] = index->text.Concat(task.sink_name());
     for (const plan::RegisterDesc& r : task.registers())
       for (const plan::BlobDesc& b : r.blobs()) index->blobs.push_back(ref(b.name()));
   }
@@ -306,9 +202,9 @@ std::string RenameRef(const RebindIndex& index, const JobNames& names, const std
   const size_t end = slash == std::string::npos ? ref.size() : slash;
   const std::string_view node = std::string_view(ref).substr(0, end);
   if (auto it = index.compiled_index.find(node); it != index.compiled_index.end())
-    return names.node_names[it->second] + ref.substr(end);
+    return std::string(names.node_names[it->second]).append(ref, end);
   if (auto it = index.traced_index.find(node); it != index.traced_index.end())
-    return names.traced_names[it->second] + ref.substr(end);
+    return std::string(names.traced_names[it->second]).append(ref, end);
   return ref;
 }
 
@@ -319,118 +215,143 @@ std::shared_ptr<const JobNames> BindNames(const CachedCompile& cached, const Gra
   if (before.nodes().size() != traced.nodes().size() || before.watches().size() != traced.watches().size())
     return nullptr;
   PrepareRebind(cached);
+  // Read from here on: the index (packed) and the new trace, not the entry's graphs and plan.
   const RebindIndex& index = *cached.index;
   auto names = std::make_shared<JobNames>();
+  NameArena& text = names->text;
   names->job_name = traced.job_name();
-  names->traced_names.reserve(traced.nodes().size());
-  names->traced_variable_names.resize(traced.nodes().size());
-  for (size_t i = 0; i < traced.nodes().size(); ++i) {
+  // The new trace's lines, each distinct one stored once (consecutive nodes mostly share one).
+  std::unordered_map<std::string_view, std::string_view> stored_lines;
+  std::string_view last_line, last_stored;
+  auto store_line = [&](std::string_view line) {
+    if (!last_stored.data() || line != last_line) {
+      auto [it, inserted] = stored_lines.try_emplace(line);
+      if (inserted) it->second = text.Concat(line);
+      last_line = line;
+      last_stored = it->second;
+    }
+    return last_stored;
+  };
+  const size_t traced_count = traced.nodes().size();
+  names->traced_names.resize(traced_count);
+  names->traced_variable_names.resize(traced_count);
+  std::vector<std::string_view> traced_locations(traced_count);
+  for (size_t i = 0; i < traced_count; ++i) {
     const Node& n = traced.nodes()[i];
-    names->traced_names.push_back(n.name);
-    if (n.kind == graph::NodeKind::kVariable) names->traced_variable_names[i] = n.variable_name;
+    names->traced_names[i] = text.Concat(n.name);
+    if (n.kind == graph::NodeKind::kVariable) names->traced_variable_names[i] = text.Concat(n.variable_name);
+    traced_locations[i] = store_line(n.location);
   }
   names->traced_watches = traced.watches();
-  // Source lines: old line -> new line, where the old line maps to one new line.
-  std::unordered_map<std::string_view, std::string_view> location_map;
-  std::unordered_set<std::string_view> ambiguous_locations;
-  location_map.reserve(before.nodes().size());
-  for (size_t i = 0; i < before.nodes().size(); ++i) {
-    const Node& old_node = before.nodes()[i];
-    const Node& new_node = traced.nodes()[i];
-    auto [it, inserted] = location_map.emplace(old_node.location, new_node.location);
-    if (!inserted && it->second != new_node.location) ambiguous_locations.insert(old_node.location);
-  }
+  // Old lines (by id) -> new lines: where an old line maps to one new line, that one; otherwise
+  // (several, or a line no traced node or watch had) it stays.
+  enum : uint8_t { kUnmapped, kMapped, kAmbiguous };
+  std::vector<uint8_t> line_state(index.locations.size(), kUnmapped);
+  std::vector<std::string_view> new_line(index.locations.size());
+  auto map_line = [&](uint32_t old_line, std::string_view line) {
+    if (line_state[old_line] == kUnmapped) {
+      line_state[old_line] = kMapped;
+      new_line[old_line] = line;
+    } else if (line_state[old_line] == kMapped && new_line[old_line] != line) {
+      line_state[old_line] = kAmbiguous;
+    }
+  };
+  for (size_t i = 0; i < traced_count; ++i) map_line(index.traced_location[i], traced_locations[i]);
   // Watches' lines too: the passes give nodes made for a watch_diff the watch's line.
-  for (size_t i = 0; i < before.watches().size(); ++i) {
-    const std::string& old_location = before.watches()[i].location;
-    const std::string& new_location = traced.watches()[i].location;
-    auto [it, inserted] = location_map.emplace(old_location, new_location);
-    if (!inserted && it->second != new_location) ambiguous_locations.insert(old_location);
-  }
+  for (size_t i = 0; i < traced.watches().size(); ++i)
+    map_line(index.watch_location[i], store_line(traced.watches()[i].location));
+  // An old line as it was (tasks made for no traced node keep theirs), stored once.
+  std::vector<std::string_view> kept_lines(index.locations.size());
+  std::vector<bool> kept(index.locations.size());
+  auto kept_line = [&](uint32_t id) {
+    if (!kept[id]) {
+      kept[id] = true;
+      kept_lines[id] = text.Concat(index.locations[id]);
+    }
+    return kept_lines[id];
+  };
+  for (size_t id = 0; id < new_line.size(); ++id)
+    if (line_state[id] != kMapped) new_line[id] = kept_line(static_cast<uint32_t>(id));
   // A derived name under the new job's names: the new traced node's name (or variable name)
   // and the rest of the old name.
-  auto traced_name = [&](const DerivedName& d, const std::string& old) {
-    return d.from < 0 ? old : traced.nodes()[d.from].name + old.substr(d.cut);
+  auto traced_name = [&](const DerivedName& d, std::string_view rest) {
+    return text.Concat(names->traced_names[d.from], rest);
   };
-  auto variable_name = [&](const DerivedName& d, const std::string& old) {
-    return d.from < 0 ? old : traced.nodes()[d.from].variable_name + old.substr(d.cut);
+  auto variable_name = [&](const DerivedName& d, std::string_view old) {
+    return d.from < 0 ? text.Concat(old) : text.Concat(names->traced_variable_names[d.from], old.substr(d.cut));
   };
 
   // Compiled nodes by position: the new name and line of each.
-  const Graph& compiled = *cached.compiled;
-  const size_t count = compiled.nodes().size();
-  std::vector<std::string>& new_name = names->node_names;
-  std::vector<std::string>& new_location = names->node_locations;
+  const size_t count = index.node_name.size();
+  std::vector<std::string_view>& new_name = names->node_names;
+  std::vector<std::string_view>& new_location = names->node_locations;
   new_name.resize(count);
   new_location.resize(count);
   names->variable_names.resize(count);
-  // Views of new_name's strings (sized above, never moved while the set lives).
-  std::unordered_set<std::string_view> new_names;
-  std::unordered_set<std::string> new_variables;
-  std::unordered_set<std::string_view> old_variables;
-  new_names.reserve(count);
+  ViewSet new_names(count), new_variables, old_variables;
   for (size_t i = 0; i < count; ++i) {
-    const Node& n = compiled.nodes()[i];
     const DerivedName from = index.node_origin[i];
-    std::string name;
-    std::string_view location = n.location;
+    const std::string_view old_name = index.node_name[i];  // the rest only, when derived
+    const std::string_view old_variable = index.node_variable_name[i];
+    const bool is_variable = index.node_is_variable[i];
+    std::string_view variable;
+    if (is_variable) variable = variable_name(index.node_variable[i], old_variable);
     if (from.from >= 0) {
-      name = traced_name(from, n.name);
-      if (n.location == before.nodes()[from.from].location) location = traced.nodes()[from.from].location;
-    } else if (n.kind == graph::NodeKind::kVariable &&
-               variable_name(index.node_variable[i], n.variable_name) != n.variable_name) {
-      name = variable_name(index.node_name_as_variable[i], n.name);
+      new_name[i] = traced_name(from, old_name);
+    } else if (is_variable && variable != old_variable) {
+      new_name[i] = variable_name(index.node_name_as_variable[i], old_name);
     } else {
-      name = n.name;
+      new_name[i] = text.Concat(old_name);
     }
-    if (location == n.location && !ambiguous_locations.count(n.location))
-      if (auto it = location_map.find(n.location); it != location_map.end()) location = it->second;
-    new_name[i] = std::move(name);
-    if (!new_names.insert(new_name[i]).second) return nullptr;
-    new_location[i] = location;
-    if (n.kind == graph::NodeKind::kVariable) {
-      names->variable_names[i] = variable_name(index.node_variable[i], n.variable_name);
-      if (old_variables.insert(n.variable_name).second && !new_variables.insert(names->variable_names[i]).second)
-        return nullptr;
+    if (!new_names.Insert(new_name[i])) return nullptr;
+    // A node keeps the line of the traced node it derives from where it had that one's line.
+    const uint32_t line = index.node_location[i];
+    new_location[i] = index.node_line_of_origin[i] && traced_locations[from.from] != index.locations[line]
+                          ? traced_locations[from.from]
+                          : new_line[line];
+    if (is_variable) {
+      names->variable_names[i] = variable;
+      if (old_variables.Insert(old_variable) && !new_variables.Insert(variable)) return nullptr;
     }
   }
+  const Graph& compiled = *cached.compiled;
   for (const auto& f : compiled.feeds()) names->feeds.push_back(RenameRef(index, *names, f));
   for (const auto& o : compiled.outputs()) names->outputs.push_back(RenameRef(index, *names, o));
   for (size_t i = 0; i < compiled.watches().size(); ++i)
     names->handlers.emplace(compiled.watches()[i].handler_name, traced.watches()[i].handler_name);
 
   // Per task: what RenamedPlan writes into the copy's name, source line, sink and variable.
-  const plan::Plan& plan = *cached.plan;
-  auto tasks = std::make_shared<PlanNames>();
-  tasks->job_name = traced.job_name();
-  tasks->task_names.resize(plan.tasks_size());
-  tasks->source_locations.resize(plan.tasks_size());
-  names->sink_names.resize(plan.tasks_size());
-  names->task_variable_names.resize(plan.tasks_size());
-  for (int t = 0; t < plan.tasks_size(); ++t) {
-    const plan::Task& task = plan.tasks(t);
+  const size_t tasks = index.task_name.size();
+  PlanNames& table = names->tasks;
+  table.job_name = traced.job_name();
+  table.task_names.resize(tasks);
+  table.source_locations.resize(tasks);
+  names->sink_names.resize(tasks);
+  names->task_variable_names.resize(tasks);
+  for (size_t t = 0; t < tasks; ++t) {
+    const plan::TaskKind kind = index.task_kind[t];
     const DerivedName node = index.task_node[t];
-    std::string& name = tasks->task_names[t];
-    std::string& location = tasks->source_locations[t];
-    if (task.kind() == plan::SINK && !task.sink_name().empty()) {
-      auto it = names->handlers.find(task.sink_name());
+    const std::string_view old_name = index.task_name[t];
+    std::string_view& name = table.task_names[t];
+    std::string_view& location = table.source_locations[t];
+    if (kind == plan::SINK && !index.task_sink_name[t].empty()) {
+      auto it = names->handlers.find(std::string(index.task_sink_name[t]));
       if (it == names->handlers.end()) return nullptr;
-      name = "watch-" + it->second;
-      names->sink_names[t] = it->second;
-      location = task.source_location();
-      for (const graph::Watch& w : traced.watches())
-        if (w.handler_name == it->second) location = w.location;
-    } else if (node.from >= 0 && task.kind() != plan::SINK) {
-      name = node.cut == task.name().size() ? new_name[node.from] : new_name[node.from] + task.name().substr(node.cut);
+      name = text.Concat("watch-", it->second);
+      names->sink_names[t] = text.Concat(it->second);
+      location = kept_line(index.task_location[t]);
+      for (size_t w = 0; w < traced.watches().size(); ++w)
+        if (traced.watches()[w].handler_name == it->second) location = store_line(traced.watches()[w].location);
+    } else if (node.from >= 0 && kind != plan::SINK) {
+      name = old_name.empty() ? new_name[node.from] : text.Concat(new_name[node.from], old_name);  // the rest
       location = new_location[node.from];
     } else {
-      name = task.name();
-      location = task.source_location();
+      name = text.Concat(old_name);
+      location = kept_line(index.task_location[t]);
     }
-    if (task.kind() == plan::VARIABLE)
-      names->task_variable_names[t] = variable_name(index.task_variable[t], task.variable_name());
+    if (kind == plan::VARIABLE)
+      names->task_variable_names[t] = variable_name(index.task_variable[t], index.task_variable_name[t]);
   }
-  names->tasks = std::move(tasks);
   return names;
 }
 
@@ -440,7 +361,7 @@ Graph RenamedGraph(const CachedCompile& cached, const JobNames& names) {
   const Graph& compiled = *cached.compiled;
   const size_t count = compiled.nodes().size();
   auto renamed = [&](const DerivedName& d, const std::string& old) {
-    return d.from < 0 ? old : names.node_names[d.from] + old.substr(d.cut);
+    return d.from < 0 ? old : std::string(names.node_names[d.from]).append(old, d.cut);
   };
   // Variables outside nodes and tasks (the optimizer's list): as BuildRebindIndex derives them.
   std::unordered_map<std::string_view, size_t> variable_position;
@@ -450,10 +371,10 @@ Graph RenamedGraph(const CachedCompile& cached, const JobNames& names) {
         if (before.nodes()[i].kind == graph::NodeKind::kVariable)
           variable_position.emplace(before.nodes()[i].variable_name, i);
     if (auto it = variable_position.find(name); it != variable_position.end())
-      return names.traced_variable_names[it->second];
+      return std::string(names.traced_variable_names[it->second]);
     for (size_t pos = name.rfind('-'); pos != std::string::npos && pos > 0; pos = name.rfind('-', pos - 1))
       if (auto it = variable_position.find(std::string_view(name).substr(0, pos)); it != variable_position.end())
-        return names.traced_variable_names[it->second] + name.substr(pos);
+        return std::string(names.traced_variable_names[it->second]).append(name, pos);
     return name;
   };
 
@@ -505,14 +426,14 @@ std::shared_ptr<const plan::Plan> RenamedPlan(const CachedCompile& cached, const
   const DerivedName* blob = index.blobs.data();
   for (int t = 0; t < plan.tasks_size(); ++t) {
     plan::Task& task = *plan.mutable_tasks(t);
-    task.set_name(names.tasks->task_names[t]);
-    task.set_source_location(names.tasks->source_locations[t]);
-    if (task.kind() == plan::SINK && !task.sink_name().empty()) task.set_sink_name(names.sink_names[t]);
-    if (task.kind() == plan::VARIABLE) task.set_variable_name(names.task_variable_names[t]);
+    task.set_name(std::string(names.tasks.task_names[t]));
+    task.set_source_location(std::string(names.tasks.source_locations[t]));
+    if (task.kind() == plan::SINK && !task.sink_name().empty()) task.set_sink_name(std::string(names.sink_names[t]));
+    if (task.kind() == plan::VARIABLE) task.set_variable_name(std::string(names.task_variable_names[t]));
     for (plan::RegisterDesc& r : *task.mutable_registers())
       for (plan::BlobDesc& b : *r.mutable_blobs()) {
         const DerivedName d = *blob++;
-        if (d.from >= 0) b.set_name(names.node_names[d.from] + b.name().substr(d.cut));
+        if (d.from >= 0) b.set_name(std::string(names.node_names[d.from]).append(b.name(), d.cut));
       }
   }
   return std::shared_ptr<const plan::Plan>(arena, &plan);

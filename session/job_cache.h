@@ -3,9 +3,9 @@
 // outputs, optimizer, device count and register count; any op, variable, watch or job names and
 // source lines) reuses the first one's compiled graph and plan instead of running the passes.
 //
-// The key is the job's canonical text: every node by its position in the trace instead of its
-// name, variables by their first appearance, watches by position; the cache compares the whole
-// text, not only a hash of it. A hit is named by the new job (BindNames): traced nodes by
+// The key is the job's canonical text (graph/job_key.h): every node by its position in the
+// trace instead of its name, variables by the position of their first node, watches by
+// position; the cache compares the whole text, not only a hash of it. A hit is named by the new job (BindNames): traced nodes by
 // position, nodes the passes made from them ("<op>-grad", "<variable>-update", an optimizer
 // state "<variable>-m") by the traced name they start with, variables and watch handlers by the
 // same correspondence, so the new job's variables are bound by its own names. The hit shares the
@@ -23,11 +23,14 @@
 #include <vector>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "actors/proto/plan.pb.h"
 #include "actors/runtime.h"
 #include "graph/graph.h"
+#include "graph/job_builder.h"
+#include "session/name_table.h"
 
 namespace actorflow {
 
@@ -47,6 +50,8 @@ struct CachedCompile {
 
 // The canonical text of `traced` compiled with `register_num` registers (see above).
 std::string CanonicalJobKey(const graph::Graph& traced, int register_num);
+// The same key, from the node part the builder wrote as the trace grew where it has one.
+std::string CanonicalJobKey(const graph::JobBuilder& builder, int register_num);
 
 // `cached` (compiled from a job with the same key as `traced`) under the names, variables, watch
 // handlers and source lines of `traced`; std::nullopt when a name would be ambiguous.
@@ -57,21 +62,24 @@ void PrepareRebind(const CachedCompile& cached);
 // The names a job gives a cached compile (what RebindCompiled writes into its copies), found
 // without copying the compiled graph or the plan: a hit shares the entry's plan with the runtime
 // and hands it these names (the runtime's table, PlanNames), and builds the renamed copies only
-// when someone asks for them (RenamedGraph, RenamedPlan). Immutable once made.
+// when someone asks for them (RenamedGraph, RenamedPlan). Immutable once made. Every view below
+// is into `text` (names made from the new trace, and copies of the old names kept as they were),
+// so a JobNames needs nothing else alive; an aliasing shared_ptr to `tasks` keeps it alive.
 struct JobNames {
   std::string job_name;
+  NameArena text;  // the characters of every view below
   // Per compiled node (position): its name, source line and, for variables, variable name.
-  std::vector<std::string> node_names, node_locations, variable_names;
+  std::vector<std::string_view> node_names, node_locations, variable_names;
   // Per plan task: its name and source line (the runtime's table), a watch sink's handler
   // name ("" for other tasks) and a VARIABLE task's variable name ("" for others).
-  std::shared_ptr<const PlanNames> tasks;
-  std::vector<std::string> sink_names, task_variable_names;
+  PlanNames tasks;
+  std::vector<std::string_view> sink_names, task_variable_names;
   // The compiled job's watch handler names -> this job's; feeds and outputs renamed.
   std::unordered_map<std::string, std::string> handlers;
   std::vector<std::string> feeds, outputs;
   // Of the new trace, what the renamed copies need besides: per traced node its name and (for
   // variables) variable name, and its watches.
-  std::vector<std::string> traced_names, traced_variable_names;
+  std::vector<std::string_view> traced_names, traced_variable_names;
   std::vector<graph::Watch> traced_watches;
 };
 

@@ -8,6 +8,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "graph/test_util.h"
 #include "session/session.h"
@@ -31,6 +32,7 @@ struct Variant {
   int devices = 1;             // the device count
   double momentum = 0.9;       // the optimizer
   int line = 10;               // source lines (not part of the structure)
+  std::string err = "err";     // the subtraction's name (after the prefix)
 };
 
 // Two dense layers, a squared-error loss, momentum SGD, a watch and a watch_diff. Every name
@@ -49,7 +51,7 @@ JobBuilder Build(const std::string& prefix, const Variant& v = {}) {
   h = ValueOrDie(b.AddOp("bias_add", prefix + "add1", {h, b1}, Attrs{{"axis", int64_t{1}}, {"fuse_relu", v.fuse_relu}},
                          at(3)))->output_ref(0);
   std::string y = ValueOrDie(b.AddOp("matmul", prefix + "mm2", {h, w2}, {}, at(4)))->output_ref(0);
-  std::string d = ValueOrDie(b.AddOp("sub", prefix + "err", {y, t}, {}, at(5)))->output_ref(0);
+  std::string d = ValueOrDie(b.AddOp("sub", prefix + v.err, {y, t}, {}, at(5)))->output_ref(0);
   std::string loss = ValueOrDie(b.AddOp("square", prefix + "sq", {d}, {}, at(5)))->output_ref(0);
   if (!b.AddLoss(loss).ok() || !b.SetOutputs({loss, w2}).ok()) throw std::runtime_error("loss");
   if (!b.AddWatch(h, prefix + "watch", false, at(6)).ok() || !b.AddWatch(h, prefix + "diff", true, at(7)).ok())
@@ -338,6 +340,73 @@ TEST(JobCacheTest, AnyStructuralDifferenceCompiles) {
   Variant lines;
   lines.line = 99;
   EXPECT_EQ(CanonicalJobKey(Build("other_", lines).graph(), 2), CanonicalJobKey(Build("base_").graph(), 2));
+}
+
+// The renaming is by the rules the passes name nodes with ("<op>-grad" from "<op>"): a new job
+// whose own names make two compiled nodes one name under those rules is compiled, not renamed.
+TEST(JobCacheTest, NamesThatWouldCollideUnderTheRenamingCompile) {
+  Session session;
+  CreateVariables(session, "alpha_");
+  CreateVariables(session, "beta_");
+  auto alpha = ValueOrDie(session.Compile(Build("alpha_"), JobOptions{}));
+  EXPECT_TRUE(Took(*alpha, "job cache miss"));
+  std::string derived;  // a compiled name made from the traced "alpha_mm2"
+  for (const Node& n : alpha->graph().nodes())
+    if (n.name.rfind("alpha_mm2-", 0) == 0) derived = n.name;
+  ASSERT_FALSE(derived.empty()) << NamesOf(alpha->graph());
+  // beta names its subtraction what "alpha_mm2-..." becomes under beta's names.
+  Variant colliding;
+  colliding.err = derived.substr(std::string("alpha_").size());
+  EXPECT_EQ(CanonicalJobKey(Build("beta_", colliding).graph(), 2), CanonicalJobKey(Build("alpha_").graph(), 2));
+  auto beta = session.Compile(Build("beta_", colliding), JobOptions{});
+  JobOptions fresh_options;
+  fresh_options.use_job_cache = false;
+  auto fresh = session.Compile(Build("beta_", colliding), fresh_options);
+  ASSERT_EQ(beta.ok(), fresh.ok()) << beta.status().ToString() << " / " << fresh.status().ToString();
+  if (beta.ok()) {
+    EXPECT_TRUE(Took(**beta, "job cache miss"));
+    EXPECT_FALSE(Took(**beta, "job cache hit"));
+    EXPECT_EQ((*beta)->plan().DebugString(), (*fresh)->plan().DebugString());
+  } else {
+    EXPECT_EQ(beta.status().ToString(), fresh.status().ToString());
+  }
+}
+
+// The key's node part the builder writes as the trace grows is the part written whole at
+// compile time; a node changed after it was added (a layout hint) drops the builder's part.
+TEST(JobCacheTest, TheKeyWrittenWhileTracingIsTheKeyWrittenWhole) {
+  Variant hinted, two_devices, wider;
+  hinted.hint = true;
+  two_devices.devices = 2;
+  wider.hidden = 7;
+  for (const Variant& v : {Variant{}, hinted, two_devices, wider}) {
+    JobBuilder b = Build("alpha_", v);
+    SCOPED_TRACE(v.hint ? "hinted" : "plain");
+    EXPECT_EQ(b.node_key() == nullptr, v.hint);
+    EXPECT_EQ(CanonicalJobKey(b, 2), CanonicalJobKey(b.graph(), 2));
+    EXPECT_EQ(CanonicalJobKey(b, 3), CanonicalJobKey(b.graph(), 3));
+  }
+  EXPECT_EQ(CanonicalJobKey(Build("alpha_"), 2), CanonicalJobKey(Build("beta_"), 2));
+  EXPECT_NE(CanonicalJobKey(Build("alpha_"), 2), CanonicalJobKey(Build("alpha_", wider), 2));
+}
+
+// ViewSet (session/name_table.h) against std::set: equal contents, through growth.
+TEST(JobCacheTest, ViewSetFindsEveryDuplicate) {
+  std::vector<std::string> words;
+  for (int i = 0; i < 5000; ++i) words.push_back("n" + std::to_string(i * 7919 % 3001) + (i % 3 ? "-grad" : ""));
+  words.push_back("");
+  words.push_back("");
+  ViewSet views(10);
+  std::set<std::string> reference;
+  for (const std::string& w : words) {
+    SCOPED_TRACE(w);
+    EXPECT_EQ(views.Insert(w), reference.insert(w).second);
+  }
+  NameArena arena;
+  std::string_view joined = arena.Concat("alpha_", "mm2-grad");
+  std::string_view big = arena.Concat(std::string(100000, 'x'));
+  EXPECT_EQ(joined, "alpha_mm2-grad");  // still intact after a chunk of its own
+  EXPECT_EQ(big.size(), 100000u);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "actors/call_wait.h"
+#include "actors/check.h"
 #include "actors/environment.h"
 #include "actors/device.h"
 #include "actors/trace_recorder.h"
@@ -245,7 +246,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   std::string key;
   bool from_cache = false;
   if (cacheable) {
-    key = CanonicalJobKey(traced, options.register_num);
+    key = CanonicalJobKey(builder, options.register_num);
     for (const std::string& fusion : compile_options.disabled_fusions) key += "\nfusion off: " + fusion;
     if (!compile_options.memory_sharing) key += "\nmemory sharing off";
     if (!compile_options.pipelining) key += "\npipelining off";
@@ -296,13 +297,13 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   const JobNames* names = job->names_.get();
   const Graph& graph = names != nullptr ? *job->cached_->compiled : *job->graph_;
   const std::string& job_name = job->name();
-  auto variable_of = [&](size_t i) -> const std::string& {
+  auto variable_of = [&](size_t i) -> std::string_view {
     return names != nullptr ? names->variable_names[i] : graph.nodes()[i].variable_name;
   };
-  auto location_of = [&](size_t i) -> const std::string& {
-    return names != nullptr ? names->node_locations[i] : graph.nodes()[i].location;
+  auto location_of = [&](size_t i) -> std::string {
+    return std::string(names != nullptr ? names->node_locations[i] : graph.nodes()[i].location);
   };
-  auto task_variable_of = [&](int t) -> const std::string& {
+  auto task_variable_of = [&](int t) -> std::string_view {
     return names != nullptr ? names->task_variable_names[t] : job->plan_->tasks(t).variable_name();
   };
 
@@ -329,15 +330,15 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
       const Node& n = graph.nodes()[i];
       if (n.kind != NodeKind::kVariable) continue;
-      const std::string& variable = variable_of(i);
-      auto it = state_->variables.find(variable);
+      auto it = state_->variables.find(variable_of(i));
       if (it == state_->variables.end()) {
         if (!n.zeros_if_missing)
-          return FailedPrecondition("job '" + job_name + "': variable '" + variable + "' (declared at " +
-                                    location_of(i) + ") was not created in the session");
+          return FailedPrecondition("job '" + job_name + "': variable '" + std::string(variable_of(i)) +
+                                    "' (declared at " + location_of(i) + ") was not created in the session");
         StoredVariable v{n.output_descs[0], AllocateZeros(n.output_descs[0].byte_size()), nullptr};
-        it = state_->variables.emplace(variable, std::move(v)).first;
+        it = state_->variables.emplace(std::string(variable_of(i)), std::move(v)).first;
       }
+      const std::string& variable = it->first;
       if (it->second.desc != n.output_descs[0])
         return InvalidArgument("job '" + job_name + "': variable '" + variable + "' is declared as " +
                                n.output_descs[0].ToString() + " at " + location_of(i) + " but the session holds " +
@@ -365,16 +366,19 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     for (int t = 0; t < job->plan_->tasks_size(); ++t) {
       const plan::Task& task = job->plan_->tasks(t);
       if (task.kind() != plan::VARIABLE || task.registers_size() == 0 || task.machine_id() != rank) continue;
-      StoredVariable& stored = state_->variables.at(task_variable_of(t));
+      auto found = state_->variables.find(task_variable_of(t));
+      AF_CHECK(found != state_->variables.end()) << "variable task " << t << " of a variable the job did not bind";
+      const std::string& variable = found->first;
+      StoredVariable& stored = found->second;
       if (stored.parts) {
         if (task.registers(0).memory_case().kind() == plan::MEMORY_DEVICE)
-          return FailedPrecondition("job '" + job_name + "': variable '" + task_variable_of(t) +
+          return FailedPrecondition("job '" + job_name + "': variable '" + variable +
                                     "' is held in parts across machines and placed on a GPU; parts live on the "
                                     "host for now");
         continue;
       }
       const plan::MemoryCase& where = task.registers(0).memory_case();
-      const std::string what = "job '" + job_name + "': variable '" + task_variable_of(t) + "'";
+      const std::string what = "job '" + job_name + "': variable '" + variable + "'";
       if (where.kind() != plan::MEMORY_DEVICE) {
         if (stored.device != nullptr)
           return FailedPrecondition(what + " lives on " + stored.device->memory_case.ToString() +
@@ -439,7 +443,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   for (int t = 0; t < job->plan_->tasks_size(); ++t) {
     const plan::Task& task = job->plan_->tasks(t);
     if (task.kind() != plan::VARIABLE) continue;
-    (task.read_only() ? job->reads_ : job->writes_).insert(task_variable_of(t));
+    (task.read_only() ? job->reads_ : job->writes_).emplace(task_variable_of(t));
   }
   if (membership) {
     auto checked = membership->CheckAndExtract(*job->plan_);
@@ -502,7 +506,8 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   };
   RuntimeOptions& runtime_options = job->runtime_options_;
   runtime_options.num_threads = budget;
-  runtime_options.names = names != nullptr ? names->tasks : nullptr;
+  // The table's views live in the job's names: the runtime holds them through it.
+  runtime_options.names = names != nullptr ? std::shared_ptr<const PlanNames>(job->names_, &names->tasks) : nullptr;
   runtime_options.num_workers = workers;
   runtime_options.kernel_threads = kernel_threads;
   // Devices lend their share to one computing while they wait on it (a gradient's matmul on

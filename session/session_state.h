@@ -105,7 +105,7 @@ class SessionState {
  public:
   std::shared_ptr<Environment> environment = Environment::Global();
   mutable std::mutex mu;  // guards variables and jobs
-  std::map<std::string, StoredVariable> variables;
+  std::map<std::string, StoredVariable, std::less<>> variables;  // found by views too
   std::vector<std::weak_ptr<CompiledJob>> jobs;
   JobCache job_cache;  // synchronized itself
 
