@@ -13,10 +13,10 @@
 //  - ChainLatency/N/inline: one iteration at a time (Run), wall time per iteration (and the p10 and
 //    median of single iterations); through the
 //    actors (inline=0), or on the calling thread (inline=1, RuntimeOptions::run_inline).
-//  - ChainLatencyOneCore/N: the same through the actors with the caller and the worker on one
-//    core (the runtime created from a thread pinned to CPU 0): what a call costs when the
-//    scheduler or a loaded host puts them together (a worker that polled without yielding made
-//    it ~100 us for N = 10).
+//  - ChainLatencyPinned/N/worker_cpu: the same through the actors, the caller on CPU 0 and the
+//    worker on `worker_cpu` (the runtime created from a thread pinned there): /N/0 is what a call
+//    costs when the scheduler or a loaded host puts both on one core (a worker that polled
+//    without yielding made it ~100 us for N = 10), /N/1 with a core each.
 //  - CafPingPong: two raw CAF actors bouncing a message; `per_message` is one hop.
 //  - FunctionCall: the same no-op kernel called through its std::function, no actors.
 // Run with --benchmark_repetitions=N --benchmark_report_aggregates_only=true: the machine is
@@ -228,20 +228,24 @@ void ChainLatency(benchmark::State& state) {
 // inline=1: RuntimeOptions::run_inline, Run executes the chain on the calling thread.
 BENCHMARK(ChainLatency)->ArgsProduct({{1, 10, 100}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-void ChainLatencyOneCore(benchmark::State& state) {
-  cpu_set_t before, one;
+// /N/worker_cpu: the runtime (its worker) created on CPU `worker_cpu`, the caller on CPU 0.
+void ChainLatencyPinned(benchmark::State& state) {
+  cpu_set_t before, cpu;
   if (sched_getaffinity(0, sizeof(before), &before) != 0) return state.SkipWithError("sched_getaffinity failed");
-  CPU_ZERO(&one);
-  CPU_SET(0, &one);
-  if (sched_setaffinity(0, sizeof(one), &one) != 0) return state.SkipWithError("sched_setaffinity failed");
-  {
-    auto runtime = MakeChain(static_cast<int>(state.range(0)), nullptr, 1);  // its worker inherits CPU 0
-    if (runtime) TimeSingleCalls(state, runtime.get());
-    else state.SkipWithError("Runtime::Create failed");
-  }
+  auto pin = [&cpu](int c) {
+    CPU_ZERO(&cpu);
+    CPU_SET(c, &cpu);
+    return sched_setaffinity(0, sizeof(cpu), &cpu) == 0;
+  };
+  if (!pin(static_cast<int>(state.range(1)))) return state.SkipWithError("sched_setaffinity failed");
+  auto runtime = MakeChain(static_cast<int>(state.range(0)), nullptr, 1);  // its worker inherits the CPU
+  if (!pin(0)) return state.SkipWithError("sched_setaffinity failed");
+  if (runtime) TimeSingleCalls(state, runtime.get());
+  else state.SkipWithError("Runtime::Create failed");
+  runtime.reset();
   sched_setaffinity(0, sizeof(before), &before);
 }
-BENCHMARK(ChainLatencyOneCore)->Arg(1)->Arg(10)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(ChainLatencyPinned)->Args({1, 0})->Args({10, 0})->Args({1, 1})->Args({10, 1})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void TimeSingleCalls(benchmark::State& state, Runtime* runtime) {
   float in = 1, out = 0;
