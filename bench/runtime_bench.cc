@@ -10,9 +10,10 @@
 //    and two.
 //  - RecorderPerAct: what the recorder adds to one act, without actors: the clock reads and
 //    the two appends (wait + act) that an observed act costs, in ns.
-//  - ChainLatency/N/inline: one iteration at a time (Run), wall time per iteration (and the p10 and
-//    median of single iterations); through the
-//    actors (inline=0), or on the calling thread (inline=1, RuntimeOptions::run_inline).
+//  - ChainLatency/N/inline/workers: one iteration at a time (Run), wall time per iteration (and
+//    the p10 and median of single iterations); through the actors (inline=0), or on the calling
+//    thread (inline=1, RuntimeOptions::run_inline); workers=0 is the runtime's default (one per
+//    thread of the budget: 2 here), 1 what a compiled one-device job uses on this budget.
 //  - ChainLatencyPinned/N/worker_cpu: the same through the actors, the caller on CPU 0 and the
 //    worker on `worker_cpu` (the runtime created from a thread pinned there): /N/0 is what a call
 //    costs when the scheduler or a loaded host puts both on one core (a worker that polled
@@ -220,13 +221,13 @@ void TimeSingleCalls(benchmark::State& state, Runtime* runtime);
 
 void ChainLatency(benchmark::State& state) {
   const int length = static_cast<int>(state.range(0));
-  auto runtime = MakeChain(length, nullptr, 0, state.range(1) != 0);
+  auto runtime = MakeChain(length, nullptr, static_cast<int>(state.range(2)), state.range(1) != 0);
   if (!runtime) return state.SkipWithError("Runtime::Create failed");
   if (state.range(1) != 0 && !runtime->inline_refusal().empty()) return state.SkipWithError("not inline");
   TimeSingleCalls(state, runtime.get());
 }
 // inline=1: RuntimeOptions::run_inline, Run executes the chain on the calling thread.
-BENCHMARK(ChainLatency)->ArgsProduct({{1, 10, 100}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(ChainLatency)->ArgsProduct({{1, 10, 100}, {0, 1}, {0}})->Args({1, 0, 1})->Args({10, 0, 1})->Args({100, 0, 1})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // /N/worker_cpu: the runtime (its worker) created on CPU `worker_cpu`, the caller on CPU 0.
 void ChainLatencyPinned(benchmark::State& state) {
