@@ -93,10 +93,11 @@ Status TaskState::FinishSetup(std::shared_ptr<const void> register_memory) {
     capacity = std::max(capacity, 1);
     launches_.assign(capacity, LaunchRecord{});
     launch_registers_.assign(static_cast<size_t>(capacity) * outputs_.size(), -1);
+    const std::string named = where();
     for (int k = 0; k < capacity; ++k) {
       auto slot = std::make_shared<runtime_internal::CompletionSlot>();
       slot->index = k;
-      slot->where = where();
+      slot->where = named;
       slot->register_memory = register_memory;
       slots_.push_back(std::move(slot));
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 namespace actorflow {
 namespace {
@@ -26,22 +27,44 @@ StatusOr<T> Get(const std::map<std::string, AttrValue>& values, const std::strin
 
 }  // namespace
 
+namespace {
+
+// The conversions every getter accepts (a bool as an int, an int as a float or a bool); null
+// where the value has another type.
+std::optional<int64_t> AsInt(const AttrValue& value) {
+  if (const int64_t* i = std::get_if<int64_t>(&value)) return *i;
+  if (const bool* b = std::get_if<bool>(&value)) return static_cast<int64_t>(*b);
+  return std::nullopt;
+}
+std::optional<double> AsFloat(const AttrValue& value) {
+  if (const double* d = std::get_if<double>(&value)) return *d;
+  if (const int64_t* i = std::get_if<int64_t>(&value)) return static_cast<double>(*i);
+  return std::nullopt;
+}
+std::optional<bool> AsBool(const AttrValue& value) {
+  if (const bool* b = std::get_if<bool>(&value)) return *b;
+  if (const int64_t* i = std::get_if<int64_t>(&value)) return *i != 0;
+  return std::nullopt;
+}
+
+}  // namespace
+
 StatusOr<int64_t> Attrs::GetInt(const std::string& name) const {
   auto it = values_.find(name);
   if (it != values_.end())
-    if (const bool* b = std::get_if<bool>(&it->second)) return static_cast<int64_t>(*b);
+    if (auto v = AsInt(it->second)) return *v;
   return Get<int64_t>(values_, name);
 }
 StatusOr<double> Attrs::GetFloat(const std::string& name) const {
   auto it = values_.find(name);
   if (it != values_.end())
-    if (const int64_t* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
+    if (auto v = AsFloat(it->second)) return *v;
   return Get<double>(values_, name);
 }
 StatusOr<bool> Attrs::GetBool(const std::string& name) const {
   auto it = values_.find(name);
   if (it != values_.end())
-    if (const int64_t* i = std::get_if<int64_t>(&it->second)) return *i != 0;
+    if (auto v = AsBool(it->second)) return *v;
   return Get<bool>(values_, name);
 }
 StatusOr<std::string> Attrs::GetString(const std::string& name) const { return Get<std::string>(values_, name); }
@@ -63,24 +86,15 @@ StatusOr<std::vector<double>> Attrs::GetFloats(const std::string& name) const {
 // compile asks for many attributes an op does not set (fusion flags, layouts), once per op.
 int64_t Attrs::GetIntOr(const std::string& name, int64_t fallback) const {
   auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
-  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return *i;
-  if (const bool* b = std::get_if<bool>(&it->second)) return static_cast<int64_t>(*b);
-  return fallback;
+  return it == values_.end() ? fallback : AsInt(it->second).value_or(fallback);
 }
 double Attrs::GetFloatOr(const std::string& name, double fallback) const {
   auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
-  if (const double* d = std::get_if<double>(&it->second)) return *d;
-  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
-  return fallback;
+  return it == values_.end() ? fallback : AsFloat(it->second).value_or(fallback);
 }
 bool Attrs::GetBoolOr(const std::string& name, bool fallback) const {
   auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
-  if (const bool* b = std::get_if<bool>(&it->second)) return *b;
-  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return *i != 0;
-  return fallback;
+  return it == values_.end() ? fallback : AsBool(it->second).value_or(fallback);
 }
 std::string Attrs::GetStringOr(const std::string& name, const std::string& fallback) const {
   auto it = values_.find(name);

@@ -1,8 +1,5 @@
 #include "kernels/parallel_chunks.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include <immintrin.h>
 #include <omp.h>
 #include <pthread.h>
@@ -12,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 

@@ -83,14 +83,17 @@ void Loop(Shared* s, uint64_t generation) {
     Shared::Entry entry = std::move(s->queue.front());
     s->queue.pop_front();
     lock.unlock();
+    auto finished = [&] {  // under the lock: the entry's job counts it done
+      ++entry.job->done;
+      entry.job.reset();
+      s->cv.notify_all();
+    };
     // Python may already be finalizing if the owner forgot to Stop() at exit; never touch the
     // interpreter then (the items leak, which is the lesser evil at exit).
     if (!Py_IsInitialized() || _Py_IsFinalizing()) {
       new Dispatcher::Item(std::move(entry.item));  // deliberately leaked
       lock.lock();
-      ++entry.job->done;
-      entry.job.reset();
-      s->cv.notify_all();
+      finished();
       continue;
     }
     // One GIL hold for what is queued: taking the GIL is a hand-off with the caller's thread
@@ -105,9 +108,7 @@ void Loop(Shared* s, uint64_t generation) {
         if (entry.item.drop) entry.item.drop();
         entry.item = Dispatcher::Item();
         lock.lock();
-        ++entry.job->done;
-        entry.job.reset();
-        s->cv.notify_all();
+        finished();
         const bool more = !s->queue.empty() && s->generation == generation && held < kItemsPerHold;
         if (more) {
           entry = std::move(s->queue.front());
