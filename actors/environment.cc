@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "actors/job_queue.h"
 #include "actors/task_state.h"
 
 namespace actorflow {
@@ -48,6 +49,26 @@ class WorkerStartHook : public caf::thread_hook {
 // ready consumer) keeps running on its worker and pays no wake-up.
 class SpreadingWorkStealing : public caf::policy::work_stealing {
  public:
+  // CAF's per-worker data (polling strategies, sleep state), with the worker's jobs in a
+  // JobQueue (actors/job_queue.h) instead of CAF's queue, which stays unused.
+  struct worker_data : caf::policy::work_stealing::worker_data {
+    explicit worker_data(caf::scheduler::abstract_coordinator* parent)
+        : caf::policy::work_stealing::worker_data(parent) {}
+    worker_data(const worker_data& other) : caf::policy::work_stealing::worker_data(other) {}
+    JobQueue<caf::resumable> jobs;
+  };
+
+  // CAF's victim choice (a random other worker), taking its oldest job.
+  template <class Worker>
+  caf::resumable* TrySteal(Worker* self) {
+    auto* parent = self->parent();
+    const size_t workers = parent->num_workers();
+    if (workers < 2) return nullptr;
+    size_t victim = d(self).uniform(d(self).rengine);
+    if (victim == self->id()) victim = workers - 1;
+    return d(parent->worker_by_id(victim)).jobs.take_tail();
+  }
+
   // CAF's dequeue, except that the aggressive polling yields the core every 64 attempts (~1 us)
   // while it spins. An idle worker polls ~100 us for the next message before it sleeps; a
   // caller thread waiting for the iteration on the same core (a loaded host, or the scheduler
@@ -60,9 +81,9 @@ class SpreadingWorkStealing : public caf::policy::work_stealing {
     for (int k = 0; k < 2; ++k) {  // aggressive, then moderate polling
       const auto& strategy = data.strategies[k];
       for (size_t i = 0; i < strategy.attempts; i += strategy.step_size) {
-        if (caf::resumable* job = data.queue.take_head()) return job;
+        if (caf::resumable* job = data.jobs.take_head()) return job;
         if (i % strategy.steal_interval == 0)
-          if (caf::resumable* job = try_steal(self)) return job;
+          if (caf::resumable* job = TrySteal(self)) return job;
         if (strategy.sleep_duration.count() > 0) std::this_thread::sleep_for(strategy.sleep_duration);
         else if ((i & 63) == 63) std::this_thread::yield();
       }
@@ -75,21 +96,39 @@ class SpreadingWorkStealing : public caf::policy::work_stealing {
       {
         std::unique_lock<std::mutex> guard(data.waitdata.lock);
         data.waitdata.sleeping = true;
-        woken = data.waitdata.cv.wait_for(guard, relaxed.sleep_duration, [&] { return !data.queue.empty(); });
+        woken = data.waitdata.cv.wait_for(guard, relaxed.sleep_duration, [&] { return !data.jobs.empty(); });
         data.waitdata.sleeping = false;
       }
       if (woken) {
-        if (caf::resumable* job = data.queue.take_head()) return job;
+        if (caf::resumable* job = data.jobs.take_head()) return job;
       } else if (timeouts++ % relaxed.steal_interval == 0) {
-        if (caf::resumable* job = try_steal(self)) return job;
+        if (caf::resumable* job = TrySteal(self)) return job;
       }
     }
   }
 
   template <class Worker>
+  void external_enqueue(Worker* self, caf::resumable* job) {
+    auto& data = d(self);
+    data.jobs.append(job);
+    std::lock_guard<std::mutex> guard(data.waitdata.lock);
+    if (data.waitdata.sleeping && !data.jobs.empty()) data.waitdata.cv.notify_one();
+  }
+
+  template <class Worker>
+  void resume_job_later(Worker* self, caf::resumable* job) {
+    d(self).jobs.append(job);
+  }
+
+  template <class Worker, class UnaryFunction>
+  void foreach_resumable(Worker* self, UnaryFunction f) {
+    while (caf::resumable* job = d(self).jobs.take_head()) f(job);
+  }
+
+  template <class Worker>
   void internal_enqueue(Worker* self, caf::resumable* job) {
-    const bool had_work = !d(self).queue.empty();
-    d(self).queue.prepend(job);
+    const bool had_work = !d(self).jobs.empty();
+    d(self).jobs.prepend(job);
     if (!had_work) return;
     auto* coordinator = self->parent();
     const size_t workers = coordinator->num_workers();
@@ -98,11 +137,11 @@ class SpreadingWorkStealing : public caf::policy::work_stealing {
       bool idle;
       {
         std::lock_guard<std::mutex> guard(d(other).waitdata.lock);
-        idle = d(other).waitdata.sleeping && d(other).queue.empty();
+        idle = d(other).waitdata.sleeping && d(other).jobs.empty();
       }
       if (idle) {
         // Null if other workers stole everything meanwhile.
-        if (caf::resumable* oldest = d(self).queue.take_tail()) other->external_enqueue(oldest);
+        if (caf::resumable* oldest = d(self).jobs.take_tail()) other->external_enqueue(oldest);
         return;
       }
     }
