@@ -95,6 +95,75 @@ TEST(Environment, ASleepingWorkerIsGivenAJobQueuedBehindAnother) {
   for (size_t k = 0; k < met.size(); ++k) EXPECT_TRUE(met[k]) << "act " << k << " waited 5 s for the other kernel";
 }
 
+// A job an act made runnable goes to its worker's `next` slot, which other workers leave to the
+// owner; but not forever: here the owner stays inside one actor's long acts (`first` has three
+// iterations in its mailbox and handles them in one go), and the job in its slot (`second`,
+// made runnable by the first act) must be taken by the other worker, or `first`'s second act,
+// which waits for `second` to start, gives up after 5 s.
+TEST(Environment, TheJobAWorkerRunsNextIsTakenWhileItsOwnerIsInALongAct) {
+  EnvironmentOptions environment_options;
+  environment_options.num_threads = 2;
+  environment_options.num_workers = 2;
+  environment_options.kernel_threads = 1;
+  std::mutex mu;
+  std::condition_variable cv;
+  int second_started = 0;
+  std::vector<bool> met;
+  auto first = [&](KernelContext& c) {
+    // The first act outlasts the three pushes, so the later iterations wait in the mailbox.
+    if (c.iteration == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::unique_lock<std::mutex> lock(mu);
+    if (c.iteration > 0)
+      met.push_back(cv.wait_for(lock, std::chrono::seconds(5), [&] { return second_started >= c.iteration; }));
+    *c.output(0).as<float>() = *c.input(0).as<float>();
+    return Status::Ok();
+  };
+  auto second = [&](KernelContext& c) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++second_started;
+    cv.notify_all();
+    *c.output(0).as<float>() = *c.input(0).as<float>() + 1;
+    return Status::Ok();
+  };
+  plan::Plan plan;
+  for (int id = 0; id < 4; ++id) {
+    plan::Task* t = plan.add_tasks();
+    t->set_id(id);
+    t->set_name(id == 0 ? "x" : id == 1 ? "first" : id == 2 ? "second" : "output");
+    t->set_kind(id == 0 ? plan::SOURCE : id == 3 ? plan::SINK : plan::COMPUTE);
+    t->set_op_type(t->name());
+    if (id > 0) t->add_inputs()->set_producer_task_id(id - 1);
+    if (id == 3) continue;
+    plan::RegisterDesc* r = t->add_registers();
+    r->set_register_num(3);
+    r->add_consumer_task_ids(id + 1);
+    plan::BlobDesc* b = r->add_blobs();
+    b->add_shape(1);
+    b->set_dtype(plan::DT_FLOAT32);
+    b->set_byte_size(4);
+  }
+  RuntimeHooks hooks;
+  hooks.make_kernel = [&](const plan::Task& task) -> StatusOr<KernelFn> {
+    return task.name() == "first" ? KernelFn(first) : KernelFn(second);
+  };
+  RuntimeOptions options;
+  options.kernel_threads = 1;
+  float in[3] = {1, 2, 3}, out[3] = {0, 0, 0};
+  testing_support::FinishesWithin(std::chrono::seconds(90), "two-stage pipeline", [&] {
+    auto environment = ActorEnvironment::Create(environment_options);
+    ASSERT_TRUE(environment.ok()) << environment.status().ToString();
+    auto runtime = Runtime::Create(plan, hooks, options, *environment);
+    ASSERT_TRUE(runtime.ok()) << runtime.status().ToString();
+    for (int i = 0; i < 3; ++i)
+      ASSERT_TRUE((*runtime)->Push({{&in[i], {{1}, DType::kFloat32}}}, {{&out[i], {{1}, DType::kFloat32}}}, nullptr).ok());
+    (*runtime)->Drain();
+    ASSERT_TRUE((*runtime)->Shutdown().ok());
+  });
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i], in[i] + 1) << "iteration " << i;
+  ASSERT_EQ(met.size(), 2u);
+  for (size_t k = 0; k < met.size(); ++k) EXPECT_TRUE(met[k]) << "act " << k + 1 << " of 'first' waited 5 s for 'second'";
+}
+
 // The default worker count for n devices: one per device while each keeps two threads, else
 // one for all (the whole budget in each kernel); never more than the budget, never 0.
 TEST(Environment, DevicesGetAWorkerEachOnlyWithTwoThreadsEach) {

@@ -1,7 +1,8 @@
 // The runtime's overhead, side by side in one binary (Google Benchmark):
-//  - ChainPipelined/N/trace: source -> N no-op actors -> sink, many iterations in flight;
+//  - ChainPipelined/N/trace/workers: source -> N no-op actors -> sink, many iterations in flight;
 //    `per_actor_iteration` is wall time / (iterations * N), the figure the target is about
-//    (<= 2 us pipelined). trace=1 records a Chrome trace of the same run.
+//    (<= 0.5 us pipelined for N = 100). trace=1 records a Chrome trace of the same run; workers as
+//    in ChainLatency below (0: the default, 1: one worker).
 //  - TraceOverhead/N/iterations/workers: the recorder's cost on a pipelined chain, measured so
 //    that the shared machine's drift cancels: one runtime with a recorder runs blocks of
 //    iterations (each drained) with recording paused and on, alternating in ABBA order; each
@@ -85,7 +86,7 @@ void ChainPipelined(benchmark::State& state) {
   const int length = static_cast<int>(state.range(0));
   std::unique_ptr<ChromeTraceRecorder> recorder;
   if (state.range(1) != 0) recorder = std::make_unique<ChromeTraceRecorder>();
-  auto runtime = MakeChain(length, recorder.get());
+  auto runtime = MakeChain(length, recorder.get(), static_cast<int>(state.range(2)));
   if (!runtime) return state.SkipWithError("Runtime::Create failed");
   float in = 1, out = 0;
   std::vector<TensorView> inputs{{&in, kScalar}}, outputs{{&out, kScalar}};
@@ -105,11 +106,11 @@ void ChainPipelined(benchmark::State& state) {
   if (recorder) state.counters["trace_events"] = static_cast<double>(recorder->num_events());
 }
 // Fixed iteration counts: trace on and off do the same work, and the recorder's memory stays small.
-BENCHMARK(ChainPipelined)->Args({1, 0})->Args({1, 1})->Iterations(50000)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(ChainPipelined)->Args({10, 0})->Args({10, 1})->Iterations(20000)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(ChainPipelined)->Args({1, 0, 0})->Args({1, 1, 0})->Iterations(50000)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(ChainPipelined)->Args({10, 0, 0})->Args({10, 1, 0})->Args({10, 0, 1})->Iterations(20000)->UseRealTime()->Unit(benchmark::kMicrosecond);
 // 100 actors: 10000 iterations (~0.4 s) so that one descheduling of a worker on a shared host
 // does not decide the run.
-BENCHMARK(ChainPipelined)->Args({100, 0})->Args({100, 1})->Iterations(10000)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(ChainPipelined)->Args({100, 0, 0})->Args({100, 1, 0})->Args({100, 0, 1})->Iterations(10000)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 double CpuSeconds() {
   timespec ts;
