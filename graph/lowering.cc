@@ -37,6 +37,11 @@ plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
 
 StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& options) {
   plan::Plan plan;
+  AF_RETURN_IF_ERROR(LowerInto(graph, options, plan));
+  return plan;
+}
+
+Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& plan) {
   plan.set_job_name(graph.job_name());
   const int register_num = std::max(1, options.register_num);
   // Each logical node's tasks: one per device of its placement; inputs and variables, held
@@ -651,7 +656,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       add_consumer(*in, sink);
     }
   }
-  return plan;
+  return Status::Ok();
 }
 
 }  // namespace graph
