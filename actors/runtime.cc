@@ -392,7 +392,7 @@ Status Runtime::Impl::Instantiate() {
         slots.producer_slots = &producer_slots;
         slots.ring.resize(producer_slots.register_num);
         state.in_edges().push_back(std::move(slots));
-        producer_slots.consumers.push_back(OutputSlots::Consumer{i, edge, caf::actor()});
+        producer_slots.consumers.push_back(OutputSlots::Consumer{i, edge, nullptr});
       }
       if (!input.control())
         state.data_inputs().push_back(DataInput{edge, input.blob_index(), nullptr, std::move(desc), {}, ByteOffset(input)});
@@ -451,10 +451,10 @@ Status Runtime::Impl::Instantiate() {
     const std::unique_ptr<TaskState>& state = states_[i];
     state->BindActor(actors_[i]);  // for completions of asynchronous acts
     for (InputSlots& in : state->in_edges()) {
-      in.producer = actors_[in.producer_index];
+      in.producer = caf::actor_cast<caf::abstract_actor*>(actors_[in.producer_index]);
     }
     for (OutputSlots& out : state->outputs())
-      for (OutputSlots::Consumer& c : out.consumers) c.actor = actors_[c.task_index];
+      for (OutputSlots::Consumer& c : out.consumers) c.actor = caf::actor_cast<caf::abstract_actor*>(actors_[c.task_index]);
     if (!sources_.empty() && state == states_[sources_[0]])
       for (int r : roots_) state->add_tick_target(actors_[r], states_[r].get());
     HappensBeforeSend(state.get());  // the wiring above, before the actor's first message
@@ -680,12 +680,7 @@ Status Runtime::Impl::Shutdown() {
   // register memory stays alive for as long as such a handle exists.
   for (auto& state : states_) state->UnbindActor();
   actors_.clear();
-  for (auto& state : states_) {
-    for (InputSlots& in : state->in_edges()) in.producer = caf::actor();
-    for (OutputSlots& out : state->outputs())
-      for (auto& c : out.consumers) c.actor = caf::actor();
-    state->clear_tick_targets();
-  }
+  for (auto& state : states_) state->clear_tick_targets();  // edges name actors by plain pointers
   environment_.reset();  // joins its threads if this runtime made it
   for (auto& state : states_) HappensAfterReceive(state.get());  // each actor's last handler
   // Iterations the killed actors never finished: their callers still hear of them.
