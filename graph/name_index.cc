@@ -1,26 +1,9 @@
 #include "graph/name_index.h"
 
 #include <algorithm>
-#include <cstring>
-#include <functional>
 
 namespace actorflow {
 namespace graph {
-
-NameIndex& NameIndex::operator=(const NameIndex& other) {
-  if (this == &other) return *this;
-  slots_.clear();
-  mask_ = 0;
-  size_ = erased_ = 0;
-  chunks_.clear();
-  chunk_used_ = chunk_size_ = 0;
-  Rehash(other.size_);
-  for (const Slot& slot : other.slots_)
-    if (slot.data != nullptr) Put(std::string_view(slot.data, slot.size), slot.position, /*overwrite=*/false);
-  return *this;
-}
-
-uint64_t NameIndex::Hash(std::string_view name) { return std::hash<std::string_view>{}(name); }
 
 void NameIndex::Reserve(size_t count) {
   if (2 * count > slots_.size()) Rehash(count);
@@ -34,40 +17,27 @@ void NameIndex::Rehash(size_t count) {
   mask_ = capacity - 1;
   erased_ = 0;
   for (const Slot& slot : old) {
-    if (slot.data == nullptr) continue;
+    if (slot.size >= kErased) continue;
     size_t i = slot.hash & mask_;
-    while (slots_[i].data != nullptr) i = (i + 1) & mask_;
+    while (slots_[i].size != kEmpty) i = (i + 1) & mask_;
     slots_[i] = slot;  // the characters stay where they are
   }
 }
 
-const char* NameIndex::CopyKey(std::string_view name) {
-  if (name.empty()) return "";  // not null: null marks a free slot
-  if (chunk_used_ + name.size() > chunk_size_) {
-    chunk_size_ = std::max<size_t>(size_t{64} << 10, name.size());
-    chunks_.push_back(std::make_unique<char[]>(chunk_size_));
-    chunk_used_ = 0;
-  }
-  char* copy = chunks_.back().get() + chunk_used_;
-  std::memcpy(copy, name.data(), name.size());
-  chunk_used_ += name.size();
-  return copy;
-}
-
 bool NameIndex::Put(std::string_view name, size_t position, bool overwrite) {
   if (2 * (size_ + erased_ + 1) > slots_.size()) Rehash(size_ + 1);
-  const uint64_t hash = Hash(name);
-  size_t free = kNone;  // the first erased slot on the way: reused for a new entry
+  const uint32_t hash = Hash(name);
+  size_t free = kNone;  // the first tombstone on the way: reused for a new entry
   size_t i = hash & mask_;
   for (;; i = (i + 1) & mask_) {
     Slot& slot = slots_[i];
-    if (slot.data == nullptr && !slot.erased) break;
-    if (slot.erased) {
+    if (slot.size == kEmpty) break;
+    if (slot.size == kErased) {
       if (free == kNone) free = i;
       continue;
     }
-    if (slot.hash == hash && Equal(slot, name)) {
-      if (overwrite) slot.position = position;
+    if (slot.hash == hash && slot.size == name.size() && keys_.compare(slot.offset, slot.size, name) == 0) {
+      if (overwrite) slot.position = static_cast<uint32_t>(position);
       return false;
     }
   }
@@ -77,10 +47,10 @@ bool NameIndex::Put(std::string_view name, size_t position, bool overwrite) {
   }
   Slot& slot = slots_[i];
   slot.hash = hash;
-  slot.data = CopyKey(name);
+  slot.offset = static_cast<uint32_t>(keys_.size());
   slot.size = static_cast<uint32_t>(name.size());
-  slot.erased = false;
-  slot.position = position;
+  slot.position = static_cast<uint32_t>(position);
+  keys_.append(name);
   ++size_;
   return true;
 }
