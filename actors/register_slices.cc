@@ -12,7 +12,7 @@ std::string RegisterName(const plan::Plan& plan, int task, int reg) {
 
 }  // namespace
 
-StatusOr<SliceGroups> PlaceRegisterSlices(const plan::Plan& plan, const std::unordered_map<int64_t, int>& index_of,
+StatusOr<SliceGroups> PlaceRegisterSlices(const plan::Plan& plan, const TaskIds& task_ids,
                                           std::vector<std::unique_ptr<TaskState>>& states) {
   SliceGroups groups;
   for (int i = 0; i < plan.tasks_size(); ++i) {
@@ -29,9 +29,8 @@ StatusOr<SliceGroups> PlaceRegisterSlices(const plan::Plan& plan, const std::uno
       if (!reg.has_slice_of()) continue;
       const plan::RegisterSlice& slice = reg.slice_of();
       const std::string what = "plan: " + RegisterName(plan, i, k) + " is a slice of";
-      auto found = index_of.find(slice.task_id());
-      if (found == index_of.end()) return InvalidArgument(what + " unknown task " + std::to_string(slice.task_id()));
-      const int owner_task = found->second;
+      const int owner_task = task_ids.Find(slice.task_id());
+      if (owner_task < 0) return InvalidArgument(what + " unknown task " + std::to_string(slice.task_id()));
       const plan::Task& owner = plan.tasks(owner_task);
       if (slice.register_index() < 0 || slice.register_index() >= owner.registers_size())
         return InvalidArgument(what + " register " + std::to_string(slice.register_index()) + " of task '" + owner.name() +

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/status.h"
+#include "actors/task_ids.h"
 #include "actors/task_state.h"
 #include "actors/proto/plan.pb.h"
 
@@ -21,7 +22,7 @@ using SliceGroups = std::map<std::pair<int, int>, std::vector<std::pair<int, int
 // were not) and checks the group: the owner is a compute task's register reserving the bytes,
 // the slice one blob of a compute task, same register_num and memory case, and no two slices
 // (nor a slice and the owner's own blob) overlapping. InvalidArgument naming the tasks otherwise.
-StatusOr<SliceGroups> PlaceRegisterSlices(const plan::Plan& plan, const std::unordered_map<int64_t, int>& index_of,
+StatusOr<SliceGroups> PlaceRegisterSlices(const plan::Plan& plan, const TaskIds& task_ids,
                                           std::vector<std::unique_ptr<TaskState>>& states);
 
 // For an input read whole (InputDesc.whole) of register `owner` of task `producer`: the in-edges

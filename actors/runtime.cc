@@ -21,6 +21,7 @@
 #include "actors/plan_dtype.h"
 #include "actors/register_slices.h"
 #include "actors/shared_memory_blocks.h"
+#include "actors/task_ids.h"
 #include "actors/task_state.h"
 #include "actors/proto/plan.pb.h"
 
@@ -184,14 +185,16 @@ class Runtime::Impl : public RuntimeCore {
 
 Status Runtime::Impl::Instantiate() {
   const int n = plan_.tasks_size();
-  std::unordered_map<int64_t, int> index_of;
-  index_of.reserve(static_cast<size_t>(n));
+  TaskIds task_ids;
+  AF_RETURN_IF_ERROR(task_ids.Build(n, [&](int i) { return plan_.tasks(i).id(); }));
   states_.reserve(static_cast<size_t>(n));
   actors_.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    if (!index_of.emplace(plan_.tasks(i).id(), i).second)
-      return InvalidArgument("plan: duplicate task id " + std::to_string(plan_.tasks(i).id()));
-  }
+  // What the wiring reads of every producer, read once here into flat arrays: the producer's
+  // plan task and TaskState are cold by then in a plan of thousands of tasks.
+  std::vector<uint8_t> read_only(static_cast<size_t>(n), 0);  // IsReadOnlyVariable
+  std::vector<OutputSlots*> outputs_of(static_cast<size_t>(n), nullptr);
+  std::vector<int> output_count(static_cast<size_t>(n), 0);
+  bool any_slices = false;  // a register reserving a block or sliced into one (or a bad reservation)
   int main_sinks = 0;
   const AllocatorRegistry& allocators =
       options_.allocators != nullptr ? *options_.allocators : AllocatorRegistry::Global();
@@ -234,6 +237,7 @@ Status Runtime::Impl::Instantiate() {
       // A block shared by several tasks' registers (slices; RegisterDesc.slice_of): its
       // registers rotate, so one iteration's slices meet in one block.
       out.rotating = reg.reserved_byte_size() > 0 || reg.has_slice_of();
+      any_slices |= reg.reserved_byte_size() != 0 || reg.has_slice_of();
       const size_t block_bytes = std::max(bytes, static_cast<size_t>(reg.reserved_byte_size()));
       for (int r = 0; r < out.register_num; ++r) {
         char* memory = nullptr;
@@ -283,15 +287,22 @@ Status Runtime::Impl::Instantiate() {
       default:
         return InvalidArgument("plan: task '" + task.name() + "' has no kind");
     }
+    read_only[i] = IsReadOnlyVariable(task) ? 1 : 0;
+    outputs_of[i] = state->outputs().data();
+    output_count[i] = static_cast<int>(state->outputs().size());
     states_.push_back(std::move(state));
   }
   if (main_sinks != 1)
     return InvalidArgument("plan must have exactly one main sink (sink_name \"\"), found " + std::to_string(main_sinks));
   for (size_t k = 0; k < sources_.size(); ++k)
     if (sources_[k] < 0) return InvalidArgument("plan: no source for feed " + std::to_string(k));
-  AF_ASSIGN_OR_RETURN(const SliceGroups slice_groups, PlaceRegisterSlices(plan_, index_of, states_));
+  SliceGroups slice_groups;  // checked and placed only where a plan has slices
+  if (any_slices) {
+    AF_ASSIGN_OR_RETURN(slice_groups, PlaceRegisterSlices(plan_, task_ids, states_));
+  }
 
-  // Wire inputs: one in-edge per (producer, register); data inputs refer to blobs of it.
+  // Wire inputs: one in-edge per (producer, register); data inputs refer to blobs of it. Each
+  // task's setup follows its wiring while its state is in cache.
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
     TaskState& state = *states_[i];
@@ -319,31 +330,31 @@ Status Runtime::Impl::Instantiate() {
     state.data_inputs().reserve(static_cast<size_t>(task.inputs_size()));
     state.in_edges().reserve(static_cast<size_t>(task.inputs_size()));  // at most one per input
     for (const plan::InputDesc& input : task.inputs()) {
-      auto it = index_of.find(input.producer_task_id());
-      if (it == index_of.end())
+      const int p = task_ids.Find(input.producer_task_id());
+      if (p < 0)
         return InvalidArgument("plan: task '" + task.name() + "' reads unknown task " + std::to_string(input.producer_task_id()));
-      int p = it->second;
-      TaskState& producer = *states_[p];
-      if (input.producer_register() < 0 || input.producer_register() >= static_cast<int>(producer.outputs().size()))
-        return InvalidArgument("plan: task '" + task.name() + "' reads register " + std::to_string(input.producer_register()) +
-                               " of '" + producer.task().name() + "', which has " + std::to_string(producer.outputs().size()));
+      const int producer_register = input.producer_register();
+      if (producer_register < 0 || producer_register >= output_count[p])
+        return InvalidArgument("plan: task '" + task.name() + "' reads register " + std::to_string(producer_register) +
+                               " of '" + plan_.tasks(p).name() + "', which has " + std::to_string(output_count[p]));
+      OutputSlots& producer_slots = outputs_of[p][producer_register];
+      auto producer_name = [&] { return plan_.tasks(p).name(); };  // errors only
       // How the kernel sees a data input: the blob, or a view of it (same bytes, other shape).
       TensorDesc desc;
       if (!input.control()) {
-        const OutputSlots& slots = producer.outputs()[input.producer_register()];
-        if (input.blob_index() < 0 || input.blob_index() >= static_cast<int>(slots.blob_descs.size()))
+        if (input.blob_index() < 0 || input.blob_index() >= static_cast<int>(producer_slots.blob_descs.size()))
           return InvalidArgument("plan: task '" + task.name() + "' reads blob " + std::to_string(input.blob_index()) +
-                                 " of a register of '" + producer.task().name() + "'");
-        desc = slots.blob_descs[input.blob_index()];
-        const int64_t reserved = producer.task().registers(input.producer_register()).reserved_byte_size();
-        if (input.whole() && (reserved <= 0 || !input.has_view() || input.blob_index() != 0))
-          return InvalidArgument("plan: task '" + task.name() + "' reads register " +
-                                 std::to_string(input.producer_register()) + " of '" + producer.task().name() +
-                                 "' whole, which needs a register reserving a block and a view of blob 0");
+                                 " of a register of '" + producer_name() + "'");
+        desc = producer_slots.blob_descs[input.blob_index()];
         if (input.whole()) {
+          const int64_t reserved = plan_.tasks(p).registers(producer_register).reserved_byte_size();
+          if (reserved <= 0 || !input.has_view() || input.blob_index() != 0)
+            return InvalidArgument("plan: task '" + task.name() + "' reads register " + std::to_string(producer_register) +
+                                   " of '" + producer_name() +
+                                   "' whole, which needs a register reserving a block and a view of blob 0");
           TensorDesc view{Shape(input.view_shape().begin(), input.view_shape().end()), desc.dtype};
           if (static_cast<int64_t>(view.byte_size()) != reserved)
-            return InvalidArgument("plan: task '" + task.name() + "' views the block of '" + producer.task().name() +
+            return InvalidArgument("plan: task '" + task.name() + "' views the block of '" + producer_name() +
                                    "' (" + std::to_string(reserved) + " bytes) as " + view.ToString());
           desc = view;
         } else if (input.part()) {
@@ -352,7 +363,7 @@ Status Runtime::Impl::Instantiate() {
           if (!input.has_view() || input.byte_offset() < 0 || input.byte_offset() % element != 0 ||
               input.byte_offset() + static_cast<int64_t>(view.byte_size()) > static_cast<int64_t>(desc.byte_size()))
             return InvalidArgument("plan: task '" + task.name() + "' views part of " + desc.ToString() + " of '" +
-                                   producer.task().name() + "' as " + view.ToString() + " at byte " +
+                                   producer_name() + "' as " + view.ToString() + " at byte " +
                                    std::to_string(input.byte_offset()) +
                                    ", which needs a view inside the blob at a multiple of the element size");
           desc = view;
@@ -360,31 +371,31 @@ Status Runtime::Impl::Instantiate() {
           TensorDesc view{Shape(input.view_shape().begin(), input.view_shape().end()), desc.dtype};
           if (view.byte_size() != desc.byte_size())
             return InvalidArgument("plan: task '" + task.name() + "' views " + desc.ToString() + " of '" +
-                                   producer.task().name() + "' as " + view.ToString() + " (a different size)");
+                                   producer_name() + "' as " + view.ToString() + " (a different size)");
           desc = view;
         }
       }
-      if (IsReadOnlyVariable(producer.task())) {
+      if (read_only[p]) {
         // Nothing writes it: read the buffer in place; no edge, no message per iteration.
         if (input.control()) continue;
-        state.data_inputs().push_back(
-            DataInput{-1, input.blob_index(), &producer.outputs()[input.producer_register()], desc, {}, ByteOffset(input)});
+        state.data_inputs().push_back(DataInput{-1, input.blob_index(), &producer_slots, std::move(desc), {}, ByteOffset(input)});
         continue;
       }
-      auto key = std::make_pair(p, input.producer_register());
+      auto key = std::make_pair(p, producer_register);
       int edge = find_edge(key);
       if (edge < 0) {
         edge = static_cast<int>(state.in_edges().size());
         if (!edge_of.empty()) edge_of.emplace(key, edge);
         InputSlots slots;
         slots.producer_index = p;
-        slots.producer_output = input.producer_register();
-        slots.producer_slots = &producer.outputs()[input.producer_register()];
-        slots.ring.resize(slots.producer_slots->register_num);
+        slots.producer_output = producer_register;
+        slots.producer_slots = &producer_slots;
+        slots.ring.resize(producer_slots.register_num);
         state.in_edges().push_back(std::move(slots));
-        producer.outputs()[input.producer_register()].consumers.push_back(OutputSlots::Consumer{i, edge, caf::actor()});
+        producer_slots.consumers.push_back(OutputSlots::Consumer{i, edge, nullptr});
       }
-      if (!input.control()) state.data_inputs().push_back(DataInput{edge, input.blob_index(), nullptr, desc, {}, ByteOffset(input)});
+      if (!input.control())
+        state.data_inputs().push_back(DataInput{edge, input.blob_index(), nullptr, std::move(desc), {}, ByteOffset(input)});
       if (input.whole()) whole_inputs.emplace_back(state.data_inputs().size() - 1, key);
     }
     if (!whole_inputs.empty()) index_edges();
@@ -395,11 +406,11 @@ Status Runtime::Impl::Instantiate() {
     if (task.kind() == plan::SINK && task.sink_name().empty()) {
       for (const DataInput& d : state.data_inputs()) output_descs.push_back(d.desc);
     }
-    if (state.is_root() && task.kind() != plan::SOURCE && !IsReadOnlyVariable(task)) roots_.push_back(i);
+    if (state.is_root() && task.kind() != plan::SOURCE && !read_only[i]) roots_.push_back(i);
+    AF_RETURN_IF_ERROR(state.FinishSetup(register_memory_));
   }
   for (int s : sources_) input_descs.push_back(states_[s]->outputs()[0].blob_descs[0]);
   push_registers_.assign(sources_.size(), -1);
-  for (auto& state : states_) AF_RETURN_IF_ERROR(state->FinishSetup(register_memory_));
   if (options_.run_inline) {
     inline_refusal = options_.observer != nullptr ? "an observer records the actors"
                                                   : InlineRun::Ineligible(states_, options_.inline_register_bytes);
@@ -433,18 +444,17 @@ Status Runtime::Impl::Instantiate() {
   // Lazily initialized: an actor builds its behaviour when its first message arrives, in the
   // same run of its worker, instead of being scheduled once at spawn just for that (one run and
   // one job-queue node less per task; a large plan spawns thousands).
-  for (auto& state : states_) {
-    actors_.push_back(environment_->system().spawn<caf::lazy_init>(TaskActor, state.get()));
-    state->BindActor(actors_.back());  // for completions of asynchronous acts
-  }
+  for (auto& state : states_) actors_.push_back(environment_->system().spawn<caf::lazy_init>(TaskActor, state.get()));
   // Handles are set before any message flows; the spawn/enqueue of the first message orders
   // these writes before the actors read them.
-  for (auto& state : states_) {
+  for (size_t i = 0; i < states_.size(); ++i) {
+    const std::unique_ptr<TaskState>& state = states_[i];
+    state->BindActor(actors_[i]);  // for completions of asynchronous acts
     for (InputSlots& in : state->in_edges()) {
-      in.producer = actors_[in.producer_index];
+      in.producer = caf::actor_cast<caf::abstract_actor*>(actors_[in.producer_index]);
     }
     for (OutputSlots& out : state->outputs())
-      for (OutputSlots::Consumer& c : out.consumers) c.actor = actors_[c.task_index];
+      for (OutputSlots::Consumer& c : out.consumers) c.actor = caf::actor_cast<caf::abstract_actor*>(actors_[c.task_index]);
     if (!sources_.empty() && state == states_[sources_[0]])
       for (int r : roots_) state->add_tick_target(actors_[r], states_[r].get());
     HappensBeforeSend(state.get());  // the wiring above, before the actor's first message
@@ -670,12 +680,7 @@ Status Runtime::Impl::Shutdown() {
   // register memory stays alive for as long as such a handle exists.
   for (auto& state : states_) state->UnbindActor();
   actors_.clear();
-  for (auto& state : states_) {
-    for (InputSlots& in : state->in_edges()) in.producer = caf::actor();
-    for (OutputSlots& out : state->outputs())
-      for (auto& c : out.consumers) c.actor = caf::actor();
-    state->clear_tick_targets();
-  }
+  for (auto& state : states_) state->clear_tick_targets();  // edges name actors by plain pointers
   environment_.reset();  // joins its threads if this runtime made it
   for (auto& state : states_) HappensAfterReceive(state.get());  // each actor's last handler
   // Iterations the killed actors never finished: their callers still hear of them.

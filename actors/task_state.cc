@@ -65,6 +65,9 @@ Status TaskState::FinishSetup(std::shared_ptr<const void> register_memory) {
     input_places_[i] = d.in_edge < 0 ? &d.constant->place : &in_edges_[d.in_edge].producer_slots->place;
   }
   output_views_.clear();
+  size_t blobs = 0;
+  for (const OutputSlots& out : outputs_) blobs += out.blob_descs.size();
+  output_views_.reserve(blobs);
   for (const OutputSlots& out : outputs_)
     for (const TensorDesc& desc : out.blob_descs) output_views_.push_back(TensorView{nullptr, desc});
   chosen_registers_.assign(outputs_.size(), -1);

@@ -110,6 +110,14 @@ void Send(caf::event_based_actor* self, const caf::actor& receiver, const void* 
     caf::anon_send(receiver, std::forward<Ts>(args)...);
   }
 }
+// The same to an actor named by a plain pointer (the wiring's: see InputSlots::producer).
+template <typename... Ts>
+void Send(caf::event_based_actor* self, caf::abstract_actor* receiver, const void* channel, Ts&&... args) {
+  HappensBeforeSend(channel);
+  if (receiver != nullptr)
+    receiver->eq_impl(caf::make_message_id(), nullptr, self != nullptr ? self->context() : nullptr,
+                      std::forward<Ts>(args)...);
+}
 
 // Pre-allocated registers of one output of a task, and who must ack each before reuse.
 struct OutputSlots {
@@ -129,7 +137,7 @@ struct OutputSlots {
   struct Consumer {
     int task_index;  // the consumer's index in the plan
     int in_edge;     // index of the matching InputSlots in the consumer
-    caf::actor actor;
+    caf::abstract_actor* actor;  // not owning (see InputSlots::producer)
   };
   std::vector<Consumer> consumers;
 
@@ -161,7 +169,10 @@ struct OutputSlots {
 // started and have not finished (asynchronous acts hold their inputs until completion); an act
 // takes next() and the oldest act releases front().
 struct InputSlots {
-  caf::actor producer;
+  // Not owning: the runtime holds every actor (Runtime::Impl::actors_) until they all ended, so
+  // no message is sent through these after. A handle per edge would cost two atomic updates
+  // of the other task's (cold) control block per edge at instantiation and at shutdown.
+  caf::abstract_actor* producer = nullptr;
   int producer_index = 0;
   int producer_output = 0;
   const OutputSlots* producer_slots = nullptr;  // layout is immutable after instantiation

@@ -17,21 +17,28 @@ namespace {
 class GradientTable {
  public:
   explicit GradientTable(Graph& graph) : graph_(graph) {}
-  void Add(const std::string& ref, const std::string& grad) { contributions_[ref].push_back(grad); }
+  void Add(const std::string& ref, const std::string& grad) {
+    if (index_.Insert(ref, contributions_.size())) contributions_.emplace_back();
+    contributions_[index_.Find(ref)].push_back(grad);
+  }
   StatusOr<std::string> Get(const std::string& ref, const std::string& location) {
-    auto it = contributions_.find(ref);
-    if (it == contributions_.end() || it->second.empty()) return std::string();
-    if (it->second.size() == 1) return it->second[0];
+    const size_t at = index_.Find(ref);
+    if (at == NameIndex::kNone || contributions_[at].empty()) return std::string();
+    std::vector<std::string>& grads = contributions_[at];
+    if (grads.size() == 1) return grads[0];
     auto parts = SplitRef(ref);
     std::string base = (parts.ok() ? parts->first : ref) + "-grad-sum";
-    AF_ASSIGN_OR_RETURN(const Node* sum, graph_.AddOp("add_n", base, it->second, {}, location));
-    it->second = {sum->output_ref(0)};
-    return it->second[0];
+    AF_ASSIGN_OR_RETURN(const Node* sum, graph_.AddOp("add_n", base, grads, {}, location));
+    grads = {sum->output_ref(0)};
+    return grads[0];
   }
 
  private:
   Graph& graph_;
-  std::unordered_map<std::string, std::vector<std::string>> contributions_;  // looked up only
+  // Each forward ref's gradient contributions, found through a flat table (looked up only):
+  // in one array, freed in one sweep.
+  NameIndex index_;
+  std::vector<std::vector<std::string>> contributions_;
 };
 
 class GradBuilderImpl : public GradBuilder {

@@ -34,7 +34,29 @@ Status WriteFile(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+namespace {
+Status CompileInto(Graph& graph, const CompileOptions& options, plan::Plan& plan);
+}  // namespace
+
 StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
+  plan::Plan plan;
+  AF_RETURN_IF_ERROR(CompileInto(graph, options, plan));
+  return plan;
+}
+
+StatusOr<std::shared_ptr<plan::Plan>> CompileGraphShared(Graph& graph, const CompileOptions& options) {
+  // Blocks grow to 1 MiB: a 10 k-task plan takes a few dozen (the default stops at 8 KiB).
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.start_block_size = size_t{64} << 10;
+  arena_options.max_block_size = size_t{1} << 20;
+  auto arena = std::make_shared<google::protobuf::Arena>(arena_options);
+  plan::Plan* plan = google::protobuf::Arena::CreateMessage<plan::Plan>(arena.get());
+  AF_RETURN_IF_ERROR(CompileInto(graph, options, *plan));
+  return std::shared_ptr<plan::Plan>(std::move(arena), plan);  // the plan keeps its arena alive
+}
+
+namespace {
+Status CompileInto(Graph& graph, const CompileOptions& options, plan::Plan& plan) {
   std::string dump_dir = options.dump_dot_dir;
   if (dump_dir.empty()) {
     const char* env = std::getenv("ACTORFLOW_DUMP_DOT");
@@ -109,7 +131,7 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
     std::fprintf(stderr, "SBP of job '%s':\n%s", graph.job_name().c_str(), SbpSummary(graph).c_str());
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "sbp.txt", SbpSummary(graph)));
   clock.Restart();  // the optional summary and dumps are not compiling
-  AF_ASSIGN_OR_RETURN(plan::Plan plan, LowerToPlan(graph, options));
+  AF_RETURN_IF_ERROR(LowerInto(graph, options, plan));
   AF_RETURN_IF_ERROR(PlaceOnDevices(plan).WithContext("job '" + graph.job_name() + "'"));
   lap("lower");
   AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
@@ -138,8 +160,9 @@ StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options) {
   }
   MarkStreamOrderedTasks(plan);
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "plan.dot", PlanToDot(plan)));
-  return plan;
+  return Status::Ok();
 }
+}  // namespace
 
 }  // namespace graph
 }  // namespace actorflow

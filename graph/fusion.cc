@@ -140,25 +140,28 @@ std::unique_ptr<Pass> MakeFusionPass() { return std::make_unique<FusionPass>(); 
 
 void RedirectFusedReaders(Graph& graph, const std::map<std::string, std::string>& renamed,
                           const std::map<std::string, std::string>& absorbed) {
-  // Every input of every node is looked up: hashed views of the two maps, not tree searches.
-  auto hashed = [](const std::map<std::string, std::string>& map) {
-    std::unordered_map<std::string_view, const std::string*> views;
-    views.reserve(map.size());
-    for (const auto& [from, to] : map) views.emplace(from, &to);
-    return views;
+  // Every input of every node is looked up: flat tables of the two maps, not tree searches.
+  struct Hashed {
+    NameIndex index;
+    std::vector<const std::string*> to;
+    explicit Hashed(const std::map<std::string, std::string>& map) {
+      index.Reserve(map.size());
+      for (const auto& [from, target] : map)
+        if (index.Insert(from, to.size())) to.push_back(&target);
+    }
+    const std::string* Find(std::string_view from) const {
+      const size_t at = index.Find(from);
+      return at == NameIndex::kNone ? nullptr : to[at];
+    }
   };
-  const auto renamed_views = hashed(renamed), absorbed_views = hashed(absorbed);
+  const Hashed renamed_to(renamed), absorbed_into(absorbed);
   for (Node& n : graph.mutable_nodes()) {
-    if (!renamed_views.empty())
-      for (std::string& ref : n.inputs) {
-        auto it = renamed_views.find(ref);
-        if (it != renamed_views.end()) ref = *it->second;
-      }
-    if (!absorbed_views.empty())
-      for (std::string& c : n.control_inputs) {
-        auto it = absorbed_views.find(c);
-        if (it != absorbed_views.end() && *it->second != n.name) c = *it->second;
-      }
+    if (!renamed.empty())
+      for (std::string& ref : n.inputs)
+        if (const std::string* to = renamed_to.Find(ref)) ref = *to;
+    if (!absorbed.empty())
+      for (std::string& c : n.control_inputs)
+        if (const std::string* into = absorbed_into.Find(c); into != nullptr && *into != n.name) c = *into;
   }
 }
 
@@ -171,13 +174,22 @@ std::map<std::string, int> CountReaders(const Graph& graph) {
 
 std::unordered_map<std::string, int> CountReadersOf(const Graph& graph,
                                                     const std::function<const std::string*(const Node&)>& asked) {
-  std::unordered_map<std::string, int> readers;
+  // Counted through a flat table (every input of every node is looked up), handed out hashed.
+  NameIndex index;
+  std::vector<int> counts;
   for (const Node& n : graph.nodes())
-    if (const std::string* ref = asked(n)) readers.emplace(*ref, 0);
-  if (readers.empty()) return readers;
+    if (const std::string* ref = asked(n))
+      if (index.Insert(*ref, counts.size())) counts.push_back(0);
+  std::unordered_map<std::string, int> readers;
+  if (counts.empty()) return readers;
   for (const Node& n : graph.nodes())
     for (const std::string& ref : n.inputs)
-      if (auto it = readers.find(ref); it != readers.end()) ++it->second;
+      if (const size_t at = index.Find(ref); at != NameIndex::kNone) ++counts[at];
+  readers.reserve(counts.size());
+  index.RetainIf([&](std::string_view ref, size_t& at) {
+    readers.emplace(std::string(ref), counts[at]);
+    return true;
+  });
   return readers;
 }
 

@@ -123,13 +123,13 @@ Graph& Graph::operator=(const Graph& other) {
 }
 
 const Node* Graph::FindNode(std::string_view name) const {
-  auto it = index_.find(name);
-  return it == index_.end() ? nullptr : &nodes_[it->second];
+  const size_t at = index_.Find(name);
+  return at == NameIndex::kNone ? nullptr : &nodes_[at];
 }
 
 Node* Graph::FindMutableNode(std::string_view name) {
-  auto it = index_.find(name);
-  return it == index_.end() ? nullptr : &nodes_[it->second];
+  const size_t at = index_.Find(name);
+  return at == NameIndex::kNone ? nullptr : &nodes_[at];
 }
 
 StatusOr<std::pair<const Node*, int>> Graph::Resolve(const std::string& ref) const {
@@ -156,11 +156,11 @@ StatusOr<TensorDesc> Graph::Desc(const std::string& ref) const {
 }
 
 std::string Graph::UniqueName(const std::string& base) const {
-  if (!index_.count(base)) return base;
+  if (!index_.Contains(base)) return base;
   int& next = next_suffix_[base];
   for (int i = std::max(next, 1);; ++i) {
     std::string candidate = base + "_" + std::to_string(i);
-    if (!index_.count(candidate)) {
+    if (!index_.Contains(candidate)) {
       next = i;
       return candidate;
     }
@@ -180,7 +180,7 @@ const Node* Graph::FindVariable(const std::string& variable_name) const {
 }
 
 Node& Graph::Append(Node node) {
-  if (!index_.try_emplace(node.name, nodes_.size()).second)  // one lookup: a new name enters
+  if (!index_.Insert(node.name, nodes_.size()))  // one lookup: a new name enters
     throw std::logic_error("graph: duplicate node name " + node.name);
   if (node.kind == NodeKind::kVariable) variable_index_.emplace(node.variable_name, node.name);
   nodes_.push_back(std::move(node));
@@ -188,11 +188,13 @@ Node& Graph::Append(Node node) {
 }
 
 void Graph::MoveAfter(const std::string& name, const std::string& after) {
-  const size_t from = index_.at(name), to = index_.at(after) + 1;
+  const size_t from = index_.Find(name), to = index_.Find(after) + 1;
+  if (from == NameIndex::kNone || to == NameIndex::kNone + 1)
+    throw std::out_of_range("graph: MoveAfter of " + name + " after " + after + ": no such node");
   if (from < to) throw std::logic_error("graph: MoveAfter expects " + name + " after " + after);
   std::rotate(nodes_.begin() + static_cast<std::ptrdiff_t>(to), nodes_.begin() + static_cast<std::ptrdiff_t>(from),
               nodes_.begin() + static_cast<std::ptrdiff_t>(from) + 1);
-  for (size_t i = to; i <= from; ++i) index_[nodes_[i].name] = i;
+  for (size_t i = to; i <= from; ++i) index_.Assign(nodes_[i].name, i);
 }
 
 void Graph::Retain(const std::vector<bool>& keep) {
@@ -209,24 +211,19 @@ void Graph::Retain(const std::vector<bool>& keep) {
     dropped_variable |= !keep[i] && nodes_[i].kind == NodeKind::kVariable;
   }
   size_t standing = 0;  // entries that stand: at most one per kept position
-  for (auto it = index_.begin(); it != index_.end();) {
-    const size_t at = it->second;
-    if (at < nodes_.size() && keep[at] && nodes_[at].name == it->first) {
-      it->second = position[at];
-      ++standing;
-      ++it;
-    } else {
-      it = index_.erase(it);
-    }
-  }
+  index_.RetainIf([&](std::string_view name, size_t& at) {
+    if (at >= nodes_.size() || !keep[at] || nodes_[at].name != name) return false;
+    at = position[at];
+    ++standing;
+    return true;
+  });
   // Every kept node has its entry unless a pass put nodes in without Append (or renamed one).
   bool new_variable = false;
   if (standing != kept_count) {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       if (!keep[i]) continue;
-      auto it = index_.find(nodes_[i].name);
-      if (it == index_.end() || it->second != position[i]) {
-        index_[nodes_[i].name] = position[i];  // of two nodes of one name, the last one wins, as before
+      if (index_.Find(nodes_[i].name) != position[i]) {
+        index_.Assign(nodes_[i].name, position[i]);  // of two nodes of one name, the last one wins, as before
         new_variable |= nodes_[i].kind == NodeKind::kVariable;
       }
     }
@@ -243,7 +240,7 @@ void Graph::Retain(const std::vector<bool>& keep) {
   }
   for (Node& n : nodes_)
     if (!n.control_inputs.empty())
-      std::erase_if(n.control_inputs, [&](const std::string& c) { return !index_.count(c); });
+      std::erase_if(n.control_inputs, [&](const std::string& c) { return !index_.Contains(c); });
 }
 
 StatusOr<const Node*> Graph::AddOp(const std::string& type, const std::string& name,

@@ -16,6 +16,7 @@
 
 #include "actors/status.h"
 #include "actors/tensor.h"
+#include "graph/name_index.h"
 #include "kernels/op_registry.h"
 
 namespace actorflow {
@@ -141,7 +142,7 @@ class Graph {
   // Room for `count` nodes in all (a caller about to Append many).
   void Reserve(size_t count) {
     nodes_.reserve(count);
-    index_.reserve(count);
+    index_.Reserve(count);
   }
   // Moves node `name` to just after node `after` (both must exist, `name` after `after`); the
   // caller keeps the order topological (nothing between them may feed `name`).
@@ -187,14 +188,10 @@ class Graph {
   int device_num_ = 1;
   int machine_num_ = 1;
   int gpu_device_num_ = 0;
-  // Looks names up by std::string_view too (no string built per lookup; every pass resolves
-  // thousands of refs).
-  struct NameHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
-  };
+  // Looked up by std::string_view (no string built per lookup; every pass resolves thousands
+  // of refs) in one flat table (graph/name_index.h).
   std::vector<Node> nodes_;
-  std::unordered_map<std::string, size_t, NameHash, std::equal_to<>> index_;
+  NameIndex index_;
   // variable_name -> name of its first kVariable node (rebuilt by Retain; checked on use).
   std::unordered_map<std::string, std::string> variable_index_;
   // base -> the smallest suffix UniqueName has not yet seen taken (see UniqueName).

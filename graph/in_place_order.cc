@@ -1,9 +1,12 @@
 // In-place write ordering over a plan (graph/in_place_order.h) and its check (passes.h).
 #include "graph/in_place_order.h"
 
+#include <algorithm>
 #include <limits>
 #include <map>
+#include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "actors/plan_dtype.h"
 #include "graph/passes.h"
@@ -30,26 +33,42 @@ bool Overlap(const plan::Plan& plan, const plan::InputDesc& a, const plan::Input
 }
 
 // Readers of the registers some task writes in place: (producer task, register) -> the
-// (task, input index) pairs reading it by data edges, ascending. Also the reading tasks.
+// (task, input index) pairs reading it by data edges, ascending. Also the reading tasks. The
+// written registers are a sorted array searched by bisection: every data input of the plan
+// is looked up, and the array (a few per variable) stays in cache where a tree's nodes do not.
 struct WrittenRegisterReaders {
-  std::map<std::pair<int64_t, int>, std::vector<std::pair<int, int>>> readers;
+  std::vector<std::pair<int64_t, int>> registers;      // sorted, distinct
+  std::vector<std::vector<std::pair<int, int>>> readers;  // by position in `registers`
   std::vector<int> tasks;
+  bool empty() const { return registers.empty(); }
+  std::vector<std::pair<int, int>>* Find(int64_t producer, int reg) {
+    const std::pair<int64_t, int> key{producer, reg};
+    auto it = std::lower_bound(registers.begin(), registers.end(), key);
+    return it == registers.end() || *it != key ? nullptr : &readers[static_cast<size_t>(it - registers.begin())];
+  }
+  const std::vector<std::pair<int, int>>& at(int64_t producer, int reg) const {
+    auto* found = const_cast<WrittenRegisterReaders*>(this)->Find(producer, reg);
+    if (found == nullptr) throw std::out_of_range("in-place order: register not written in place");
+    return *found;
+  }
 };
 WrittenRegisterReaders ReadersOfWrittenRegisters(const plan::Plan& plan) {
   WrittenRegisterReaders result;
   for (const plan::Task& t : plan.tasks())
     for (int m : t.mutable_inputs())
       if (m >= 0 && m < t.inputs_size())
-        result.readers.emplace(std::make_pair(t.inputs(m).producer_task_id(), t.inputs(m).producer_register()),
-                               std::vector<std::pair<int, int>>{});
-  if (result.readers.empty()) return result;
+        result.registers.emplace_back(t.inputs(m).producer_task_id(), t.inputs(m).producer_register());
+  if (result.registers.empty()) return result;
+  std::sort(result.registers.begin(), result.registers.end());
+  result.registers.erase(std::unique(result.registers.begin(), result.registers.end()), result.registers.end());
+  result.readers.resize(result.registers.size());
   for (int t = 0; t < plan.tasks_size(); ++t)
     for (int i = 0; i < plan.tasks(t).inputs_size(); ++i) {
       const plan::InputDesc& in = plan.tasks(t).inputs(i);
       if (in.control()) continue;
-      auto it = result.readers.find({in.producer_task_id(), in.producer_register()});
-      if (it == result.readers.end()) continue;
-      it->second.emplace_back(t, i);
+      std::vector<std::pair<int, int>>* readers = result.Find(in.producer_task_id(), in.producer_register());
+      if (readers == nullptr) continue;
+      readers->emplace_back(t, i);
       if (result.tasks.empty() || result.tasks.back() != t) result.tasks.push_back(t);
     }
   return result;
@@ -97,14 +116,14 @@ bool AncestorIndex::IsAncestor(int ancestor, int node) {
 void OrderInPlaceWriters(plan::Plan& plan, const std::function<void(plan::Task*, int)>& add_control) {
   const int n = plan.tasks_size();
   const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
-  if (written.readers.empty()) return;
+  if (written.empty()) return;
   AncestorIndex ancestors(PlanParents(plan));
   for (int t = 0; t < n; ++t) {
     std::vector<int> writes;
     for (int m : plan.tasks(t).mutable_inputs()) writes.push_back(m);
     for (int m : writes) {
       const plan::InputDesc written_input = plan.tasks(t).inputs(m);
-      for (const auto& [r, input] : written.readers.at({written_input.producer_task_id(), written_input.producer_register()})) {
+      for (const auto& [r, input] : written.at(written_input.producer_task_id(), written_input.producer_register())) {
         if (r >= t) break;
         if (ancestors.IsAncestor(r, t) || !Overlap(plan, plan.tasks(r).inputs(input), written_input)) continue;
         add_control(plan.mutable_tasks(t), r);
@@ -131,14 +150,14 @@ Status VerifyInPlaceOrder(const plan::Plan& plan) {
         return Internal("plan '" + plan.job_name() + "': task '" + writer.name() + "' writes input " +
                         std::to_string(m) + " of " + std::to_string(writer.inputs_size()));
   const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
-  if (written.readers.empty()) return Status::Ok();
+  if (written.empty()) return Status::Ok();
   // What each task waits for this iteration (data and control edges), among the readers.
   AncestorIndex ancestors(PlanParents(plan));
   for (int w = 0; w < n; ++w) {
     const plan::Task& writer = plan.tasks(w);
     for (int m : writer.mutable_inputs()) {
       const plan::InputDesc& target = writer.inputs(m);
-      for (const auto& [r, i] : written.readers.at({target.producer_task_id(), target.producer_register()})) {
+      for (const auto& [r, i] : written.at(target.producer_task_id(), target.producer_register())) {
         if (r == w || !Overlap(plan, plan.tasks(r).inputs(i), target)) continue;
         const plan::Task& reader = plan.tasks(r);
         bool also_writes = false;  // two writers of one register: ordered either way

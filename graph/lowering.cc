@@ -37,6 +37,11 @@ plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
 
 StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& options) {
   plan::Plan plan;
+  AF_RETURN_IF_ERROR(LowerInto(graph, options, plan));
+  return plan;
+}
+
+Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& plan) {
   plan.set_job_name(graph.job_name());
   const int register_num = std::max(1, options.register_num);
   // Each logical node's tasks: one per device of its placement; inputs and variables, held
@@ -79,7 +84,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     bool split = false;
   };
   std::map<std::string, View> views;  // view op output ref -> what it reads
-  const std::set<std::string> written = InPlaceWrittenRefs(graph);
+  const NameIndex written = InPlaceWrittenRefs(graph);
   {
     // Built on first use: most jobs have no reshape, and most reshapes run on one device.
     std::optional<std::unordered_set<std::string>> control_targets;
@@ -112,7 +117,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
     for (const Node& n : graph.nodes()) {
       if (n.kind != NodeKind::kOp || (n.type != "reshape" && n.type != "flatten") || n.inputs.size() != 1 ||
           n.output_names.size() != 1 || !n.control_inputs.empty() || is_control_target(n.name) ||
-          written.count(n.output_ref(0)))
+          written.Contains(n.output_ref(0)))
         continue;
       const bool split = devices_of(n).size() > 1;
       if (split) {
@@ -129,7 +134,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       }
       AF_ASSIGN_OR_RETURN(auto producer, graph.Resolve(base));
       const Node& from = *producer.first;
-      if (from.kind == NodeKind::kVariable || written.count(base) || devices_of(from) != devices_of(n)) continue;
+      if (from.kind == NodeKind::kVariable || written.Contains(base) || devices_of(from) != devices_of(n)) continue;
       // A split view's bytes: the producer's tasks' registers, S(0), or a feed stored S(0).
       if (split && !(from.kind == NodeKind::kOp ? static_cast<size_t>(producer.second) < from.output_sbp.size() &&
                                                       from.output_sbp[producer.second] == Sbp::Split(0)
@@ -429,7 +434,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
         t->set_feed_index(feed_index[n.name]);
       } else if (n.kind == NodeKind::kVariable) {
         t->set_variable_name(n.variable_name);
-        t->set_read_only(!written.count(n.output_ref(0)));
+        t->set_read_only(!written.Contains(n.output_ref(0)));
         if (parts > 1) {  // a shard (ShardedVariable): which part of the logical tensor it holds
           (*t->mutable_attrs())["shard_axis"].set_i(output_sbp(n, 0).axis);
           (*t->mutable_attrs())["shard_index"].set_i(static_cast<int64_t>(index));
@@ -651,7 +656,7 @@ StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& optio
       add_consumer(*in, sink);
     }
   }
-  return plan;
+  return Status::Ok();
 }
 
 }  // namespace graph

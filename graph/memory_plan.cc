@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/plan_dtype.h"
+#include "actors/task_ids.h"
 #include "graph/plan_order.h"
 
 namespace actorflow {
@@ -64,38 +65,42 @@ bool InOrder(const PlanOrder& order, int a, int first, int b, int second) {
 }
 
 // Registers some task writes in place, and registers read whole: never shared nor reduced.
-std::vector<std::vector<bool>> PinnedRegisters(const plan::Plan& plan) {
-  std::unordered_map<int64_t, int> index_of;
-  std::vector<std::vector<bool>> pinned(plan.tasks_size());
-  for (int t = 0; t < plan.tasks_size(); ++t) {
-    index_of.emplace(plan.tasks(t).id(), t);
-    pinned[t].assign(plan.tasks(t).registers_size(), false);
-  }
+// One flag per register of the plan in one array (register r of task t at base[t] + r).
+struct Pinned {
+  std::vector<int> base;
+  std::vector<uint8_t> flags;
+  bool at(int t, int r) const { return flags[static_cast<size_t>(base[t] + r)] != 0; }
+};
+Pinned PinnedRegisters(const plan::Plan& plan, const TaskIds& task_ids) {
+  Pinned pinned;
+  pinned.base.resize(static_cast<size_t>(plan.tasks_size()) + 1, 0);
+  for (int t = 0; t < plan.tasks_size(); ++t) pinned.base[t + 1] = pinned.base[t] + plan.tasks(t).registers_size();
+  pinned.flags.assign(static_cast<size_t>(pinned.base.back()), 0);
   for (const plan::Task& task : plan.tasks()) {
     for (int i = 0; i < task.inputs_size(); ++i) {
       const plan::InputDesc& in = task.inputs(i);
-      const bool written = std::find(task.mutable_inputs().begin(), task.mutable_inputs().end(), i) !=
-                           task.mutable_inputs().end();
-      auto found = index_of.find(in.producer_task_id());
-      if (found == index_of.end()) continue;
-      std::vector<bool>& registers = pinned[found->second];
-      if ((written || in.whole()) && in.producer_register() >= 0 &&
-          in.producer_register() < static_cast<int>(registers.size()))
-        registers[in.producer_register()] = true;
+      if (!in.whole() && std::find(task.mutable_inputs().begin(), task.mutable_inputs().end(), i) ==
+                             task.mutable_inputs().end())
+        continue;
+      const int producer = task_ids.Find(in.producer_task_id());
+      if (producer < 0) continue;
+      const int registers = pinned.base[producer + 1] - pinned.base[producer];
+      if (in.producer_register() >= 0 && in.producer_register() < registers)
+        pinned.flags[static_cast<size_t>(pinned.base[producer] + in.producer_register())] = 1;
     }
   }
   return pinned;
 }
 
 // Registers that may share memory or lose registers (memory_plan.h "Shared").
-bool Eligible(const plan::Plan& plan, const PlanOrder& order, const std::vector<std::vector<bool>>& pinned, int t, int r) {
+bool Eligible(const plan::Plan& plan, const PlanOrder& order, const Pinned& pinned, int t, int r) {
   const plan::Task& task = plan.tasks(t);
   const plan::RegisterDesc& reg = task.registers(r);
   // A source's register is written by the host's Push once the register is free, like an act.
   const bool kind = (task.kind() == plan::COMPUTE && !task.asynchronous()) || task.kind() == plan::SOURCE;
   return kind && task.device_type() == "cpu" &&
          reg.memory_case().kind() == plan::MEMORY_HOST && !reg.has_slice_of() && reg.reserved_byte_size() == 0 &&
-         !reg.has_shared_memory() && !pinned[t][r] && RegisterBytes(reg) > 0 && !order.Readers(t, r).empty();
+         !reg.has_shared_memory() && !pinned.at(t, r) && RegisterBytes(reg) > 0 && !order.Readers(t, r).empty();
 }
 
 struct Candidate {
@@ -312,22 +317,21 @@ Status PlanRegisterMemory(plan::Plan& plan) {
   // for an earlier iteration: nothing is lowered and nothing may share. Checked first, so that
   // predict jobs skip building the ordering facts.
   bool back_edges = plan.serial_iterations();
-  std::unordered_map<int64_t, const plan::Task*> task_of;
-  for (const plan::Task& task : plan.tasks()) {
+  for (const plan::Task& task : plan.tasks())
     if (task.machine_id() != 0) return Status::Ok();
-    task_of.emplace(task.id(), &task);
-  }
+  TaskIds task_ids;  // ids are positions in a lowered plan: a flat array
+  AF_RETURN_IF_ERROR(task_ids.Build(plan.tasks_size(), [&](int t) { return plan.tasks(t).id(); }));
   for (const plan::Task& task : plan.tasks())
     for (const plan::InputDesc& in : task.inputs()) {
-      auto found = task_of.find(in.producer_task_id());
-      if (found == task_of.end() || ReadOnlyVariable(*found->second)) continue;
-      const plan::Task& producer = *found->second;
+      const int found = task_ids.Find(in.producer_task_id());
+      if (found < 0 || ReadOnlyVariable(plan.tasks(found))) continue;
+      const plan::Task& producer = plan.tasks(found);
       back_edges = back_edges || (in.producer_register() >= 0 && in.producer_register() < producer.registers_size() &&
                                   SingleRegister(producer, producer.registers(in.producer_register())));
     }
   if (!back_edges) return Status::Ok();
   AF_ASSIGN_OR_RETURN(PlanOrder order, PlanOrder::Of(plan));
-  const std::vector<std::vector<bool>> pinned = PinnedRegisters(plan);
+  const Pinned pinned = PinnedRegisters(plan, task_ids);
   const int n = plan.tasks_size();
   // One register where the producer's next act already waits for this iteration's work.
   // Decided, and the registers placed, on the facts of the plan before the change: lowering

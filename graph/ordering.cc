@@ -19,11 +19,13 @@ namespace graph {
 namespace ordering_detail {
 
 // Refs some op writes in place (variables under an optimizer, batch-norm moving statistics).
-std::set<std::string> InPlaceWrittenRefs(const Graph& graph) {
-  std::set<std::string> written;
-  for (const Node& n : graph.nodes())
+NameIndex InPlaceWrittenRefs(const Graph& graph) {
+  NameIndex written;
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& n = graph.nodes()[i];
     for (int m : n.mutable_inputs)
-      if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) written.insert(n.inputs[m]);
+      if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) written.Insert(n.inputs[m], i);
+  }
   return written;
 }
 
@@ -47,10 +49,10 @@ std::string_view ProducerView(const std::string& ref) {
 // the writer after it: a return and a watch both see the value this iteration's forward read,
 // never the update's result nor a torn mix of both.
 Status SnapshotSinkReads(Graph& graph) {
-  const std::set<std::string> written = InPlaceWrittenRefs(graph);
+  const NameIndex written = InPlaceWrittenRefs(graph);
   std::map<std::string, std::string> snapshot_of;  // written ref -> its copy's ref
   auto redirect = [&](std::string& ref, const std::string& location) -> Status {
-    if (!written.count(ref)) return Status::Ok();
+    if (!written.Contains(ref)) return Status::Ok();
     auto it = snapshot_of.find(ref);
     if (it == snapshot_of.end()) {
       const std::string producer = ProducerOf(ref);
@@ -75,17 +77,24 @@ class OrderingPass : public Pass {
   Status Run(Graph& graph) override {
     AF_RETURN_IF_ERROR(SnapshotSinkReads(graph));
     const std::vector<Node>& nodes = graph.nodes();
-    // Readers (ascending, each once) of every ref some op writes in place.
-    std::unordered_map<std::string, std::vector<int>> readers;
+    // Readers (ascending, each once) of every ref some op writes in place: the ref's list in
+    // `readers`, found through a flat table (every input of every node is looked up).
+    NameIndex written;
+    std::vector<std::vector<int>> readers;
     for (const Node& n : nodes)
       for (int m : n.mutable_inputs)
-        if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) readers.emplace(n.inputs[m], std::vector<int>{});
+        if (m >= 0 && static_cast<size_t>(m) < n.inputs.size() && written.Insert(n.inputs[m], readers.size()))
+          readers.emplace_back();
+    auto readers_of = [&](const std::string& ref) -> std::vector<int>* {
+      const size_t at = written.Find(ref);
+      return at == NameIndex::kNone ? nullptr : &readers[at];
+    };
     std::vector<int> candidates;
     for (size_t r = 0; r < nodes.size(); ++r)
       for (const auto& in : nodes[r].inputs) {
-        auto it = readers.find(in);
-        if (it == readers.end() || (!it->second.empty() && it->second.back() == static_cast<int>(r))) continue;
-        it->second.push_back(static_cast<int>(r));
+        std::vector<int>* list = readers_of(in);
+        if (list == nullptr || (!list->empty() && list->back() == static_cast<int>(r))) continue;
+        list->push_back(static_cast<int>(r));
         candidates.push_back(static_cast<int>(r));
       }
     if (candidates.empty()) return Status::Ok();
@@ -107,7 +116,7 @@ class OrderingPass : public Pass {
       // consume what it wrote) and not already ordered before it by data or control edges.
       std::vector<int> control;
       for (int k : nodes[m].mutable_inputs)
-        for (int r : readers.at(nodes[m].inputs.at(k))) {
+        for (int r : *readers_of(nodes[m].inputs.at(k))) {
           if (r >= static_cast<int>(m)) break;
           if (ancestors.IsAncestor(r, static_cast<int>(m)) || std::find(control.begin(), control.end(), r) != control.end())
             continue;

@@ -12,8 +12,9 @@ namespace actorflow {
 namespace graph {
 namespace ordering_detail {
 
-// Refs some op writes in place (variables under an optimizer, batch-norm moving statistics).
-std::set<std::string> InPlaceWrittenRefs(const Graph& graph);
+// Refs some op writes in place (variables under an optimizer, batch-norm moving statistics),
+// each at the position of its first writer (a flat table: a training job has one per variable).
+NameIndex InPlaceWrittenRefs(const Graph& graph);
 
 }  // namespace ordering_detail
 }  // namespace graph

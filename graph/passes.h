@@ -223,12 +223,19 @@ struct CompileOptions {
 
 // Runs the pipeline on `graph` (modified in place) and lowers it.
 StatusOr<plan::Plan> CompileGraph(Graph& graph, const CompileOptions& options);
+// The same plan, built in a protobuf arena that the pointer owns: its tasks, registers and
+// inputs lie in a few large blocks in the order lowering made them, so every later pass over
+// them (checks, memory plan, job cache index, runtime start) walks memory in order instead of
+// chasing ~30 heap blocks per task (a plan of thousands of tasks outgrows the caches).
+StatusOr<std::shared_ptr<plan::Plan>> CompileGraphShared(Graph& graph, const CompileOptions& options);
 
 // Lowering alone (expects the passes to have run): one SOURCE per feed, one VARIABLE per
 // variable (each holding the whole tensor on its first device), one COMPUTE per op and device
 // of its placement (named <op>@<device> when there are several) with physical shapes and
 // attributes, the main SINK over the outputs and a SINK per watch.
 StatusOr<plan::Plan> LowerToPlan(const Graph& graph, const CompileOptions& options);
+// The same into `plan` (empty; any arena).
+Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& plan);
 
 // Internal error unless every task reading a register that some task writes in place (sinks
 // included) runs before that writer in the same iteration (is its ancestor through data and

@@ -44,11 +44,11 @@ struct RebindIndex {
   std::vector<uint32_t> input_begin;
   std::vector<DerivedName> inputs;
   // Old compiled name -> position (feeds, outputs and the other few references of a hit).
-  // Keys view the names of the entry's graphs, which live as long as the entry holding this.
-  std::unordered_map<std::string_view, size_t> compiled_index;
+  // Flat tables (graph/name_index.h) with their own copies of the keys.
+  graph::NameIndex compiled_index;
   // Old traced name -> position: a reference to a traced node the passes fused away (a diff
   // watch's forward ref, a gradient's key) is renamed by its traced node.
-  std::unordered_map<std::string_view, size_t> traced_index;
+  graph::NameIndex traced_index;
   // Per plan task: the compiled node it lowers (and where a device suffix "@1" starts), its
   // variable; per blob (flattened in task, register, blob order): the compiled node.
   std::vector<DerivedName> task_node, task_variable, blobs;
@@ -78,33 +78,33 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
   const Graph& before = cached.traced;
   const Graph& compiled = *cached.compiled;
   auto index = std::make_shared<RebindIndex>();
-  std::unordered_map<std::string_view, size_t>& traced_index = index->traced_index;
-  std::unordered_map<std::string_view, size_t> variable_position;
-  traced_index.reserve(before.nodes().size());
+  graph::NameIndex& traced_index = index->traced_index;
+  graph::NameIndex variable_position;
+  traced_index.Reserve(before.nodes().size());
   for (size_t i = 0; i < before.nodes().size(); ++i) {
     const Node& n = before.nodes()[i];
-    traced_index.emplace(n.name, i);
-    if (n.kind == graph::NodeKind::kVariable) variable_position.emplace(n.variable_name, i);
+    traced_index.Insert(n.name, i);
+    if (n.kind == graph::NodeKind::kVariable) variable_position.Insert(n.variable_name, i);
   }
+  constexpr size_t kNone = graph::NameIndex::kNone;
   // The name itself, or its longest prefix ending before a '-' ("d0-grad_1" from "d0").
-  auto derive = [](const std::unordered_map<std::string_view, size_t>& names, const std::string& name) {
-    if (auto it = names.find(name); it != names.end())
-      return DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(name.size())};
+  auto derive = [](const graph::NameIndex& names, const std::string& name) {
+    if (const size_t at = names.Find(name); at != kNone)
+      return DerivedName{static_cast<int32_t>(at), static_cast<uint32_t>(name.size())};
     for (size_t pos = name.rfind('-'); pos != std::string::npos && pos > 0; pos = name.rfind('-', pos - 1))
-      if (auto it = names.find(std::string_view(name).substr(0, pos)); it != names.end())
-        return DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(pos)};
+      if (const size_t at = names.Find(std::string_view(name).substr(0, pos)); at != kNone)
+        return DerivedName{static_cast<int32_t>(at), static_cast<uint32_t>(pos)};
     return DerivedName{};
   };
   const size_t count = compiled.nodes().size();
-  index->compiled_index.reserve(count);
-  for (size_t i = 0; i < count; ++i) index->compiled_index.emplace(compiled.nodes()[i].name, i);
+  index->compiled_index.Reserve(count);
+  for (size_t i = 0; i < count; ++i) index->compiled_index.Insert(compiled.nodes()[i].name, i);
   // A reference "node/output" or a node name: the compiled node and where the rest starts.
   auto ref = [&](const std::string& r) {
     const size_t slash = r.rfind('/');
     const size_t end = slash == std::string::npos ? r.size() : slash;
-    auto it = index->compiled_index.find(std::string_view(r).substr(0, end));
-    return it == index->compiled_index.end() ? DerivedName{}
-                                             : DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(end)};
+    const size_t at = index->compiled_index.Find(std::string_view(r).substr(0, end));
+    return at == kNone ? DerivedName{} : DerivedName{static_cast<int32_t>(at), static_cast<uint32_t>(end)};
   };
   // Besides, the packed copies a hit reads: the old names and lines.
   std::unordered_map<std::string_view, uint32_t> location_id;
@@ -146,10 +146,9 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
     index->input_begin.push_back(static_cast<uint32_t>(index->inputs.size()));
     for (const std::string& in : n.inputs) index->inputs.push_back(ref(in));
     for (const std::string& c : n.control_inputs) {
-      auto it = index->compiled_index.find(c);
-      index->inputs.push_back(it == index->compiled_index.end()
-                                  ? DerivedName{}
-                                  : DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(c.size())});
+      const size_t at = index->compiled_index.Find(c);
+      index->inputs.push_back(at == kNone ? DerivedName{}
+                                          : DerivedName{static_cast<int32_t>(at), static_cast<uint32_t>(c.size())});
     }
   }
   index->input_begin.push_back(static_cast<uint32_t>(index->inputs.size()));
@@ -165,11 +164,11 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
   for (size_t t = 0; t < tasks; ++t) {
     const plan::Task& task = plan.tasks(static_cast<int>(t));
     const std::string& name = task.name();
-    if (auto it = index->compiled_index.find(name); it != index->compiled_index.end()) {
-      index->task_node[t] = DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(name.size())};
+    if (const size_t node = index->compiled_index.Find(name); node != kNone) {
+      index->task_node[t] = DerivedName{static_cast<int32_t>(node), static_cast<uint32_t>(name.size())};
     } else if (const size_t at = name.rfind('@'); at != std::string::npos) {
-      if (auto it = index->compiled_index.find(std::string_view(name).substr(0, at)); it != index->compiled_index.end())
-        index->task_node[t] = DerivedName{static_cast<int32_t>(it->second), static_cast<uint32_t>(at)};
+      if (const size_t base = index->compiled_index.Find(std::string_view(name).substr(0, at)); base != kNone)
+        index->task_node[t] = DerivedName{static_cast<int32_t>(base), static_cast<uint32_t>(at)};
     }
     index->task_kind.push_back(task.kind());
     const DerivedName node = index->task_node[t];
@@ -201,10 +200,10 @@ std::string RenameRef(const RebindIndex& index, const JobNames& names, const std
   const size_t slash = ref.rfind('/');
   const size_t end = slash == std::string::npos ? ref.size() : slash;
   const std::string_view node = std::string_view(ref).substr(0, end);
-  if (auto it = index.compiled_index.find(node); it != index.compiled_index.end())
-    return std::string(names.node_names[it->second]).append(ref, end);
-  if (auto it = index.traced_index.find(node); it != index.traced_index.end())
-    return std::string(names.traced_names[it->second]).append(ref, end);
+  if (const size_t at = index.compiled_index.Find(node); at != graph::NameIndex::kNone)
+    return std::string(names.node_names[at]).append(ref, end);
+  if (const size_t at = index.traced_index.Find(node); at != graph::NameIndex::kNone)
+    return std::string(names.traced_names[at]).append(ref, end);
   return ref;
 }
 

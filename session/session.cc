@@ -278,10 +278,10 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
       lap("job cache store");
     }
     clock.Restart();
-    AF_ASSIGN_OR_RETURN(plan::Plan compiled_plan, CompileGraph(working, compile_options));
+    AF_ASSIGN_OR_RETURN(std::shared_ptr<plan::Plan> compiled_plan, CompileGraphShared(working, compile_options));
     // The job and the cache entry share the compiled graph and plan (immutable from here on).
     job->graph_ = std::make_shared<const Graph>(std::move(working));
-    job->plan_ = std::make_shared<const plan::Plan>(std::move(compiled_plan));
+    job->plan_ = std::move(compiled_plan);
     if (entry) {
       entry->compiled = job->graph_;
       entry->plan = job->plan_;
@@ -324,7 +324,15 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   }
   const int rank = membership ? membership->rank() : 0;
   // The variable_buffer hook looks each task up by (variable, shard index; -1 for a whole one).
-  std::map<std::pair<std::string, int64_t>, void*> buffers;
+  // Hashed: the runtime start asks once per variable task (a tree of string keys costs a
+  // dozen cold nodes per lookup in a job of thousands of variables).
+  struct BufferKeyHash {
+    size_t operator()(const std::pair<std::string, int64_t>& key) const {
+      return std::hash<std::string>{}(key.first) ^ (std::hash<int64_t>{}(key.second) * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::unordered_map<std::pair<std::string, int64_t>, void*, BufferKeyHash> buffers;
+  std::set<int> devices;  // of every task; counted in the pass over the plan's tasks below
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
@@ -363,9 +371,15 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     }
     // Variables the compiler placed on a GPU read and write a device buffer instead. A variable
     // lives on one side for all jobs: moving it between host and GPU per call is not supported.
+    // The one pass over the plan's tasks here also counts their devices and which variables
+    // the job reads and writes (each pass over thousands of cold tasks costs a miss per task).
+    int last_device = -1;
     for (int t = 0; t < job->plan_->tasks_size(); ++t) {
       const plan::Task& task = job->plan_->tasks(t);
-      if (task.kind() != plan::VARIABLE || task.registers_size() == 0 || task.machine_id() != rank) continue;
+      if (task.device_id() != last_device) devices.insert(last_device = task.device_id());
+      if (task.kind() != plan::VARIABLE) continue;
+      (task.read_only() ? job->reads_ : job->writes_).emplace(task_variable_of(t));
+      if (task.registers_size() == 0 || task.machine_id() != rank) continue;
       auto found = state_->variables.find(task_variable_of(t));
       AF_CHECK(found != state_->variables.end()) << "variable task " << t << " of a variable the job did not bind";
       const std::string& variable = found->first;
@@ -435,16 +449,9 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   // per device (DefaultWorkerCount): that many workers run the devices' tasks side by side and
   // each kernel gets budget / workers intra-op threads; on fewer cores one worker runs every
   // device's tasks, each kernel on the whole budget. The process uses num_threads in all.
-  std::set<int> devices;
-  for (const plan::Task& task : job->plan_->tasks()) devices.insert(task.device_id());
   const int device_count = static_cast<int>(devices.size());
   const int workers = options.num_workers > 0 ? options.num_workers : DefaultWorkerCount(budget, device_count);
   const int kernel_threads = options.kernel_threads > 0 ? options.kernel_threads : std::max(1, budget / workers);
-  for (int t = 0; t < job->plan_->tasks_size(); ++t) {
-    const plan::Task& task = job->plan_->tasks(t);
-    if (task.kind() != plan::VARIABLE) continue;
-    (task.read_only() ? job->reads_ : job->writes_).emplace(task_variable_of(t));
-  }
   if (membership) {
     auto checked = membership->CheckAndExtract(*job->plan_);
     if (!checked.ok()) return checked.status().WithContext("job '" + job_name + "'");
@@ -517,8 +524,11 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   // would draw one stream per copy, so such plans stay on the actors.
   runtime_options.run_inline = options.run_inline && !environment_set("ACTORFLOW_DISABLE_RUN_INLINE") &&
                                !job->distributed_ && device_count == 1;
+  // A plan writing variables never runs inline (InlineRun::Ineligible refuses it, saying so):
+  // its ops need no look-up, one per task.
   for (const plan::Task& task : plan->tasks()) {
-    if (!runtime_options.run_inline || task.kind() != plan::COMPUTE) continue;
+    if (!runtime_options.run_inline || !job->writes_.empty()) break;
+    if (task.kind() != plan::COMPUTE) continue;
     auto def = OpRegistry::Global().Find(task.op_type());
     if (!def.ok() || def.value()->stateful_kernel || task.device_type() == "gpu") runtime_options.run_inline = false;
   }

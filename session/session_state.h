@@ -9,6 +9,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/device.h"
@@ -105,7 +107,14 @@ class SessionState {
  public:
   std::shared_ptr<Environment> environment = Environment::Global();
   mutable std::mutex mu;  // guards variables and jobs
-  std::map<std::string, StoredVariable, std::less<>> variables;  // found by views too
+  // Hashed, found by views too: binding a job looks each of its variables up (a tree of string
+  // keys costs a dozen cold nodes per lookup in a session of thousands of variables). Unordered:
+  // who lists them sorts (Session::VariableNames).
+  struct VariableNameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view name) const { return std::hash<std::string_view>{}(name); }
+  };
+  std::unordered_map<std::string, StoredVariable, VariableNameHash, std::equal_to<>> variables;
   std::vector<std::weak_ptr<CompiledJob>> jobs;
   JobCache job_cache;  // synchronized itself
 

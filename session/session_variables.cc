@@ -1,4 +1,5 @@
 // The session's variable API (Session::*Variable*): the store of session_state.h.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -79,8 +80,11 @@ StatusOr<std::string> Session::CreateVariableOver(const std::string& name, const
     return InvalidArgument("variable '" + name + "': the storage is not " + std::to_string(kVariableAlignment) +
                            "-byte aligned");
   std::lock_guard<std::mutex> lock(state_->mu);
+  // The first name in order that holds this storage (the variables are unordered).
+  const std::string* holding = nullptr;
   for (const auto& [existing, v] : state_->variables)
-    if (v.external == storage && v.desc == desc) return existing;
+    if (v.external == storage && v.desc == desc && (holding == nullptr || existing < *holding)) holding = &existing;
+  if (holding != nullptr) return *holding;
   auto it = state_->variables.find(name);
   if (it != state_->variables.end())
     return InvalidArgument("variable '" + name + "' already exists as " + it->second.desc.ToString() +
@@ -184,6 +188,7 @@ std::vector<std::string> Session::VariableNames() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   std::vector<std::string> names;
   for (const auto& [name, v] : state_->variables) names.push_back(name);
+  std::sort(names.begin(), names.end());
   return names;
 }
 
