@@ -18,6 +18,30 @@
 namespace actorflow {
 namespace {
 
+// Appends task `name` (op type `name` too) on CPU device `device`, reading register 0 of each
+// of `inputs`; unless a sink, with one register of one float and `register_num` slots.
+void AddTask(plan::Plan& plan, const std::string& name, plan::TaskKind kind, int device,
+             const std::vector<int>& inputs, int register_num) {
+  plan::Task* t = plan.add_tasks();
+  t->set_id(plan.tasks_size() - 1);
+  t->set_name(name);
+  t->set_kind(kind);
+  t->set_op_type(name);
+  t->set_device_type("cpu");
+  t->set_device_id(device);
+  for (int producer : inputs) {
+    t->add_inputs()->set_producer_task_id(producer);
+    plan.mutable_tasks(producer)->mutable_registers(0)->add_consumer_task_ids(t->id());
+  }
+  if (kind == plan::SINK) return;
+  plan::RegisterDesc* r = t->add_registers();
+  r->set_register_num(register_num);
+  plan::BlobDesc* b = r->add_blobs();
+  b->add_shape(1);
+  b->set_dtype(plan::DT_FLOAT32);
+  b->set_byte_size(4);
+}
+
 // One producer read by two kernels (two devices' first kernels): the producer's worker queues
 // both; the second worker is asleep. The scheduler must hand the second kernel to the sleeper
 // at once. Its periodic steal is set to 10 minutes here, so the two kernels, each waiting for
@@ -46,30 +70,10 @@ TEST(Environment, ASleepingWorkerIsGivenAJobQueuedBehindAnother) {
     return Status::Ok();
   };
   plan::Plan plan;
-  auto add_task = [&](const std::string& name, plan::TaskKind kind, int device, std::vector<int> inputs) {
-    plan::Task* t = plan.add_tasks();
-    t->set_id(plan.tasks_size() - 1);
-    t->set_name(name);
-    t->set_kind(kind);
-    t->set_op_type(name);
-    t->set_device_type("cpu");
-    t->set_device_id(device);
-    for (int producer : inputs) {
-      t->add_inputs()->set_producer_task_id(producer);
-      plan.mutable_tasks(producer)->mutable_registers(0)->add_consumer_task_ids(t->id());
-    }
-    if (kind == plan::SINK) return;
-    plan::RegisterDesc* r = t->add_registers();
-    r->set_register_num(1);
-    plan::BlobDesc* b = r->add_blobs();
-    b->add_shape(1);
-    b->set_dtype(plan::DT_FLOAT32);
-    b->set_byte_size(4);
-  };
-  add_task("x", plan::SOURCE, 0, {});
-  add_task("left", plan::COMPUTE, 0, {0});
-  add_task("right", plan::COMPUTE, 1, {0});
-  add_task("output", plan::SINK, 0, {1, 2});
+  AddTask(plan, "x", plan::SOURCE, 0, {}, 1);
+  AddTask(plan, "left", plan::COMPUTE, 0, {0}, 1);
+  AddTask(plan, "right", plan::COMPUTE, 1, {0}, 1);
+  AddTask(plan, "output", plan::SINK, 0, {1, 2}, 1);
   RuntimeHooks hooks;
   hooks.make_kernel = [&](const plan::Task&) -> StatusOr<KernelFn> { return KernelFn(meet); };
   RuntimeOptions options;
@@ -127,22 +131,10 @@ TEST(Environment, TheJobAWorkerRunsNextIsTakenWhileItsOwnerIsInALongAct) {
     return Status::Ok();
   };
   plan::Plan plan;
-  for (int id = 0; id < 4; ++id) {
-    plan::Task* t = plan.add_tasks();
-    t->set_id(id);
-    t->set_name(id == 0 ? "x" : id == 1 ? "first" : id == 2 ? "second" : "output");
-    t->set_kind(id == 0 ? plan::SOURCE : id == 3 ? plan::SINK : plan::COMPUTE);
-    t->set_op_type(t->name());
-    if (id > 0) t->add_inputs()->set_producer_task_id(id - 1);
-    if (id == 3) continue;
-    plan::RegisterDesc* r = t->add_registers();
-    r->set_register_num(3);
-    r->add_consumer_task_ids(id + 1);
-    plan::BlobDesc* b = r->add_blobs();
-    b->add_shape(1);
-    b->set_dtype(plan::DT_FLOAT32);
-    b->set_byte_size(4);
-  }
+  AddTask(plan, "x", plan::SOURCE, 0, {}, 3);
+  AddTask(plan, "first", plan::COMPUTE, 0, {0}, 3);
+  AddTask(plan, "second", plan::COMPUTE, 0, {1}, 3);
+  AddTask(plan, "output", plan::SINK, 0, {2}, 3);
   RuntimeHooks hooks;
   hooks.make_kernel = [&](const plan::Task& task) -> StatusOr<KernelFn> {
     return task.name() == "first" ? KernelFn(first) : KernelFn(second);
@@ -180,35 +172,17 @@ TEST(Environment, FourWorkersRunAThousandFanOutIterationsExactly) {
     }
   };
   plan::Plan plan;
-  auto add_task = [&](plan::TaskKind kind, const std::string& op, std::vector<int> inputs) {
-    plan::Task* t = plan.add_tasks();
-    t->set_id(plan.tasks_size() - 1);
-    t->set_name(op + std::to_string(t->id()));
-    t->set_kind(kind);
-    t->set_op_type(op);
-    for (int producer : inputs) {
-      t->add_inputs()->set_producer_task_id(producer);
-      plan.mutable_tasks(producer)->mutable_registers(0)->add_consumer_task_ids(t->id());
-    }
-    if (kind == plan::SINK) return;
-    plan::RegisterDesc* r = t->add_registers();
-    r->set_register_num(2);
-    plan::BlobDesc* b = r->add_blobs();
-    b->add_shape(1);
-    b->set_dtype(plan::DT_FLOAT32);
-    b->set_byte_size(4);
-  };
-  add_task(plan::SOURCE, "x", {});
+  AddTask(plan, "x", plan::SOURCE, 0, {}, 2);
   std::vector<int> branches;
   for (int k = 0; k < kBranches; ++k) {
-    add_task(plan::COMPUTE, "scale", {0});
+    AddTask(plan, "scale" + std::to_string(k), plan::COMPUTE, 0, {0}, 2);
     branches.push_back(plan.tasks_size() - 1);
   }
-  add_task(plan::COMPUTE, "sum", branches);
-  add_task(plan::SINK, "output", {plan.tasks_size() - 1});
+  AddTask(plan, "sum", plan::COMPUTE, 0, branches, 2);
+  AddTask(plan, "output", plan::SINK, 0, {plan.tasks_size() - 1}, 2);
   RuntimeHooks hooks;
   hooks.make_kernel = [&](const plan::Task& task) -> StatusOr<KernelFn> {
-    if (task.op_type() == "sum")
+    if (task.name() == "sum")
       return KernelFn([](KernelContext& c) {
         float total = 0;
         for (int k = 0; k < kBranches; ++k) total += *c.input(k).as<float>();
