@@ -22,24 +22,14 @@ namespace {
 // of `inputs`; unless a sink, with one register of one float and `register_num` slots.
 void AddTask(plan::Plan& plan, const std::string& name, plan::TaskKind kind, int device,
              const std::vector<int>& inputs, int register_num) {
-  plan::Task* t = plan.add_tasks();
-  t->set_id(plan.tasks_size() - 1);
-  t->set_name(name);
-  t->set_kind(kind);
-  t->set_op_type(name);
+  plan::Task* t = testing_support::AddTask(plan, name, kind, name);
   t->set_device_type("cpu");
   t->set_device_id(device);
   for (int producer : inputs) {
     t->add_inputs()->set_producer_task_id(producer);
     plan.mutable_tasks(producer)->mutable_registers(0)->add_consumer_task_ids(t->id());
   }
-  if (kind == plan::SINK) return;
-  plan::RegisterDesc* r = t->add_registers();
-  r->set_register_num(register_num);
-  plan::BlobDesc* b = r->add_blobs();
-  b->add_shape(1);
-  b->set_dtype(plan::DT_FLOAT32);
-  b->set_byte_size(4);
+  if (kind != plan::SINK) testing_support::AddRegister(t, 1, register_num);
 }
 
 // One producer read by two kernels (two devices' first kernels): the producer's worker queues
