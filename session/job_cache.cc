@@ -287,7 +287,9 @@ std::shared_ptr<const JobNames> BindNames(const CachedCompile& cached, const Gra
   new_name.resize(count);
   new_location.resize(count);
   names->variable_names.resize(count);
-  ViewSet new_names(count), new_variables, old_variables;
+  // Sets of names (the positions unused): a duplicate makes the renaming ambiguous.
+  graph::NameIndex new_names, new_variables, old_variables;
+  new_names.Reserve(count);
   for (size_t i = 0; i < count; ++i) {
     const DerivedName from = index.node_origin[i];
     const std::string_view old_name = index.node_name[i];  // the rest only, when derived
@@ -302,7 +304,7 @@ std::shared_ptr<const JobNames> BindNames(const CachedCompile& cached, const Gra
     } else {
       new_name[i] = text.Concat(old_name);
     }
-    if (!new_names.Insert(new_name[i])) return nullptr;
+    if (!new_names.Insert(new_name[i], 0)) return nullptr;
     // A node keeps the line of the traced node it derives from where it had that one's line.
     const uint32_t line = index.node_location[i];
     new_location[i] = index.node_line_of_origin[i] && traced_locations[from.from] != index.locations[line]
@@ -310,7 +312,7 @@ std::shared_ptr<const JobNames> BindNames(const CachedCompile& cached, const Gra
                           : new_line[line];
     if (is_variable) {
       names->variable_names[i] = variable;
-      if (old_variables.Insert(old_variable) && !new_variables.Insert(variable)) return nullptr;
+      if (old_variables.Insert(old_variable, 0) && !new_variables.Insert(variable, 0)) return nullptr;
     }
   }
   const Graph& compiled = *cached.compiled;

@@ -390,17 +390,18 @@ TEST(JobCacheTest, TheKeyWrittenWhileTracingIsTheKeyWrittenWhole) {
   EXPECT_NE(CanonicalJobKey(Build("alpha_"), 2), CanonicalJobKey(Build("alpha_", wider), 2));
 }
 
-// ViewSet (session/name_table.h) against std::set: equal contents, through growth.
-TEST(JobCacheTest, ViewSetFindsEveryDuplicate) {
+// The duplicate check of a hit's names (a NameIndex used as a set) against std::set: equal
+// contents, through growth; and NameArena's views (session/name_table.h).
+TEST(JobCacheTest, NameSetFindsEveryDuplicate) {
   std::vector<std::string> words;
   for (int i = 0; i < 5000; ++i) words.push_back("n" + std::to_string(i * 7919 % 3001) + (i % 3 ? "-grad" : ""));
   words.push_back("");
   words.push_back("");
-  ViewSet views(10);
+  NameIndex views;
   std::set<std::string> reference;
   for (const std::string& w : words) {
     SCOPED_TRACE(w);
-    EXPECT_EQ(views.Insert(w), reference.insert(w).second);
+    EXPECT_EQ(views.Insert(w, 0), reference.insert(w).second);
   }
   NameArena arena;
   std::string_view joined = arena.Concat("alpha_", "mm2-grad");
