@@ -41,9 +41,6 @@ class JobQueue {
 
   bool empty() const { return size_.load(std::memory_order_acquire) == 0; }
   size_t size() const { return size_.load(std::memory_order_acquire); }
-  // How many jobs take_head has returned so far: while it stays the same with a job queued, the
-  // owner is inside one job (a long act) and has not come back for the next.
-  uint64_t head_takes() const { return head_takes_.load(std::memory_order_acquire); }
 
   // At the head: the next take_head returns it.
   void prepend(Job* job) {
@@ -67,7 +64,6 @@ class JobQueue {
     if (head_ == tail_) return nullptr;
     Job* job = ring_[head_++ & mask_];
     size_.store(tail_ - head_, std::memory_order_release);
-    head_takes_.store(head_takes_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     return job;
   }
 
@@ -116,12 +112,11 @@ class JobQueue {
     mask_ = capacity - 1;
   }
 
-  // The lock, the size and the count of head takes share a cache line, which the owner writes
-  // anyway; a thief reads only that line. The jobs are ring_[head_ & mask_] ... ring_[(tail_ - 1) & mask_]
+  // The lock and the size share a cache line, which the owner writes anyway; a thief's empty()
+  // reads only that line. The jobs are ring_[head_ & mask_] ... ring_[(tail_ - 1) & mask_]
   // (counters that wrap), all under the lock.
   alignas(64) std::atomic<bool> lock_{false};
   std::atomic<size_t> size_{0};
-  std::atomic<uint64_t> head_takes_{0};
   alignas(64) uint64_t head_ = 0;
   uint64_t tail_ = 0;
   std::unique_ptr<Job*[]> ring_;
