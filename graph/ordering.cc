@@ -21,9 +21,11 @@ namespace ordering_detail {
 // Refs some op writes in place (variables under an optimizer, batch-norm moving statistics).
 NameIndex InPlaceWrittenRefs(const Graph& graph) {
   NameIndex written;
-  for (const Node& n : graph.nodes())
+  for (size_t i = 0; i < graph.nodes().size(); ++i) {
+    const Node& n = graph.nodes()[i];
     for (int m : n.mutable_inputs)
-      if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) written.Insert(n.inputs[m], written.size());
+      if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) written.Insert(n.inputs[m], i);
+  }
   return written;
 }
 
@@ -77,8 +79,12 @@ class OrderingPass : public Pass {
     const std::vector<Node>& nodes = graph.nodes();
     // Readers (ascending, each once) of every ref some op writes in place: the ref's list in
     // `readers`, found through a flat table (every input of every node is looked up).
-    const NameIndex written = InPlaceWrittenRefs(graph);
-    std::vector<std::vector<int>> readers(written.size());
+    NameIndex written;
+    std::vector<std::vector<int>> readers;
+    for (const Node& n : nodes)
+      for (int m : n.mutable_inputs)
+        if (m >= 0 && static_cast<size_t>(m) < n.inputs.size() && written.Insert(n.inputs[m], readers.size()))
+          readers.emplace_back();
     auto readers_of = [&](const std::string& ref) -> std::vector<int>* {
       const size_t at = written.Find(ref);
       return at == NameIndex::kNone ? nullptr : &readers[at];
