@@ -237,7 +237,7 @@ Status Runtime::Impl::Instantiate() {
       // A block shared by several tasks' registers (slices; RegisterDesc.slice_of): its
       // registers rotate, so one iteration's slices meet in one block.
       out.rotating = reg.reserved_byte_size() > 0 || reg.has_slice_of();
-      any_slices |= reg.reserved_byte_size() != 0 || reg.has_slice_of();
+      any_slices |= out.rotating || reg.reserved_byte_size() < 0;
       const size_t block_bytes = std::max(bytes, static_cast<size_t>(reg.reserved_byte_size()));
       for (int r = 0; r < out.register_num; ++r) {
         char* memory = nullptr;

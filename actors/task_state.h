@@ -100,23 +100,16 @@ std::tuple<Ts...> MessageArgs(const Ts&... args) {
 // message still goes through its worker (`self->context()`), so a receiver it makes runnable
 // is queued there as `self->send` would queue it.
 template <typename... Ts>
-void Send(caf::event_based_actor* self, const caf::actor& receiver, const void* channel, Ts&&... args) {
-  HappensBeforeSend(channel);
-  if (self != nullptr) {
-    if (receiver)
-      caf::actor_cast<caf::abstract_actor*>(receiver)->eq_impl(caf::make_message_id(), nullptr, self->context(),
-                                                              std::forward<Ts>(args)...);
-  } else {
-    caf::anon_send(receiver, std::forward<Ts>(args)...);
-  }
-}
-// The same to an actor named by a plain pointer (the wiring's: see InputSlots::producer).
-template <typename... Ts>
 void Send(caf::event_based_actor* self, caf::abstract_actor* receiver, const void* channel, Ts&&... args) {
   HappensBeforeSend(channel);
   if (receiver != nullptr)
     receiver->eq_impl(caf::make_message_id(), nullptr, self != nullptr ? self->context() : nullptr,
                       std::forward<Ts>(args)...);
+}
+// The same to an actor named by a handle.
+template <typename... Ts>
+void Send(caf::event_based_actor* self, const caf::actor& receiver, const void* channel, Ts&&... args) {
+  Send(self, caf::actor_cast<caf::abstract_actor*>(receiver), channel, std::forward<Ts>(args)...);
 }
 
 // Pre-allocated registers of one output of a task, and who must ack each before reuse.

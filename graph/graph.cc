@@ -188,9 +188,10 @@ Node& Graph::Append(Node node) {
 }
 
 void Graph::MoveAfter(const std::string& name, const std::string& after) {
-  const size_t from = index_.Find(name), to = index_.Find(after) + 1;
-  if (from == NameIndex::kNone || to == NameIndex::kNone + 1)
+  const size_t from = index_.Find(name), at = index_.Find(after);
+  if (from == NameIndex::kNone || at == NameIndex::kNone)
     throw std::out_of_range("graph: MoveAfter of " + name + " after " + after + ": no such node");
+  const size_t to = at + 1;
   if (from < to) throw std::logic_error("graph: MoveAfter expects " + name + " after " + after);
   std::rotate(nodes_.begin() + static_cast<std::ptrdiff_t>(to), nodes_.begin() + static_cast<std::ptrdiff_t>(from),
               nodes_.begin() + static_cast<std::ptrdiff_t>(from) + 1);

@@ -128,13 +128,10 @@ class KeyNames {
 };
 
 void WriteNode(KeyWriter& out, const KeyNames& names, const Node& n) {
-  auto node = [&](std::string_view name) { return names.Node(name); };
-  auto ref = [&](const std::string& r) { return names.Ref(r); };
-  auto variable = [&](const std::string& name) { return names.Variable(name); };
   out << static_cast<int>(n.kind) << ' ' << n.type << " (";
-  for (const auto& in : n.inputs) out << ref(in) << ' ';
+  for (const auto& in : n.inputs) out << names.Ref(in) << ' ';
   out << ") control (";
-  for (const auto& c : n.control_inputs) out << node(c) << ' ';
+  for (const auto& c : n.control_inputs) out << names.Node(c) << ' ';
   out << ") attrs {";
   for (const auto& [name, value] : n.attrs.values()) {
     out << name << '=';
@@ -159,7 +156,7 @@ void WriteNode(KeyWriter& out, const KeyNames& names, const Node& n) {
   for (const auto& hint : n.output_sbp_hints) out << (hint ? hint->ToString() : "-") << ' ';
   out << ')';
   if (n.kind == graph::NodeKind::kVariable)
-    out << " variable " << variable(n.variable_name) << (n.trainable ? " trainable" : "")
+    out << " variable " << names.Variable(n.variable_name) << (n.trainable ? " trainable" : "")
         << (n.zeros_if_missing ? " zeros" : "");
   out << '\n';
 }
@@ -174,9 +171,6 @@ void AppendNodeKey(const Graph& traced, const Node& node, std::string* key) {
 
 std::string JobKey(const Graph& traced, int register_num, const std::string* node_part) {
   const KeyNames names(traced);
-  auto node = [&](std::string_view name) { return names.Node(name); };
-  auto ref = [&](const std::string& r) { return names.Ref(r); };
-  auto variable = [&](const std::string& name) { return names.Variable(name); };
   KeyWriter out;
   out << "job " << traced.job_type() << " devices " << traced.device_num() << " gpus " << traced.gpu_device_num()
       << " machines " << traced.machine_num()
@@ -187,19 +181,19 @@ std::string JobKey(const Graph& traced, int register_num, const std::string* nod
     for (const Node& n : traced.nodes()) WriteNode(out, names, n);
   }
   out << "feeds";
-  for (const auto& f : traced.feeds()) out << ' ' << node(f);
+  for (const auto& f : traced.feeds()) out << ' ' << names.Node(f);
   out << "\noutputs";
-  for (const auto& o : traced.outputs()) out << ' ' << ref(o);
+  for (const auto& o : traced.outputs()) out << ' ' << names.Ref(o);
   out << "\nlosses";
-  for (const auto& l : traced.losses()) out << ' ' << ref(l);
+  for (const auto& l : traced.losses()) out << ' ' << names.Ref(l);
   out << "\nwatches";
-  for (const auto& w : traced.watches()) out << ' ' << ref(w.ref) << (w.diff ? ":diff" : "");
+  for (const auto& w : traced.watches()) out << ' ' << names.Ref(w.ref) << (w.diff ? ":diff" : "");
   out << '\n';
   if (const graph::OptimizerSpec* o = traced.optimizer()) {
     out << "optimizer " << o->type << ' ' << Exact(o->momentum) << ' ' << Exact(o->beta1) << ' ' << Exact(o->beta2)
         << ' ' << Exact(o->epsilon) << ' ' << Exact(o->decay_rate) << ' ' << Exact(o->weight_decay) << ' '
         << Exact(o->clip_norm) << (o->exact_bias_correction ? " exact" : "") << " (";
-    for (const auto& v : o->variables) out << variable(v) << ' ';
+    for (const auto& v : o->variables) out << names.Variable(v) << ' ';
     out << ")\n";
   }
   return out.str();

@@ -21,11 +21,9 @@ namespace ordering_detail {
 // Refs some op writes in place (variables under an optimizer, batch-norm moving statistics).
 NameIndex InPlaceWrittenRefs(const Graph& graph) {
   NameIndex written;
-  for (size_t i = 0; i < graph.nodes().size(); ++i) {
-    const Node& n = graph.nodes()[i];
+  for (const Node& n : graph.nodes())
     for (int m : n.mutable_inputs)
-      if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) written.Insert(n.inputs[m], i);
-  }
+      if (m >= 0 && static_cast<size_t>(m) < n.inputs.size()) written.Insert(n.inputs[m], written.size());
   return written;
 }
 
@@ -79,12 +77,8 @@ class OrderingPass : public Pass {
     const std::vector<Node>& nodes = graph.nodes();
     // Readers (ascending, each once) of every ref some op writes in place: the ref's list in
     // `readers`, found through a flat table (every input of every node is looked up).
-    NameIndex written;
-    std::vector<std::vector<int>> readers;
-    for (const Node& n : nodes)
-      for (int m : n.mutable_inputs)
-        if (m >= 0 && static_cast<size_t>(m) < n.inputs.size() && written.Insert(n.inputs[m], readers.size()))
-          readers.emplace_back();
+    const NameIndex written = InPlaceWrittenRefs(graph);
+    std::vector<std::vector<int>> readers(written.size());
     auto readers_of = [&](const std::string& ref) -> std::vector<int>* {
       const size_t at = written.Find(ref);
       return at == NameIndex::kNone ? nullptr : &readers[at];

@@ -13,7 +13,8 @@ namespace graph {
 namespace ordering_detail {
 
 // Refs some op writes in place (variables under an optimizer, batch-norm moving statistics),
-// each at the position of its first writer (a flat table: a training job has one per variable).
+// numbered 0, 1, ... in the order their first writers come (a flat table: a training job has
+// one per variable).
 NameIndex InPlaceWrittenRefs(const Graph& graph);
 
 }  // namespace ordering_detail

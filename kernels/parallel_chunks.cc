@@ -68,11 +68,17 @@ struct Pool {
     return ran;
   }
 
+  // Takes one of the current job's tickets: whether this thread may join it.
+  bool TryJoin() {
+    return Claimable(state.load(std::memory_order_acquire)) && tickets.load(std::memory_order_relaxed) > 0 &&
+           tickets.fetch_sub(1) > 0;
+  }
+
   void HelperLoop() {
     omp_set_num_threads(1);
     for (;;) {
       const uint32_t seen = wake.load();
-      if (Claimable(state.load(std::memory_order_acquire)) && tickets.fetch_sub(1) > 0) {
+      if (TryJoin()) {
         Work();
         continue;
       }
@@ -136,9 +142,7 @@ void AssistEnter() { GetPool().assistants.fetch_add(1, std::memory_order_relaxed
 void AssistLeave() { GetPool().assistants.fetch_sub(1, std::memory_order_relaxed); }
 bool AssistPoll() {
   Pool& pool = GetPool();
-  if (!Claimable(pool.state.load(std::memory_order_acquire)) || pool.tickets.load(std::memory_order_relaxed) <= 0 ||
-      pool.tickets.fetch_sub(1) <= 0)
-    return false;
+  if (!pool.TryJoin()) return false;
   const int caller_threads = omp_get_max_threads();
   omp_set_num_threads(1);  // as on the helpers
   pool.Work();
