@@ -3,6 +3,8 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
+#include <cstdlib>
+
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
@@ -35,7 +37,8 @@ struct PackedGemm::Impl {
   bool ta = false, tb = false;
   int64_t m = 0, n = 0, k = 0;
   std::vector<Shape> shapes;
-  std::vector<dnnl::memory> packed;  // distinct packed layouts
+  std::vector<dnnl::memory> packed;  // distinct packed layouts, their buffers made by the first pack
+  std::vector<std::unique_ptr<void, void (*)(void*)>> buffers;
   dnnl::memory source;               // b as stored (handle set per pack)
   std::vector<dnnl::reorder> reorders;  // source -> packed[i]
   dnnl::stream stream;
@@ -85,7 +88,7 @@ std::shared_ptr<PackedGemm> PackedGemm::Make(bool ta, bool tb, int64_t m, int64_
         Impl::Shape shape{pd, dnnl::matmul(pd), pd.weights_desc(), 0};
         size_t p = 0;
         while (p < impl->packed.size() && impl->packed[p].get_desc() != shape.weights) ++p;
-        if (p == impl->packed.size()) impl->packed.emplace_back(shape.weights, impl->engine);
+        if (p == impl->packed.size()) impl->packed.emplace_back(shape.weights, impl->engine, nullptr);
         shape.packed = static_cast<int>(p);
         impl->shapes.push_back(std::move(shape));
       }
@@ -131,6 +134,18 @@ Status PackedGemm::Refresh(const float* b) {
   const uint64_t version = g.version->load(std::memory_order_acquire);
   if (g.fresh && version == g.packed_version && b == g.packed_from) return Status::Ok();
   g.fresh = false;
+  // The copies' memory only once the kernel runs (a job's inline copy and its actors' copy
+  // each have this kernel; often one of them never acts).
+  while (g.buffers.size() < g.packed.size()) {
+    dnnl::memory& target = g.packed[g.buffers.size()];
+    const size_t bytes = target.get_desc().get_size();
+    void* buffer = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (buffer == nullptr)
+      return Internal("matmul: out of memory for the packed copy of the right operand (" + std::to_string(bytes) +
+                               " bytes)");
+    g.buffers.emplace_back(buffer, std::free);
+    target.set_data_handle(buffer);
+  }
   const int previous_threads = omp_get_max_threads();
   omp_set_num_threads(1);
   Status status;
