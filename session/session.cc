@@ -553,12 +553,15 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
                                !job->distributed_ && device_count == 1;
   // A plan writing variables never runs inline (InlineRun::Ineligible refuses it, saying so):
   // its ops need no look-up, one per task.
-  for (const plan::Task& task : plan->tasks()) {
-    if (!runtime_options.run_inline || !job->writes_.empty()) break;
-    if (task.kind() != plan::COMPUTE) continue;
-    auto def = OpRegistry::Global().Find(task.op_type());
-    if (!def.ok() || def.value()->stateful_kernel || task.device_type() == "gpu") runtime_options.run_inline = false;
-  }
+  if (runtime_options.run_inline && job->writes_.empty())
+    for (const plan::Task& task : plan->tasks()) {
+      if (task.kind() != plan::COMPUTE) continue;
+      auto def = OpRegistry::Global().Find(task.op_type());
+      if (!def.ok() || def.value()->stateful_kernel || task.device_type() == "gpu") {
+        runtime_options.run_inline = false;
+        break;
+      }
+    }
   if (!options.trace_path.empty()) {
     AF_RETURN_IF_ERROR(ChromeTraceRecorder::CheckWritable(options.trace_path));
     job->recorder_ = std::make_unique<ChromeTraceRecorder>();
