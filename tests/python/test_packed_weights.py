@@ -2,9 +2,8 @@
 "packed_weights"): the copy is made again whenever the weights change, so every prediction equals
 the float64 reference over the variables' values at the call — after train steps, flow.load_variables,
 a checkpoint load, and for nn.Graph over eager parameters written in place (never packed: their
-owners write them without telling the session). With the flag off the results agree."""
+owners write them without telling the session). The flag off: test_fusion_flags.py."""
 import numpy as np
-import pytest
 
 import actorflow as flow
 import actorflow.nn as nn
@@ -72,32 +71,6 @@ def test_predictions_follow_every_write_to_the_weights(tmp_path):
     flow.load_variables(flow.checkpoint.get(str(tmp_path / "trained")))
     _check(predict, images, "after loading the checkpoint")
     np.testing.assert_allclose(predict(images), trained, rtol=1e-6, atol=1e-6)
-
-
-@pytest.mark.parametrize("batch", [20, 100])
-def test_packed_weights_off_predicts_alike(batch):
-    outputs = {}
-    for disabled in ((), ("packed_weights",)):
-        flow.clear_default_session()
-        config = flow.function_config()
-        if disabled:
-            config.disable_fusion(*disabled)
-
-        @flow.global_function(type="predict", function_config=config)
-        def predict(images: tp.Numpy.Placeholder((batch, 784))) -> tp.Numpy:
-            init = flow.random_normal_initializer(stddev=0.1, seed=5)
-            hidden = flow.layers.dense(images, 512, activation=flow.nn.relu, kernel_initializer=init, name="hidden")
-            return flow.layers.dense(hidden, 10, kernel_initializer=init, name="output")
-
-        rng = np.random.default_rng(2)
-        images = rng.normal(size=(batch, 784)).astype(np.float32)
-        outputs[disabled] = [predict(images) for _ in range(3)]
-        plan = predict._compiled.plan_text()
-        assert plan.count('key: "packed_weights"') == (2 if disabled else 0)
-        for out in outputs[disabled]:
-            np.testing.assert_allclose(out, _reference(images), rtol=1e-4, atol=1e-4)
-    for packed, plain in zip(outputs[()], outputs[("packed_weights",)]):
-        np.testing.assert_allclose(packed, plain, rtol=1e-5, atol=1e-5)
 
 
 class _Wrap(nn.Graph):
