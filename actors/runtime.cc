@@ -456,7 +456,7 @@ Status Runtime::Impl::Instantiate() {
     for (OutputSlots& out : state->outputs())
       for (OutputSlots::Consumer& c : out.consumers) c.actor = caf::actor_cast<caf::abstract_actor*>(actors_[c.task_index]);
     if (!sources_.empty() && state == states_[sources_[0]])
-      for (int r : roots_) state->add_tick_target(actors_[r], states_[r].get());
+      for (int r : roots_) state->add_tick_target(caf::actor_cast<caf::abstract_actor*>(actors_[r]), states_[r].get());
     HappensBeforeSend(state.get());  // the wiring above, before the actor's first message
   }
   return Status::Ok();
@@ -680,7 +680,6 @@ Status Runtime::Impl::Shutdown() {
   // register memory stays alive for as long as such a handle exists.
   for (auto& state : states_) state->UnbindActor();
   actors_.clear();
-  for (auto& state : states_) state->clear_tick_targets();  // edges name actors by plain pointers
   environment_.reset();  // joins its threads if this runtime made it
   for (auto& state : states_) HappensAfterReceive(state.get());  // each actor's last handler
   // Iterations the killed actors never finished: their callers still hear of them.

@@ -304,10 +304,10 @@ class TaskState {
   void set_thread_lending(ThreadLending* lending) { lending_ = lending; }  // null: none
   // A source that passes each iteration's tick on to the roots (variables, constants), so the
   // host sends one message per iteration instead of one per root.
-  void add_tick_target(caf::actor actor, const TaskState* state) { tick_targets_.push_back({std::move(actor), state}); }
+  // Plain pointers like the edges': the runtime's handles keep the actors alive.
+  void add_tick_target(caf::abstract_actor* actor, const TaskState* state) { tick_targets_.push_back({actor, state}); }
   // TSan channel of the ticks and the host's end of stream a root receives.
   const void* tick_channel() const { return &pending_ticks_; }
-  void clear_tick_targets() { tick_targets_.clear(); }
 
   // Message handlers (owning actor).
   // `sent`: the sender's trace clock when it sent the message (its last act's end; the host's
@@ -370,7 +370,7 @@ class TaskState {
   int end_of_stream_seen_ = 0;
   bool finished_ = false;
   struct TickTarget {
-    caf::actor actor;
+    caf::abstract_actor* actor;
     const TaskState* state;
   };
   std::vector<TickTarget> tick_targets_;

@@ -28,7 +28,8 @@ VARIANTS = [("all fusions", []), ("no gradient_update", ["gradient_update"]),
             ("no matmul_bias_grad", ["matmul_bias_grad"]),
             ("no fusion", ["dense", "gradient_update", "gemm_chunks", "narrow_gemm", "softmax_cross_entropy_grad",
                            "matmul_bias_grad"])]
-PREDICT_VARIANTS = [("all fusions", []), ("no narrow_gemm", ["narrow_gemm"]), ("no fusion", ["dense", "narrow_gemm"])]
+PREDICT_VARIANTS = [("all fusions", []), ("no narrow_gemm", ["narrow_gemm"]), ("no packed_weights", ["packed_weights"]),
+                    ("no fusion", ["dense", "narrow_gemm", "packed_weights"])]
 
 
 def make_job(name, disabled, threads, predict=False):

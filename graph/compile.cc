@@ -101,6 +101,7 @@ Status CompileInto(Graph& graph, const CompileOptions& options, plan::Plan& plan
   if (!enabled("gemm_chunks")) passes.push_back(MakeOpenMpGemmPass());
   if (!enabled("gemv")) passes.push_back(MakeNoGemvPass());
   if (!enabled("narrow_gemm")) passes.push_back(MakeNoNarrowGemmPass());
+  if (!enabled("packed_weights")) passes.push_back(MakeNoPackedWeightsPass());
   passes.push_back(MakeOrderingPass());
   passes.push_back(MakePlacementPass());
   passes.push_back(MakeSbpPass());

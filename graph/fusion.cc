@@ -223,53 +223,6 @@ void RenameJobRefs(Graph& graph, const std::map<std::string, std::string>& renam
 
 namespace {
 
-// disable_fusion("gemm_chunks"): CPU matmuls and their fused SGD updates run each GEMM as one
-// oneDNN call with an OpenMP team instead of blocks claimed by the kernel helper threads
-// (kernels/gemm.h), and convolutions (forward, both gradients) as one call instead of sample
-// chunks (kernels/conv.cc), to bisect a difference or compare the two on a host.
-class OpenMpGemmPass : public Pass {
- public:
-  std::string name() const override { return "openmp gemm"; }
-  Status Run(Graph& graph) override {
-    for (Node& node : graph.mutable_nodes()) {
-      if (node.kind != NodeKind::kOp || (node.type != "matmul" && node.type != "matmul_sgd_update" &&
-                                         node.type != "conv2d" && node.type != "conv2d_grad_data" &&
-                                         node.type != "conv2d_grad_filter"))
-        continue;
-      if (node.placement.device_type == "gpu" || node.placement.device_type == "cuda") continue;
-      node.attrs.Set("omp_team", true);
-    }
-    return Status::Ok();
-  }
-};
-
-}  // namespace
-
-std::unique_ptr<Pass> MakeOpenMpGemmPass() { return std::make_unique<OpenMpGemmPass>(); }
-
-namespace {
-
-// disable_fusion("gemv"): CPU matmuls with a few rows of a (batch-1 inference) run as oneDNN
-// GEMMs instead of the kernels' GEMV loop (kernels/gemv.h), to bisect a difference.
-class NoGemvPass : public Pass {
- public:
-  std::string name() const override { return "no gemv"; }
-  Status Run(Graph& graph) override {
-    for (Node& node : graph.mutable_nodes()) {
-      if (node.kind != NodeKind::kOp || node.type != "matmul") continue;
-      if (node.placement.device_type == "gpu" || node.placement.device_type == "cuda") continue;
-      node.attrs.Set("gemv", false);
-    }
-    return Status::Ok();
-  }
-};
-
-}  // namespace
-
-std::unique_ptr<Pass> MakeNoGemvPass() { return std::make_unique<NoGemvPass>(); }
-
-namespace {
-
 // relu_grad(y, max_pool2d_grad(x = y, ...)): the pooling's input is the relu's output (relu then
 // max pooling, or a convolution with a fused relu then pooling), so the relu's backward masks
 // the pooling's routed gradient. The pooling gradient does it as it routes (attr relu_mask):

@@ -96,6 +96,10 @@ std::unique_ptr<Pass> MakeNoGemvPass();
 // matmul_sgd_update get attr narrow_gemm=false (GEMMs with one small dimension run as oneDNN
 // GEMMs instead of the kernels' register-tiled loops, kernels/matmul_narrow.h).
 std::unique_ptr<Pass> MakeNoNarrowGemmPass();
+// Added when the "packed_weights" fusion is off: CPU matmuls get attr packed_weights=false (a
+// right operand the job only reads stays where it is instead of a copy in oneDNN's packed
+// layout, kernels/matmul_packed.h). These four passes: graph/kernel_choice.cc.
+std::unique_ptr<Pass> MakeNoPackedWeightsPass();
 // CPU train jobs (graph/softmax_fusion.cc): sparse_softmax_cross_entropy and its gradient, prob
 // read by nothing else, become sparse_softmax_cross_entropy_with_grad (loss and dlogits).
 std::unique_ptr<Pass> MakeSoftmaxCrossEntropyGradFusionPass();
@@ -133,7 +137,8 @@ std::unique_ptr<Pass> MakeBlockedLayoutPass(int64_t channel_block = -1, bool pla
 // (MakeMatmulReluGradFusionPass), "bias_gradient_update" (MakeBiasGradientUpdateFusionPass),
 // "conv_bias_grad" (MakeConvBiasGradFusionPass), "gemv" (batch-1 matmuls as the kernels' GEMV
 // loop; off: MakeNoGemvPass), "narrow_gemm" (GEMMs with one small dimension as the kernels'
-// loops; off: MakeNoNarrowGemmPass), "softmax_cross_entropy_grad"
+// loops; off: MakeNoNarrowGemmPass), "packed_weights" (a predict job's weights in oneDNN's
+// packed layout; off: MakeNoPackedWeightsPass), "softmax_cross_entropy_grad"
 // (MakeSoftmaxCrossEntropyGradFusionPass), "blocked_layout" (MakeBlockedLayoutPass) and
 // "matmul_bias_grad" (MakeMatmulBiasGradFusionPass).
 const std::vector<std::string>& FusionNames();

@@ -173,7 +173,7 @@ const std::vector<std::string>& FusionNames() {
   static const std::vector<std::string> names = {"dense", "gradient_update", "conv_batch_norm", "conv_activation",
                                                  "channels_last", "gemm_chunks", "pool_relu_grad",
                                                  "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad", "gemv",
-                                                 "narrow_gemm", "softmax_cross_entropy_grad", "blocked_layout",
+                                                 "narrow_gemm", "packed_weights", "softmax_cross_entropy_grad", "blocked_layout",
                                                  "matmul_bias_grad"};
   return names;
 }

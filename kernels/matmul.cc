@@ -14,6 +14,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
 #include "kernels/matmul_narrow.h"
+#include "kernels/matmul_packed.h"
 #include "kernels/parallel_chunks.h"
 #include "kernels/kernel_util.h"
 #include "kernels/sbp_util.h"
@@ -125,6 +126,10 @@ bool UsePrimitive(int64_t m, int64_t n, int64_t k) {
   constexpr int64_t kMinRows = 16, kMaxRightBytes = 128 << 10;
   return m >= kMinRows && n > 0 && k > 0 && k * n * static_cast<int64_t>(sizeof(float)) <= kMaxRightBytes;
 }
+
+// A packed right operand pays from this many rows of op(a) (fewer run as a GEMV or the narrow
+// loops, reading b once); each piece of the rows split over threads has at least kPackedMinPartRows.
+constexpr int64_t kPackedMinRows = 16, kPackedMinPartRows = 8;
 
 // Two halves pay where each is still a few microseconds of work: a 64x64x64 GEMM (0.5 MFLOP,
 // 4.9 us on one core) is the smallest split.
@@ -308,6 +313,40 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
       return Status::Ok();
     });
   }
+  // A right operand the job only reads (a predict job's weights) in oneDNN's packed layout,
+  // packed again when the variable changes (kernels/matmul_packed.h); its rows split over the
+  // threads. attr packed_weights=false (disable_fusion("packed_weights")) keeps the paths below,
+  // as does omp_team.
+  std::shared_ptr<PackedGemm> packed;
+  if (init.inputs[0].dtype == DType::kFloat32 && batch == 1 && !d.b_batched && m >= kPackedMinRows &&
+      init.input_version(1) != nullptr && init.attrs.GetBoolOr("packed_weights", true) &&
+      !init.attrs.GetBoolOr("omp_team", false)) {
+    const int parts = small ? (init.num_threads >= 2 && flops >= kSplitSmallGemmFlops ? 2 : 1) : threads;
+    packed = PackedGemm::Make(ta, tb, m, n, k, static_cast<int>(std::min<int64_t>(parts, m / kPackedMinPartRows)),
+                              init.input_versions[1]);
+  }
+  if (packed)
+    return KernelFn([=](KernelContext& c) {
+      PackedGemm& g = *packed;
+      AF_RETURN_IF_ERROR(g.Refresh(c.input(1).as<float>()));
+      const float* a = c.input(0).as<float>();
+      float* out = c.output(0).as<float>();
+      // Each piece's epilogue on its own rows, on the thread that just wrote them.
+      std::atomic<bool> failed{false};
+      auto piece = [&](int index) {
+        if (!g.RunPart(index, a, out)) failed.store(true);
+        else epilogue.template operator()<float>(c, g.row_begin(index), g.row_end(index));
+      };
+      if (g.parts() == 1) {
+        omp_set_num_threads(1);
+        piece(0);
+      } else {
+        ParallelChunks(g.parts(), g.parts(), piece);
+      }
+      if (failed.load()) return Internal("oneDNN matmul failed");
+      sum_columns.template operator()<float>(c);
+      return Status::Ok();
+    });
   const int small_parts =
       init.num_threads >= 2 && flops >= kSplitSmallGemmFlops && m % 2 == 0 && UsePrimitive(m / 2, n, k) ? 2 : 1;
   std::shared_ptr<SmallGemm> small_gemm =

@@ -7,8 +7,11 @@
 // and read-only afterwards.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -75,6 +78,16 @@ struct KernelInit {
   // The same stream as the runtime's device object (actors/device.h), for completing acts from
   // it (StreamKernel) and for copies; null on the CPU. Copy kernels get the device's copy stream.
   DeviceStream* device_stream = nullptr;
+  // Per input (empty, or one per input; null entries): a counter that changes whenever the data
+  // at that input may have changed between acts: set for a variable the job only reads (the
+  // session bumps it when a job writing the variable is called or the variable is set), and for
+  // a saved model's weights (constant). A kernel may keep data derived from such an input (a
+  // GEMM's right operand in the library's packed layout) and derive it again only when the
+  // counter's value or the input's address changed. Null: the data may change at any act.
+  std::vector<std::shared_ptr<const std::atomic<uint64_t>>> input_versions{};
+  const std::atomic<uint64_t>* input_version(size_t i) const {
+    return i < input_versions.size() ? input_versions[i].get() : nullptr;
+  }
 };
 
 using KernelFactory = std::function<StatusOr<KernelFn>(const KernelInit&)>;

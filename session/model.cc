@@ -519,13 +519,23 @@ StatusOr<Model> ModelLoader::Load(const std::string& directory, const ModelOptio
   const plan::Plan* plan = &state->plan;
   std::map<int64_t, int> index_of = facts->index_of;
   RuntimeHooks hooks;
-  hooks.make_kernel = [plan, index_of, budget](const plan::Task& task) -> StatusOr<KernelFn> {
+  // The weights are the model's own and never change: one constant version for every reader
+  // (none if the plan writes a variable: a predict model does not, but the file is outside data).
+  bool writes_weights = false;
+  for (const plan::Task& task : plan->tasks()) writes_weights |= task.kind() == plan::VARIABLE && !task.read_only();
+  std::shared_ptr<const std::atomic<uint64_t>> constant =
+      writes_weights ? nullptr : std::make_shared<const std::atomic<uint64_t>>(0);
+  hooks.make_kernel = [plan, index_of, budget, constant](const plan::Task& task) -> StatusOr<KernelFn> {
     KernelInit init;
     for (const plan::InputDesc& input : task.inputs()) {
       if (input.control()) continue;
       const plan::Task& producer = plan->tasks(index_of.at(input.producer_task_id()));  // checked by CheckPlan
       TensorDesc desc = DescOfBlob(producer.registers(input.producer_register()).blobs(input.blob_index()));
       if (input.has_view()) desc.shape.assign(input.view_shape().begin(), input.view_shape().end());
+      if (constant != nullptr && producer.kind() == plan::VARIABLE) {
+        init.input_versions.resize(task.inputs_size());
+        init.input_versions[init.inputs.size()] = constant;
+      }
       init.inputs.push_back(std::move(desc));
     }
     for (const plan::RegisterDesc& reg : task.registers())

@@ -4,6 +4,7 @@
 #include "session/cluster_membership.h"
 #include "session/variable_parts.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -134,6 +135,7 @@ StatusOr<int64_t> CompiledJob::Push(const std::vector<TensorView>& inputs, const
     session_->WaitTurn(order, this, reads_, writes_);
     in_flight_.fetch_add(1);  // from here on conflicting callers wait for this job
   }
+  for (const auto& version : written_versions_) version->fetch_add(1, std::memory_order_release);
   std::lock_guard<std::mutex> lock(runtime_mu_);
   Status refreshed = RefreshAfterForkLocked();
   if (!refreshed.ok() || !runtime_) {
@@ -333,6 +335,10 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   };
   std::unordered_map<std::pair<std::string, int64_t>, void*, BufferKeyHash> buffers;
   std::set<int> devices;  // of every task; counted in the pass over the plan's tasks below
+  // (variable task, its version) for the variables the job only reads, by task (ascending): the
+  // readers' kernels get the counter (KernelInit::input_versions). Not in jobs over several
+  // machines (other ranks' writes are not counted here).
+  std::vector<std::pair<int, std::shared_ptr<const std::atomic<uint64_t>>>> stable;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
@@ -393,6 +399,10 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
       }
       const plan::MemoryCase& where = task.registers(0).memory_case();
       const std::string what = "job '" + job_name + "': variable '" + variable + "'";
+      if (stored.version != nullptr) {
+        if (!task.read_only()) job->written_versions_.push_back(stored.version);
+        else if (!membership) stable.emplace_back(t, stored.version);
+      }
       if (where.kind() != plan::MEMORY_DEVICE) {
         if (stored.device != nullptr)
           return FailedPrecondition(what + " lives on " + stored.device->memory_case.ToString() +
@@ -422,6 +432,13 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
       buffers[{task.variable_name(), -1}] = stored.device->data;
     }
   }
+  // A variable some task of the job writes is not stable for its readers.
+  std::vector<std::shared_ptr<std::atomic<uint64_t>>>& written = job->written_versions_;
+  std::sort(written.begin(), written.end());
+  written.erase(std::unique(written.begin(), written.end()), written.end());
+  std::erase_if(stable, [&](const auto& entry) {
+    return std::binary_search(written.begin(), written.end(), entry.second);
+  });
   for (size_t k = 0; k < graph.feeds().size(); ++k) {
     const std::string& feed = graph.feeds()[k];
     TensorDesc desc = graph.Desc(feed + "/out").value();
@@ -463,16 +480,26 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     lap("plan check with every rank");
   }
   RuntimeHooks& hooks = job->hooks_;
-  hooks.make_kernel = [plan, kernel_threads, membership](const plan::Task& task) -> StatusOr<KernelFn> {
+  hooks.make_kernel = [plan, kernel_threads, membership,
+                       stable = std::move(stable)](const plan::Task& task) -> StatusOr<KernelFn> {
     if (membership && DataPlane::Handles(task.op_type()))
       return membership->data_plane().MakeKernel(plan->job_name(), task);
     KernelInit init;
     init.inputs.reserve(task.inputs_size());
     for (const plan::InputDesc& in : task.inputs()) {
       if (in.control()) continue;
-      const plan::Task& producer = plan->tasks(static_cast<int>(in.producer_task_id()));
+      const int producer_id = static_cast<int>(in.producer_task_id());
+      const plan::Task& producer = plan->tasks(producer_id);
       TensorDesc desc = DescOfBlob(producer.registers(in.producer_register()).blobs(in.blob_index()));
       if (in.has_view()) desc.shape.assign(in.view_shape().begin(), in.view_shape().end());
+      if (producer.kind() == plan::VARIABLE) {
+        auto found = std::lower_bound(stable.begin(), stable.end(), producer_id,
+                                      [](const auto& entry, int id) { return entry.first < id; });
+        if (found != stable.end() && found->first == producer_id) {
+          init.input_versions.resize(task.inputs_size());
+          init.input_versions[init.inputs.size()] = found->second;
+        }
+      }
       init.inputs.push_back(std::move(desc));
     }
     for (const plan::RegisterDesc& r : task.registers())
@@ -526,12 +553,15 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
                                !job->distributed_ && device_count == 1;
   // A plan writing variables never runs inline (InlineRun::Ineligible refuses it, saying so):
   // its ops need no look-up, one per task.
-  for (const plan::Task& task : plan->tasks()) {
-    if (!runtime_options.run_inline || !job->writes_.empty()) break;
-    if (task.kind() != plan::COMPUTE) continue;
-    auto def = OpRegistry::Global().Find(task.op_type());
-    if (!def.ok() || def.value()->stateful_kernel || task.device_type() == "gpu") runtime_options.run_inline = false;
-  }
+  if (runtime_options.run_inline && job->writes_.empty())
+    for (const plan::Task& task : plan->tasks()) {
+      if (task.kind() != plan::COMPUTE) continue;
+      auto def = OpRegistry::Global().Find(task.op_type());
+      if (!def.ok() || def.value()->stateful_kernel || task.device_type() == "gpu") {
+        runtime_options.run_inline = false;
+        break;
+      }
+    }
   if (!options.trace_path.empty()) {
     AF_RETURN_IF_ERROR(ChromeTraceRecorder::CheckWritable(options.trace_path));
     job->recorder_ = std::make_unique<ChromeTraceRecorder>();

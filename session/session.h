@@ -163,6 +163,9 @@ class CompiledJob {
   std::vector<std::shared_ptr<void>> variables_;  // keeps the store's buffers alive
   std::unique_ptr<RuntimeObserver> recorder_;
   std::set<std::string> reads_, writes_;
+  // The version counters of the variables this job writes (StoredVariable::version), bumped at
+  // each call: kernels of jobs that only read them derive their data again.
+  std::vector<std::shared_ptr<std::atomic<uint64_t>>> written_versions_;
   std::vector<std::pair<std::string, double>> compile_timings_, compile_cpu_timings_;
   RuntimeHooks hooks_;            // kept to rebuild the runtime after fork
   RuntimeOptions runtime_options_;

@@ -3,7 +3,9 @@
 #ifndef ACTORFLOW_SESSION_SESSION_STATE_H_
 #define ACTORFLOW_SESSION_SESSION_STATE_H_
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,6 +72,14 @@ struct StoredVariable {
   std::shared_ptr<HeldParts> parts;
   // How the jobs over several machines hold it (machines empty: no such job bound it yet).
   VariableLayout layout;
+  // Bumped whenever the value may change: each call of a job writing the variable, and
+  // SetVariable / SetVariablePart. Kernels of jobs that only read it keep data derived from it
+  // until it moves (KernelInit::input_versions). Null for a variable over outside memory: its
+  // owners write it without telling the session.
+  std::shared_ptr<std::atomic<uint64_t>> version = std::make_shared<std::atomic<uint64_t>>(0);
+  void Changed() {
+    if (version) version->fetch_add(1, std::memory_order_release);
+  }
   bool HeldByJobs() const {
     if (data.use_count() > 1) return true;
     if (parts)

@@ -92,7 +92,9 @@ StatusOr<std::string> Session::CreateVariableOver(const std::string& name, const
   // The handle owns a reference to the storage; jobs copy the handle, outside owners do not.
   auto holder = std::make_shared<std::shared_ptr<void>>(storage);
   std::shared_ptr<void> handle(holder, storage.get());
-  state_->variables.emplace(name, StoredVariable{desc, std::move(handle), std::move(storage)});
+  StoredVariable v{desc, std::move(handle), std::move(storage)};
+  v.version = nullptr;  // its owners write it without telling the session
+  state_->variables.emplace(name, std::move(v));
   return name;
 }
 
@@ -136,6 +138,7 @@ Status Session::SetVariable(const std::string& name, const TensorDesc& desc, con
     if (it == state_->variables.end()) return NotFound("no variable named '" + name + "'");
     if (desc != it->second.desc)
       return InvalidArgument("variable '" + name + "' is " + it->second.desc.ToString() + ", got " + desc.ToString());
+    it->second.Changed();
     if (it->second.parts) {  // the logical value: this rank keeps its parts of it
       for (auto& [index, buffer] : it->second.parts->local)
         CopyPart(desc, it->second.parts->layout, static_cast<size_t>(index), const_cast<void*>(data), buffer.get(),
@@ -179,6 +182,7 @@ Status Session::SetVariablePart(const std::string& name, int index, const Tensor
     if (desc != part)
       return InvalidArgument("variable '" + name + "' part " + std::to_string(index) + " is " + part.ToString() +
                              ", got " + desc.ToString());
+    it->second.Changed();
     std::memcpy(it->second.parts->local.at(index).get(), data, desc.byte_size());
     return Status::Ok();
   });

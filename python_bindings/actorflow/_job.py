@@ -20,7 +20,7 @@ from ._trace_ctx import BlobDef
 # The compiler's fusions a job or graph can turn off (graph/passes.h FusionNames).
 FUSION_NAMES = ("dense", "gradient_update", "conv_batch_norm", "conv_activation", "channels_last", "gemm_chunks",
                 "pool_relu_grad", "matmul_relu_grad", "bias_gradient_update", "conv_bias_grad", "gemv",
-                "narrow_gemm", "softmax_cross_entropy_grad", "blocked_layout", "matmul_bias_grad")
+                "narrow_gemm", "packed_weights", "softmax_cross_entropy_grad", "blocked_layout", "matmul_bias_grad")
 
 
 # Dynamic lists: compiled variants of one job (one per set of per-device rows) kept, the most
@@ -126,6 +126,8 @@ class FunctionConfig:
         "gemv": CPU matmuls with a few rows (batch-1 inference) as the kernels' AVX-512 GEMV loop
         instead of oneDNN; "narrow_gemm": CPU GEMMs with one dimension of at most 16 (a dense layer
         with few units and its gradients) as the kernels' AVX-512 loops instead of oneDNN;
+        "packed_weights": CPU matmuls of at least 16 rows keep a copy of a weight the job only
+        reads (a predict job's) in oneDNN's packed layout, made again when the weight changes;
         "softmax_cross_entropy_grad": sparse softmax cross-entropy and its gradient as one op;
         "blocked_layout": tensors between convolutions, pools and relus kept in oneDNN's blocked
         channel layout instead of reordered at each convolution; "matmul_bias_grad": a dense layer's

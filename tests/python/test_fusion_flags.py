@@ -267,6 +267,17 @@ def test_narrow_gemm_off_predicts_alike_with_onednn(batch):
         np.testing.assert_allclose(narrow, onednn, rtol=1e-5, atol=1e-5)
 
 
+# batch >= 16: the hidden layer's weights are packed (the output layer's 10 columns take the narrow loop)
+@pytest.mark.parametrize("batch", [20, 100])
+def test_packed_weights_off_predicts_alike_with_sgemm(batch):
+    packed_outputs, packed_plan = _predict_seed_mlp([], batch)
+    sgemm_outputs, sgemm_plan = _predict_seed_mlp(["packed_weights"], batch)
+    assert 'key: "packed_weights"' not in packed_plan and sgemm_plan.count('key: "packed_weights"') == 2
+    for packed, sgemm in zip(packed_outputs, sgemm_outputs):
+        assert packed.shape == (batch, 10)
+        np.testing.assert_allclose(packed, sgemm, rtol=1e-5, atol=1e-5)
+
+
 def test_softmax_cross_entropy_grad_fusion_trains_like_the_two_ops():
     fused_losses, _, fused_plan = _train([])
     plain_losses, _, plain_plan = _train(["softmax_cross_entropy_grad"])

@@ -1,0 +1,106 @@
+// A predict job's weights in oneDNN's packed layout (kernels/matmul_packed.h) through a session:
+// packed on the first call, again exactly when something wrote the variable (a train job's call,
+// SetVariable), never for a write to another variable; every result equals the reference over
+// the variable's value at the call.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "graph/test_util.h"
+#include "kernels/matmul_packed.h"
+#include "session/session.h"
+
+namespace actorflow {
+namespace graph {
+namespace {
+
+using testing::ValueOrDie;
+
+constexpr int64_t kRows = 32, kIn = 64, kOut = 96;
+
+TensorView View(std::vector<float>& data, Shape shape) { return TensorView{data.data(), {std::move(shape), DType::kFloat32}}; }
+
+// out = x . weight (predict), or the same with loss = out^2 and SGD on `weight` (train).
+JobBuilder Dense(const std::string& name, const std::string& type, const std::string& weight) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create(name, type));
+  std::string x = ValueOrDie(b.AddInput("x", {kRows, kIn}, DType::kFloat32, "p.py:1"));
+  std::string w = ValueOrDie(b.AddVariable(weight, {kIn, kOut}, DType::kFloat32, "p.py:2"));
+  std::string out = ValueOrDie(b.AddOp("matmul", "dense", {x, w}, {}, "p.py:3"))->output_ref(0);
+  if (type == "train") {
+    out = ValueOrDie(b.AddOp("square", "sq", {out}, {}, "p.py:4"))->output_ref(0);
+    if (!b.AddLoss(out).ok()) throw std::runtime_error("AddLoss");
+    OptimizerSpec spec;
+    spec.type = "sgd";
+    if (!b.SetOptimizer(spec).ok()) throw std::runtime_error("SetOptimizer");
+  }
+  if (!b.SetOutputs({out}).ok()) throw std::runtime_error("SetOutputs");
+  return b;
+}
+
+TEST(PackedWeights, PackedOnFirstCallAndAgainExactlyWhenTheVariableIsWritten) {
+  Session session;
+  std::vector<float> w(kIn * kOut), v(kIn * kOut), x(kRows * kIn), out(kRows * kOut), loss(kRows * kOut);
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i] = std::sin(0.37f * i) * 0.1f;
+    v[i] = std::cos(0.11f * i) * 0.1f;
+  }
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.23f * i);
+  AF_ASSERT_OK(session.CreateVariable("w", {{kIn, kOut}, DType::kFloat32}, w.data()));
+  AF_ASSERT_OK(session.CreateVariable("v", {{kIn, kOut}, DType::kFloat32}, v.data()));
+  JobOptions options;
+  options.run_inline = false;  // one kernel per task: every pack counted below is this job's
+  auto predict = ValueOrDie(session.Compile(Dense("predict", "predict", "w"), options));
+  auto train_w = ValueOrDie(session.Compile(Dense("train_w", "train", "w"), options));
+  auto train_v = ValueOrDie(session.Compile(Dense("train_v", "train", "v"), options));
+  std::vector<float> lr = {0.01f};
+
+  auto check = [&](const std::string& when) {
+    std::vector<float> now(kIn * kOut);
+    AF_ASSERT_OK(session.GetVariable("w", now.data(), now.size() * sizeof(float)));
+    for (int64_t i = 0; i < kRows; ++i)
+      for (int64_t j = 0; j < kOut; ++j) {
+        double want = 0;
+        for (int64_t p = 0; p < kIn; ++p) want += double(x[i * kIn + p]) * now[p * kOut + j];
+        ASSERT_NEAR(out[i * kOut + j], want, 1e-4 * (1 + std::abs(want))) << when << " (" << i << ", " << j << ")";
+      }
+  };
+  const int64_t before = PackedGemm::TotalPacks();
+  AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
+  check("first call");
+  EXPECT_EQ(PackedGemm::TotalPacks(), before + 1) << "the predict job's matmul did not pack its weight";
+  AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
+  EXPECT_EQ(PackedGemm::TotalPacks(), before + 1) << "packed again without a write";
+
+  AF_ASSERT_OK(train_v->Run({View(x, {kRows, kIn}), View(lr, {1})}, {View(loss, {kRows, kOut})}));
+  AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
+  check("after training another variable");
+  EXPECT_EQ(PackedGemm::TotalPacks(), before + 1) << "a write to another variable repacked";
+
+  for (int step = 0; step < 3; ++step) {
+    AF_ASSERT_OK(train_w->Run({View(x, {kRows, kIn}), View(lr, {1})}, {View(loss, {kRows, kOut})}));
+    AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
+    check("after train step " + std::to_string(step));
+    EXPECT_EQ(PackedGemm::TotalPacks(), before + 2 + step);
+  }
+  for (float& value : w) value = -value;
+  AF_ASSERT_OK(session.SetVariable("w", {{kIn, kOut}, DType::kFloat32}, w.data()));
+  AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
+  check("after SetVariable");
+  EXPECT_EQ(PackedGemm::TotalPacks(), before + 5);
+}
+
+// The train job writes its weight every call: its own matmul never keeps a packed copy.
+TEST(PackedWeights, ATrainJobsOwnMatmulsDoNotPack) {
+  Session session;
+  std::vector<float> w(kIn * kOut, 0.01f), x(kRows * kIn, 1.0f), loss(kRows * kOut), lr = {0.01f};
+  AF_ASSERT_OK(session.CreateVariable("w", {{kIn, kOut}, DType::kFloat32}, w.data()));
+  auto train = ValueOrDie(session.Compile(Dense("train", "train", "w"), JobOptions{}));
+  const int64_t before = PackedGemm::TotalPacks();
+  for (int step = 0; step < 3; ++step)
+    AF_ASSERT_OK(train->Run({View(x, {kRows, kIn}), View(lr, {1})}, {View(loss, {kRows, kOut})}));
+  EXPECT_EQ(PackedGemm::TotalPacks(), before);
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace actorflow
