@@ -24,13 +24,13 @@ using ordering_detail::InPlaceWrittenRefs;
 
 namespace {
 
-plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
-  plan::BlobDesc blob;
-  blob.set_name(name);
+// Fills `blob` in place (the register's own message: no temporary copied into it); its name is
+// written by the caller.
+void FillBlob(plan::BlobDesc& blob, const TensorDesc& desc) {
+  blob.mutable_shape()->Reserve(static_cast<int>(desc.shape.size()));
   for (int64_t d : desc.shape) blob.add_shape(d);
   blob.set_dtype(ToProtoDType(desc.dtype));
   blob.set_byte_size(static_cast<int64_t>(desc.byte_size()));
-  return blob;
 }
 
 }  // namespace
@@ -368,12 +368,15 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
   for (size_t i = 0; i < graph.feeds().size(); ++i) feed_index[graph.feeds()[i]] = static_cast<int>(i);
   bool spread = false;  // some node runs on several devices
   for (const Node& n : graph.nodes()) {
-    if (n.kind == NodeKind::kOp && n.output_names.size() == 1 && views.count(n.output_ref(0))) continue;  // a view
+    if (n.kind == NodeKind::kOp && n.output_names.size() == 1 && !views.empty() && views.count(n.output_ref(0)))
+      continue;  // a view
     if (n.kind == NodeKind::kOp) {
       AF_ASSIGN_OR_RETURN(bool in_place, gather_in_place(n));
       if (in_place) continue;
     }
-    const std::vector<int> all_devices = devices_of(n);
+    Physical& p = physical_of(n);
+    p.devices = devices_of(n);
+    const std::vector<int>& all_devices = p.devices;
     // Inputs and variables: one task holding the whole tensor, on the first device (variables
     // stored as shards across machines: one task per device, ShardedVariable). So is a
     // boxing to B: registers are host memory, so one copy serves the readers of every device
@@ -397,8 +400,6 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
     const size_t parts = task_devices.size();
     spread |= parts > 1;
     plan::TaskKind kind = n.kind == NodeKind::kInput ? plan::SOURCE : n.kind == NodeKind::kVariable ? plan::VARIABLE : plan::COMPUTE;
-    Physical& p = physical_of(n);
-    p.devices = all_devices;
     const OpDef* def = nullptr;
     if (n.kind == NodeKind::kOp && parts > 1) {
       AF_ASSIGN_OR_RETURN(def, OpRegistry::Global().Find(n.type));
@@ -516,7 +517,9 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
         plan::RegisterDesc* r = t->add_registers();
         r->set_name(n.output_names[k]);
         r->set_register_num(n.kind == NodeKind::kVariable ? 1 : register_num);
-        *r->add_blobs() = MakeBlob(n.output_ref(k), physical_outputs[k]);
+        plan::BlobDesc* blob = r->add_blobs();
+        blob->mutable_name()->append(n.name).append("/").append(n.output_names[k]);  // n.output_ref(k)
+        FillBlob(*blob, physical_outputs[k]);
       }
     }
   }
@@ -563,7 +566,9 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
       plan::RegisterDesc* r = gather->add_registers();
       r->set_name("out");
       r->set_register_num(register_num);
-      *r->add_blobs() = MakeBlob(ref + "@machine" + std::to_string(machine), TensorDesc{spec.logical_shape, logical.dtype});
+      plan::BlobDesc* blob = r->add_blobs();
+      blob->set_name(ref + "@machine" + std::to_string(machine));
+      FillBlob(*blob, TensorDesc{spec.logical_shape, logical.dtype});
       machine_rows[{machine, ref}] = Source{static_cast<int>(gather->id()), 0, std::nullopt, nullptr, std::nullopt};
     }
   }
