@@ -90,10 +90,19 @@ class PlacementPass : public Pass {
  public:
   std::string name() const override { return "placement"; }
   Status Run(Graph& graph) override {
+    // Runs of nodes share a placement (most jobs have one): each run's is resolved once.
+    const Node* last = nullptr;
     for (Node& n : graph.mutable_nodes()) {
+      if (last != nullptr && n.placement.device_type == last->placement.device_type &&
+          n.placement.machine_device_ids == last->placement.machine_device_ids) {
+        n.devices = last->devices;
+        last = &n;
+        continue;
+      }
       auto devices = ResolvePlacement(n.placement, graph.device_num(), graph.gpu_device_num(), graph.machine_num());
       if (!devices.ok()) return devices.status().WithContext(Where(n));
       n.devices = std::move(devices).value();
+      last = &n;
     }
     return Status::Ok();
   }
