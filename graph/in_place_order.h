@@ -13,16 +13,9 @@
 namespace actorflow {
 namespace graph {
 
-// Exact ancestry in a DAG whose nodes are numbered in topological order, for the few pairs the
-// in-place ordering asks about (a writer and the readers of what it writes): chain labels
-// (graph/chain_labels.h) answer most questions in O(chains); the rest search up from the node
-// through parents numbered above the candidate ancestor (nothing numbered below it can lie on a
-// path from it). Linear memory; time linear in the graph plus what the searches visit, which
-// on the compiler's graphs is a few nodes per question (an earlier version kept a bit per
-// (node, reader) pair: quadratic in the job's size).
 // Parents of every node of a DAG in one array: node t's are parents[begin[t] .. begin[t + 1]).
-// One allocation for the graph where a vector per node is one per node, and the walks over
-// every node's parents (chain labels: a few sweeps) read it in order.
+// One allocation for the whole graph instead of a vector per node, and the walks over every
+// node's parents (chain labels: a few sweeps) read it in order.
 struct ParentRows {
   std::vector<int> begin{0};  // size() == nodes + 1
   std::vector<int> parents;
@@ -31,6 +24,13 @@ struct ParentRows {
   int size() const { return static_cast<int>(begin.size()) - 1; }
 };
 
+// Exact ancestry in a DAG whose nodes are numbered in topological order, for the few pairs the
+// in-place ordering asks about (a writer and the readers of what it writes): chain labels
+// (graph/chain_labels.h) answer most questions in O(chains); the rest search up from the node
+// through parents numbered above the candidate ancestor (nothing numbered below it can lie on a
+// path from it). Linear memory; time linear in the graph plus what the searches visit, which
+// on the compiler's graphs is a few nodes per question (an earlier version kept a bit per
+// (node, reader) pair: quadratic in the job's size).
 class AncestorIndex {
  public:
   // parents[t] / rows' row t: t's parents, each numbered below t.

@@ -78,7 +78,7 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
     const std::vector<int>* devices = &kFirstDevice;  // the node's (devices_of)
     TaskRange tasks;
   };
-  // By node position: lookups hash no name, and the table goes in one free per node.
+  // By node position: lookups hash no name, and the table is one allocation (no vector per node).
   std::vector<Physical> physical(graph.nodes().size());
   auto physical_of = [&](const Node& node) -> Physical& {
     return physical[static_cast<size_t>(&node - graph.nodes().data())];
