@@ -75,12 +75,15 @@ WrittenRegisterReaders ReadersOfWrittenRegisters(const plan::Plan& plan) {
   return result;
 }
 
-// Parents by data and control edges, from the plan's inputs.
+// Parents by data and control edges, from the plan's inputs. A producer id outside [0, tasks)
+// is kept out of it on the same side (-1, or the task count), as VerifyInPlaceOrder reads it.
 ParentRows PlanParents(const plan::Plan& plan) {
   ParentRows rows;
   rows.begin.reserve(static_cast<size_t>(plan.tasks_size()) + 1);
+  const int64_t n = plan.tasks_size();
   for (const plan::Task& task : plan.tasks()) {
-    for (const plan::InputDesc& in : task.inputs()) rows.parents.push_back(static_cast<int>(in.producer_task_id()));
+    for (const plan::InputDesc& in : task.inputs())
+      rows.parents.push_back(static_cast<int>(std::clamp<int64_t>(in.producer_task_id(), -1, n)));
     rows.EndRow();
   }
   return rows;
@@ -165,13 +168,15 @@ void OrderInPlaceWriters(plan::Plan& plan, const std::function<void(plan::Task*,
 
 Status VerifyInPlaceOrder(const plan::Plan& plan) {
   const int n = plan.tasks_size();
-  // Tasks are in topological order (every input's producer has a smaller id).
+  // Tasks are in topological order (every input's producer has a smaller id): checked on the
+  // parents read in one walk over the plan, which the ancestry below is built from.
+  ParentRows parents = PlanParents(plan);
   for (int t = 0; t < n; ++t)
-    for (const plan::InputDesc& in : plan.tasks(t).inputs()) {
-      const int64_t p = in.producer_task_id();
-      if (p < 0 || p >= t)
-        return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
-                        std::to_string(p) + ", which is not before it");
+    for (int k = parents.begin[t]; k < parents.begin[t + 1]; ++k) {
+      if (parents.parents[k] >= 0 && parents.parents[k] < t) continue;
+      const int64_t p = plan.tasks(t).inputs(k - parents.begin[t]).producer_task_id();
+      return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
+                      std::to_string(p) + ", which is not before it");
     }
   for (const plan::Task& writer : plan.tasks())
     for (int m : writer.mutable_inputs())
@@ -181,7 +186,7 @@ Status VerifyInPlaceOrder(const plan::Plan& plan) {
   const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
   if (written.empty()) return Status::Ok();
   // What each task waits for this iteration (data and control edges), among the readers.
-  AncestorIndex ancestors(PlanParents(plan));
+  AncestorIndex ancestors(std::move(parents));
   for (int w = 0; w < n; ++w) {
     const plan::Task& writer = plan.tasks(w);
     for (int m : writer.mutable_inputs()) {
