@@ -220,6 +220,29 @@ TEST(VerifyInPlaceOrderTest, AnUnorderedReaderIsAnInternalError) {
       << s.message();
 }
 
+// A plan out of topological order: the first input whose producer is not before its reader is
+// named with the id as the plan holds it, also one past what an int holds.
+TEST(VerifyInPlaceOrderTest, AReadOfATaskNotBeforeItIsAnInternalError) {
+  testing::Mlp m = testing::BuildMlp("train", 4, 3, 5, 2);
+  Graph g = m.builder.graph();
+  plan::Plan plan = ValueOrDie(CompileGraph(g, CompileOptions{}));
+  AF_ASSERT_OK(VerifyInPlaceOrder(plan));
+  ASSERT_GE(plan.tasks_size(), 3);
+  for (const int64_t producer : {int64_t{2}, int64_t{1} << 32, int64_t{-3}}) {
+    plan::Plan broken = plan;
+    plan::InputDesc* in = broken.mutable_tasks(1)->add_inputs();
+    in->set_producer_task_id(producer);
+    in->set_control(true);
+    Status s = VerifyInPlaceOrder(broken);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), StatusCode::kInternal);
+    EXPECT_NE(s.message().find("task '" + broken.tasks(1).name() + "' reads task #" + std::to_string(producer) +
+                               ", which is not before it"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
 // A variable the job never writes is lowered read-only (read in place at run time); one an
 // optimizer updates is not.
 TEST(LoweringTest, VariablesNoOpWritesAreReadOnly) {

@@ -212,19 +212,26 @@ void Graph::Retain(const std::vector<bool>& keep) {
     dropped_variable |= !keep[i] && nodes_[i].kind == NodeKind::kVariable;
   }
   size_t standing = 0;  // entries that stand: at most one per kept position
+  std::vector<bool> stands(nodes_.size(), false);
   index_.RetainIf([&](std::string_view name, size_t& at) {
     if (at >= nodes_.size() || !keep[at] || nodes_[at].name != name) return false;
+    stands[at] = true;
     at = position[at];
     ++standing;
     return true;
   });
-  // Every kept node has its entry unless a pass put nodes in without Append (or renamed one).
+  // Every kept node has its entry unless a pass put nodes in without Append, renamed one or
+  // put a node under another's name (a fusion's node where the node it absorbed stood): only
+  // the kept nodes whose entry did not stand are looked up, not every kept node. Of two kept
+  // nodes of one name the last one holds the entry: backwards, an entry already past a node's
+  // position is a later node's of its name (an entry that stood, or one set in this loop).
   bool new_variable = false;
   if (standing != kept_count) {
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      if (!keep[i]) continue;
-      if (index_.Find(nodes_[i].name) != position[i]) {
-        index_.Assign(nodes_[i].name, position[i]);  // of two nodes of one name, the last one wins, as before
+    for (size_t i = nodes_.size(); i-- > 0;) {
+      if (!keep[i] || stands[i]) continue;
+      const size_t at = index_.Find(nodes_[i].name);
+      if (at == NameIndex::kNone || at < position[i]) {
+        index_.Assign(nodes_[i].name, position[i]);
         new_variable |= nodes_[i].kind == NodeKind::kVariable;
       }
     }

@@ -45,19 +45,20 @@ StatusOr<std::vector<int>> ResolvePlacement(const Placement& placement, int devi
 Placement PlacementOf(const std::vector<int>& devices, const std::string& device_type = "cpu");
 
 struct Node {
+  // The fields every pass reads come first, together in the first cache lines of the node (a
+  // pass walks thousands of nodes; the rarely read fields below them stay out of its way).
   std::string name;
   NodeKind kind = NodeKind::kOp;
+  // kVariable: trainable for the optimizer; the session creates it filled with zeros when
+  // missing (optimizer state).
+  bool trainable = false;
+  bool zeros_if_missing = false;
   std::string type;                     // registry op type; "input" / "variable" otherwise
   std::vector<std::string> inputs;      // data inputs, "op/output"
-  std::vector<std::string> control_inputs;  // node names that must act first (same iteration)
-  Attrs attrs;
   std::vector<std::string> output_names;
   std::vector<TensorDesc> output_descs;
+  std::vector<std::string> control_inputs;  // node names that must act first (same iteration)
   std::vector<int> mutable_inputs;      // indices into `inputs` written in place
-  std::string location;                 // user's file:line
-  Placement placement;
-  // The user's layout hints, one per output (std::nullopt: the compiler chooses); may be empty.
-  std::vector<std::optional<Sbp>> output_sbp_hints;
   // Filled by the placement pass: the device ids (machine 0) the node runs on.
   std::vector<int> devices;
   // Filled by the SBP pass: the layout of each input as this node reads it and of each output
@@ -65,11 +66,13 @@ struct Node {
   // register; their output_sbp is the layout their readers are steered towards (the consistent
   // view's S(0) for feeds, a user hint), and boxing slices them where a reader splits.
   std::vector<Sbp> input_sbp, output_sbp;
-  // kVariable: name in the session's variable store; trainable for the optimizer.
+  Attrs attrs;
+  // kVariable: name in the session's variable store.
   std::string variable_name;
-  bool trainable = false;
-  // kVariable: the session creates it filled with zeros when missing (optimizer state).
-  bool zeros_if_missing = false;
+  std::string location;                 // user's file:line
+  Placement placement;
+  // The user's layout hints, one per output (std::nullopt: the compiler chooses); may be empty.
+  std::vector<std::optional<Sbp>> output_sbp_hints;
 
   std::string output_ref(size_t i) const { return name + "/" + output_names[i]; }
 };

@@ -163,6 +163,39 @@ TEST(GraphTest, RetainIndexesEveryKeptNodeWhateverThePassesMoved) {
   EXPECT_EQ(ValueOrDie(graph.Resolve("s/out")).first, graph.FindNode("s"));
 }
 
+// Two kept nodes of one name (a pass put a node under a name another node keeps): the last one
+// holds the entry, whether the entry stood at the first or at neither.
+TEST(GraphTest, RetainIndexesTheLastOfTwoNodesOfOneName) {
+  JobBuilder b = ValueOrDie(JobBuilder::Create("job", "predict"));
+  std::string x = ValueOrDie(b.AddInput("x", {2, 2}, DType::kFloat32, "a.py:1"));
+  std::string r = ValueOrDie(b.AddOp("relu", "r", {x}, {}, "a.py:2"))->output_ref(0);
+  std::string s = ValueOrDie(b.AddOp("relu", "s", {r}, {}, "a.py:3"))->output_ref(0);
+  ValueOrDie(b.AddOp("relu", "t", {s}, {}, "a.py:4"));
+  ValueOrDie(b.AddOp("relu", "u", {s}, {}, "a.py:5"));
+  Graph graph = b.graph();
+  std::vector<Node>& nodes = graph.mutable_nodes();  // x, r, s, t, u
+  // The entry of "r" stands at r; "t" becomes a second "r" after it; "u" is dropped.
+  nodes[3].name = "r";
+  nodes[3].attrs.Set("second", true);
+  graph.Retain({true, true, true, true, false});
+  ASSERT_EQ(graph.nodes().size(), 4u);
+  EXPECT_EQ(graph.FindNode("r"), &graph.nodes()[3]);
+  EXPECT_EQ(graph.FindNode("t"), nullptr);
+  // Again: now the entry stands at the later "r" and the earlier one has none.
+  graph.Retain({true, true, true, true});
+  EXPECT_EQ(graph.FindNode("r"), &graph.nodes()[3]);
+  // Neither "s" node stands at its entry's position: the first is renamed away, then two nodes
+  // take the name, the later one wins.
+  std::vector<Node>& again = graph.mutable_nodes();  // x, r, s, r(second)
+  again[2].name = "s-old";
+  again[1].name = "s";
+  again[3].name = "s";
+  graph.Retain({true, true, true, true});
+  EXPECT_EQ(graph.FindNode("s"), &graph.nodes()[3]);
+  EXPECT_EQ(graph.FindNode("s-old"), &graph.nodes()[2]);
+  EXPECT_TRUE(graph.FindNode("s")->attrs.GetBoolOr("second", false));
+}
+
 }  // namespace
 }  // namespace graph
 }  // namespace actorflow

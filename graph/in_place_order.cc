@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <span>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -74,24 +75,48 @@ WrittenRegisterReaders ReadersOfWrittenRegisters(const plan::Plan& plan) {
   return result;
 }
 
-// Parents by data and control edges, from the plan's inputs.
-std::vector<std::vector<int>> PlanParents(const plan::Plan& plan) {
-  std::vector<std::vector<int>> parents(plan.tasks_size());
-  for (int t = 0; t < plan.tasks_size(); ++t)
-    for (const plan::InputDesc& in : plan.tasks(t).inputs()) parents[t].push_back(static_cast<int>(in.producer_task_id()));
-  return parents;
+// Parents by data and control edges, from the plan's inputs. A producer id outside [0, tasks)
+// is kept out of it on the same side (-1, or the task count), as VerifyInPlaceOrder reads it.
+ParentRows PlanParents(const plan::Plan& plan) {
+  ParentRows rows;
+  rows.begin.reserve(static_cast<size_t>(plan.tasks_size()) + 1);
+  const int64_t n = plan.tasks_size();
+  for (const plan::Task& task : plan.tasks()) {
+    for (const plan::InputDesc& in : task.inputs())
+      rows.parents.push_back(static_cast<int>(std::clamp<int64_t>(in.producer_task_id(), -1, n)));
+    rows.EndRow();
+  }
+  return rows;
 }
 
 }  // namespace
 
-AncestorIndex::AncestorIndex(std::vector<std::vector<int>> parents)
-    : parents_(std::move(parents)), visited_(parents_.size(), 0) {
-  labels_ = ChainLabels::Of(static_cast<int>(parents_.size()), [this](int t) -> const std::vector<int>& {
-    return parents_[t];
+AncestorIndex::AncestorIndex(ParentRows rows) : rows_(std::move(rows)), visited_(rows_.size(), 0) {
+  labels_ = ChainLabels::Of(rows_.size(), [this](int t) {
+    return std::span<const int>(rows_.parents.data() + rows_.begin[t],
+                                static_cast<size_t>(rows_.begin[t + 1] - rows_.begin[t]));
   });
 }
 
-void AncestorIndex::AddEdge(int child, int parent) { parents_[child].push_back(parent); }
+namespace {
+ParentRows RowsOf(const std::vector<std::vector<int>>& parents) {
+  ParentRows rows;
+  for (const std::vector<int>& row : parents) {
+    rows.parents.insert(rows.parents.end(), row.begin(), row.end());
+    rows.EndRow();
+  }
+  return rows;
+}
+}  // namespace
+
+AncestorIndex::AncestorIndex(const std::vector<std::vector<int>>& parents) : AncestorIndex(RowsOf(parents)) {}
+
+void AncestorIndex::AddEdge(int child, int parent) {
+  if (added_head_.empty()) added_head_.assign(static_cast<size_t>(rows_.size()), -1);
+  added_parent_.push_back(parent);
+  added_next_.push_back(added_head_[child]);
+  added_head_[child] = static_cast<int>(added_parent_.size()) - 1;
+}
 
 bool AncestorIndex::IsAncestor(int ancestor, int node) {
   if (ancestor >= node) return false;
@@ -99,16 +124,23 @@ bool AncestorIndex::IsAncestor(int ancestor, int node) {
   ++generation_;
   stack_.assign(1, node);
   visited_[node] = generation_;
+  // Whether the search ends at parent p of the node it stands on (found), or goes on above it.
+  auto visit = [&](int p) {
+    if (p == ancestor) return true;
+    if (p < ancestor || visited_[p] == generation_) return false;
+    if (labels_.Reaches(ancestor, p)) return true;
+    visited_[p] = generation_;
+    stack_.push_back(p);
+    return false;
+  };
   while (!stack_.empty()) {
     const int t = stack_.back();
     stack_.pop_back();
-    for (int p : parents_[t]) {
-      if (p == ancestor) return true;
-      if (p < ancestor || visited_[p] == generation_) continue;
-      if (labels_.Reaches(ancestor, p)) return true;
-      visited_[p] = generation_;
-      stack_.push_back(p);
-    }
+    for (int k = rows_.begin[t]; k < rows_.begin[t + 1]; ++k)
+      if (visit(rows_.parents[k])) return true;
+    if (!added_head_.empty())
+      for (int e = added_head_[t]; e >= 0; e = added_next_[e])
+        if (visit(added_parent_[e])) return true;
   }
   return false;
 }
@@ -136,13 +168,15 @@ void OrderInPlaceWriters(plan::Plan& plan, const std::function<void(plan::Task*,
 
 Status VerifyInPlaceOrder(const plan::Plan& plan) {
   const int n = plan.tasks_size();
-  // Tasks are in topological order (every input's producer has a smaller id).
+  // Tasks are in topological order (every input's producer has a smaller id): checked on the
+  // parents read in one walk over the plan, which the ancestry below is built from.
+  ParentRows parents = PlanParents(plan);
   for (int t = 0; t < n; ++t)
-    for (const plan::InputDesc& in : plan.tasks(t).inputs()) {
-      const int64_t p = in.producer_task_id();
-      if (p < 0 || p >= t)
-        return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
-                        std::to_string(p) + ", which is not before it");
+    for (int k = parents.begin[t]; k < parents.begin[t + 1]; ++k) {
+      if (parents.parents[k] >= 0 && parents.parents[k] < t) continue;
+      const int64_t p = plan.tasks(t).inputs(k - parents.begin[t]).producer_task_id();
+      return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
+                      std::to_string(p) + ", which is not before it");
     }
   for (const plan::Task& writer : plan.tasks())
     for (int m : writer.mutable_inputs())
@@ -152,7 +186,7 @@ Status VerifyInPlaceOrder(const plan::Plan& plan) {
   const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
   if (written.empty()) return Status::Ok();
   // What each task waits for this iteration (data and control edges), among the readers.
-  AncestorIndex ancestors(PlanParents(plan));
+  AncestorIndex ancestors(std::move(parents));
   for (int w = 0; w < n; ++w) {
     const plan::Task& writer = plan.tasks(w);
     for (int m : writer.mutable_inputs()) {

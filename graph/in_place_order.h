@@ -13,6 +13,17 @@
 namespace actorflow {
 namespace graph {
 
+// Parents of every node of a DAG in one array: node t's are parents[begin[t] .. begin[t + 1]).
+// One allocation for the whole graph instead of a vector per node, and the walks over every
+// node's parents (chain labels: a few sweeps) read it in order.
+struct ParentRows {
+  std::vector<int> begin{0};  // size() == nodes + 1
+  std::vector<int> parents;
+  // Closes the current node's row (its parents were pushed onto `parents`).
+  void EndRow() { begin.push_back(static_cast<int>(parents.size())); }
+  int size() const { return static_cast<int>(begin.size()) - 1; }
+};
+
 // Exact ancestry in a DAG whose nodes are numbered in topological order, for the few pairs the
 // in-place ordering asks about (a writer and the readers of what it writes): chain labels
 // (graph/chain_labels.h) answer most questions in O(chains); the rest search up from the node
@@ -22,8 +33,9 @@ namespace graph {
 // (node, reader) pair: quadratic in the job's size).
 class AncestorIndex {
  public:
-  // parents[t]: t's parents, each numbered below t.
-  explicit AncestorIndex(std::vector<std::vector<int>> parents);
+  // parents[t] / rows' row t: t's parents, each numbered below t.
+  explicit AncestorIndex(ParentRows rows);
+  explicit AncestorIndex(const std::vector<std::vector<int>>& parents);
   // A control edge from `parent` to `child` added after construction (parent < child). The
   // labels were computed without it: still sound (they only miss paths), the search sees it.
   void AddEdge(int child, int parent);
@@ -31,7 +43,10 @@ class AncestorIndex {
   bool IsAncestor(int ancestor, int node);
 
  private:
-  std::vector<std::vector<int>> parents_;
+  ParentRows rows_;
+  // Edges added after construction, per child a list chained through added_next_ (-1 ends it);
+  // added_head_ stays empty until the first one.
+  std::vector<int> added_head_, added_parent_, added_next_;
   ChainLabels labels_;
   std::vector<int> visited_;  // search generation per node
   std::vector<int> stack_;

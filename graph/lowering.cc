@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <ranges>
+#include <stdexcept>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -24,14 +26,39 @@ using ordering_detail::InPlaceWrittenRefs;
 
 namespace {
 
-plan::BlobDesc MakeBlob(const std::string& name, const TensorDesc& desc) {
-  plan::BlobDesc blob;
-  blob.set_name(name);
+// Fills `blob` in place (the register's own message: no temporary copied into it); its name is
+// written by the caller.
+void FillBlob(plan::BlobDesc& blob, const TensorDesc& desc) {
+  blob.mutable_shape()->Reserve(static_cast<int>(desc.shape.size()));
   for (int64_t d : desc.shape) blob.add_shape(d);
   blob.set_dtype(ToProtoDType(desc.dtype));
   blob.set_byte_size(static_cast<int64_t>(desc.byte_size()));
-  return blob;
 }
+
+// Where devices_of points for a node without devices (placement did not run).
+const std::vector<int> kFirstDevice{0};
+
+// A node's tasks: consecutive ids, as LowerInto makes each node's tasks one after the other
+// (a number and a count per node, where a vector was one allocation per node).
+struct TaskRange {
+  int first = 0;
+  int count = 0;
+  size_t size() const { return static_cast<size_t>(count); }
+  bool empty() const { return count == 0; }
+  int operator[](size_t i) const { return first + static_cast<int>(i); }
+  int at(size_t i) const {
+    if (i >= size()) throw std::out_of_range("lowering: task " + std::to_string(i) + " of " + std::to_string(count));
+    return (*this)[i];
+  }
+  auto begin() const { return std::views::iota(first, first + count).begin(); }
+  auto end() const { return std::views::iota(first, first + count).end(); }
+  void push_back(int task) {
+    if (count == 0) first = task;
+    if (task != first + count) throw std::logic_error("lowering: a node's tasks are not consecutive");
+    ++count;
+  }
+  bool operator==(const TaskRange&) const = default;
+};
 
 }  // namespace
 
@@ -48,15 +75,15 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
   // whole, have one task whatever their placement (their readers on every device read it in
   // place: registers are host memory).
   struct Physical {
-    std::vector<int> devices;
-    std::vector<int> tasks;
+    const std::vector<int>* devices = &kFirstDevice;  // the node's (devices_of)
+    TaskRange tasks;
   };
-  // By node position: lookups hash no name, and the table goes in one free per node.
+  // By node position: lookups hash no name, and the table is one allocation (no vector per node).
   std::vector<Physical> physical(graph.nodes().size());
   auto physical_of = [&](const Node& node) -> Physical& {
     return physical[static_cast<size_t>(&node - graph.nodes().data())];
   };
-  auto devices_of = [](const Node& n) { return n.devices.empty() ? std::vector<int>{0} : n.devices; };
+  auto devices_of = [](const Node& n) -> const std::vector<int>& { return n.devices.empty() ? kFirstDevice : n.devices; };
   // `device` is a global device id (graph.h): machine device / D, device device % D.
   const int device_num = graph.device_num();
   auto new_task = [&](const std::string& name, plan::TaskKind kind, int device = 0) {
@@ -159,7 +186,7 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
   // sum, a layer's output) thus writes its piece straight into the tensor every reader reads;
   // in one process the gather costs no copy.
   struct Gathered {
-    std::vector<int> tasks;  // the producer's, one per shard, in order
+    TaskRange tasks;  // the producer's, one per shard, in order
     int register_index;
     TensorDesc logical;
   };
@@ -194,7 +221,7 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
     if (p.tasks.empty()) return Internal("'" + ref + "' is read before its producer has a task");
     if (v != nullptr && v->split) {  // this device's rows (read_split_or_gathered: on the view's devices)
       const size_t parts = reader_devices.size();
-      if (p.devices != reader_devices || index >= parts)
+      if (*p.devices != reader_devices || index >= parts)
         return Internal("split view '" + ref + "' read on " + PlacementOf(reader_devices).ToString());
       AF_ASSIGN_OR_RETURN(view_shape, PhysicalShape(v->desc.shape, Sbp::Split(0), static_cast<int64_t>(parts),
                                                     static_cast<int64_t>(index)));
@@ -205,13 +232,13 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
     Source source{p.tasks[0], resolved.second, view_shape, nullptr, std::nullopt};
     if (p.tasks.size() == 1) return source;
     if (output_sbp(*resolved.first, resolved.second).kind == SbpKind::kBroadcast) {
-      auto it = std::find(p.devices.begin(), p.devices.end(), device);
-      source.task = p.tasks[it == p.devices.end() ? 0 : it - p.devices.begin()];
+      auto it = std::find(p.devices->begin(), p.devices->end(), device);
+      source.task = p.tasks[it == p.devices->end() ? 0 : it - p.devices->begin()];
       return source;
     }
-    if (p.devices != reader_devices || index >= p.tasks.size())
+    if (*p.devices != reader_devices || index >= p.tasks.size())
       return Internal("'" + ref + "' is laid out " + output_sbp(*resolved.first, resolved.second).ToString() + " on " +
-                      PlacementOf(p.devices).ToString() + " but read on " + PlacementOf(reader_devices).ToString() +
+                      PlacementOf(*p.devices).ToString() + " but read on " + PlacementOf(reader_devices).ToString() +
                       " without a boxing");
     source.task = p.tasks[index];
     return source;
@@ -368,12 +395,15 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
   for (size_t i = 0; i < graph.feeds().size(); ++i) feed_index[graph.feeds()[i]] = static_cast<int>(i);
   bool spread = false;  // some node runs on several devices
   for (const Node& n : graph.nodes()) {
-    if (n.kind == NodeKind::kOp && n.output_names.size() == 1 && views.count(n.output_ref(0))) continue;  // a view
+    if (n.kind == NodeKind::kOp && n.output_names.size() == 1 && !views.empty() && views.count(n.output_ref(0)))
+      continue;  // a view
     if (n.kind == NodeKind::kOp) {
       AF_ASSIGN_OR_RETURN(bool in_place, gather_in_place(n));
       if (in_place) continue;
     }
-    const std::vector<int> all_devices = devices_of(n);
+    Physical& p = physical_of(n);
+    p.devices = &devices_of(n);
+    const std::vector<int>& all_devices = *p.devices;
     // Inputs and variables: one task holding the whole tensor, on the first device (variables
     // stored as shards across machines: one task per device, ShardedVariable). So is a
     // boxing to B: registers are host memory, so one copy serves the readers of every device
@@ -381,7 +411,9 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
     // shards are byte ranges of the whole, no gather at all: see gather_in_place).
     const bool whole_once = (n.kind != NodeKind::kOp && !ShardedVariable(graph, n)) ||
                             (n.type == "boxing" && !n.output_sbp.empty() && n.output_sbp[0].kind == SbpKind::kBroadcast);
-    std::vector<int> task_devices = whole_once ? std::vector<int>{all_devices[0]} : all_devices;
+    std::vector<int> own_task_devices;  // where they are not the node's devices
+    if (whole_once) own_task_devices = {all_devices[0]};
+    const std::vector<int>* task_devices_of = whole_once ? &own_task_devices : &all_devices;
     if (FedPerMachine(graph, n)) {  // one source per machine, on its first device, holding its rows
       if (static_cast<int>(all_devices.size()) != graph.machine_num() * device_num ||
           !std::is_sorted(all_devices.begin(), all_devices.end()) ||
@@ -391,14 +423,14 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
                                std::to_string(graph.machine_num()) + " x " + std::to_string(device_num) +
                                ") with rows divisible by them, got " + PlacementOf(all_devices).ToString() + " " +
                                n.output_descs[0].ToString());
-      task_devices.clear();
-      for (int machine = 0; machine < graph.machine_num(); ++machine) task_devices.push_back(machine * device_num);
+      own_task_devices.clear();
+      for (int machine = 0; machine < graph.machine_num(); ++machine) own_task_devices.push_back(machine * device_num);
+      task_devices_of = &own_task_devices;
     }
+    const std::vector<int>& task_devices = *task_devices_of;
     const size_t parts = task_devices.size();
     spread |= parts > 1;
     plan::TaskKind kind = n.kind == NodeKind::kInput ? plan::SOURCE : n.kind == NodeKind::kVariable ? plan::VARIABLE : plan::COMPUTE;
-    Physical& p = physical_of(n);
-    p.devices = all_devices;
     const OpDef* def = nullptr;
     if (n.kind == NodeKind::kOp && parts > 1) {
       AF_ASSIGN_OR_RETURN(def, OpRegistry::Global().Find(n.type));
@@ -504,7 +536,7 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
           const Node* before_node = graph.FindNode(c);
           if (before_node == nullptr) return Internal("op '" + n.name + "' is ordered after unknown op '" + c + "'");
           const Physical& before = physical_of(*before_node);
-          if (before.devices == task_devices && before.tasks.size() == parts) {
+          if (*before.devices == task_devices && before.tasks.size() == parts) {
             add_control_input(t, before.tasks[index]);
           } else {
             for (int task : before.tasks) add_control_input(t, task);
@@ -516,7 +548,9 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
         plan::RegisterDesc* r = t->add_registers();
         r->set_name(n.output_names[k]);
         r->set_register_num(n.kind == NodeKind::kVariable ? 1 : register_num);
-        *r->add_blobs() = MakeBlob(n.output_ref(k), physical_outputs[k]);
+        plan::BlobDesc* blob = r->add_blobs();
+        blob->mutable_name()->append(n.name).append("/").append(n.output_names[k]);  // n.output_ref(k)
+        FillBlob(*blob, physical_outputs[k]);
       }
     }
   }
@@ -563,7 +597,9 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
       plan::RegisterDesc* r = gather->add_registers();
       r->set_name("out");
       r->set_register_num(register_num);
-      *r->add_blobs() = MakeBlob(ref + "@machine" + std::to_string(machine), TensorDesc{spec.logical_shape, logical.dtype});
+      plan::BlobDesc* blob = r->add_blobs();
+      blob->set_name(ref + "@machine" + std::to_string(machine));
+      FillBlob(*blob, TensorDesc{spec.logical_shape, logical.dtype});
       machine_rows[{machine, ref}] = Source{static_cast<int>(gather->id()), 0, std::nullopt, nullptr, std::nullopt};
     }
   }

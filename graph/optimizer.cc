@@ -109,7 +109,10 @@ class OptimizerPass : public Pass {
     }
 
     for (const auto& [var_ref, grad] : updates) {
-      Node var = *graph.Resolve(var_ref).value().first;
+      // The variable by position, read again after each node the loop appends (appending may
+      // move the nodes): no copy of the whole node per update.
+      const size_t at = static_cast<size_t>(graph.Resolve(var_ref).value().first - graph.nodes().data());
+      auto state = [&](const std::string& suffix) { return StateVariable(graph, graph.nodes()[at], suffix); };
       std::string type;
       std::vector<std::string> inputs = {var_ref, grad};
       Attrs attrs{{"weight_decay", spec->weight_decay}, {"grad_scale", 1.0 / loss_elements}};
@@ -117,25 +120,25 @@ class OptimizerPass : public Pass {
         type = "sgd_update";
       } else if (spec->type == "momentum") {
         type = "momentum_update";
-        inputs.push_back(StateVariable(graph, var, "momentum"));
+        inputs.push_back(state("momentum"));
         attrs.Set("beta", spec->momentum);
       } else if (spec->type == "adam" || spec->type == "adamw") {
         type = "adam_update";
-        inputs.push_back(StateVariable(graph, var, "m"));
-        inputs.push_back(StateVariable(graph, var, "v"));
+        inputs.push_back(state("m"));
+        inputs.push_back(state("v"));
         attrs.Set("beta1", spec->beta1);
         attrs.Set("beta2", spec->beta2);
         attrs.Set("epsilon", spec->epsilon);
         attrs.Set("decoupled_weight_decay", spec->type == "adamw");
       } else if (spec->type == "rmsprop") {
         type = "rmsprop_update";
-        inputs.push_back(StateVariable(graph, var, "mean_square"));
+        inputs.push_back(state("mean_square"));
         attrs.Set("decay_rate", spec->decay_rate);
         attrs.Set("epsilon", spec->epsilon);
       } else if (spec->type == "lamb") {
         type = "lamb_update";
-        inputs.push_back(StateVariable(graph, var, "m"));
-        inputs.push_back(StateVariable(graph, var, "v"));
+        inputs.push_back(state("m"));
+        inputs.push_back(state("v"));
         attrs.Set("beta1", spec->beta1);
         attrs.Set("beta2", spec->beta2);
         attrs.Set("epsilon", spec->epsilon);
@@ -143,6 +146,7 @@ class OptimizerPass : public Pass {
         return InvalidArgument("optimizer type '" + spec->type + "' is unknown");
       }
       inputs.push_back(lr_ref);
+      const Node& var = graph.nodes()[at];  // AddOp copies its location and placement before appending
       AF_RETURN_IF_ERROR(graph.AddOp(type, var.name + "-update", inputs, attrs, var.location, var.placement).status());
     }
     return Status::Ok();

@@ -96,12 +96,14 @@ class OrderingPass : public Pass {
       const Node* node = graph.FindNode(name);
       return node == nullptr ? -1 : static_cast<int>(node - nodes.data());
     };
-    std::vector<std::vector<int>> parents(nodes.size());
+    ParentRows parents;
+    parents.begin.reserve(nodes.size() + 1);
     for (size_t m = 0; m < nodes.size(); ++m) {
       for (const auto& in : nodes[m].inputs)
-        if (int p = producer_index(ProducerView(in)); p >= 0) parents[m].push_back(p);
+        if (int p = producer_index(ProducerView(in)); p >= 0) parents.parents.push_back(p);
       for (const auto& c : nodes[m].control_inputs)
-        if (int p = producer_index(c); p >= 0) parents[m].push_back(p);
+        if (int p = producer_index(c); p >= 0) parents.parents.push_back(p);
+      parents.EndRow();
     }
     AncestorIndex ancestors(std::move(parents));
     for (size_t m = 0; m < nodes.size(); ++m) {

@@ -90,10 +90,19 @@ class PlacementPass : public Pass {
  public:
   std::string name() const override { return "placement"; }
   Status Run(Graph& graph) override {
+    // Runs of nodes share a placement (most jobs have one): each run's is resolved once.
+    const Node* last = nullptr;
     for (Node& n : graph.mutable_nodes()) {
+      if (last != nullptr && n.placement.device_type == last->placement.device_type &&
+          n.placement.machine_device_ids == last->placement.machine_device_ids) {
+        n.devices = last->devices;
+        last = &n;
+        continue;
+      }
       auto devices = ResolvePlacement(n.placement, graph.device_num(), graph.gpu_device_num(), graph.machine_num());
       if (!devices.ok()) return devices.status().WithContext(Where(n));
       n.devices = std::move(devices).value();
+      last = &n;
     }
     return Status::Ok();
   }
@@ -446,26 +455,29 @@ class BoxingPass : public Pass {
  public:
   std::string name() const override { return "boxing"; }
   Status Run(Graph& graph) override {
-    std::vector<std::string> names;
-    for (const Node& n : graph.nodes())
-      if (n.kind == NodeKind::kOp) names.push_back(n.name);
-    for (const std::string& name : names) {
-      const size_t inputs = graph.FindNode(name)->inputs.size();
+    // The op nodes by position. A boxing node goes right after its producer, before the reader
+    // being boxed for (never visited, as the ops here are the ones there were): the reader's
+    // position is found again after each.
+    for (size_t at = 0; at < graph.nodes().size(); ++at) {
+      if (graph.nodes()[at].kind != NodeKind::kOp) continue;
+      const size_t inputs = graph.nodes()[at].inputs.size();
       for (size_t i = 0; i < inputs; ++i) {
-        const Node* n = graph.FindNode(name);
+        const Node* n = &graph.nodes()[at];
         AF_ASSIGN_OR_RETURN(bool unboxed, ReadAsItIs(graph, n->inputs[i], n->devices, n->input_sbp.at(i)));
         if (unboxed) continue;  // most inputs: no copies of the node's fields, nothing added
+        const std::string name = n->name;
         const std::string ref = n->inputs[i];
         const std::vector<int> devices = n->devices;
         const Sbp want = n->input_sbp.at(i);
         const std::string location = n->location;  // a copy: Boxed adds nodes
         AF_ASSIGN_OR_RETURN(std::string boxed, Boxed(graph, ref, devices, want, location));
         n = graph.FindNode(name);  // Boxed may have added nodes (the node list may have moved)
+        at = static_cast<size_t>(n - graph.nodes().data());
         if (boxed != ref && std::find(n->mutable_inputs.begin(), n->mutable_inputs.end(), static_cast<int>(i)) !=
                                 n->mutable_inputs.end())
           return Internal(Where(*n) + " writes '" + ref + "' in place but reads it through a boxing as " +
                           want.ToString());
-        graph.FindMutableNode(name)->inputs[i] = boxed;
+        graph.mutable_nodes()[at].inputs[i] = boxed;
       }
     }
     // The call's outputs and the watches read the whole tensor on one device.
