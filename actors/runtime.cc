@@ -306,25 +306,21 @@ Status Runtime::Impl::Instantiate() {
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
     TaskState& state = *states_[i];
-    // The in-edge reading (producer, register): found by a scan while a task has a few (most
-    // read one to three registers), by a map past that (built then, and for whole inputs).
+    // The in-edge reading (producer, register): found by a scan where the task has a few inputs
+    // (most read one to three registers), by a map kept as edges are added otherwise; decided
+    // once per task (in-edges never outnumber inputs). Whole inputs need the map in any case.
+    constexpr int kScan = 8;
+    const bool by_map = task.inputs_size() > kScan;
     std::map<std::pair<int, int>, int> edge_of;
-    auto index_edges = [&] {
-      for (size_t e = edge_of.size(); e < state.in_edges().size(); ++e)
-        edge_of.emplace(std::make_pair(state.in_edges()[e].producer_index, state.in_edges()[e].producer_output),
-                        static_cast<int>(e));
-    };
     auto find_edge = [&](const std::pair<int, int>& key) {
-      constexpr size_t kScan = 8;
-      if (edge_of.empty() && state.in_edges().size() <= kScan) {
-        for (size_t e = 0; e < state.in_edges().size(); ++e)
-          if (state.in_edges()[e].producer_index == key.first && state.in_edges()[e].producer_output == key.second)
-            return static_cast<int>(e);
-        return -1;
+      if (by_map) {
+        auto found = edge_of.find(key);
+        return found == edge_of.end() ? -1 : found->second;
       }
-      index_edges();
-      auto found = edge_of.find(key);
-      return found == edge_of.end() ? -1 : found->second;
+      for (size_t e = 0; e < state.in_edges().size(); ++e)
+        if (state.in_edges()[e].producer_index == key.first && state.in_edges()[e].producer_output == key.second)
+          return static_cast<int>(e);
+      return -1;
     };
     std::vector<std::pair<size_t, std::pair<int, int>>> whole_inputs;  // (data input, producer register)
     state.data_inputs().reserve(static_cast<size_t>(task.inputs_size()));
@@ -385,7 +381,7 @@ Status Runtime::Impl::Instantiate() {
       int edge = find_edge(key);
       if (edge < 0) {
         edge = static_cast<int>(state.in_edges().size());
-        if (!edge_of.empty()) edge_of.emplace(key, edge);
+        if (by_map) edge_of.emplace(key, edge);
         InputSlots slots;
         slots.producer_index = p;
         slots.producer_output = producer_register;
@@ -398,7 +394,10 @@ Status Runtime::Impl::Instantiate() {
         state.data_inputs().push_back(DataInput{edge, input.blob_index(), nullptr, std::move(desc), {}, ByteOffset(input)});
       if (input.whole()) whole_inputs.emplace_back(state.data_inputs().size() - 1, key);
     }
-    if (!whole_inputs.empty()) index_edges();
+    if (!whole_inputs.empty() && !by_map)
+      for (size_t e = 0; e < state.in_edges().size(); ++e)
+        edge_of.emplace(std::make_pair(state.in_edges()[e].producer_index, state.in_edges()[e].producer_output),
+                        static_cast<int>(e));
     for (const auto& [data_input, owner] : whole_inputs) {
       AF_ASSIGN_OR_RETURN(state.data_inputs()[data_input].slice_edges,
                           WholeInputSliceEdges(plan_, slice_groups, i, owner.first, owner.second, edge_of));
