@@ -43,9 +43,9 @@ struct PackedGemm::Impl {
   std::vector<dnnl::reorder> reorders;  // source -> packed[i]
   dnnl::stream stream;
   std::vector<Part> parts;
-  std::shared_ptr<const std::atomic<uint64_t>> version;
+  std::shared_ptr<const std::atomic<int64_t>> version;
   bool fresh = false;  // packed holds b at packed_version / packed_from
-  uint64_t packed_version = 0;
+  int64_t packed_version = 0;
   const float* packed_from = nullptr;
   int64_t packs = 0;
 };
@@ -54,7 +54,7 @@ PackedGemm::PackedGemm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PackedGemm::~PackedGemm() = default;
 
 std::shared_ptr<PackedGemm> PackedGemm::Make(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int parts,
-                                             std::shared_ptr<const std::atomic<uint64_t>> version) {
+                                             std::shared_ptr<const std::atomic<int64_t>> version) {
   if (m <= 0 || n <= 0 || k <= 0 || parts <= 0 || version == nullptr) return nullptr;
   using tag = dnnl::memory::format_tag;
   const auto f32 = dnnl::memory::data_type::f32;
@@ -131,7 +131,7 @@ int64_t PackedGemm::packs() const { return impl_->packs; }
 
 Status PackedGemm::Refresh(const float* b) {
   Impl& g = *impl_;
-  const uint64_t version = g.version->load(std::memory_order_acquire);
+  const int64_t version = g.version->load(std::memory_order_acquire);
   if (g.fresh && version == g.packed_version && b == g.packed_from) return Status::Ok();
   g.fresh = false;
   // The copies' memory only once the kernel runs (a job's inline copy and its actors' copy

@@ -27,7 +27,7 @@ class PackedGemm {
   // Null when oneDNN has no primitive for these shapes on this CPU (the caller keeps sgemm).
   // op(A) is m x k (A stored k x m when transpose_a), B k x n (stored n x k when transpose_b).
   static std::shared_ptr<PackedGemm> Make(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
-                                          int parts, std::shared_ptr<const std::atomic<uint64_t>> version);
+                                          int parts, std::shared_ptr<const std::atomic<int64_t>> version);
   ~PackedGemm();
 
   int parts() const;

@@ -30,7 +30,7 @@ struct Kernel {
 };
 
 Kernel Make(const std::vector<HostTensor>& in, const Attrs& attrs, int threads,
-            std::shared_ptr<const std::atomic<uint64_t>> version) {
+            std::shared_ptr<const std::atomic<int64_t>> version) {
   RegisterAllOps();
   const OpDef* def = OpRegistry::Global().Find("matmul").value();
   InferContext ic{{}, attrs, {}};
@@ -66,7 +66,7 @@ void ExpectNear(const HostTensor& c, const std::vector<double>& want, const std:
 // pieces) and evenly, on one and two threads, repeated (pieces run on either thread).
 TEST(MatmulPacked, EqualsTheReferenceForEveryTransposeRowSplitAndThreadCount) {
   const int64_t n = 96, k = 120;
-  auto version = std::make_shared<const std::atomic<uint64_t>>(0);
+  auto version = std::make_shared<const std::atomic<int64_t>>(0);
   for (int64_t m : {16, 37, 100})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
@@ -101,7 +101,7 @@ TEST(MatmulPacked, ReadsTheRightOperandAgainOnlyWhenItsVersionOrAddressChanges) 
                             want1 = Reference(a, b1, nullptr, false, false, m, n, k),
                             want2 = Reference(a, b2, nullptr, false, false, m, n, k);
   for (int threads : {1, 2}) {
-    auto version = std::make_shared<std::atomic<uint64_t>>(7);
+    auto version = std::make_shared<std::atomic<int64_t>>(7);
     std::vector<HostTensor> in = {a, b0};
     Kernel kernel = Make(in, Attrs{}, threads, version);
     ExpectNear(Act(kernel, in), want0, "first act");
@@ -125,7 +125,7 @@ TEST(MatmulPacked, ReadsTheRightOperandAgainOnlyWhenItsVersionOrAddressChanges) 
 
 // The pieces cover the rows exactly once, in order; Refresh packs once per (version, address).
 TEST(PackedGemm, PiecesCoverTheRowsAndPacksFollowTheVersion) {
-  auto version = std::make_shared<std::atomic<uint64_t>>(0);
+  auto version = std::make_shared<std::atomic<int64_t>>(0);
   auto g = PackedGemm::Make(false, true, 37, 64, 96, 2, version);
   ASSERT_NE(g, nullptr);
   ASSERT_EQ(g->parts(), 2);

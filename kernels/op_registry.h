@@ -84,8 +84,8 @@ struct KernelInit {
   // a saved model's weights (constant). A kernel may keep data derived from such an input (a
   // GEMM's right operand in the library's packed layout) and derive it again only when the
   // counter's value or the input's address changed. Null: the data may change at any act.
-  std::vector<std::shared_ptr<const std::atomic<uint64_t>>> input_versions{};
-  const std::atomic<uint64_t>* input_version(size_t i) const {
+  std::vector<std::shared_ptr<const std::atomic<int64_t>>> input_versions{};
+  const std::atomic<int64_t>* input_version(size_t i) const {
     return i < input_versions.size() ? input_versions[i].get() : nullptr;
   }
 };

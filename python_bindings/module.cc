@@ -470,7 +470,7 @@ class PySession {
   // A variable over an eager tensor's storage (Session::CreateVariableOver); the name it has.
   std::string CreateVariableOver(const std::string& name, const std::shared_ptr<EagerTensor>& tensor) {
     if (!tensor) throw py::value_error("create_variable_over: no tensor");
-    return Unwrap(session_->CreateVariableOver(name, tensor->desc(), tensor->storage()));
+    return Unwrap(session_->CreateVariableOver(name, tensor->desc(), tensor->storage(), tensor->version_counter()));
   }
 
   // Writes `job` as a model directory into `directory` (missing or empty; see session/model.h).

@@ -523,8 +523,8 @@ StatusOr<Model> ModelLoader::Load(const std::string& directory, const ModelOptio
   // (none if the plan writes a variable: a predict model does not, but the file is outside data).
   bool writes_weights = false;
   for (const plan::Task& task : plan->tasks()) writes_weights |= task.kind() == plan::VARIABLE && !task.read_only();
-  std::shared_ptr<const std::atomic<uint64_t>> constant =
-      writes_weights ? nullptr : std::make_shared<const std::atomic<uint64_t>>(0);
+  std::shared_ptr<const std::atomic<int64_t>> constant =
+      writes_weights ? nullptr : std::make_shared<const std::atomic<int64_t>>(0);
   hooks.make_kernel = [plan, index_of, budget, constant](const plan::Task& task) -> StatusOr<KernelFn> {
     KernelInit init;
     for (const plan::InputDesc& input : task.inputs()) {

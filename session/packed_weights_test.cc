@@ -4,7 +4,10 @@
 // the variable's value at the call.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "graph/test_util.h"
 #include "kernels/matmul_packed.h"
@@ -87,6 +90,56 @@ TEST(PackedWeights, PackedOnFirstCallAndAgainExactlyWhenTheVariableIsWritten) {
   AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
   check("after SetVariable");
   EXPECT_EQ(PackedGemm::TotalPacks(), before + 5);
+}
+
+// A variable over outside memory with its owner's counter (nn.Graph's parameters over eager
+// tensors): packed, again after the owner bumps its counter, and a job writing the variable
+// bumps the owner's counter too; without a counter the variable is never packed.
+TEST(PackedWeights, AVariableOverOutsideMemoryFollowsItsOwnersCounter) {
+  Session session;
+  std::shared_ptr<void> storage(std::aligned_alloc(64, kIn * kOut * sizeof(float)), std::free);
+  float* w = static_cast<float*>(storage.get());
+  for (int64_t i = 0; i < kIn * kOut; ++i) w[i] = std::sin(0.19f * i) * 0.1f;
+  auto counter = std::make_shared<std::atomic<int64_t>>(0);
+  ASSERT_EQ(ValueOrDie(session.CreateVariableOver("w", {{kIn, kOut}, DType::kFloat32}, storage, counter)), "w");
+  JobOptions options;
+  options.run_inline = false;
+  auto predict = ValueOrDie(session.Compile(Dense("predict", "predict", "w"), options));
+  auto train = ValueOrDie(session.Compile(Dense("train", "train", "w"), options));
+  std::vector<float> x(kRows * kIn), out(kRows * kOut), loss(kRows * kOut), lr = {0.01f};
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.29f * i);
+  auto check = [&](const std::string& when) {
+    for (int64_t i = 0; i < kRows; ++i)
+      for (int64_t j = 0; j < kOut; ++j) {
+        double want = 0;
+        for (int64_t p = 0; p < kIn; ++p) want += double(x[i * kIn + p]) * w[p * kOut + j];
+        ASSERT_NEAR(out[i * kOut + j], want, 1e-4 * (1 + std::abs(want))) << when << " (" << i << ", " << j << ")";
+      }
+  };
+  const int64_t before = PackedGemm::TotalPacks();
+  AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
+  check("first call");
+  EXPECT_EQ(PackedGemm::TotalPacks(), before + 1);
+  for (int64_t i = 0; i < kIn * kOut; ++i) w[i] = -w[i];  // the owner's write, then its bump
+  counter->fetch_add(1);
+  AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
+  check("after the owner's write");
+  EXPECT_EQ(PackedGemm::TotalPacks(), before + 2);
+  const int64_t seen = counter->load();
+  AF_ASSERT_OK(train->Run({View(x, {kRows, kIn}), View(lr, {1})}, {View(loss, {kRows, kOut})}));
+  EXPECT_GT(counter->load(), seen) << "a job writing the variable must move its owner's counter";
+  AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
+  check("after the train job");
+  EXPECT_EQ(PackedGemm::TotalPacks(), before + 3);
+
+  std::shared_ptr<void> plain(std::aligned_alloc(64, kIn * kOut * sizeof(float)), std::free);
+  std::memcpy(plain.get(), w, kIn * kOut * sizeof(float));
+  ASSERT_EQ(ValueOrDie(session.CreateVariableOver("v", {{kIn, kOut}, DType::kFloat32}, plain)), "v");
+  auto uncounted = ValueOrDie(session.Compile(Dense("predict_v", "predict", "v"), options));
+  const int64_t packs = PackedGemm::TotalPacks();
+  AF_ASSERT_OK(uncounted->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
+  check("no counter");
+  EXPECT_EQ(PackedGemm::TotalPacks(), packs) << "a variable whose owner's writes are not counted was packed";
 }
 
 // The train job writes its weight every call: its own matmul never keeps a packed copy.

@@ -338,7 +338,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
   // (variable task, its version) for the variables the job only reads, by task (ascending): the
   // readers' kernels get the counter (KernelInit::input_versions). Not in jobs over several
   // machines (other ranks' writes are not counted here).
-  std::vector<std::pair<int, std::shared_ptr<const std::atomic<uint64_t>>>> stable;
+  std::vector<std::pair<int, std::shared_ptr<const std::atomic<int64_t>>>> stable;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     for (size_t i = 0; i < graph.nodes().size(); ++i) {
@@ -433,7 +433,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
     }
   }
   // A variable some task of the job writes is not stable for its readers.
-  std::vector<std::shared_ptr<std::atomic<uint64_t>>>& written = job->written_versions_;
+  std::vector<std::shared_ptr<std::atomic<int64_t>>>& written = job->written_versions_;
   std::sort(written.begin(), written.end());
   written.erase(std::unique(written.begin(), written.end()), written.end());
   std::erase_if(stable, [&](const auto& entry) {

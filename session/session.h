@@ -165,7 +165,7 @@ class CompiledJob {
   std::set<std::string> reads_, writes_;
   // The version counters of the variables this job writes (StoredVariable::version), bumped at
   // each call: kernels of jobs that only read them derive their data again.
-  std::vector<std::shared_ptr<std::atomic<uint64_t>>> written_versions_;
+  std::vector<std::shared_ptr<std::atomic<int64_t>>> written_versions_;
   std::vector<std::pair<std::string, double>> compile_timings_, compile_cpu_timings_;
   RuntimeHooks hooks_;            // kept to rebuild the runtime after fork
   RuntimeOptions runtime_options_;
@@ -191,8 +191,13 @@ class Session {
   // kept alive while the session or a job holds the variable. When a variable over the same
   // storage and desc exists already, its name is returned and nothing is created (so jobs
   // sharing a tensor are ordered by one variable); otherwise one named `name` is created
-  // (InvalidArgument if that name is taken, the storage is null or misaligned).
-  StatusOr<std::string> CreateVariableOver(const std::string& name, const TensorDesc& desc, std::shared_ptr<void> storage);
+  // (InvalidArgument if that name is taken, the storage is null or misaligned). `version`: the
+  // owner's counter that moves with every write to the storage (an eager tensor's); the session
+  // bumps it too when a job writes the variable, and jobs only reading it may keep data derived
+  // from it until it moves (KernelInit::input_versions). Null: the owner's writes are not
+  // counted, so no job keeps anything derived from the variable.
+  StatusOr<std::string> CreateVariableOver(const std::string& name, const TensorDesc& desc, std::shared_ptr<void> storage,
+                                           std::shared_ptr<std::atomic<int64_t>> version = nullptr);
   // Removes a variable no compiled job holds (FailedPrecondition if one does, NotFound if it
   // does not exist): what a job that failed to compile created is rolled back this way.
   Status DeleteVariable(const std::string& name);

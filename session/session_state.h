@@ -74,9 +74,9 @@ struct StoredVariable {
   VariableLayout layout;
   // Bumped whenever the value may change: each call of a job writing the variable, and
   // SetVariable / SetVariablePart. Kernels of jobs that only read it keep data derived from it
-  // until it moves (KernelInit::input_versions). Null for a variable over outside memory: its
-  // owners write it without telling the session.
-  std::shared_ptr<std::atomic<uint64_t>> version = std::make_shared<std::atomic<uint64_t>>(0);
+  // until it moves (KernelInit::input_versions). Over outside memory: the owner's counter (an
+  // eager tensor's, which its writes bump), or null when the owner's writes are not counted.
+  std::shared_ptr<std::atomic<int64_t>> version = std::make_shared<std::atomic<int64_t>>(0);
   void Changed() {
     if (version) version->fetch_add(1, std::memory_order_release);
   }

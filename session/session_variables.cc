@@ -70,7 +70,8 @@ Status Session::CreateVariable(const std::string& name, const TensorDesc& desc, 
 }
 
 StatusOr<std::string> Session::CreateVariableOver(const std::string& name, const TensorDesc& desc,
-                                                  std::shared_ptr<void> storage) {
+                                                  std::shared_ptr<void> storage,
+                                                  std::shared_ptr<std::atomic<int64_t>> version) {
   if (name.empty()) return InvalidArgument("variable name is empty");
   AF_RETURN_IF_ERROR(ValidateTensorDesc(desc, "variable '" + name + "'"));
   for (int64_t d : desc.shape)
@@ -93,7 +94,7 @@ StatusOr<std::string> Session::CreateVariableOver(const std::string& name, const
   auto holder = std::make_shared<std::shared_ptr<void>>(storage);
   std::shared_ptr<void> handle(holder, storage.get());
   StoredVariable v{desc, std::move(handle), std::move(storage)};
-  v.version = nullptr;  // its owners write it without telling the session
+  v.version = std::move(version);  // null: its owners write it without telling the session
   state_->variables.emplace(name, std::move(v));
   return name;
 }

@@ -1,8 +1,8 @@
 """A predict job's weights in oneDNN's packed layout (kernels/matmul_packed.h, fusion flag
 "packed_weights"): the copy is made again whenever the weights change, so every prediction equals
 the float64 reference over the variables' values at the call — after train steps, flow.load_variables,
-a checkpoint load, and for nn.Graph over eager parameters written in place (never packed: their
-owners write them without telling the session). The flag off: test_fusion_flags.py."""
+a checkpoint load, and for nn.Graph over eager parameters (versioned by the eager tensors'
+counters) written in place or by a train graph. The flag off: test_fusion_flags.py."""
 import numpy as np
 
 import actorflow as flow
@@ -82,14 +82,40 @@ class _Wrap(nn.Graph):
         return self.model(x)
 
 
-def test_graph_over_eager_parameters_reads_their_in_place_writes():
+def test_graph_over_eager_parameters_follows_their_writes():
+    """nn.Graph's parameters are variables over the eager tensors' storage, versioned by the
+    tensors' own counter: eager in-place writes (fill_, item assignment) and a train graph's
+    steps all move it, and the predict graph's packed copy follows."""
     flow.manual_seed(4)
     model = nn.Linear(IN, HIDDEN)
     graph = _Wrap(model)
+    trainer = _Train(model, flow.optim.SGD(model.parameters(), lr=0.1))
     x = flow.tensor(np.random.default_rng(1).normal(size=(BATCH, IN)).astype(np.float32))
-    np.testing.assert_allclose(graph(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+    def check(when):
+        want = x.numpy().astype(np.float64) @ model.weight.numpy().T.astype(np.float64) + model.bias.numpy()
+        np.testing.assert_allclose(graph(x).numpy(), want, rtol=1e-5, atol=1e-5, err_msg=when)
+
+    check("first call")
     for value in (0.25, -0.5):
         with flow.no_grad():
-            model.weight.fill_(value)  # an eager write the session is not told of
-        want = x.numpy().astype(np.float64) @ np.full((IN, HIDDEN), value) + model.bias.numpy()
-        np.testing.assert_allclose(graph(x).numpy(), want, rtol=1e-5, atol=1e-5)
+            model.weight.fill_(value)
+        check("after fill_(%s)" % value)
+    with flow.no_grad():
+        model.weight[3] = 2.0
+    check("after item assignment")
+    for step in range(3):
+        trainer(x)
+        check("after train graph step %d" % step)
+
+
+class _Train(nn.Graph):
+    def __init__(self, model, optimizer):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(optimizer)
+
+    def build(self, x):
+        loss = (self.model(x) * self.model(x)).mean()
+        loss.backward()
+        return loss
