@@ -107,6 +107,12 @@ def test_graph_over_eager_parameters_follows_their_writes():
     for step in range(3):
         trainer(x)
         check("after train graph step %d" % step)
+    eager = flow.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(2):
+        eager.zero_grad()
+        (model(x) * model(x)).mean().backward()
+        eager.step()
+        check("after eager optimizer step %d" % step)
 
 
 class _Train(nn.Graph):
