@@ -40,6 +40,16 @@ JobBuilder Dense(const std::string& name, const std::string& type, const std::st
   return b;
 }
 
+// out == x . w (kRows x kIn times kIn x kOut) in double, to float rounding.
+void ExpectProduct(const std::vector<float>& x, const float* w, const std::vector<float>& out, const std::string& when) {
+  for (int64_t i = 0; i < kRows; ++i)
+    for (int64_t j = 0; j < kOut; ++j) {
+      double want = 0;
+      for (int64_t p = 0; p < kIn; ++p) want += double(x[i * kIn + p]) * w[p * kOut + j];
+      ASSERT_NEAR(out[i * kOut + j], want, 1e-4 * (1 + std::abs(want))) << when << " (" << i << ", " << j << ")";
+    }
+}
+
 TEST(PackedWeights, PackedOnFirstCallAndAgainExactlyWhenTheVariableIsWritten) {
   Session session;
   std::vector<float> w(kIn * kOut), v(kIn * kOut), x(kRows * kIn), out(kRows * kOut), loss(kRows * kOut);
@@ -60,12 +70,7 @@ TEST(PackedWeights, PackedOnFirstCallAndAgainExactlyWhenTheVariableIsWritten) {
   auto check = [&](const std::string& when) {
     std::vector<float> now(kIn * kOut);
     AF_ASSERT_OK(session.GetVariable("w", now.data(), now.size() * sizeof(float)));
-    for (int64_t i = 0; i < kRows; ++i)
-      for (int64_t j = 0; j < kOut; ++j) {
-        double want = 0;
-        for (int64_t p = 0; p < kIn; ++p) want += double(x[i * kIn + p]) * now[p * kOut + j];
-        ASSERT_NEAR(out[i * kOut + j], want, 1e-4 * (1 + std::abs(want))) << when << " (" << i << ", " << j << ")";
-      }
+    ExpectProduct(x, now.data(), out, when);
   };
   const int64_t before = PackedGemm::TotalPacks();
   AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
@@ -108,14 +113,7 @@ TEST(PackedWeights, AVariableOverOutsideMemoryFollowsItsOwnersCounter) {
   auto train = ValueOrDie(session.Compile(Dense("train", "train", "w"), options));
   std::vector<float> x(kRows * kIn), out(kRows * kOut), loss(kRows * kOut), lr = {0.01f};
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.29f * i);
-  auto check = [&](const std::string& when) {
-    for (int64_t i = 0; i < kRows; ++i)
-      for (int64_t j = 0; j < kOut; ++j) {
-        double want = 0;
-        for (int64_t p = 0; p < kIn; ++p) want += double(x[i * kIn + p]) * w[p * kOut + j];
-        ASSERT_NEAR(out[i * kOut + j], want, 1e-4 * (1 + std::abs(want))) << when << " (" << i << ", " << j << ")";
-      }
-  };
+  auto check = [&](const std::string& when) { ExpectProduct(x, w, out, when); };
   const int64_t before = PackedGemm::TotalPacks();
   AF_ASSERT_OK(predict->Run({View(x, {kRows, kIn})}, {View(out, {kRows, kOut})}));
   check("first call");
