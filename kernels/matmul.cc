@@ -102,26 +102,12 @@ constexpr double kParallelGemmFlops = 2e6;
 // A right operand this large is streamed from memory whatever the FLOPs (see MakeMatmul).
 constexpr double kStreamedRightBytes = 512 * 1024;
 
-// A small float GEMM as a oneDNN matmul primitive made once per kernel: its code is generated
-// for these shapes, where dnnl_sgemm chooses its path on every call. Measured on one core:
-// 64x64x64 4.9 us against 5.3, (100,512)x(512,10) 14 against 24; but with a large b it repacks
-// b on every call ((1,784)x(784,512): 96-131 us against 23-40) and with a few rows it is no
-// faster, hence UsePrimitive. With two threads and enough work the rows of the output are split
-// in two halves that run on the caller and a kernels' pool helper (ParallelChunks: a helper
-// that is not there in time leaves its half to the caller). Owned by one kernel, which one
-// thread runs at a time; each half has its own memory objects, stream and scratchpad.
-struct SmallGemm {
-  struct Part {
-    dnnl::stream stream;
-    dnnl::memory a, b, c, scratchpad;
-    dnnl_exec_arg_t args[4];
-  };
-  dnnl::matmul primitive;
-  int parts = 1;
-  int64_t a_part_step = 0, c_part_step = 0;  // elements between the halves' first rows
-  Part part[2];
-};
-
+// A small float GEMM (UsePrimitive) runs as a oneDNN matmul primitive made once per kernel over
+// b where it lies (PackedGemm::MakeInPlace, kernels/matmul_packed.h): its code is generated for
+// these shapes; with a large b it repacks b on every call ((1,784)x(784,512): 96-131 us against
+// 23-40) and with a few rows it is no faster. With two threads and enough work the rows are split
+// in two halves on the caller and a kernels' pool helper (ParallelChunks: a helper that is not
+// there in time leaves its half to the caller).
 bool UsePrimitive(int64_t m, int64_t n, int64_t k) {
   constexpr int64_t kMinRows = 16, kMaxRightBytes = 128 << 10;
   return m >= kMinRows && n > 0 && k > 0 && k * n * static_cast<int64_t>(sizeof(float)) <= kMaxRightBytes;
@@ -134,55 +120,6 @@ constexpr int64_t kPackedMinRows = 16, kPackedMinPartRows = 8;
 // Two halves pay where each is still a few microseconds of work: a 64x64x64 GEMM (0.5 MFLOP,
 // 4.9 us on one core) is the smallest split.
 constexpr double kSplitSmallGemmFlops = 4e5;
-
-// Null when oneDNN has no primitive for it (the caller keeps dnnl_sgemm).
-std::shared_ptr<SmallGemm> MakeSmallGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int parts) {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  using tag = dnnl::memory::format_tag;
-  const auto f32 = dnnl::memory::data_type::f32;
-  // Made for the one thread each half runs on (oneDNN sizes its blocking by the caller's team).
-  const int previous_threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  auto gemm = std::make_shared<SmallGemm>();
-  const int64_t rows = m / parts;
-  try {
-    // op(a)'s rows are a's rows (a: m x k) or a's columns (a stored k x m, transpose_a).
-    dnnl::memory::desc a_md({rows, k}, f32, ta ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
-    dnnl::memory::desc b_md({k, n}, f32, tb ? tag::ba : tag::ab), c_md({rows, n}, f32, tag::ab);
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
-    gemm->primitive = dnnl::matmul(pd);
-    gemm->parts = parts;
-    gemm->a_part_step = ta ? rows : rows * k;
-    gemm->c_part_step = rows * n;
-    for (int i = 0; i < parts; ++i) {
-      SmallGemm::Part& part = gemm->part[i];
-      part.stream = dnnl::stream(engine);
-      part.a = dnnl::memory(a_md, engine, nullptr);
-      part.b = dnnl::memory(b_md, engine, nullptr);
-      part.c = dnnl::memory(c_md, engine, nullptr);
-      part.scratchpad = dnnl::memory(pd.scratchpad_desc(), engine);
-      part.args[0] = {DNNL_ARG_SRC, part.a.get()};
-      part.args[1] = {DNNL_ARG_WEIGHTS, part.b.get()};
-      part.args[2] = {DNNL_ARG_DST, part.c.get()};
-      part.args[3] = {DNNL_ARG_SCRATCHPAD, part.scratchpad.get()};
-    }
-  } catch (const dnnl::error&) {
-    gemm = nullptr;
-  }
-  omp_set_num_threads(previous_threads);
-  return gemm;
-}
-
-// Runs half `index` of a SmallGemm over a, b, c; false when oneDNN failed.
-bool RunSmallGemmPart(SmallGemm& g, int index, const float* a, const float* b, float* c) {
-  SmallGemm::Part& part = g.part[index];
-  dnnl_memory_set_data_handle(part.a.get(), const_cast<float*>(a) + index * g.a_part_step);
-  dnnl_memory_set_data_handle(part.b.get(), const_cast<float*>(b));
-  dnnl_memory_set_data_handle(part.c.get(), c + index * g.c_part_step);
-  return dnnl_primitive_execute(g.primitive.get(), part.stream.get(), 4, part.args) == dnnl_success;
-}
 
 StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
   bool ta = init.attrs.GetBoolOr("transpose_a", false), tb = init.attrs.GetBoolOr("transpose_b", false);
@@ -279,12 +216,14 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
   // register-tiled loops (kernels/matmul_narrow.h), in two parts on two threads where the
   // one-thread primitive below would split; attr narrow_gemm=false (disable_fusion
   // ("narrow_gemm")) keeps oneDNN.
+  // Pieces of a GEMM split over threads by the loops and primitives below: two halves for a small
+  // one with enough work, else the kernel's threads.
+  const int split_parts = small ? (init.num_threads >= 2 && flops >= kSplitSmallGemmFlops ? 2 : 1) : threads;
   const NarrowGemmLoop narrow = init.inputs[0].dtype == DType::kFloat32 && init.attrs.GetBoolOr("narrow_gemm", true) &&
                                         batch == 1 && GemvAvailable()
                                     ? ChooseNarrowGemm(ta, tb, m, n, k)
                                     : NarrowGemmLoop::kNone;
   if (narrow != NarrowGemmLoop::kNone) {
-    const int narrow_parts = small ? (init.num_threads >= 2 && flops >= kSplitSmallGemmFlops ? 2 : 1) : threads;
     return KernelFn([=](KernelContext& c) {
       NarrowGemmArgs g;
       g.transpose_a = ta;
@@ -300,7 +239,7 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
       g.c = c.output(0).as<float>();
       // The rows loop sums each column as it stores it (its parts own whole columns).
       g.column_sums = fuse_bias_grad && NarrowGemmSumsColumns(narrow) ? c.output(1).as<float>() : nullptr;
-      const int parts = !small && c.threads > narrow_parts ? c.threads : narrow_parts;
+      const int parts = !small && c.threads > split_parts ? c.threads : split_parts;
       const int64_t extent = NarrowGemmExtent(g, narrow), step = NarrowGemmStep(g, narrow, parts);
       const int pieces = static_cast<int>((extent + step - 1) / step);
       if (pieces <= 1) {
@@ -316,18 +255,18 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
   // A right operand the job only reads (a predict job's weights) in oneDNN's packed layout,
   // packed again when the variable changes (kernels/matmul_packed.h); its rows split over the
   // threads. attr packed_weights=false (disable_fusion("packed_weights")) keeps the paths below,
-  // as does omp_team.
-  std::shared_ptr<PackedGemm> packed;
+  // as does omp_team. Else a small GEMM as a primitive over b in place (see UsePrimitive).
+  std::shared_ptr<PackedGemm> primitive;
   if (init.inputs[0].dtype == DType::kFloat32 && batch == 1 && !d.b_batched && m >= kPackedMinRows &&
       init.input_version(1) != nullptr && init.attrs.GetBoolOr("packed_weights", true) &&
-      !init.attrs.GetBoolOr("omp_team", false)) {
-    const int parts = small ? (init.num_threads >= 2 && flops >= kSplitSmallGemmFlops ? 2 : 1) : threads;
-    packed = PackedGemm::Make(ta, tb, m, n, k, static_cast<int>(std::min<int64_t>(parts, m / kPackedMinPartRows)),
-                              init.input_versions[1]);
-  }
-  if (packed)
+      !init.attrs.GetBoolOr("omp_team", false))
+    primitive = PackedGemm::Make(ta, tb, m, n, k, static_cast<int>(std::min<int64_t>(split_parts, m / kPackedMinPartRows)),
+                                 init.input_versions[1]);
+  if (!primitive && small && batch == 1 && UsePrimitive(m, n, k))
+    primitive = PackedGemm::MakeInPlace(ta, tb, m, n, k, split_parts == 2 && m % 2 == 0 && UsePrimitive(m / 2, n, k) ? 2 : 1);
+  if (primitive)
     return KernelFn([=](KernelContext& c) {
-      PackedGemm& g = *packed;
+      PackedGemm& g = *primitive;
       AF_RETURN_IF_ERROR(g.Refresh(c.input(1).as<float>()));
       const float* a = c.input(0).as<float>();
       float* out = c.output(0).as<float>();
@@ -344,32 +283,6 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
         ParallelChunks(g.parts(), g.parts(), piece);
       }
       if (failed.load()) return Internal("oneDNN matmul failed");
-      sum_columns.template operator()<float>(c);
-      return Status::Ok();
-    });
-  const int small_parts =
-      init.num_threads >= 2 && flops >= kSplitSmallGemmFlops && m % 2 == 0 && UsePrimitive(m / 2, n, k) ? 2 : 1;
-  std::shared_ptr<SmallGemm> small_gemm =
-      small && batch == 1 && UsePrimitive(m, n, k) ? MakeSmallGemm(ta, tb, m, n, k, small_parts) : nullptr;
-  if (small_gemm)
-    return KernelFn([=](KernelContext& c) {
-      SmallGemm& g = *small_gemm;
-      omp_set_num_threads(1);
-      const float *a = c.input(0).as<float>(), *b = c.input(1).as<float>();
-      float* out = c.output(0).as<float>();
-      if (g.parts == 1) {
-        if (!RunSmallGemmPart(g, 0, a, b, out)) return Internal("oneDNN matmul failed");
-        epilogue.template operator()<float>(c, 0, m);
-      } else {
-        // Each half's epilogue on its own rows, on the thread that just wrote them.
-        std::atomic<bool> failed{false};
-        auto half = [&](int index) {
-          if (!RunSmallGemmPart(g, index, a, b, out)) failed.store(true);
-          else epilogue.template operator()<float>(c, index * (m / 2), (index + 1) * (m / 2));
-        };
-        ParallelChunks(2, 2, half);
-        if (failed.load()) return Internal("oneDNN matmul failed");
-      }
       sum_columns.template operator()<float>(c);
       return Status::Ok();
     });

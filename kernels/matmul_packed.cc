@@ -21,20 +21,21 @@ struct PackedGemm::Impl {
   // One primitive per distinct piece height (the last piece may be shorter), each with the
   // packed B in its own layout (the same memory when the layouts agree).
   struct Shape {
+    int64_t rows = 0;
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
-    dnnl::memory::desc weights;
     int packed = 0;  // index into `packed`
   };
   struct Part {
     int shape = 0;
     int64_t row_begin = 0, row_end = 0;
     dnnl::stream stream;
-    dnnl::memory a, c, scratchpad;
+    dnnl::memory a, b, c, scratchpad;  // b: in place only (each piece its own object)
     dnnl_exec_arg_t args[4];
   };
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   bool ta = false, tb = false;
+  bool in_place = false;  // b read where it lies: no version, no pack
   int64_t m = 0, n = 0, k = 0;
   std::vector<Shape> shapes;
   std::vector<dnnl::memory> packed;  // distinct packed layouts, their buffers made by the first pack
@@ -44,7 +45,8 @@ struct PackedGemm::Impl {
   dnnl::stream stream;
   std::vector<Part> parts;
   std::shared_ptr<const std::atomic<int64_t>> version;
-  bool fresh = false;  // packed holds b at packed_version / packed_from
+  // The packed copy holds b as it was at packed_from when its version was packed_version (null:
+  // no valid copy).
   int64_t packed_version = 0;
   const float* packed_from = nullptr;
   int64_t packs = 0;
@@ -55,7 +57,17 @@ PackedGemm::~PackedGemm() = default;
 
 std::shared_ptr<PackedGemm> PackedGemm::Make(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int parts,
                                              std::shared_ptr<const std::atomic<int64_t>> version) {
-  if (m <= 0 || n <= 0 || k <= 0 || parts <= 0 || version == nullptr) return nullptr;
+  if (version == nullptr) return nullptr;
+  return Build(ta, tb, m, n, k, parts, std::move(version));
+}
+
+std::shared_ptr<PackedGemm> PackedGemm::MakeInPlace(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int parts) {
+  return Build(ta, tb, m, n, k, parts, nullptr);
+}
+
+std::shared_ptr<PackedGemm> PackedGemm::Build(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int parts,
+                                              std::shared_ptr<const std::atomic<int64_t>> version) {
+  if (m <= 0 || n <= 0 || k <= 0 || parts <= 0) return nullptr;
   using tag = dnnl::memory::format_tag;
   const auto f32 = dnnl::memory::data_type::f32;
   auto impl = std::make_unique<Impl>();
@@ -64,6 +76,7 @@ std::shared_ptr<PackedGemm> PackedGemm::Make(bool ta, bool tb, int64_t m, int64_
   impl->m = m;
   impl->n = n;
   impl->k = k;
+  impl->in_place = version == nullptr;
   impl->version = std::move(version);
   const int64_t step = (m + parts - 1) / parts;
   // Made for the one thread each piece runs on (oneDNN sizes its blocking by the caller's team).
@@ -72,23 +85,22 @@ std::shared_ptr<PackedGemm> PackedGemm::Make(bool ta, bool tb, int64_t m, int64_
   bool made = true;
   try {
     const dnnl::memory::desc b_any({k, n}, f32, tag::any), b_md({k, n}, f32, tb ? tag::ba : tag::ab);
-    std::vector<int64_t> heights;
     for (int64_t r0 = 0; r0 < m; r0 += step) {
       const int64_t rows = std::min(step, m - r0);
       size_t s = 0;
-      while (s < heights.size() && heights[s] != rows) ++s;
-      if (s == heights.size()) {
-        heights.push_back(rows);
+      while (s < impl->shapes.size() && impl->shapes[s].rows != rows) ++s;
+      if (s == impl->shapes.size()) {
         // op(A)'s rows are A's rows (A: m x k) or A's columns (A stored k x m); C's rows are n apart.
         dnnl::memory::desc a_md({rows, k}, f32, ta ? dnnl::memory::dims{1, m} : dnnl::memory::dims{k, 1});
         dnnl::memory::desc c_md({rows, n}, f32, dnnl::memory::dims{n, 1});
         dnnl::primitive_attr attr;
         attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), attr, impl->engine);
-        Impl::Shape shape{pd, dnnl::matmul(pd), pd.weights_desc(), 0};
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, impl->in_place ? b_md : b_any, c_md), attr,
+                                        impl->engine);
+        Impl::Shape shape{rows, pd, dnnl::matmul(pd), 0};
         size_t p = 0;
-        while (p < impl->packed.size() && impl->packed[p].get_desc() != shape.weights) ++p;
-        if (p == impl->packed.size()) impl->packed.emplace_back(shape.weights, impl->engine, nullptr);
+        while (!impl->in_place && p < impl->packed.size() && impl->packed[p].get_desc() != pd.weights_desc()) ++p;
+        if (!impl->in_place && p == impl->packed.size()) impl->packed.emplace_back(pd.weights_desc(), impl->engine, nullptr);
         shape.packed = static_cast<int>(p);
         impl->shapes.push_back(std::move(shape));
       }
@@ -100,19 +112,22 @@ std::shared_ptr<PackedGemm> PackedGemm::Make(bool ta, bool tb, int64_t m, int64_
       part.stream = dnnl::stream(impl->engine);
       part.a = dnnl::memory(pd.src_desc(), impl->engine, nullptr);
       part.c = dnnl::memory(pd.dst_desc(), impl->engine, nullptr);
+      if (impl->in_place) part.b = dnnl::memory(b_md, impl->engine, nullptr);
       part.scratchpad = dnnl::memory(pd.scratchpad_desc(), impl->engine);
       impl->parts.push_back(std::move(part));
     }
-    // A plain layout is what dnnl_sgemm reads already: nothing to gain.
-    for (const dnnl::memory& packed : impl->packed)
-      if (packed.get_desc() == b_md) made = false;
-    impl->source = dnnl::memory(b_md, impl->engine, nullptr);
-    impl->stream = dnnl::stream(impl->engine);
-    for (const dnnl::memory& packed : impl->packed)
-      impl->reorders.emplace_back(dnnl::reorder::primitive_desc(impl->source, packed));
+    if (!impl->in_place) {
+      // A plain layout is what dnnl_sgemm reads already: nothing to gain.
+      for (const dnnl::memory& packed : impl->packed)
+        if (packed.get_desc() == b_md) made = false;
+      impl->source = dnnl::memory(b_md, impl->engine, nullptr);
+      impl->stream = dnnl::stream(impl->engine);
+      for (const dnnl::memory& packed : impl->packed)
+        impl->reorders.emplace_back(dnnl::reorder::primitive_desc(impl->source, packed));
+    }
     for (Impl::Part& part : impl->parts) {
       part.args[0] = {DNNL_ARG_SRC, part.a.get()};
-      part.args[1] = {DNNL_ARG_WEIGHTS, impl->packed[impl->shapes[part.shape].packed].get()};
+      part.args[1] = {DNNL_ARG_WEIGHTS, impl->in_place ? part.b.get() : impl->packed[impl->shapes[part.shape].packed].get()};
       part.args[2] = {DNNL_ARG_DST, part.c.get()};
       part.args[3] = {DNNL_ARG_SCRATCHPAD, part.scratchpad.get()};
     }
@@ -131,9 +146,13 @@ int64_t PackedGemm::packs() const { return impl_->packs; }
 
 Status PackedGemm::Refresh(const float* b) {
   Impl& g = *impl_;
+  if (g.in_place) {  // each piece reads b itself
+    for (Impl::Part& part : g.parts) dnnl_memory_set_data_handle(part.b.get(), const_cast<float*>(b));
+    return Status::Ok();
+  }
   const int64_t version = g.version->load(std::memory_order_acquire);
-  if (g.fresh && version == g.packed_version && b == g.packed_from) return Status::Ok();
-  g.fresh = false;
+  if (g.packed_from != nullptr && version == g.packed_version && b == g.packed_from) return Status::Ok();
+  g.packed_from = nullptr;
   // The copies' memory only once the kernel runs (a job's inline copy and its actors' copy
   // each have this kernel; often one of them never acts).
   while (g.buffers.size() < g.packed.size()) {
@@ -158,7 +177,6 @@ Status PackedGemm::Refresh(const float* b) {
   }
   omp_set_num_threads(previous_threads);
   if (!status.ok()) return status;
-  g.fresh = true;
   g.packed_version = version;
   g.packed_from = b;
   ++g.packs;

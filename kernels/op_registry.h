@@ -88,6 +88,10 @@ struct KernelInit {
   const std::atomic<int64_t>* input_version(size_t i) const {
     return i < input_versions.size() ? input_versions[i].get() : nullptr;
   }
+  void SetInputVersion(size_t i, std::shared_ptr<const std::atomic<int64_t>> version) {
+    if (input_versions.size() <= i) input_versions.resize(i + 1);
+    input_versions[i] = std::move(version);
+  }
 };
 
 using KernelFactory = std::function<StatusOr<KernelFn>(const KernelInit&)>;

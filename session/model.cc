@@ -532,10 +532,7 @@ StatusOr<Model> ModelLoader::Load(const std::string& directory, const ModelOptio
       const plan::Task& producer = plan->tasks(index_of.at(input.producer_task_id()));  // checked by CheckPlan
       TensorDesc desc = DescOfBlob(producer.registers(input.producer_register()).blobs(input.blob_index()));
       if (input.has_view()) desc.shape.assign(input.view_shape().begin(), input.view_shape().end());
-      if (constant != nullptr && producer.kind() == plan::VARIABLE) {
-        init.input_versions.resize(task.inputs_size());
-        init.input_versions[init.inputs.size()] = constant;
-      }
+      if (constant != nullptr && producer.kind() == plan::VARIABLE) init.SetInputVersion(init.inputs.size(), constant);
       init.inputs.push_back(std::move(desc));
     }
     for (const plan::RegisterDesc& reg : task.registers())

@@ -495,10 +495,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
       if (producer.kind() == plan::VARIABLE) {
         auto found = std::lower_bound(stable.begin(), stable.end(), producer_id,
                                       [](const auto& entry, int id) { return entry.first < id; });
-        if (found != stable.end() && found->first == producer_id) {
-          init.input_versions.resize(task.inputs_size());
-          init.input_versions[init.inputs.size()] = found->second;
-        }
+        if (found != stable.end() && found->first == producer_id) init.SetInputVersion(init.inputs.size(), found->second);
       }
       init.inputs.push_back(std::move(desc));
     }
