@@ -20,8 +20,10 @@ launch), and with TLS ACTORFLOW_TLS_CERT, ACTORFLOW_TLS_KEY, ACTORFLOW_TLS_CA (a
 ACTORFLOW_NODE_ADDR when given). Rank 0's lines pass through unprefixed; each line of rank r > 0 is prefixed with
 "[rank r] ". Where the launcher's stdout/stderr is not a terminal, rank 0's output is copied line
 by line like the others', so no rank's line is ever cut by another's (an unbuffered print writes
-its pieces separately); on a terminal rank 0 writes to it directly (progress bars keep working). When a rank fails (non-zero exit or a signal), the others get SIGTERM (and SIGCONT, so that a
-frozen rank handles it), then SIGKILL after a grace period, and the launcher exits non-zero naming the rank: the whole job ends within
+its pieces separately); on a terminal rank 0 writes to it directly (progress bars keep working). When a rank fails (non-zero exit or a signal), the others first get a
+moment to end on their own (a cluster failure reaches every rank, and each reports it in its own
+words), then SIGTERM (and SIGCONT, so that a frozen rank handles it), then SIGKILL after a grace
+period, and the launcher exits non-zero naming the rank: the whole job ends within
 20 s of the failure. See docs/cluster.md.
 """
 import argparse
@@ -42,7 +44,10 @@ from . import launch_tls as _tls
 NNODES = "ACTORFLOW_NNODES"
 NODE_RANK = "ACTORFLOW_NODE_RANK"
 TLS_CA_DIR = "ACTORFLOW_TLS_CA_DIR"
-GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL; the whole teardown stays well under 20 s
+# After a rank failed: the others' time to end on their own (each printing its own error), then
+# between SIGTERM and SIGKILL. The whole teardown stays well under 20 s.
+SETTLE_SECONDS = 1.0
+GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.05
 
 
@@ -158,6 +163,12 @@ def _describe(code):
     return "failed with exit code %d" % code
 
 
+def _wait_all(processes, seconds):
+    deadline = time.monotonic() + seconds
+    while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+
+
 def _stop(processes, grace):
     """SIGTERM every running rank's process group, SIGKILL what is left after `grace` seconds."""
     running = [p for p in processes if p.poll() is None]
@@ -165,9 +176,7 @@ def _stop(processes, grace):
         _signal_group(process, signal.SIGTERM)
         # A frozen (SIGSTOPped) rank would hold its SIGTERM until the SIGKILL: continue it.
         _signal_group(process, signal.SIGCONT)
-    deadline = time.monotonic() + grace
-    while any(p.poll() is None for p in running) and time.monotonic() < deadline:
-        time.sleep(POLL_SECONDS)
+    _wait_all(running, grace)
     for process in running:
         if process.poll() is None:
             _signal_group(process, signal.SIGKILL)
@@ -269,6 +278,7 @@ def _run(options, tls_files):
                            if p.returncode != 0), None)
         if failed is not None:
             rank, code = failed
+            _wait_all(processes, SETTLE_SECONDS)
             _stop(processes, GRACE_SECONDS)
             for pump in pumps:
                 pump.join(timeout=2.0)

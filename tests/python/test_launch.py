@@ -75,6 +75,29 @@ def test_a_failing_rank_fails_the_launch_and_stops_the_others(tmp_path):
     assert not marker.exists()
 
 
+def test_the_other_ranks_report_their_own_error_before_they_are_stopped(tmp_path):
+    # A cluster failure reaches every rank; the one that exits first must not cut the others'
+    # reports (rank 0 prints a moment after rank 1 failed, then fails too).
+    marker = tmp_path / "rank1_failing"
+    done, elapsed = _launch(tmp_path, f"""
+        import os, sys, time
+        if os.environ["ACTORFLOW_RANK"] == "1":
+            print("rank 1 reports", flush=True)
+            open({str(marker)!r}, "w").close()
+            sys.exit(3)
+        for _ in range(1000):  # at most 10 s
+            if os.path.exists({str(marker)!r}):
+                break
+            time.sleep(0.01)
+        time.sleep(0.2)  # the launcher polls every 0.05 s: without the settling it has stopped this rank
+        print("rank 0 reports", flush=True)
+        sys.exit(4)
+    """, nproc=2)
+    assert done.returncode in (3, 4), done.stderr
+    assert "[rank 1] rank 1 reports" in done.stdout and "rank 0 reports" in done.stdout, done.stdout
+    assert elapsed < 20, elapsed
+
+
 def test_a_rank_that_ignores_sigterm_is_killed(tmp_path):
     pid_file = tmp_path / "hung.pid"
     done, elapsed = _launch(tmp_path, f"""
