@@ -107,18 +107,8 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
     return at == kNone ? DerivedName{} : DerivedName{static_cast<int32_t>(at), static_cast<uint32_t>(end)};
   };
   // Besides, the packed copies a hit reads: the old names and lines.
-  std::unordered_map<std::string_view, uint32_t> location_id;
-  std::string_view last_line;
-  uint32_t last_id = 0;
-  auto location = [&](const std::string& line) {
-    if (index->locations.empty() || line != last_line) {  // neighbours mostly share a line
-      auto [it, inserted] = location_id.try_emplace(line, static_cast<uint32_t>(index->locations.size()));
-      if (inserted) index->locations.push_back(index->text.Concat(line));
-      last_line = line;
-      last_id = it->second;
-    }
-    return last_id;
-  };
+  InternedLines lines(index->text);
+  auto location = [&](const std::string& line) { return lines.Id(line); };  // index->locations at the end
   for (const Node& n : before.nodes()) index->traced_location.push_back(location(n.location));
   for (const graph::Watch& w : before.watches()) index->watch_location.push_back(location(w.location));
   index->node_origin.resize(count);
@@ -183,6 +173,7 @@ std::shared_ptr<const RebindIndex> BuildRebindIndex(const CachedCompile& cached)
     for (const plan::RegisterDesc& r : task.registers())
       for (const plan::BlobDesc& b : r.blobs()) index->blobs.push_back(ref(b.name()));
   }
+  index->locations = lines.TakeLines();
   return index;
 }
 
@@ -219,18 +210,9 @@ std::shared_ptr<const JobNames> BindNames(const CachedCompile& cached, const Gra
   auto names = std::make_shared<JobNames>();
   NameArena& text = names->text;
   names->job_name = traced.job_name();
-  // The new trace's lines, each distinct one stored once (consecutive nodes mostly share one).
-  std::unordered_map<std::string_view, std::string_view> stored_lines;
-  std::string_view last_line, last_stored;
-  auto store_line = [&](std::string_view line) {
-    if (!last_stored.data() || line != last_line) {
-      auto [it, inserted] = stored_lines.try_emplace(line);
-      if (inserted) it->second = text.Concat(line);
-      last_line = line;
-      last_stored = it->second;
-    }
-    return last_stored;
-  };
+  // The new trace's lines, each distinct one stored once.
+  InternedLines stored_lines(text);
+  auto store_line = [&](std::string_view line) { return stored_lines.Store(line); };
   const size_t traced_count = traced.nodes().size();
   names->traced_names.resize(traced_count);
   names->traced_variable_names.resize(traced_count);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace actorflow {
@@ -43,6 +44,43 @@ class NameArena {
   std::vector<std::unique_ptr<char[]>> chunks_;
   char* next_ = nullptr;
   size_t left_ = 0;
+};
+
+// Distinct strings (source lines) stored once in an arena and numbered in the order first
+// seen. Neighbouring nodes mostly share a line: one equal to the last asked skips the hash.
+class InternedLines {
+ public:
+  explicit InternedLines(NameArena& text) : text_(text) {}
+  InternedLines(const InternedLines&) = delete;
+  InternedLines& operator=(const InternedLines&) = delete;
+
+  uint32_t Id(std::string_view line) {
+    if (lines_.empty() || line != last_) {
+      auto it = ids_.find(line);
+      if (it == ids_.end()) {
+        const std::string_view stored = text_.Concat(line);
+        it = ids_.emplace(stored, static_cast<uint32_t>(lines_.size())).first;
+        lines_.push_back(stored);
+      }
+      last_id_ = it->second;
+      last_ = lines_[last_id_];
+    }
+    return last_id_;
+  }
+  // The stored copy of `line`.
+  std::string_view Store(std::string_view line) { return lines_[Id(line)]; }
+  // The distinct lines by id (the table is empty afterwards).
+  std::vector<std::string_view> TakeLines() {
+    ids_.clear();
+    return std::move(lines_);
+  }
+
+ private:
+  NameArena& text_;
+  std::unordered_map<std::string_view, uint32_t> ids_;
+  std::vector<std::string_view> lines_;
+  std::string_view last_;
+  uint32_t last_id_ = 0;
 };
 
 }  // namespace actorflow

@@ -569,8 +569,9 @@ TEST_F(ParallelTest, VariablesStoredSplitTrainEachShardInPlaceAndMatchOneDevice)
         // Nothing copies the variable: its readers are kernels reading it in place.
         for (const plan::Task& t : plan.tasks())
           for (const plan::InputDesc& in : t.inputs())
-            if (in.producer_task_id() == id && !in.control())
+            if (in.producer_task_id() == id && !in.control()) {
               EXPECT_NE(t.op_type(), "boxing") << t.name() << " reads " << stored;
+            }
       }
     }
     // Each device's gradient reaches its update as that device's rows: no task gathers a whole

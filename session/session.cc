@@ -349,7 +349,7 @@ StatusOr<std::shared_ptr<CompiledJob>> Session::Compile(const graph::JobBuilder&
         if (!n.zeros_if_missing)
           return FailedPrecondition("job '" + job_name + "': variable '" + std::string(variable_of(i)) +
                                     "' (declared at " + location_of(i) + ") was not created in the session");
-        StoredVariable v{n.output_descs[0], AllocateZeros(n.output_descs[0].byte_size()), nullptr};
+        StoredVariable v(n.output_descs[0], AllocateZeros(n.output_descs[0].byte_size()));
         it = state_->variables.emplace(std::string(variable_of(i)), std::move(v)).first;
       }
       const std::string& variable = it->first;

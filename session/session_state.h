@@ -62,6 +62,9 @@ struct HeldParts {
 // it); for a variable over outside memory it is an aliasing handle whose own count excludes
 // the outside owners, and `external` is that memory.
 struct StoredVariable {
+  StoredVariable() = default;
+  StoredVariable(TensorDesc desc_in, std::shared_ptr<void> data_in, std::shared_ptr<void> external_in = nullptr)
+      : desc(std::move(desc_in)), data(std::move(data_in)), external(std::move(external_in)) {}
   TensorDesc desc;
   std::shared_ptr<void> data;
   std::shared_ptr<void> external;

@@ -62,7 +62,7 @@ Status Session::CreateVariable(const std::string& name, const TensorDesc& desc, 
   auto it = state_->variables.find(name);
   if (it != state_->variables.end())
     return InvalidArgument("variable '" + name + "' already exists as " + it->second.desc.ToString());
-  StoredVariable v{desc, AllocateZeros(desc.byte_size()), nullptr};
+  StoredVariable v(desc, AllocateZeros(desc.byte_size()));
   if (!v.data) return Internal("out of memory for variable '" + name + "'");
   if (initial != nullptr) std::memcpy(v.data.get(), initial, desc.byte_size());
   state_->variables.emplace(name, std::move(v));
@@ -93,7 +93,7 @@ StatusOr<std::string> Session::CreateVariableOver(const std::string& name, const
   // The handle owns a reference to the storage; jobs copy the handle, outside owners do not.
   auto holder = std::make_shared<std::shared_ptr<void>>(storage);
   std::shared_ptr<void> handle(holder, storage.get());
-  StoredVariable v{desc, std::move(handle), std::move(storage)};
+  StoredVariable v(desc, std::move(handle), std::move(storage));
   v.version = std::move(version);  // null: its owners write it without telling the session
   state_->variables.emplace(name, std::move(v));
   return name;
