@@ -1,0 +1,52 @@
+// The CPU kernels of the convolution passes (conv.cc defines the ops: inputs, attrs, epilogues).
+// float32 runs oneDNN convolution primitives built once per kernel (conv_dnnl.h); float64 runs
+// direct loops (gradient checks); a channels-last 1x1 forward convolution is one sgemm. With
+// several threads a pass may be split over the batch (MakeBatchChunkedConv, conv_chunked.cc).
+// Kernels are owned by one actor: an act at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kernels/op_registry.h"
+#include "kernels/window.h"
+
+namespace actorflow {
+
+enum class ConvPass { kForward, kBackwardData, kBackwardFilter };
+
+struct ConvGeometry {
+  Window2d win;
+  int64_t out_channels = 0, groups = 1;
+  bool channels_last = false;  // x and out are (N,H,W,C) in memory and in their shapes
+  // Channel block of x's and y's storage (kernels/blocked_layout.h; 0: plain), NCHW float32 only.
+  int64_t x_block = 0, y_block = 0;
+};
+
+// The forward pass's epilogue (conv.cc's header comment): which extra inputs follow x and filter.
+struct ConvEpilogue {
+  bool bias = false, batch_norm = false;
+  double epsilon = 1e-5;
+  enum class Activation { kNone, kRelu, kClip } activation = Activation::kNone;
+  float low = 0, high = 0;
+  bool any() const { return bias || batch_norm || activation != Activation::kNone; }
+  int extra_inputs() const { return (bias ? 1 : 0) + (batch_norm ? 4 : 0); }
+};
+
+struct DnnlConv;  // conv_dnnl.h
+
+// A 1x1 convolution with stride 1 and no padding over channels-last tensors (one GEMM).
+bool IsPointwiseChannelsLast(const ConvGeometry& g);
+
+// Builds the kernel of one pass; x, w, y come from the inputs/outputs named by index (>= 100:
+// output index - 100). `built` (optional): receives the oneDNN state when the kernel runs one
+// (null otherwise).
+StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, DType dtype, int threads,
+                                  int x_at, int w_at, int y_at, std::shared_ptr<DnnlConv>* built = nullptr);
+
+// The pass split over the batch into single-threaded chunks (conv_chunked.cc); float32, at
+// least one sample per chunk.
+StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, const ConvGeometry& g,
+                                        const ConvEpilogue& epilogue, int x_at, int w_at, int y_at);
+
+}  // namespace actorflow
