@@ -158,7 +158,8 @@ void RegisterConvOps(OpRegistry& registry) {
     AF_ASSIGN_OR_RETURN(ConvEpilogue epilogue, ReadEpilogue(init.inputs, init.attrs, g.out_channels));
     if (UseBatchChunks(init, g) && !IsPointwiseChannelsLast(g))
       return MakeBatchChunkedConv(init, ConvPass::kForward, g, epilogue, 0, 1, 100);
-    return MakeConvKernel(ConvPass::kForward, g, epilogue, init.inputs[0].dtype, init.num_threads, 0, 1, 100);
+    return MakeConvKernel(ConvPass::kForward, g, epilogue, init.inputs[0].dtype, init.num_threads, 0, 1, 100,
+                          ConvInputVersion(init, 1));
   };
   def.grad = [](GradBuilder& g) -> Status {
     if (g.num_inputs() != 2)
@@ -193,7 +194,8 @@ void RegisterConvOps(OpRegistry& registry) {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[2], init.inputs[1], init.attrs));
     AF_RETURN_IF_ERROR(ReadConvBlocks("conv2d_grad_data", init, 100, 0, g));
     if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kBackwardData, g, ConvEpilogue{}, 100, 1, 0);
-    return MakeConvKernel(ConvPass::kBackwardData, g, ConvEpilogue{}, init.inputs[0].dtype, init.num_threads, 100, 1, 0);
+    return MakeConvKernel(ConvPass::kBackwardData, g, ConvEpilogue{}, init.inputs[0].dtype, init.num_threads, 100, 1, 0,
+                          ConvInputVersion(init, 1));
   };
   data.doc = "dx(N,C,H,W) = transposed conv of dy with filter (same attrs as conv2d); like gives x's shape";
   data.sbp = [](const SbpContext& ctx) {

@@ -57,11 +57,13 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
   const bool bias_gradient = filter_gradient && epilogue.bias;
   if (bias_gradient) state->partial_biases.assign(count - 1, std::vector<float>(init.outputs[1].num_elements()));
   state->convs.resize(count);
+  const std::shared_ptr<const std::atomic<int64_t>> weights_version = ConvInputVersion(init, w_at);
   for (int64_t i = 0; i < count; ++i) {
     ConvGeometry part = g;
     part.win.n = i + 1 < count ? step : last;
     AF_ASSIGN_OR_RETURN(KernelFn kernel,
-                        MakeConvKernel(pass, part, epilogue, DType::kFloat32, 1, x_at, w_at, y_at, &state->convs[i]));
+                        MakeConvKernel(pass, part, epilogue, DType::kFloat32, 1, x_at, w_at, y_at, weights_version,
+                                       &state->convs[i]));
     state->kernels.push_back(std::move(kernel));
   }
   bool shared = state->convs[0] && state->convs[0]->tensors[1].reorder;
@@ -74,8 +76,7 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
       conv.weights_by_caller = true;
       if (i > 0 && !filter_gradient) {
         conv.tensors[1].internal.set_data_handle(state->convs[0]->tensors[1].internal.get_data_handle());
-        conv.cache_weights = false;
-        std::vector<char>().swap(conv.weights_seen);
+        conv.weights = ConvWeightsCache{};  // chunk 0's blocked copy, kept by the caller
       }
     }
     std::vector<std::vector<float>>().swap(state->partial_filters);
@@ -113,7 +114,7 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
                                         w.reorder_args.data());
       if (status == dnnl_success) status = dnnl_stream_wait(conv.stream.get());
       if (status == dnnl_success) return Status::Ok();
-      conv.weights_seen_valid = false;
+      conv.weights.valid = false;
       return Internal("oneDNN weight reorder failed with status " + std::to_string(status));
     };
     // The reorders below run on this thread: one OpenMP thread, as each chunk's primitive (a
@@ -121,7 +122,10 @@ StatusOr<KernelFn> MakeBatchChunkedConv(const KernelInit& init, ConvPass pass, c
     if (s.shared_weights) omp_set_num_threads(1);
     if (s.shared_weights && !filter_gradient) {
       void* weights = c.input(w_at).data;
-      if (WeightsNeedReorder(*s.convs[0], weights)) AF_RETURN_IF_ERROR(run_weights_reorder(*s.convs[0], weights));
+      if (WeightsNeedReorder(*s.convs[0], weights)) {
+        AF_RETURN_IF_ERROR(run_weights_reorder(*s.convs[0], weights));
+        CountWeightsReorder();
+      }
     }
     std::atomic<bool> failed{false};
     Status first_error = Status::Ok();

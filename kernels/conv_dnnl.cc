@@ -8,6 +8,8 @@
 namespace actorflow {
 namespace {
 
+std::atomic<int64_t> total_weights_reorders{0};
+
 dnnl::engine& CpuEngine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
@@ -25,24 +27,38 @@ void Bind(BoundTensor& t, const dnnl::memory::desc& plain, const dnnl::memory::d
 
 }  // namespace
 
+int64_t ConvWeightsReorders() { return total_weights_reorders.load(std::memory_order_relaxed); }
+
+void CountWeightsReorder() { total_weights_reorders.fetch_add(1, std::memory_order_relaxed); }
+
 bool WeightsNeedReorder(DnnlConv& state, const void* weights) {
-  if (!state.cache_weights) return true;
-  const size_t bytes = state.weights_seen.size();
-  if (state.weights_seen_valid && std::memcmp(weights, state.weights_seen.data(), bytes) == 0) {
-    state.weights_changed_streak = 0;
+  ConvWeightsCache& cache = state.weights;
+  if (!cache.enabled) return true;
+  if (cache.version != nullptr) {
+    const int64_t version = cache.version->load(std::memory_order_acquire);
+    if (cache.valid && version == cache.version_seen && weights == cache.from) return false;
+    cache.version_seen = version;
+    cache.from = weights;
+    cache.valid = true;
+    return true;
+  }
+  const size_t bytes = cache.seen.size();
+  if (cache.valid && std::memcmp(weights, cache.seen.data(), bytes) == 0) {
+    cache.changed_streak = 0;
     return false;
   }
-  if (state.weights_seen_valid && ++state.weights_changed_streak >= 2) {
-    state.cache_weights = false;
-    std::vector<char>().swap(state.weights_seen);
+  if (cache.valid && ++cache.changed_streak >= 2) {
+    cache.enabled = false;
+    std::vector<char>().swap(cache.seen);
   } else {
-    std::memcpy(state.weights_seen.data(), weights, bytes);
-    state.weights_seen_valid = true;
+    std::memcpy(cache.seen.data(), weights, bytes);
+    cache.valid = true;
   }
   return true;
 }
 
-StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, int threads) {
+StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, int threads,
+                                                  std::shared_ptr<const std::atomic<int64_t>> weights_version) {
   using dnnl::memory;
   const Window2d& s = g.win;
   auto state = std::make_shared<DnnlConv>();
@@ -153,9 +169,10 @@ StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeome
     state->args = {{x_arg, state->tensors[0].used().get()}, {w_arg, state->tensors[1].used().get()},
                    {y_arg, state->tensors[2].used().get()}, {DNNL_ARG_SCRATCHPAD, state->scratchpad.get()}};
     if (state->bias) state->args.push_back({pass == ConvPass::kBackwardFilter ? DNNL_ARG_DIFF_BIAS : DNNL_ARG_BIAS, state->bias.get()});
-    if (pass == ConvPass::kForward && state->tensors[1].reorder) {
-      state->cache_weights = true;
-      state->weights_seen.resize(w_plain.get_size());
+    if (state->tensors[1].reorder && (pass == ConvPass::kForward || (pass == ConvPass::kBackwardData && weights_version))) {
+      state->weights.enabled = true;
+      state->weights.version = std::move(weights_version);
+      if (state->weights.version == nullptr) state->weights.seen.resize(w_plain.get_size());
     }
     if (epilogue.batch_norm) {
       state->args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, state->scale.get()});

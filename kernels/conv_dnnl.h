@@ -7,6 +7,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +29,23 @@ struct BoundTensor {
   const dnnl::memory& used() const { return reorder ? internal : user; }
 };
 
+// When the weights' blocked copy must be made again. With a version counter (the kernel's
+// KernelInit::input_versions for the filter: a variable its job only reads, a saved model's
+// weights): exactly when the counter's value or the weights' address differs from the last
+// reorder's; the weights are not read to decide. Without one (train jobs, outside memory without
+// a counter), forward only: while the plain weights equal `seen` (the bytes of the last reorder;
+// inference reads the same weights call after call) the reorder is skipped; weights found
+// changed on two acts in a row (training) end the caching for good.
+struct ConvWeightsCache {
+  bool enabled = false;  // false: reorder on every act
+  std::shared_ptr<const std::atomic<int64_t>> version;
+  bool valid = false;  // the blocked copy holds the weights as last seen (a failed act clears it)
+  const void* from = nullptr;  // with a version: the address and value at the last reorder
+  int64_t version_seen = 0;
+  int changed_streak = 0;  // without: acts in a row that found the bytes changed
+  std::vector<char> seen;
+};
+
 struct DnnlConv {
   dnnl::primitive primitive;
   dnnl::stream stream;
@@ -38,12 +57,9 @@ struct DnnlConv {
   // (fuse_batch_norm: binary post-ops, recomputed each act from the statistics' registers).
   ConvEpilogue epilogue;
   dnnl::memory bias, scale, shift;
-  // Forward weights in a blocked layout: the reorder is skipped while the plain weights equal
-  // `weights_seen` (the bytes of the last reorder; inference reads the same weights call after
-  // call). Weights found changed on two acts in a row (training) end the caching for good.
-  bool cache_weights = false, weights_seen_valid = false;
-  int weights_changed_streak = 0;
-  std::vector<char> weights_seen;
+  // The weights' blocked copy (tensors[1].internal) as an input: made again only when the
+  // weights may have changed (ConvWeightsCache, WeightsNeedReorder).
+  ConvWeightsCache weights;
   std::string implementation;  // oneDNN's name for the kernel it chose (backward filter only)
   // The weights' reorder (in, or out for the filter gradient) is left to the caller: batch
   // chunks share one blocked copy of the weights, and sum their blocked filter gradients
@@ -51,10 +67,16 @@ struct DnnlConv {
   bool weights_by_caller = false;
 };
 
-// Whether the forward weights must be reordered this act (see DnnlConv::cache_weights).
+// Whether the weights (plain, at `weights`) must be reordered into the blocked copy this act
+// (ConvWeightsCache); on true the caller reorders, and clears `valid` if that fails.
 bool WeightsNeedReorder(DnnlConv& state, const void* weights);
+// Counts one reorder of weights into a blocked copy (ConvWeightsReorders).
+void CountWeightsReorder();
 
-// The primitive of `pass` for this geometry, made for `threads` OpenMP threads.
-StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, int threads);
+// The primitive of `pass` for this geometry, made for `threads` OpenMP threads. The weights'
+// blocked copy is kept between acts (ConvWeightsCache) in the forward pass, and in the data
+// gradient pass when `weights_version` is given.
+StatusOr<std::shared_ptr<DnnlConv>> BuildDnnlConv(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, int threads,
+                                                  std::shared_ptr<const std::atomic<int64_t>> weights_version);
 
 }  // namespace actorflow

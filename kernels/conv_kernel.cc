@@ -144,7 +144,9 @@ bool IsPointwiseChannelsLast(const ConvGeometry& g) {
 }
 
 StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, DType dtype, int threads,
-                                  int x_at, int w_at, int y_at, std::shared_ptr<DnnlConv>* built) {
+                                  int x_at, int w_at, int y_at,
+                                  std::shared_ptr<const std::atomic<int64_t>> weights_version,
+                                  std::shared_ptr<DnnlConv>* built) {
   // Index >= 100 names output (index - 100).
   auto pick = [](KernelContext& c, int at) { return at >= 100 ? c.output(at - 100).data : c.input(at).data; };
   if (dtype == DType::kFloat64)
@@ -154,7 +156,7 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
       return Status::Ok();
     });
   if (pass == ConvPass::kForward && IsPointwiseChannelsLast(g)) return MakePointwiseGemm(g, epilogue, threads);
-  AF_ASSIGN_OR_RETURN(std::shared_ptr<DnnlConv> state, BuildDnnlConv(pass, g, epilogue, threads));
+  AF_ASSIGN_OR_RETURN(std::shared_ptr<DnnlConv> state, BuildDnnlConv(pass, g, epilogue, threads, std::move(weights_version)));
   if (pass == ConvPass::kBackwardFilter && !epilogue.bias && IsDepthwiseChannelsFirst(g) &&
       state->implementation.find("gemm") != std::string::npos)
     return MakeDepthwiseFilterGrad(g.win, threads);
@@ -182,7 +184,9 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
     dnnl_status_t status = dnnl_success;
     for (int i = 0; i < 3; ++i) {
       BoundTensor& t = state->tensors[i];
-      if (t.reorder && !t.is_output && (i != 1 || reorder_weights) && status == dnnl_success) status = run(*t.reorder, t.reorder_args);
+      if (!t.reorder || t.is_output || (i == 1 && !reorder_weights) || status != dnnl_success) continue;
+      status = run(*t.reorder, t.reorder_args);
+      if (i == 1) CountWeightsReorder();
     }
     if (status == dnnl_success) status = run(state->primitive, state->args);
     for (int i = 0; i < 3; ++i) {
@@ -192,7 +196,7 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
     }
     if (status == dnnl_success) status = dnnl_stream_wait(state->stream.get());
     if (status != dnnl_success) {
-      state->weights_seen_valid = false;  // the blocked weights may be partly written
+      state->weights.valid = false;  // the blocked weights may be partly written
       return Internal("oneDNN convolution failed with status " + std::to_string(status));
     }
     if (state->epilogue.activation != ConvEpilogue::Activation::kNone) {

@@ -5,6 +5,7 @@
 // Kernels are owned by one actor: an act at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -39,10 +40,24 @@ struct DnnlConv;  // conv_dnnl.h
 bool IsPointwiseChannelsLast(const ConvGeometry& g);
 
 // Builds the kernel of one pass; x, w, y come from the inputs/outputs named by index (>= 100:
-// output index - 100). `built` (optional): receives the oneDNN state when the kernel runs one
-// (null otherwise).
+// output index - 100). `weights_version`: the filter input's version counter
+// (KernelInit::input_versions; null: none), which keys the blocked copy of the weights
+// (conv_dnnl.h, ConvWeightsCache). `built` (optional): receives the oneDNN state when the kernel
+// runs one (null otherwise).
 StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, DType dtype, int threads,
-                                  int x_at, int w_at, int y_at, std::shared_ptr<DnnlConv>* built = nullptr);
+                                  int x_at, int w_at, int y_at,
+                                  std::shared_ptr<const std::atomic<int64_t>> weights_version = nullptr,
+                                  std::shared_ptr<DnnlConv>* built = nullptr);
+
+// The version counter of input `at` (KernelInit::input_versions), null for none or an output
+// (at >= 100).
+inline std::shared_ptr<const std::atomic<int64_t>> ConvInputVersion(const KernelInit& init, int at) {
+  return at >= 0 && at < static_cast<int>(init.input_versions.size()) ? init.input_versions[at] : nullptr;
+}
+
+// Reorders of a filter into oneDNN's blocked layout (forward and data gradient passes) by every
+// conv kernel of the process so far (tests: which acts reordered).
+int64_t ConvWeightsReorders();
 
 // The pass split over the batch into single-threaded chunks (conv_chunked.cc); float32, at
 // least one sample per chunk.
