@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 
+#include "kernels/blocked_layout.h"
 #include "kernels/conv_kernel.h"
 #include "kernels/testing/test_util.h"
 #include "kernels/testing/with_timeout.h"
@@ -38,7 +39,7 @@ std::vector<Variant> ForwardVariants() {
   batch_norm.Set("fuse_batch_norm", true);
   Attrs depthwise{{"padding", std::string("SAME")}, {"groups", int64_t{16}}};
   Attrs nhwc{{"padding", std::string("SAME")}, {"data_format", std::string("NHWC")}};
-  return {
+  std::vector<Variant> variants = {
       {"nchw (LeNet's 5x5)", "conv2d", {2, 6, 14, 14}, {16, 6, 5, 5}, valid},
       {"nchw, batch chunks", "conv2d", {8, 6, 14, 14}, {16, 6, 5, 5}, valid, 0, 2},
       {"fuse_bias + relu", "conv2d", {2, 6, 14, 14}, {16, 6, 5, 5}, bias_relu, 1},
@@ -48,6 +49,15 @@ std::vector<Variant> ForwardVariants() {
       {"channels last", "conv2d", {2, 9, 9, 8}, {16, 8, 3, 3}, nhwc},
       {"channels last, batch chunks", "conv2d", {8, 9, 9, 8}, {16, 8, 3, 3}, nhwc, 0, 2},
   };
+  if (NativeChannelBlock() > 0) {  // x and out stored blocked (the compiler's blocked layout)
+    Attrs blocked = valid;
+    blocked.Set("channel_block", NativeChannelBlock());
+    blocked.Set("blocked_inputs", std::vector<int64_t>{0});
+    blocked.Set("blocked_outputs", std::vector<int64_t>{0});
+    variants.push_back({"blocked x and out", "conv2d", {2, 16, 14, 14}, {32, 16, 5, 5}, blocked});
+    variants.push_back({"blocked x and out, batch chunks", "conv2d", {8, 16, 14, 14}, {32, 16, 5, 5}, blocked, 0, 2});
+  }
+  return variants;
 }
 
 struct Kernel {
