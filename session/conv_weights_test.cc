@@ -12,34 +12,22 @@
 #include "graph/test_util.h"
 #include "kernels/conv_kernel.h"
 #include "session/session.h"
+#include "session/weights_test_util.h"
 
 namespace actorflow {
 namespace graph {
 namespace {
 
 using testing::ValueOrDie;
+constexpr auto View = &testing::FloatView;
 
 // x (N, C, H, W) * filter (O, C, K, K), VALID: out (N, O, H-K+1, W-K+1).
 constexpr int64_t kN = 4, kC = 3, kH = 12, kO = 8, kK = 5, kOut = kH - kK + 1;
 
-TensorView View(std::vector<float>& data, Shape shape) { return TensorView{data.data(), {std::move(shape), DType::kFloat32}}; }
-
 // out = conv2d(x, filter) (predict), or the same with loss = out^2 and SGD on `filter` (train).
 JobBuilder Conv(const std::string& name, const std::string& type, const std::string& filter) {
-  JobBuilder b = ValueOrDie(JobBuilder::Create(name, type));
-  std::string x = ValueOrDie(b.AddInput("x", {kN, kC, kH, kH}, DType::kFloat32, "c.py:1"));
-  std::string w = ValueOrDie(b.AddVariable(filter, {kO, kC, kK, kK}, DType::kFloat32, "c.py:2"));
-  std::string out =
-      ValueOrDie(b.AddOp("conv2d", "conv", {x, w}, Attrs{{"padding", std::string("VALID")}}, "c.py:3"))->output_ref(0);
-  if (type == "train") {
-    out = ValueOrDie(b.AddOp("square", "sq", {out}, {}, "c.py:4"))->output_ref(0);
-    if (!b.AddLoss(out).ok()) throw std::runtime_error("AddLoss");
-    OptimizerSpec spec;
-    spec.type = "sgd";
-    if (!b.SetOptimizer(spec).ok()) throw std::runtime_error("SetOptimizer");
-  }
-  if (!b.SetOutputs({out}).ok()) throw std::runtime_error("SetOutputs");
-  return b;
+  return testing::OneWeightJob(name, type, "conv2d", {kN, kC, kH, kH}, filter, {kO, kC, kK, kK},
+                               Attrs{{"padding", std::string("VALID")}});
 }
 
 void ExpectConv(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& out, const std::string& when) {

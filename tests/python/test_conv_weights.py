@@ -10,6 +10,7 @@ import numpy as np
 import actorflow as flow
 import actorflow.nn as nn
 import actorflow.typing as tp
+from weight_writes import PredictGraph, train_save_load, write_every_way
 
 BATCH, CLASSES, EPSILON = 8, 10, 1e-3
 SHAPE = (BATCH, 3, 14, 14)
@@ -70,53 +71,18 @@ def test_predictions_follow_every_write_to_the_conv_weights(tmp_path):
     rng = np.random.default_rng(3)
     images = rng.normal(size=SHAPE).astype(np.float32)
     labels = rng.integers(0, CLASSES, BATCH).astype(np.int32)
-    _check(predict, images, "first call")
-    _check(predict, images, "second call")
+    negated = lambda variables: {name: -variables[name] for name in ("conv1-weight", "conv2-weight")}  # noqa: E731
+    train_save_load(predict, train, images, labels, lambda when: _check(predict, images, when), negated,
+                    str(tmp_path / "trained"))
     plan = predict._compiled.plan_text()
-    assert "fuse_batch_norm" in plan and 'op_type: "batch_normalization"' not in plan  # the fused conv is tested
-    first = predict(images)
-    for step in range(3):
-        train(images, labels)
-        _check(predict, images, "after train step %d" % step)
-    assert np.abs(predict(images) - first).max() > 1e-2  # training moved the predictions
-    flow.checkpoint.save(str(tmp_path / "trained"))
-    trained = predict(images)
-    variables = flow.get_all_variables()
-    flow.load_variables({name: -variables[name] for name in ("conv1-weight", "conv2-weight")})
-    _check(predict, images, "after flow.load_variables")
-    assert np.abs(predict(images) - trained).max() > 1e-2
-    flow.load_variables(flow.checkpoint.get(str(tmp_path / "trained")))
-    _check(predict, images, "after loading the checkpoint")
-    np.testing.assert_allclose(predict(images), trained, rtol=1e-6, atol=1e-6)
-
-
-class _Predict(nn.Graph):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def build(self, x):
-        return self.model(x)
-
-
-class _Train(nn.Graph):
-    def __init__(self, model, optimizer):
-        super().__init__()
-        self.model = model
-        self.add_optimizer(optimizer)
-
-    def build(self, x):
-        loss = (self.model(x) * self.model(x)).mean()
-        loss.backward()
-        return loss
+    assert "fuse_batch_norm" in plan and 'op_type: "batch_normalization"' not in plan  # the fused conv was tested
 
 
 def test_graph_over_eager_conv_parameters_follows_their_writes():
     flow.clear_default_session()
     flow.manual_seed(6)
     model = nn.Conv2d(3, 8, 5)
-    graph = _Predict(model)
-    trainer = _Train(model, flow.optim.SGD(model.parameters(), lr=0.05))
+    graph = PredictGraph(model)
     x = flow.tensor(np.random.default_rng(2).normal(size=SHAPE).astype(np.float32))
 
     def check(when):
@@ -124,19 +90,4 @@ def test_graph_over_eager_conv_parameters_follows_their_writes():
         np.testing.assert_allclose(graph(x).numpy(), want, rtol=1e-4, atol=1e-4, err_msg=when)
 
     check("first call")
-    for value in (0.05, -0.02):
-        with flow.no_grad():
-            model.weight.fill_(value)
-        check("after fill_(%s)" % value)
-    with flow.no_grad():
-        model.weight[3] = 0.1
-    check("after item assignment")
-    for step in range(2):
-        trainer(x)
-        check("after train graph step %d" % step)
-    eager = flow.optim.SGD(model.parameters(), lr=0.05)
-    for step in range(2):
-        eager.zero_grad()
-        (model(x) * model(x)).mean().backward()
-        eager.step()
-        check("after eager optimizer step %d" % step)
+    write_every_way(model, x, check, fills=(0.05, -0.02), item=0.1, lr=0.05)
