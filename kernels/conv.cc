@@ -156,8 +156,9 @@ void RegisterConvOps(OpRegistry& registry) {
     AF_ASSIGN_OR_RETURN(ConvGeometry g, ReadConv(init.inputs[0], init.inputs[1], init.attrs));
     AF_RETURN_IF_ERROR(ReadConvBlocks("conv2d", init, 0, 100, g));
     AF_ASSIGN_OR_RETURN(ConvEpilogue epilogue, ReadEpilogue(init.inputs, init.attrs, g.out_channels));
-    if (UseBatchChunks(init, g) && !IsPointwiseChannelsLast(g))
-      return MakeBatchChunkedConv(init, ConvPass::kForward, g, epilogue, 0, 1, 100);
+    if (init.inputs[0].dtype == DType::kFloat32 && IsPointwiseChannelsLast(g))
+      return MakePointwiseGemm(g, epilogue, init.num_threads, ConvInputVersion(init, 1), init.attrs.GetBoolOr("packed_weights", true));
+    if (UseBatchChunks(init, g)) return MakeBatchChunkedConv(init, ConvPass::kForward, g, epilogue, 0, 1, 100);
     return MakeConvKernel(ConvPass::kForward, g, epilogue, init.inputs[0].dtype, init.num_threads, 0, 1, 100,
                           ConvInputVersion(init, 1));
   };

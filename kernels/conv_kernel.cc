@@ -5,12 +5,15 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
 #include "kernels/conv_depthwise.h"
 #include "kernels/conv_dnnl.h"
+#include "kernels/matmul_packed.h"
+#include "kernels/parallel_chunks.h"
 
 namespace actorflow {
 namespace {
@@ -95,41 +98,14 @@ void ApplyEpilogue(float* y, int64_t rows, int64_t channels, const float* scale,
   }
 }
 
-// The channels-last 1x1 convolution as one GEMM (IsPointwiseChannelsLast); the epilogue is one
-// pass over y.
-KernelFn MakePointwiseGemm(const ConvGeometry& g, const ConvEpilogue& epilogue, int threads) {
-  const int64_t rows = g.win.n * g.win.h * g.win.w, in = g.win.c, out = g.out_channels;
-  struct State {
-    std::vector<float> scale, shift;
-  };
-  auto state = std::make_shared<State>();
-  if (epilogue.batch_norm) state->scale.resize(out), state->shift.resize(out);
-  threads = std::max(1, threads);
-  return [=](KernelContext& c) {
-    omp_set_num_threads(threads);
-    const float* x = c.input(0).as<float>();
-    const float* w = c.input(1).as<float>();
-    float* y = c.output(0).as<float>();
-    dnnl_status_t status = dnnl_sgemm('N', 'T', rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
-    if (status != dnnl_success) return Internal("dnnl_sgemm (1x1 convolution) failed with status " + std::to_string(status));
-    if (!epilogue.any()) return Status::Ok();
-    const float* scale = nullptr;
-    const float* shift = nullptr;
-    if (epilogue.batch_norm) {
-      BatchNormScaleShift(epilogue, c, out, state->scale.data(), state->shift.data());
-      scale = state->scale.data(), shift = state->shift.data();
-    } else if (epilogue.bias) {
-      shift = c.input(2).as<float>();
-    }
-    ApplyEpilogue(y, rows, out, scale, shift, epilogue, threads);
-    return Status::Ok();
-  };
-}
-
 // Depthwise over NCHW: one filter per channel.
 bool IsDepthwiseChannelsFirst(const ConvGeometry& g) {
   return !g.channels_last && g.x_block == 0 && g.y_block == 0 && g.groups == g.win.c && g.out_channels == g.win.c;
 }
+
+// The packed filter of a 1x1 convolution from this many rows on, at least this many per piece (as
+// matmul's: fewer rows read the filter about once anyway).
+constexpr int64_t kPackedMinRows = 16, kPackedMinPartRows = 8;
 
 }  // namespace
 
@@ -141,6 +117,64 @@ bool IsPointwiseChannelsLast(const ConvGeometry& g) {
   const Window2d& s = g.win;
   return g.channels_last && g.groups == 1 && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.top == 0 && s.bottom == 0 &&
          s.left == 0 && s.right == 0;
+}
+
+KernelFn MakePointwiseGemm(const ConvGeometry& g, const ConvEpilogue& epilogue, int threads,
+                           std::shared_ptr<const std::atomic<int64_t>> weights_version, bool packed_weights) {
+  const int64_t rows = g.win.n * g.win.h * g.win.w, in = g.win.c, out = g.out_channels;
+  struct State {
+    std::vector<float> scale, shift;
+  };
+  auto state = std::make_shared<State>();
+  if (epilogue.batch_norm) state->scale.resize(out), state->shift.resize(out);
+  threads = std::max(1, threads);
+  // Per act: the scale and shift the epilogue applies (null: none).
+  auto epilogue_terms = [=](KernelContext& c, const float*& scale, const float*& shift) {
+    scale = shift = nullptr;
+    if (epilogue.batch_norm) {
+      BatchNormScaleShift(epilogue, c, out, state->scale.data(), state->shift.data());
+      scale = state->scale.data(), shift = state->shift.data();
+    } else if (epilogue.bias) {
+      shift = c.input(2).as<float>();
+    }
+  };
+  std::shared_ptr<PackedGemm> packed;
+  if (weights_version != nullptr && packed_weights && rows >= kPackedMinRows)
+    packed = PackedGemm::Make(false, true, rows, out, in, static_cast<int>(std::min<int64_t>(threads, rows / kPackedMinPartRows)),
+                              std::move(weights_version));
+  if (packed)
+    return [=](KernelContext& c) {
+      PackedGemm& gemm = *packed;
+      AF_RETURN_IF_ERROR(gemm.Refresh(c.input(1).as<float>()));
+      const float* x = c.input(0).as<float>();
+      float* y = c.output(0).as<float>();
+      const float *scale, *shift;
+      epilogue_terms(c, scale, shift);
+      std::atomic<bool> failed{false};
+      auto piece = [&](int part) {
+        if (!gemm.RunPart(part, x, y)) failed.store(true);
+        else if (epilogue.any())
+          ApplyEpilogue(y + gemm.row_begin(part) * out, gemm.row_end(part) - gemm.row_begin(part), out, scale, shift, epilogue, 1);
+      };
+      omp_set_num_threads(1);
+      if (gemm.parts() == 1) piece(0);
+      else ParallelChunks(gemm.parts(), gemm.parts(), piece);
+      if (failed.load()) return Internal("oneDNN matmul (1x1 convolution over packed weights) failed");
+      return Status::Ok();
+    };
+  return [=](KernelContext& c) {
+    omp_set_num_threads(threads);
+    const float* x = c.input(0).as<float>();
+    const float* w = c.input(1).as<float>();
+    float* y = c.output(0).as<float>();
+    dnnl_status_t status = dnnl_sgemm('N', 'T', rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+    if (status != dnnl_success) return Internal("dnnl_sgemm (1x1 convolution) failed with status " + std::to_string(status));
+    if (!epilogue.any()) return Status::Ok();
+    const float *scale, *shift;
+    epilogue_terms(c, scale, shift);
+    ApplyEpilogue(y, rows, out, scale, shift, epilogue, threads);
+    return Status::Ok();
+  };
 }
 
 StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const ConvEpilogue& epilogue, DType dtype, int threads,
@@ -155,7 +189,6 @@ StatusOr<KernelFn> MakeConvKernel(ConvPass pass, const ConvGeometry& g, const Co
                         static_cast<double*>(pick(c, y_at)));
       return Status::Ok();
     });
-  if (pass == ConvPass::kForward && IsPointwiseChannelsLast(g)) return MakePointwiseGemm(g, epilogue, threads);
   AF_ASSIGN_OR_RETURN(std::shared_ptr<DnnlConv> state, BuildDnnlConv(pass, g, epilogue, threads, std::move(weights_version)));
   if (pass == ConvPass::kBackwardFilter && !epilogue.bias && IsDepthwiseChannelsFirst(g) &&
       state->implementation.find("gemm") != std::string::npos)

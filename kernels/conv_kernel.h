@@ -1,6 +1,6 @@
 // The CPU kernels of the convolution passes (conv.cc defines the ops: inputs, attrs, epilogues).
 // float32 runs oneDNN convolution primitives built once per kernel (conv_dnnl.h); float64 runs
-// direct loops (gradient checks); a channels-last 1x1 forward convolution is one sgemm. With
+// direct loops (gradient checks); a channels-last 1x1 forward convolution is one GEMM. With
 // several threads a pass may be split over the batch (MakeBatchChunkedConv, conv_chunked.cc).
 // Kernels are owned by one actor: an act at a time.
 #pragma once
@@ -38,6 +38,15 @@ struct DnnlConv;  // conv_dnnl.h
 
 // A 1x1 convolution with stride 1 and no padding over channels-last tensors (one GEMM).
 bool IsPointwiseChannelsLast(const ConvGeometry& g);
+
+// Its forward kernel (float32): y (N*H*W, O) = x (N*H*W, C) * filter (O, C)^T, then the
+// epilogue. A filter with a version counter (`weights_version`: a predict job's weights) is kept
+// in oneDNN's packed layout from 16 rows on and packed again only when the version or the
+// filter's address changes (kernels/matmul_packed.h, PackedGemm: dnnl_sgemm packs it inside
+// every call), the rows split over the threads; packed_weights=false (attr, as matmul's) keeps
+// dnnl_sgemm over the filter where it lies.
+KernelFn MakePointwiseGemm(const ConvGeometry& g, const ConvEpilogue& epilogue, int threads,
+                           std::shared_ptr<const std::atomic<int64_t>> weights_version, bool packed_weights);
 
 // Builds the kernel of one pass; x, w, y come from the inputs/outputs named by index (>= 100:
 // output index - 100). `weights_version`: the filter input's version counter

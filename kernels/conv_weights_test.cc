@@ -1,8 +1,10 @@
 // The blocked copy of a convolution's weights kept between acts (kernels/conv_dnnl.h,
 // ConvWeightsCache): with the filter's version counter (KernelInit::input_versions) it is made
 // again exactly when the counter's value or the filter's address changed, and the weights are
-// not read to decide; without a counter, when the bytes differ from the last reorder's. Every
-// result is compared with a kernel made for the call (which reorders the weights it is given).
+// not read to decide; without a counter, when the bytes differ from the last reorder's. The
+// channels-last 1x1 convolution's GEMM keeps its filter packed (PackedGemm) by the same rule
+// with a counter, and reads it in place without. Every result is compared with a kernel made
+// for the call (which reorders or reads the weights it is given).
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -10,6 +12,7 @@
 
 #include "kernels/blocked_layout.h"
 #include "kernels/conv_kernel.h"
+#include "kernels/matmul_packed.h"
 #include "kernels/testing/test_util.h"
 #include "kernels/testing/with_timeout.h"
 
@@ -60,6 +63,24 @@ std::vector<Variant> ForwardVariants() {
   return variants;
 }
 
+// Channels-last 1x1 convolutions (one GEMM; 72 rows): plain, with the epilogues, rows split
+// over two threads.
+std::vector<Variant> PointwiseVariants() {
+  Attrs nhwc{{"padding", std::string("VALID")}, {"data_format", std::string("NHWC")}};
+  Attrs bias_relu = nhwc;
+  bias_relu.Set("fuse_bias", true);
+  bias_relu.Set("activation", std::string("relu"));
+  Attrs batch_norm = nhwc;
+  batch_norm.Set("fuse_bias", true);
+  batch_norm.Set("fuse_batch_norm", true);
+  return {
+      {"1x1 channels last", "conv2d", {2, 6, 6, 16}, {24, 16, 1, 1}, nhwc},
+      {"1x1 channels last, 2 threads", "conv2d", {2, 6, 6, 16}, {24, 16, 1, 1}, nhwc, 0, 2},
+      {"1x1 channels last, fuse_bias + relu", "conv2d", {2, 6, 6, 16}, {24, 16, 1, 1}, bias_relu, 1, 2},
+      {"1x1 channels last, fuse_batch_norm", "conv2d", {2, 6, 6, 16}, {24, 16, 1, 1}, batch_norm, 5, 2},
+  };
+}
+
 struct Kernel {
   KernelFn fn;
   TensorDesc out;
@@ -88,14 +109,14 @@ std::vector<TensorView> Views(std::vector<HostTensor>& inputs, HostTensor& weigh
   return views;
 }
 
-// One act; `reorders` receives how many weight reorders it made.
+// One act; `reorders` receives how many copies of the weights it made (blocked or packed).
 HostTensor Act(Kernel& kernel, std::vector<TensorView> inputs, int64_t& reorders) {
   HostTensor out = HostTensor::Of(kernel.out.shape, kernel.out.dtype, {});
   std::vector<TensorView> outputs = {out.view()};
   KernelContext context{&inputs, &outputs, 0};
-  const int64_t before = ConvWeightsReorders();
+  const int64_t before = ConvWeightsReorders() + PackedGemm::TotalPacks();
   Status status = kernel.fn(context);
-  reorders = ConvWeightsReorders() - before;
+  reorders = ConvWeightsReorders() + PackedGemm::TotalPacks() - before;
   EXPECT_TRUE(status.ok()) << status.ToString();
   return out;
 }
@@ -140,7 +161,9 @@ void Copy(HostTensor& to, const HostTensor& from) { std::memcpy(to.bytes.data(),
 
 TEST(ConvWeights, WithAVersionReorderedExactlyWhenTheVersionOrTheAddressChanges) {
   WithTimeout([] {
-    for (const Variant& v : ForwardVariants()) {
+    std::vector<Variant> variants = ForwardVariants();
+    for (const Variant& v : PointwiseVariants()) variants.push_back(v);
+    for (const Variant& v : variants) {
       SCOPED_TRACE(v.name);
       std::vector<HostTensor> inputs = Inputs(v);
       Weights w = TwoWeights(v, inputs);
@@ -202,6 +225,28 @@ TEST(ConvWeights, WithoutAVersionTheBytesDecide) {
         EXPECT_EQ(reorders, 1) << "caching should have ended";
       }
     }
+  });
+}
+
+// The 1x1 GEMM without a version, or with packed_weights=false: the filter is read where it
+// lies on every act (nothing packed), so a write in place shows at once.
+TEST(ConvWeights, The1x1GemmReadsItsFilterInPlaceWithoutAVersionOrWithPackedWeightsOff) {
+  WithTimeout([] {
+    for (Variant v : PointwiseVariants())
+      for (bool with_version : {false, true}) {
+        if (with_version) v.attrs.Set("packed_weights", false);
+        SCOPED_TRACE(v.name + (with_version ? ", packed_weights=false" : ", no version"));
+        std::vector<HostTensor> inputs = Inputs(v);
+        Weights w = TwoWeights(v, inputs);
+        Kernel kernel = Make(v, inputs, with_version ? std::make_shared<std::atomic<int64_t>>(0) : nullptr);
+        HostTensor weights = w.a;
+        int64_t reorders = -1;
+        ExpectNear(Act(kernel, Views(inputs, weights), reorders), w.out_a, "first act");
+        EXPECT_EQ(reorders, 0);
+        Copy(weights, w.b);
+        ExpectNear(Act(kernel, Views(inputs, weights), reorders), w.out_b, "written in place");
+        EXPECT_EQ(reorders, 0);
+      }
   });
 }
 
