@@ -1,5 +1,5 @@
 """The benchmarks' LeNet (conv 5x5x32, pool 2, conv 5x5x64, pool 2, dense 512, dense 10) as a
-job function body over (N, 1, 28, 28) images: bench_lenet.py, bench_lenet_predict.py."""
+job function body over (N, 1, 28, 28) images: bench_lenet.py, bench_predict.py."""
 import actorflow as flow
 
 

@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   auto f = [](Shape s) { return TensorDesc{std::move(s), DType::kFloat32}; };
   Attrs same{{"padding", std::string("SAME")}};
   Attrs nhwc{{"padding", std::string("SAME")}, {"data_format", std::string("NHWC")}};
+  Attrs nhwc1{{"padding", std::string("VALID")}, {"data_format", std::string("NHWC")}};
   Attrs pool{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
   double mm = 2.0 * 100 * 784 * 512, c2 = 2.0 * 100 * 64 * 14 * 14 * 32 * 25;
   std::vector<Case> cases = {
@@ -139,6 +140,12 @@ int main(int argc, char** argv) {
       {"  the same, versioned filter", "conv2d", {f({1, 32, 14, 14}), f({64, 32, 5, 5})}, same, c2 / 100, true},
       {"conv2d batch 1 (1,1,28,28)*(32,1,5,5)", "conv2d", {f({1, 1, 28, 28}), f({32, 1, 5, 5})}, same, 2.0 * 32 * 28 * 28 * 25},
       {"  the same, versioned filter", "conv2d", {f({1, 1, 28, 28}), f({32, 1, 5, 5})}, same, 2.0 * 32 * 28 * 28 * 25, true},
+      // MobileNetV2's 1x1 convolutions on 32x32 inputs at batch 64, channels-last (one GEMM): the
+      // filter packed by dnnl_sgemm in every call, or kept packed with a version (PackedGemm).
+      {"1x1 NHWC (64,1,1,320)*(1280,320)", "conv2d", {f({64, 1, 1, 320}), f({1280, 320, 1, 1})}, nhwc1, 2.0 * 64 * 320 * 1280},
+      {"  the same, versioned filter", "conv2d", {f({64, 1, 1, 320}), f({1280, 320, 1, 1})}, nhwc1, 2.0 * 64 * 320 * 1280, true},
+      {"1x1 NHWC (64,4,4,96)*(576,96)", "conv2d", {f({64, 4, 4, 96}), f({576, 96, 1, 1})}, nhwc1, 2.0 * 1024 * 96 * 576},
+      {"  the same, versioned filter", "conv2d", {f({64, 4, 4, 96}), f({576, 96, 1, 1})}, nhwc1, 2.0 * 1024 * 96 * 576, true},
       {"conv2d_grad_data (same)", "conv2d_grad_data", {f({100, 64, 14, 14}), f({64, 32, 5, 5}), f({100, 32, 14, 14})}, same, c2},
       {"conv2d_grad_filter (same)", "conv2d_grad_filter", {f({100, 64, 14, 14}), f({100, 32, 14, 14}), f({64, 32, 5, 5})}, same, c2},
       {"conv2d_grad_filter (100,1,28,28)*(32,1,5,5)", "conv2d_grad_filter", {f({100, 32, 28, 28}), f({100, 1, 28, 28}), f({32, 1, 5, 5})},
