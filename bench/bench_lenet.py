@@ -45,7 +45,7 @@ import torch  # noqa: E402
 
 import actorflow as flow  # noqa: E402
 import actorflow.typing as tp  # noqa: E402
-from _lenet import lenet  # noqa: E402
+from _models import lenet  # noqa: E402
 
 flow.config.num_threads(ARGS.threads)
 flow.random.seed(0)

@@ -27,7 +27,7 @@ def lenet_predict(batch):
     import actorflow as flow
     import actorflow.typing as tp
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _lenet import lenet
+    from _models import lenet
 
     @flow.global_function(type="predict")
     def predict(images: tp.Numpy.Placeholder((batch, 1, 28, 28))) -> tp.Numpy:
@@ -40,14 +40,8 @@ def mobilenet_predict(batch):
     """An nn.Graph over an eval-mode MobileNetV2 (10 classes) for (batch, 3, 32, 32) images."""
     import actorflow as flow
     from actorflow import vision
-
-    class PredictGraph(flow.nn.Graph):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def build(self, x):
-            return self.model(x)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _models import PredictGraph
 
     graph = PredictGraph(vision.models.mobilenet_v2(num_classes=10, dropout=0.0).eval())
     return (lambda x: graph(flow.tensor(x)).numpy()), (batch, 3, 32, 32)

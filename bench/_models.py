@@ -1,5 +1,7 @@
-"""The benchmarks' LeNet (conv 5x5x32, pool 2, conv 5x5x64, pool 2, dense 512, dense 10) as a
-job function body over (N, 1, 28, 28) images: bench_lenet.py, bench_predict.py."""
+"""Models shared by the benchmarks: LeNet (conv 5x5x32, pool 2, conv 5x5x64, pool 2, dense 512,
+dense 10) as a job function body over (N, 1, 28, 28) images (bench_lenet.py, bench_predict.py);
+an nn.Graph predicting with a module (bench_graph.py, bench_predict.py). Import after
+_common.parse_args() (actorflow loads oneDNN and OpenMP)."""
 import actorflow as flow
 
 
@@ -14,3 +16,12 @@ def lenet(data):
     reshape = flow.reshape(pool2, [pool2.shape[0], -1])
     hidden = flow.layers.dense(reshape, 512, activation=flow.nn.relu, kernel_initializer=initializer, name="dense1")
     return flow.layers.dense(hidden, 10, kernel_initializer=initializer, name="dense2")
+
+
+class PredictGraph(flow.nn.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def build(self, x):
+        return self.model(x)
