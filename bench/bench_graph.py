@@ -40,6 +40,7 @@ import torch  # noqa: E402
 
 import actorflow as flow  # noqa: E402
 from actorflow import vision  # noqa: E402
+from _models import PredictGraph  # noqa: E402
 
 flow.config.num_threads(ARGS.threads)
 flow.set_num_threads(ARGS.threads)
@@ -58,15 +59,6 @@ class TrainGraph(flow.nn.Graph):
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
         return loss
-
-
-class PredictGraph(flow.nn.Graph):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def build(self, x):
-        return self.model(x)
 
 
 def torch_mobilenet_v2(num_classes):

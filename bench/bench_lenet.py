@@ -45,23 +45,11 @@ import torch  # noqa: E402
 
 import actorflow as flow  # noqa: E402
 import actorflow.typing as tp  # noqa: E402
+from _models import lenet  # noqa: E402
 
 flow.config.num_threads(ARGS.threads)
 flow.random.seed(0)
 BATCH = 100
-
-
-def lenet(data):
-    initializer = flow.truncated_normal(0.1)
-    conv1 = flow.layers.conv2d(data, 32, 5, padding="SAME", activation=flow.nn.relu, name="conv1",
-                               kernel_initializer=initializer)
-    pool1 = flow.nn.max_pool2d(conv1, ksize=2, strides=2, padding="SAME", name="pool1")
-    conv2 = flow.layers.conv2d(pool1, 64, 5, padding="SAME", activation=flow.nn.relu, name="conv2",
-                               kernel_initializer=initializer)
-    pool2 = flow.nn.max_pool2d(conv2, ksize=2, strides=2, padding="SAME", name="pool2")
-    reshape = flow.reshape(pool2, [pool2.shape[0], -1])
-    hidden = flow.layers.dense(reshape, 512, activation=flow.nn.relu, kernel_initializer=initializer, name="dense1")
-    return flow.layers.dense(hidden, 10, kernel_initializer=initializer, name="dense2")
 
 
 @flow.global_function(type="train")

@@ -55,11 +55,11 @@ std::unique_ptr<Pass> MakeNoNarrowGemmPass() {
                                             "narrow_gemm", false);
 }
 
-// "packed_weights" off: CPU matmuls keep reading a right operand the job only reads (a predict
-// job's weights) where it is, through dnnl_sgemm, instead of a copy in oneDNN's packed layout
-// (kernels/matmul_packed.h).
+// "packed_weights" off: CPU matmuls and channels-last 1x1 conv2ds keep reading a right operand
+// (filter) the job only reads (a predict job's weights) where it is, through dnnl_sgemm, instead
+// of a copy in oneDNN's packed layout (kernels/matmul_packed.h).
 std::unique_ptr<Pass> MakeNoPackedWeightsPass() {
-  return std::make_unique<KernelChoicePass>("no packed weights", std::set<std::string>{"matmul"}, "packed_weights",
+  return std::make_unique<KernelChoicePass>("no packed weights", std::set<std::string>{"matmul", "conv2d"}, "packed_weights",
                                             false);
 }
 

@@ -96,9 +96,9 @@ std::unique_ptr<Pass> MakeNoGemvPass();
 // matmul_sgd_update get attr narrow_gemm=false (GEMMs with one small dimension run as oneDNN
 // GEMMs instead of the kernels' register-tiled loops, kernels/matmul_narrow.h).
 std::unique_ptr<Pass> MakeNoNarrowGemmPass();
-// Added when the "packed_weights" fusion is off: CPU matmuls get attr packed_weights=false (a
-// right operand the job only reads stays where it is instead of a copy in oneDNN's packed
-// layout, kernels/matmul_packed.h). These four passes: graph/kernel_choice.cc.
+// Added when the "packed_weights" fusion is off: CPU matmuls and conv2ds get attr
+// packed_weights=false (a right operand the job only reads stays where it is instead of a copy
+// in oneDNN's packed layout, kernels/matmul_packed.h; conv2d: its channels-last 1x1 GEMM). These four passes: graph/kernel_choice.cc.
 std::unique_ptr<Pass> MakeNoPackedWeightsPass();
 // CPU train jobs (graph/softmax_fusion.cc): sparse_softmax_cross_entropy and its gradient, prob
 // read by nothing else, become sparse_softmax_cross_entropy_with_grad (loss and dlogits).

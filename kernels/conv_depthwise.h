@@ -4,7 +4,7 @@
 // and runs one GEMM per group (MobileNetV2's 1x1 and 2x2 planes at batch 64: 5-12 ms of CPU
 // each, against 0.1-0.3 ms here). Such planes are small, so the innermost loop runs over the
 // channels (contiguous for 1x1 planes), each thread over its own block of them. The kernel's
-// inputs are (dy, x, ...), its output dfilter; conv.cc picks it (IsDepthwiseChannelsFirst).
+// inputs are (dy, x, ...), its output dfilter; conv_kernel.cc picks it (IsDepthwiseChannelsFirst).
 #pragma once
 
 #include "kernels/op_registry.h"

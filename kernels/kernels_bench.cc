@@ -4,9 +4,11 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@ struct Case {
   std::vector<TensorDesc> inputs;
   Attrs attrs;
   double flops = 0;
+  bool versioned = false;  // input 1 has a version counter (a predict job's weights)
 };
 
 // User + system CPU time of the whole process (the kernel's helper threads included): less
@@ -34,7 +37,9 @@ void Run(const Case& c, int threads) {
   auto def = OpRegistry::Global().Find(c.type);
   InferContext ic{c.inputs, c.attrs, {}};
   Status s = def.ok() ? def.value()->infer(ic) : def.status();
-  auto kernel = s.ok() ? def.value()->kernel_factories.at(kCpuDevice)(KernelInit{c.inputs, ic.outputs, c.attrs, threads}) : StatusOr<KernelFn>(s);
+  KernelInit init{c.inputs, ic.outputs, c.attrs, threads};
+  if (c.versioned) init.SetInputVersion(1, std::make_shared<const std::atomic<int64_t>>(0));
+  auto kernel = s.ok() ? def.value()->kernel_factories.at(kCpuDevice)(init) : StatusOr<KernelFn>(s);
   if (!kernel.ok()) {
     std::printf("%-40s error: %s\n", c.label.c_str(), kernel.status().message().c_str());
     return;
@@ -89,6 +94,7 @@ int main(int argc, char** argv) {
   auto f = [](Shape s) { return TensorDesc{std::move(s), DType::kFloat32}; };
   Attrs same{{"padding", std::string("SAME")}};
   Attrs nhwc{{"padding", std::string("SAME")}, {"data_format", std::string("NHWC")}};
+  Attrs nhwc1{{"padding", std::string("VALID")}, {"data_format", std::string("NHWC")}};
   Attrs pool{{"ksize", int64_t{2}}, {"strides", int64_t{2}}, {"padding", std::string("SAME")}};
   double mm = 2.0 * 100 * 784 * 512, c2 = 2.0 * 100 * 64 * 14 * 14 * 32 * 25;
   std::vector<Case> cases = {
@@ -128,6 +134,18 @@ int main(int argc, char** argv) {
       {"adam_update (784,512)", "adam_update", {f({784, 512}), f({784, 512}), f({784, 512}), f({784, 512}), f({1})}, {}},
       {"conv2d (100,1,28,28)*(32,1,5,5)", "conv2d", {f({100, 1, 28, 28}), f({32, 1, 5, 5})}, same, 2.0 * 100 * 32 * 28 * 28 * 25},
       {"conv2d (100,32,14,14)*(64,32,5,5)", "conv2d", {f({100, 32, 14, 14}), f({64, 32, 5, 5})}, same, c2},
+      // A predict job's conv: the filter's bytes compared with the last reorder's, or its version.
+      {"  the same, versioned filter", "conv2d", {f({100, 32, 14, 14}), f({64, 32, 5, 5})}, same, c2, true},
+      {"conv2d batch 1 (1,32,14,14)*(64,32,5,5)", "conv2d", {f({1, 32, 14, 14}), f({64, 32, 5, 5})}, same, c2 / 100},
+      {"  the same, versioned filter", "conv2d", {f({1, 32, 14, 14}), f({64, 32, 5, 5})}, same, c2 / 100, true},
+      {"conv2d batch 1 (1,1,28,28)*(32,1,5,5)", "conv2d", {f({1, 1, 28, 28}), f({32, 1, 5, 5})}, same, 2.0 * 32 * 28 * 28 * 25},
+      {"  the same, versioned filter", "conv2d", {f({1, 1, 28, 28}), f({32, 1, 5, 5})}, same, 2.0 * 32 * 28 * 28 * 25, true},
+      // MobileNetV2's 1x1 convolutions on 32x32 inputs at batch 64, channels-last (one GEMM): the
+      // filter packed by dnnl_sgemm in every call, or kept packed with a version (PackedGemm).
+      {"1x1 NHWC (64,1,1,320)*(1280,320)", "conv2d", {f({64, 1, 1, 320}), f({1280, 320, 1, 1})}, nhwc1, 2.0 * 64 * 320 * 1280},
+      {"  the same, versioned filter", "conv2d", {f({64, 1, 1, 320}), f({1280, 320, 1, 1})}, nhwc1, 2.0 * 64 * 320 * 1280, true},
+      {"1x1 NHWC (64,4,4,96)*(576,96)", "conv2d", {f({64, 4, 4, 96}), f({576, 96, 1, 1})}, nhwc1, 2.0 * 1024 * 96 * 576},
+      {"  the same, versioned filter", "conv2d", {f({64, 4, 4, 96}), f({576, 96, 1, 1})}, nhwc1, 2.0 * 1024 * 96 * 576, true},
       {"conv2d_grad_data (same)", "conv2d_grad_data", {f({100, 64, 14, 14}), f({64, 32, 5, 5}), f({100, 32, 14, 14})}, same, c2},
       {"conv2d_grad_filter (same)", "conv2d_grad_filter", {f({100, 64, 14, 14}), f({100, 32, 14, 14}), f({64, 32, 5, 5})}, same, c2},
       {"conv2d_grad_filter (100,1,28,28)*(32,1,5,5)", "conv2d_grad_filter", {f({100, 32, 28, 28}), f({100, 1, 28, 28}), f({32, 1, 5, 5})},

@@ -12,32 +12,20 @@
 #include "graph/test_util.h"
 #include "kernels/matmul_packed.h"
 #include "session/session.h"
+#include "session/weights_test_util.h"
 
 namespace actorflow {
 namespace graph {
 namespace {
 
 using testing::ValueOrDie;
+constexpr auto View = &testing::FloatView;
 
 constexpr int64_t kRows = 32, kIn = 64, kOut = 96;
 
-TensorView View(std::vector<float>& data, Shape shape) { return TensorView{data.data(), {std::move(shape), DType::kFloat32}}; }
-
 // out = x . weight (predict), or the same with loss = out^2 and SGD on `weight` (train).
 JobBuilder Dense(const std::string& name, const std::string& type, const std::string& weight) {
-  JobBuilder b = ValueOrDie(JobBuilder::Create(name, type));
-  std::string x = ValueOrDie(b.AddInput("x", {kRows, kIn}, DType::kFloat32, "p.py:1"));
-  std::string w = ValueOrDie(b.AddVariable(weight, {kIn, kOut}, DType::kFloat32, "p.py:2"));
-  std::string out = ValueOrDie(b.AddOp("matmul", "dense", {x, w}, {}, "p.py:3"))->output_ref(0);
-  if (type == "train") {
-    out = ValueOrDie(b.AddOp("square", "sq", {out}, {}, "p.py:4"))->output_ref(0);
-    if (!b.AddLoss(out).ok()) throw std::runtime_error("AddLoss");
-    OptimizerSpec spec;
-    spec.type = "sgd";
-    if (!b.SetOptimizer(spec).ok()) throw std::runtime_error("SetOptimizer");
-  }
-  if (!b.SetOutputs({out}).ok()) throw std::runtime_error("SetOutputs");
-  return b;
+  return testing::OneWeightJob(name, type, "matmul", {kRows, kIn}, weight, {kIn, kOut});
 }
 
 // out == x . w (kRows x kIn times kIn x kOut) in double, to float rounding.

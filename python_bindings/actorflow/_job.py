@@ -126,8 +126,9 @@ class FunctionConfig:
         "gemv": CPU matmuls with a few rows (batch-1 inference) as the kernels' AVX-512 GEMV loop
         instead of oneDNN; "narrow_gemm": CPU GEMMs with one dimension of at most 16 (a dense layer
         with few units and its gradients) as the kernels' AVX-512 loops instead of oneDNN;
-        "packed_weights": CPU matmuls of at least 16 rows keep a copy of a weight the job only
-        reads (a predict job's) in oneDNN's packed layout, made again when the weight changes;
+        "packed_weights": CPU matmuls and channels-last 1x1 convolutions of at least 16 rows keep
+        a copy of a weight the job only reads (a predict job's) in oneDNN's packed layout, made
+        again when the weight changes;
         "softmax_cross_entropy_grad": sparse softmax cross-entropy and its gradient as one op;
         "blocked_layout": tensors between convolutions, pools and relus kept in oneDNN's blocked
         channel layout instead of reordered at each convolution; "matmul_bias_grad": a dense layer's

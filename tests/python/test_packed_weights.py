@@ -8,6 +8,7 @@ import numpy as np
 import actorflow as flow
 import actorflow.nn as nn
 import actorflow.typing as tp
+from weight_writes import PredictGraph, train_save_load, write_every_way
 
 BATCH, IN, HIDDEN, OUT = 32, 64, 96, 10
 
@@ -55,31 +56,10 @@ def test_predictions_follow_every_write_to_the_weights(tmp_path):
     rng = np.random.default_rng(5)
     images = rng.normal(size=(BATCH, IN)).astype(np.float32)
     labels = rng.integers(0, OUT, BATCH).astype(np.int32)
-    _check(predict, images, "first call")
-    first = predict(images)
-    for step in range(4):
-        train(images, labels)
-        _check(predict, images, "after train step %d" % step)
-    assert np.abs(predict(images) - first).max() > 1e-2  # training moved the weights
-    flow.checkpoint.save(str(tmp_path / "trained"))
-    trained = predict(images)
-    scaled = {name: value * np.float32(0.5) for name, value in flow.get_all_variables().items()
-              if name.startswith(("hidden", "output"))}
-    flow.load_variables(scaled)
-    _check(predict, images, "after flow.load_variables")
-    assert np.abs(predict(images) - trained).max() > 1e-3
-    flow.load_variables(flow.checkpoint.get(str(tmp_path / "trained")))
-    _check(predict, images, "after loading the checkpoint")
-    np.testing.assert_allclose(predict(images), trained, rtol=1e-6, atol=1e-6)
-
-
-class _Wrap(nn.Graph):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def build(self, x):
-        return self.model(x)
+    scaled = lambda variables: {name: value * np.float32(0.5) for name, value in variables.items()  # noqa: E731
+                                if name.startswith(("hidden", "output"))}
+    train_save_load(predict, train, images, labels, lambda when: _check(predict, images, when), scaled,
+                    str(tmp_path / "trained"))
 
 
 def test_graph_over_eager_parameters_follows_their_writes():
@@ -88,8 +68,7 @@ def test_graph_over_eager_parameters_follows_their_writes():
     steps all move it, and the predict graph's packed copy follows."""
     flow.manual_seed(4)
     model = nn.Linear(IN, HIDDEN)
-    graph = _Wrap(model)
-    trainer = _Train(model, flow.optim.SGD(model.parameters(), lr=0.1))
+    graph = PredictGraph(model)
     x = flow.tensor(np.random.default_rng(1).normal(size=(BATCH, IN)).astype(np.float32))
 
     def check(when):
@@ -97,31 +76,4 @@ def test_graph_over_eager_parameters_follows_their_writes():
         np.testing.assert_allclose(graph(x).numpy(), want, rtol=1e-5, atol=1e-5, err_msg=when)
 
     check("first call")
-    for value in (0.25, -0.5):
-        with flow.no_grad():
-            model.weight.fill_(value)
-        check("after fill_(%s)" % value)
-    with flow.no_grad():
-        model.weight[3] = 2.0
-    check("after item assignment")
-    for step in range(3):
-        trainer(x)
-        check("after train graph step %d" % step)
-    eager = flow.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(2):
-        eager.zero_grad()
-        (model(x) * model(x)).mean().backward()
-        eager.step()
-        check("after eager optimizer step %d" % step)
-
-
-class _Train(nn.Graph):
-    def __init__(self, model, optimizer):
-        super().__init__()
-        self.model = model
-        self.add_optimizer(optimizer)
-
-    def build(self, x):
-        loss = (self.model(x) * self.model(x)).mean()
-        loss.backward()
-        return loss
+    write_every_way(model, x, check, fills=(0.25, -0.5), item=2.0, lr=0.1)
