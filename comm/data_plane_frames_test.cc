@@ -153,7 +153,9 @@ class FramesTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (runtime_) EXPECT_TRUE(runtime_->Shutdown().ok());
+    if (runtime_) {
+      EXPECT_TRUE(runtime_->Shutdown().ok());
+    }
     runtime_.reset();
     plane_.reset();
     if (peer_fd_ >= 0) close(peer_fd_);

@@ -81,8 +81,9 @@ TEST(ShardedVariableTest, ASplitWeightIsOneShardPerDeviceOnItsMachineUpdatedTher
     for (const plan::Task& t : plan.tasks())
       for (const plan::InputDesc& in : t.inputs()) {
         const plan::Task& producer = plan.tasks(static_cast<int>(in.producer_task_id()));
-        if (producer.variable_name() == "hidden-weight" && producer.kind() == plan::VARIABLE)
+        if (producer.variable_name() == "hidden-weight" && producer.kind() == plan::VARIABLE) {
           EXPECT_EQ(t.machine_id(), producer.machine_id()) << t.name() << " reads " << producer.name();
+        }
       }
     // Each machine's part has its own shards only.
     for (int machine : {0, 1}) {
@@ -206,15 +207,18 @@ TEST(CrossMachineTest, TwoMachinesRunTheTwoDevicePlanWithVariablesOnEachAndAllRe
       EXPECT_EQ(producer.machine_id(), t.machine_id()) << t.name() << " reads " << producer.name();
       // An update's in-place order: only with readers of its own machine's copy, no control
       // edge through the network.
-      if (in.control() && t.mutable_inputs_size() > 0) EXPECT_NE(producer.op_type(), "recv") << t.name();
+      if (in.control() && t.mutable_inputs_size() > 0) {
+        EXPECT_NE(producer.op_type(), "recv") << t.name();
+      }
     }
     if (t.op_type() == "send") sends[t.attrs().at("channel").i()] = &t;
     else if (t.op_type() == "recv") recvs[t.attrs().at("channel").i()] = &t;
-    else if (t.kind() != plan::SINK)
+    else if (t.kind() != plan::SINK) {
       EXPECT_TRUE(FindTask(two_devices, t.name()) != nullptr ||
                   (t.name().size() > 9 && t.name().substr(t.name().size() - 9) == "@machine1") ||
                   t.op_type() == "boxing")  // gathered in place in one process, a task across machines
           << t.name();
+    }
   }
   ASSERT_FALSE(sends.empty());
   ASSERT_EQ(sends.size(), recvs.size());
@@ -315,7 +319,9 @@ TEST(CrossMachineTest, MachinesThatReadNoVariableGetNoCopies) {
   for (Node& n : g.mutable_nodes()) n.placement = Placement{"cpu", {"0:0"}};
   const plan::Plan p = ValueOrDie(CompileGraph(g, CompileOptions{}));
   for (const plan::Task& t : p.tasks()) {
-    if (t.machine_id() == 1) EXPECT_TRUE(t.kind() == plan::SINK || t.op_type() == "recv") << t.name();
+    if (t.machine_id() == 1) {
+      EXPECT_TRUE(t.kind() == plan::SINK || t.op_type() == "recv") << t.name();
+    }
     EXPECT_NE(t.op_type(), "all_reduce") << t.name();
   }
 }

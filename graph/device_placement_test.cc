@@ -67,7 +67,9 @@ TEST(DevicePlacement, GpuDeviceNumNamesTheDeviceCountFoundWithoutAGpu) {
   EXPECT_TRUE(Contains(status.message(), "gpu_device_num(2)")) << status.message();
   EXPECT_TRUE(Contains(status.message(), "found")) << status.message();
   EXPECT_TRUE(Contains(status.message(), "cpu_device_num(2)")) << status.message();
-  if (!BuiltWithCuda()) EXPECT_TRUE(Contains(status.message(), "no CUDA support")) << status.message();
+  if (!BuiltWithCuda()) {
+    EXPECT_TRUE(Contains(status.message(), "no CUDA support")) << status.message();
+  }
   // The builder refuses the config the same way, and stays usable on the CPU.
   JobBuilder b = ValueOrDie(JobBuilder::Create("j", "predict"));
   Status refused = b.SetDeviceNum(0, 2);

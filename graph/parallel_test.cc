@@ -550,7 +550,9 @@ TEST(ParallelPassesTest, ConvEpiloguesFuseOnSeveralDevicesWhereTheLayoutsAllow) 
   EXPECT_EQ(types["bias_add"], 1) << SbpSummary(split);
   EXPECT_EQ(types["relu"], 1) << SbpSummary(split);
   for (const Node& n : split.nodes())
-    if (n.type == "conv2d") EXPECT_FALSE(n.attrs.GetBoolOr("fuse_bias", false)) << SbpSummary(split);
+    if (n.type == "conv2d") {
+      EXPECT_FALSE(n.attrs.GetBoolOr("fuse_bias", false)) << SbpSummary(split);
+    }
 }
 
 }  // namespace
