@@ -133,12 +133,18 @@ Status CompileInto(Graph& graph, const CompileOptions& options, plan::Plan& plan
   AF_RETURN_IF_ERROR(LowerInto(graph, options, plan));
   AF_RETURN_IF_ERROR(PlaceOnDevices(plan).WithContext("job '" + graph.job_name() + "'"));
   lap("lower");
-  AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan).WithContext("job '" + graph.job_name() + "'"));
-  lap("verify");
-  plan.set_serial_iterations(!options.pipelining);
-  if (options.memory_sharing && graph.machine_num() == 1) {
-    AF_RETURN_IF_ERROR(PlanRegisterMemory(plan).WithContext("job '" + graph.job_name() + "'"));  // and verifies
-    lap("memory");
+  {
+    // The check and the memory planner read the plan's tasks once, into flat arrays.
+    StatusOr<PlanTasks> tasks = PlanTasks::Of(plan);
+    if (!tasks.ok()) return tasks.status().WithContext("job '" + graph.job_name() + "'");
+    AF_RETURN_IF_ERROR(VerifyInPlaceOrder(plan, tasks.value()).WithContext("job '" + graph.job_name() + "'"));
+    lap("verify");
+    plan.set_serial_iterations(!options.pipelining);
+    if (options.memory_sharing && graph.machine_num() == 1) {
+      AF_RETURN_IF_ERROR(
+          PlanRegisterMemory(plan, tasks.value()).WithContext("job '" + graph.job_name() + "'"));  // and verifies
+      lap("memory");
+    }
   }
   if (!prefix.empty()) AF_RETURN_IF_ERROR(WriteFile(prefix + "memory.txt", MemoryPlanText(plan)));
   // After the order check: a recv has no inputs in the plan, so the order a writer keeps with

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/check.h"
 #include "actors/plan_dtype.h"
 #include "graph/passes.h"
 
@@ -26,10 +27,14 @@ std::pair<int64_t, int64_t> InputBytes(const plan::Plan& plan, const plan::Input
   return {in.byte_offset(), in.byte_offset() + bytes};
 }
 
-// Whether two inputs reading the same blob touch a common byte (shards of a variable stored
-// split do not: their readers and writers on different devices need no order).
-bool Overlap(const plan::Plan& plan, const plan::InputDesc& a, const plan::InputDesc& b) {
-  const auto x = InputBytes(plan, a), y = InputBytes(plan, b);
+// Whether input `ia` of task `ta` and input `ib` of task `tb`, reading the same blob, touch a
+// common byte (shards of a variable stored split do not: their readers and writers on different
+// devices need no order). Whole reads overlap; only part views' inputs are read from the plan.
+bool Overlap(const plan::Plan& plan, const PlanTasks& tasks, int ta, int ia, int tb, int ib) {
+  if (((tasks.input_flags(tasks.input_begin(ta) + ia) | tasks.input_flags(tasks.input_begin(tb) + ib)) &
+       PlanTasks::kPart) == 0)
+    return true;
+  const auto x = InputBytes(plan, plan.tasks(ta).inputs(ia)), y = InputBytes(plan, plan.tasks(tb).inputs(ib));
   return x.first < y.second && y.first < x.second;
 }
 
@@ -38,52 +43,54 @@ bool Overlap(const plan::Plan& plan, const plan::InputDesc& a, const plan::Input
 // written registers are a sorted array searched by bisection: every data input of the plan
 // is looked up, and the array (a few per variable) stays in cache where a tree's nodes do not.
 struct WrittenRegisterReaders {
-  std::vector<std::pair<int64_t, int>> registers;      // sorted, distinct
+  std::vector<std::pair<int, int>> registers;             // sorted, distinct
   std::vector<std::vector<std::pair<int, int>>> readers;  // by position in `registers`
   std::vector<int> tasks;
   bool empty() const { return registers.empty(); }
-  std::vector<std::pair<int, int>>* Find(int64_t producer, int reg) {
-    const std::pair<int64_t, int> key{producer, reg};
+  std::vector<std::pair<int, int>>* Find(int producer, int reg) {
+    const std::pair<int, int> key{producer, reg};
     auto it = std::lower_bound(registers.begin(), registers.end(), key);
     return it == registers.end() || *it != key ? nullptr : &readers[static_cast<size_t>(it - registers.begin())];
   }
-  const std::vector<std::pair<int, int>>& at(int64_t producer, int reg) const {
+  const std::vector<std::pair<int, int>>& at(int producer, int reg) const {
     auto* found = const_cast<WrittenRegisterReaders*>(this)->Find(producer, reg);
     if (found == nullptr) throw std::out_of_range("in-place order: register not written in place");
     return *found;
   }
 };
-WrittenRegisterReaders ReadersOfWrittenRegisters(const plan::Plan& plan) {
+WrittenRegisterReaders ReadersOfWrittenRegisters(const PlanTasks& tasks) {
   WrittenRegisterReaders result;
-  for (const plan::Task& t : plan.tasks())
-    for (int m : t.mutable_inputs())
-      if (m >= 0 && m < t.inputs_size())
-        result.registers.emplace_back(t.inputs(m).producer_task_id(), t.inputs(m).producer_register());
+  const int n = tasks.size();
+  for (int t = 0; t < n; ++t)
+    for (int k = tasks.written_begin(t); k < tasks.written_begin(t + 1); ++k) {
+      const int m = tasks.written(k);
+      if (m < 0 || m >= tasks.inputs(t)) continue;
+      const int i = tasks.input_begin(t) + m;
+      result.registers.emplace_back(tasks.producer(i), tasks.producer_register(i));
+    }
   if (result.registers.empty()) return result;
   std::sort(result.registers.begin(), result.registers.end());
   result.registers.erase(std::unique(result.registers.begin(), result.registers.end()), result.registers.end());
   result.readers.resize(result.registers.size());
-  for (int t = 0; t < plan.tasks_size(); ++t)
-    for (int i = 0; i < plan.tasks(t).inputs_size(); ++i) {
-      const plan::InputDesc& in = plan.tasks(t).inputs(i);
-      if (in.control()) continue;
-      std::vector<std::pair<int, int>>* readers = result.Find(in.producer_task_id(), in.producer_register());
+  for (int t = 0; t < n; ++t)
+    for (int i = tasks.input_begin(t); i < tasks.input_begin(t + 1); ++i) {
+      if ((tasks.input_flags(i) & PlanTasks::kControl) != 0) continue;
+      std::vector<std::pair<int, int>>* readers = result.Find(tasks.producer(i), tasks.producer_register(i));
       if (readers == nullptr) continue;
-      readers->emplace_back(t, i);
+      readers->emplace_back(t, i - tasks.input_begin(t));
       if (result.tasks.empty() || result.tasks.back() != t) result.tasks.push_back(t);
     }
   return result;
 }
 
-// Parents by data and control edges, from the plan's inputs. A producer id outside [0, tasks)
-// is kept out of it on the same side (-1, or the task count), as VerifyInPlaceOrder reads it.
-ParentRows PlanParents(const plan::Plan& plan) {
+// Parents by data and control edges, from the plan's inputs (-1 where no task has the
+// producer's id, as VerifyInPlaceOrder reads it).
+ParentRows PlanParents(const PlanTasks& tasks) {
   ParentRows rows;
-  rows.begin.reserve(static_cast<size_t>(plan.tasks_size()) + 1);
-  const int64_t n = plan.tasks_size();
-  for (const plan::Task& task : plan.tasks()) {
-    for (const plan::InputDesc& in : task.inputs())
-      rows.parents.push_back(static_cast<int>(std::clamp<int64_t>(in.producer_task_id(), -1, n)));
+  rows.begin.reserve(static_cast<size_t>(tasks.size()) + 1);
+  rows.parents.reserve(static_cast<size_t>(tasks.input_begin(tasks.size())));
+  for (int t = 0; t < tasks.size(); ++t) {
+    for (int i = tasks.input_begin(t); i < tasks.input_begin(t + 1); ++i) rows.parents.push_back(tasks.producer(i));
     rows.EndRow();
   }
   return rows;
@@ -147,17 +154,19 @@ bool AncestorIndex::IsAncestor(int ancestor, int node) {
 
 void OrderInPlaceWriters(plan::Plan& plan, const std::function<void(plan::Task*, int)>& add_control) {
   const int n = plan.tasks_size();
-  const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
+  StatusOr<PlanTasks> read = PlanTasks::Of(plan);
+  AF_CHECK(read.ok()) << "in-place order of a lowered plan: " << read.status().message();
+  const PlanTasks& tasks = read.value();
+  const WrittenRegisterReaders written = ReadersOfWrittenRegisters(tasks);
   if (written.empty()) return;
-  AncestorIndex ancestors(PlanParents(plan));
+  AncestorIndex ancestors(PlanParents(tasks));
   for (int t = 0; t < n; ++t) {
-    std::vector<int> writes;
-    for (int m : plan.tasks(t).mutable_inputs()) writes.push_back(m);
-    for (int m : writes) {
-      const plan::InputDesc written_input = plan.tasks(t).inputs(m);
-      for (const auto& [r, input] : written.at(written_input.producer_task_id(), written_input.producer_register())) {
+    for (int k = tasks.written_begin(t); k < tasks.written_begin(t + 1); ++k) {
+      const int m = tasks.written(k);
+      const int target = tasks.input_begin(t) + m;
+      for (const auto& [r, input] : written.at(tasks.producer(target), tasks.producer_register(target))) {
         if (r >= t) break;
-        if (ancestors.IsAncestor(r, t) || !Overlap(plan, plan.tasks(r).inputs(input), written_input)) continue;
+        if (ancestors.IsAncestor(r, t) || !Overlap(plan, tasks, r, input, t, m)) continue;
         add_control(plan.mutable_tasks(t), r);
         ancestors.AddEdge(t, r);
       }
@@ -167,10 +176,15 @@ void OrderInPlaceWriters(plan::Plan& plan, const std::function<void(plan::Task*,
 
 
 Status VerifyInPlaceOrder(const plan::Plan& plan) {
-  const int n = plan.tasks_size();
-  // Tasks are in topological order (every input's producer has a smaller id): checked on the
+  AF_ASSIGN_OR_RETURN(const PlanTasks tasks, PlanTasks::Of(plan));
+  return VerifyInPlaceOrder(plan, tasks);
+}
+
+Status VerifyInPlaceOrder(const plan::Plan& plan, const PlanTasks& tasks) {
+  const int n = tasks.size();
+  // Tasks are in topological order (every input's producer comes before it): checked on the
   // parents read in one walk over the plan, which the ancestry below is built from.
-  ParentRows parents = PlanParents(plan);
+  ParentRows parents = PlanParents(tasks);
   for (int t = 0; t < n; ++t)
     for (int k = parents.begin[t]; k < parents.begin[t + 1]; ++k) {
       if (parents.parents[k] >= 0 && parents.parents[k] < t) continue;
@@ -178,29 +192,31 @@ Status VerifyInPlaceOrder(const plan::Plan& plan) {
       return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
                       std::to_string(p) + ", which is not before it");
     }
-  for (const plan::Task& writer : plan.tasks())
-    for (int m : writer.mutable_inputs())
-      if (m < 0 || m >= writer.inputs_size())
-        return Internal("plan '" + plan.job_name() + "': task '" + writer.name() + "' writes input " +
-                        std::to_string(m) + " of " + std::to_string(writer.inputs_size()));
-  const WrittenRegisterReaders written = ReadersOfWrittenRegisters(plan);
+  for (int t = 0; t < n; ++t)
+    for (int k = tasks.written_begin(t); k < tasks.written_begin(t + 1); ++k)
+      if (const int m = tasks.written(k); m < 0 || m >= tasks.inputs(t))
+        return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' writes input " +
+                        std::to_string(m) + " of " + std::to_string(tasks.inputs(t)));
+  const WrittenRegisterReaders written = ReadersOfWrittenRegisters(tasks);
   if (written.empty()) return Status::Ok();
   // What each task waits for this iteration (data and control edges), among the readers.
   AncestorIndex ancestors(std::move(parents));
   for (int w = 0; w < n; ++w) {
-    const plan::Task& writer = plan.tasks(w);
-    for (int m : writer.mutable_inputs()) {
-      const plan::InputDesc& target = writer.inputs(m);
-      for (const auto& [r, i] : written.at(target.producer_task_id(), target.producer_register())) {
-        if (r == w || !Overlap(plan, plan.tasks(r).inputs(i), target)) continue;
-        const plan::Task& reader = plan.tasks(r);
+    for (int k = tasks.written_begin(w); k < tasks.written_begin(w + 1); ++k) {
+      const int m = tasks.written(k);
+      const int target = tasks.input_begin(w) + m;
+      for (const auto& [r, i] : written.at(tasks.producer(target), tasks.producer_register(target))) {
+        if (r == w || !Overlap(plan, tasks, r, i, w, m)) continue;
         bool also_writes = false;  // two writers of one register: ordered either way
-        for (int k : reader.mutable_inputs()) also_writes |= k == i;
-        if (!ancestors.IsAncestor(r, w) && !(also_writes && ancestors.IsAncestor(w, r)))
-          return Internal("plan '" + plan.job_name() + "': task '" + reader.name() + "' reads register " +
-                          std::to_string(target.producer_register()) + " of task '" +
-                          plan.tasks(target.producer_task_id()).name() + "' unordered with its in-place writer '" +
+        for (int j = tasks.written_begin(r); j < tasks.written_begin(r + 1); ++j) also_writes |= tasks.written(j) == i;
+        if (!ancestors.IsAncestor(r, w) && !(also_writes && ancestors.IsAncestor(w, r))) {
+          const plan::Task& writer = plan.tasks(w);
+          const plan::InputDesc& in = writer.inputs(m);
+          return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(r).name() + "' reads register " +
+                          std::to_string(in.producer_register()) + " of task '" +
+                          plan.tasks(tasks.producer(target)).name() + "' unordered with its in-place writer '" +
                           writer.name() + "' (the reader must run before the writer)");
+        }
       }
     }
   }

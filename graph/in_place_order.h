@@ -9,6 +9,7 @@
 
 #include "actors/proto/plan.pb.h"
 #include "graph/chain_labels.h"
+#include "graph/plan_tasks.h"
 
 namespace actorflow {
 namespace graph {

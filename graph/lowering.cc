@@ -647,32 +647,53 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
     ids->Add(consumer);
     std::rotate(ids->begin() + at, ids->end() - 1, ids->end());
   };
-  auto fill_consumers = [&]() {
-    for (plan::Task& t : *plan.mutable_tasks())
-      for (plan::RegisterDesc& r : *t.mutable_registers()) r.clear_consumer_task_ids();
-    for (const plan::Task& t : plan.tasks())  // in task order: a consumer listed already is the list's last
-      for (const plan::InputDesc& in : t.inputs()) {
-        auto* ids = plan.mutable_tasks(in.producer_task_id())->mutable_registers(in.producer_register())
-                        ->mutable_consumer_task_ids();
-        if (ids->empty() || ids->Get(ids->size() - 1) != t.id()) ids->Add(t.id());
-      }
-  };
   // Ops without data outputs (optimizer updates) still announce when they are done, so the
-  // main sink below can wait for them.
-  for (int i = 0; i < sink_id; ++i)
-    if (plan.tasks(i).kind() == plan::COMPUTE && plan.tasks(i).registers_size() == 0) {
-      plan::RegisterDesc* r = plan.mutable_tasks(i)->add_registers();
+  // main sink below can wait for them. Each task's registers numbered in one array.
+  const int task_count = plan.tasks_size();
+  std::vector<int> register_base(static_cast<size_t>(task_count) + 1, 0);
+  for (int i = 0; i < task_count; ++i) {
+    plan::Task& t = *plan.mutable_tasks(i);
+    if (i < sink_id && t.kind() == plan::COMPUTE && t.registers_size() == 0) {
+      plan::RegisterDesc* r = t.add_registers();
       r->set_name("done");
       r->set_register_num(register_num);
     }
-  fill_consumers();
+    register_base[i + 1] = register_base[i] + t.registers_size();
+  }
+  // Every register's consumers, gathered by register in one walk over the inputs (task order:
+  // each list ascending), then written into the registers in one walk over the tasks: each
+  // register is written once, with its list's final size, instead of an append per input at
+  // the producer (a random access to a cold task per input, the list grown step by step).
+  std::vector<int> consumer_begin(static_cast<size_t>(register_base[task_count]) + 1, 0);
+  std::vector<std::pair<int, int64_t>> reads;  // (producer's register, consumer id), task order
+  reads.reserve(static_cast<size_t>(task_count) * 2);
+  for (const plan::Task& t : plan.tasks())
+    for (const plan::InputDesc& in : t.inputs()) {
+      const int reg = register_base[static_cast<size_t>(in.producer_task_id())] + in.producer_register();
+      reads.emplace_back(reg, t.id());
+      ++consumer_begin[static_cast<size_t>(reg) + 1];
+    }
+  for (size_t r = 1; r < consumer_begin.size(); ++r) consumer_begin[r] += consumer_begin[r - 1];
+  std::vector<int64_t> consumers(reads.size());
+  {
+    std::vector<int> fill(consumer_begin.begin(), consumer_begin.end() - 1);
+    for (const auto& [reg, consumer] : reads) consumers[static_cast<size_t>(fill[reg]++)] = consumer;
+  }
   // A call completes when the main sink has acted: it also waits (control) for every register
   // nobody reads, so updates and unused feeds belong to the iteration they serve. Each machine's
   // main sink waits for its machine's registers.
-  for (int i = 0; i < sink_id; ++i) {
-    for (int r = 0; r < plan.tasks(i).registers_size(); ++r) {
-      if (plan.tasks(i).registers(r).consumer_task_ids_size() > 0) continue;
-      const int sink = sink_ids.at(plan.tasks(i).machine_id());
+  for (int i = 0; i < task_count; ++i) {
+    plan::Task& t = *plan.mutable_tasks(i);
+    for (int r = 0; r < t.registers_size(); ++r) {
+      auto* ids = t.mutable_registers(r)->mutable_consumer_task_ids();
+      ids->Clear();
+      const int reg = register_base[i] + r;
+      const int begin = consumer_begin[reg], end = consumer_begin[reg + 1];
+      if (end > begin) ids->Reserve(end - begin);
+      for (int k = begin; k < end; ++k)  // a consumer listed already is the list's last
+        if (ids->empty() || ids->Get(ids->size() - 1) != consumers[k]) ids->Add(consumers[k]);
+      if (i >= sink_id || !ids->empty()) continue;
+      const int sink = sink_ids.at(t.machine_id());
       plan::InputDesc* in = plan.mutable_tasks(sink)->add_inputs();
       in->set_producer_task_id(i);
       in->set_producer_register(r);

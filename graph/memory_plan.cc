@@ -12,35 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "actors/plan_dtype.h"
-#include "actors/task_ids.h"
 #include "graph/plan_order.h"
 
 namespace actorflow {
 namespace graph {
 namespace {
-
-// The runtime aligns every blob of a register to this (actors/runtime.cc kAlignment): a
-// register takes the sum of its blobs' sizes rounded up, and shared offsets are multiples.
-constexpr int64_t kAlignment = 64;
-int64_t AlignUp(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
-
-int64_t BlobBytes(const plan::BlobDesc& blob) {
-  if (blob.byte_size() > 0) return blob.byte_size();
-  TensorDesc desc;
-  desc.shape.assign(blob.shape().begin(), blob.shape().end());
-  desc.dtype = FromProtoDType(blob.dtype());
-  return static_cast<int64_t>(desc.byte_size());
-}
-
-// What one register allocates (one of its register_num): its blobs, or its reserved block.
-int64_t RegisterBytes(const plan::RegisterDesc& reg) {
-  int64_t bytes = 0;
-  for (const plan::BlobDesc& blob : reg.blobs()) bytes += AlignUp(BlobBytes(blob));
-  return std::max(bytes, reg.reserved_byte_size());
-}
-
-bool ReadOnlyVariable(const plan::Task& task) { return task.kind() == plan::VARIABLE && task.read_only(); }
 
 // Registers the runtime gives one register whatever the plan says (variables) or the plan does.
 bool SingleRegister(const plan::Task& task, const plan::RegisterDesc& reg) {
@@ -65,42 +41,26 @@ bool InOrder(const PlanOrder& order, int a, int first, int b, int second) {
 }
 
 // Registers some task writes in place, and registers read whole: never shared nor reduced.
-// One flag per register of the plan in one array (register r of task t at base[t] + r).
-struct Pinned {
-  std::vector<int> base;
-  std::vector<uint8_t> flags;
-  bool at(int t, int r) const { return flags[static_cast<size_t>(base[t] + r)] != 0; }
-};
-Pinned PinnedRegisters(const plan::Plan& plan, const TaskIds& task_ids) {
-  Pinned pinned;
-  pinned.base.resize(static_cast<size_t>(plan.tasks_size()) + 1, 0);
-  for (int t = 0; t < plan.tasks_size(); ++t) pinned.base[t + 1] = pinned.base[t] + plan.tasks(t).registers_size();
-  pinned.flags.assign(static_cast<size_t>(pinned.base.back()), 0);
-  for (const plan::Task& task : plan.tasks()) {
-    for (int i = 0; i < task.inputs_size(); ++i) {
-      const plan::InputDesc& in = task.inputs(i);
-      if (!in.whole() && std::find(task.mutable_inputs().begin(), task.mutable_inputs().end(), i) ==
-                             task.mutable_inputs().end())
-        continue;
-      const int producer = task_ids.Find(in.producer_task_id());
-      if (producer < 0) continue;
-      const int registers = pinned.base[producer + 1] - pinned.base[producer];
-      if (in.producer_register() >= 0 && in.producer_register() < registers)
-        pinned.flags[static_cast<size_t>(pinned.base[producer] + in.producer_register())] = 1;
-    }
+// One flag per register of the plan (PlanTasks' global register index).
+std::vector<uint8_t> PinnedRegisters(const PlanTasks& tasks) {
+  std::vector<uint8_t> pinned(static_cast<size_t>(tasks.register_count()), 0);
+  for (int i = 0; i < tasks.input_begin(tasks.size()); ++i) {
+    if ((tasks.input_flags(i) & (PlanTasks::kWhole | PlanTasks::kWritten)) == 0) continue;
+    const int producer = tasks.producer(i);
+    if (producer < 0) continue;
+    const int reg = tasks.producer_register(i);
+    if (reg >= 0 && reg < tasks.registers(producer)) pinned[static_cast<size_t>(tasks.register_begin(producer) + reg)] = 1;
   }
   return pinned;
 }
 
-// Registers that may share memory or lose registers (memory_plan.h "Shared").
-bool Eligible(const plan::Plan& plan, const PlanOrder& order, const Pinned& pinned, int t, int r) {
-  const plan::Task& task = plan.tasks(t);
-  const plan::RegisterDesc& reg = task.registers(r);
-  // A source's register is written by the host's Push once the register is free, like an act.
-  const bool kind = (task.kind() == plan::COMPUTE && !task.asynchronous()) || task.kind() == plan::SOURCE;
-  return kind && task.device_type() == "cpu" &&
-         reg.memory_case().kind() == plan::MEMORY_HOST && !reg.has_slice_of() && reg.reserved_byte_size() == 0 &&
-         !reg.has_shared_memory() && !pinned.at(t, r) && RegisterBytes(reg) > 0 && !order.Readers(t, r).empty();
+// Registers that may share memory or lose registers (memory_plan.h "Shared"); `r` is register
+// `r - tasks.register_begin(t)` of task t.
+bool Eligible(const PlanTasks& tasks, const PlanOrder& order, const std::vector<uint8_t>& pinned, int t, int r) {
+  return (tasks.task_flags(t) & PlanTasks::kShareableKind) != 0 &&
+         (tasks.register_flags(r) & (PlanTasks::kHostPlain | PlanTasks::kSharedMemory)) == PlanTasks::kHostPlain &&
+         !pinned[static_cast<size_t>(r)] && tasks.register_bytes(r) > 0 &&
+         !order.Readers(t, r - tasks.register_begin(t)).empty();
 }
 
 struct Candidate {
@@ -232,7 +192,87 @@ std::string Bytes(int64_t bytes) {
   return text;
 }
 
-Status VerifyPlaced(const plan::Plan& plan, const PlanOrder& order);
+// A register in a shared block: its bytes there and which it is.
+struct Placed {
+  int64_t begin, end;
+  int task, reg;
+};
+
+// Adds register r of task t (which has shared memory) to its block in `blocks` (one per block
+// of the plan), checking that the block exists and that the register may share at all.
+Status CollectPlaced(const plan::Plan& plan, const PlanOrder& order, int t, int r,
+                     std::vector<std::vector<Placed>>& blocks) {
+  const plan::RegisterDesc& reg = plan.tasks(t).registers(r);
+  const int b = reg.shared_memory().block();
+  if (b < 0 || b >= plan.memory_blocks_size())
+    return Internal("plan '" + plan.job_name() + "': " + Name(plan, t, r) + " is in memory block " +
+                    std::to_string(b) + " of " + std::to_string(plan.memory_blocks_size()));
+  if (reg.register_num() != 1 || order.Readers(t, r).empty())
+    return Internal("plan '" + plan.job_name() + "': " + Name(plan, t, r) +
+                    " shares memory but has register_num " + std::to_string(reg.register_num()) + " and " +
+                    std::to_string(order.Readers(t, r).size()) + " readers (expected 1 and some)");
+  const int64_t begin = reg.shared_memory().byte_offset();
+  blocks[b].push_back(Placed{begin, begin + RegisterBytes(reg), t, r});
+  return Status::Ok();
+}
+
+// Every two registers of a block whose bytes overlap are ordered (memory_plan.h).
+Status VerifyBlocks(const plan::Plan& plan, const PlanOrder& order, std::vector<std::vector<Placed>>& blocks) {
+  auto unordered = [&](const Placed& a, const Placed& b) {
+    return Internal("plan '" + plan.job_name() + "': " + Name(plan, a.task, a.reg) + " and " +
+                    Name(plan, b.task, b.reg) +
+                    " share bytes of a memory block, but the plan does not order their lifetimes");
+  };
+  for (std::vector<Placed>& placed : blocks) {
+    std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
+      return std::make_tuple(a.begin, a.task, a.reg) < std::make_tuple(b.begin, b.task, b.reg);
+    });
+    // Registers at one offset (a slot's sequence) in plan order X1, X2, ...: when each one's
+    // readers run before the next one's producer and each one's readers before X1's producer's
+    // next act, every two of them are in order (memory_plan.h; the argument of PlaceInSlots),
+    // checked in a step per register instead of one per pair.
+    std::vector<size_t> group_end(placed.size());
+    std::vector<char> group_ordered(placed.size(), 0);
+    for (size_t start = 0; start < placed.size();) {
+      size_t end = start + 1;
+      while (end < placed.size() && placed[end].begin == placed[start].begin) ++end;
+      bool ordered = true;
+      for (size_t k = start + 1; k < end && ordered; ++k) {
+        const Placed& previous = placed[k - 1];
+        const Placed& next = placed[k];
+        for (int c : order.Readers(previous.task, previous.reg)) ordered = ordered && order.Before(c, next.task);
+        for (int c : order.Readers(next.task, next.reg)) ordered = ordered && order.BeforeNext(c, placed[start].task);
+      }
+      for (size_t k = start; k < end; ++k) {
+        group_end[k] = end;
+        group_ordered[k] = ordered ? 1 : 0;
+      }
+      start = end;
+    }
+    // Every other overlapping pair on its own: registers of shifted offsets (largest-first
+    // placement) and, where the sequence's check failed, the pairs of its group.
+    for (size_t i = 0; i < placed.size(); ++i)
+      for (size_t j = group_ordered[i] ? group_end[i] : i + 1; j < placed.size() && placed[j].begin < placed[i].end;
+           ++j) {
+        const Placed& a = placed[i];
+        const Placed& b = placed[j];
+        if (!InOrder(order, a.task, a.reg, b.task, b.reg) && !InOrder(order, b.task, b.reg, a.task, a.reg))
+          return unordered(a, b);
+      }
+  }
+  return Status::Ok();
+}
+
+
+// Every register with shared memory of `plan`, checked as VerifySharedMemory says.
+Status VerifyPlaced(const plan::Plan& plan, const PlanOrder& order) {
+  std::vector<std::vector<Placed>> blocks(plan.memory_blocks_size());
+  for (int t = 0; t < plan.tasks_size(); ++t)
+    for (int r = 0; r < plan.tasks(t).registers_size(); ++r)
+      if (plan.tasks(t).registers(r).has_shared_memory()) AF_RETURN_IF_ERROR(CollectPlaced(plan, order, t, r, blocks));
+  return VerifyBlocks(plan, order, blocks);
+}
+
 
 }  // namespace
 
@@ -313,42 +353,46 @@ std::string MemoryPlanText(const plan::Plan& plan) {
 
 Status PlanRegisterMemory(plan::Plan& plan) {
   if (plan.memory_blocks_size() > 0) return Status::Ok();
+  AF_ASSIGN_OR_RETURN(const PlanTasks tasks, PlanTasks::Of(plan));
+  return PlanRegisterMemory(plan, tasks);
+}
+
+Status PlanRegisterMemory(plan::Plan& plan, const PlanTasks& tasks) {
+  if (plan.memory_blocks_size() > 0) return Status::Ok();
+  if (!tasks.all_on_machine_zero()) return Status::Ok();
   // Without a back edge (a single register some task reads, or serial iterations) no task waits
   // for an earlier iteration: nothing is lowered and nothing may share. Checked first, so that
   // predict jobs skip building the ordering facts.
   bool back_edges = plan.serial_iterations();
-  for (const plan::Task& task : plan.tasks())
-    if (task.machine_id() != 0) return Status::Ok();
-  TaskIds task_ids;  // ids are positions in a lowered plan: a flat array
-  AF_RETURN_IF_ERROR(task_ids.Build(plan.tasks_size(), [&](int t) { return plan.tasks(t).id(); }));
-  for (const plan::Task& task : plan.tasks())
-    for (const plan::InputDesc& in : task.inputs()) {
-      const int found = task_ids.Find(in.producer_task_id());
-      if (found < 0 || ReadOnlyVariable(plan.tasks(found))) continue;
-      const plan::Task& producer = plan.tasks(found);
-      back_edges = back_edges || (in.producer_register() >= 0 && in.producer_register() < producer.registers_size() &&
-                                  SingleRegister(producer, producer.registers(in.producer_register())));
-    }
+  const int n = tasks.size();
+  for (int i = 0; i < tasks.input_begin(n) && !back_edges; ++i) {
+    const int p = tasks.producer(i);
+    if (p < 0 || tasks.read_only_variable(p)) continue;
+    const int reg = tasks.producer_register(i);
+    back_edges = reg >= 0 && reg < tasks.registers(p) &&
+                 ((tasks.task_flags(p) & PlanTasks::kVariable) != 0 || tasks.register_num(tasks.register_begin(p) + reg) <= 1);
+  }
   if (!back_edges) return Status::Ok();
-  AF_ASSIGN_OR_RETURN(PlanOrder order, PlanOrder::Of(plan));
-  const Pinned pinned = PinnedRegisters(plan, task_ids);
-  const int n = plan.tasks_size();
+  AF_ASSIGN_OR_RETURN(PlanOrder order, PlanOrder::Of(plan, tasks));
+  const std::vector<uint8_t> pinned = PinnedRegisters(tasks);
   // One register where the producer's next act already waits for this iteration's work.
   // Decided, and the registers placed, on the facts of the plan before the change: lowering
   // only adds back edges, so every fact stays true (some new ones go unused).
-  std::vector<std::pair<int, int>> lowered;
+  std::vector<int> register_num(static_cast<size_t>(tasks.register_count()));
+  for (int r = 0; r < tasks.register_count(); ++r) register_num[r] = tasks.register_num(r);
   for (int t = 0; t < n; ++t)
-    for (int r = 0; r < plan.tasks(t).registers_size(); ++r)
-      if (plan.tasks(t).registers(r).register_num() > 1 && Eligible(plan, order, pinned, t, r) && order.AnyBeforeNext(t))
-        lowered.emplace_back(t, r);
-  for (const auto& [t, r] : lowered) plan.mutable_tasks(t)->mutable_registers(r)->set_register_num(1);
+    for (int r = tasks.register_begin(t); r < tasks.register_begin(t + 1); ++r)
+      if (register_num[r] > 1 && Eligible(tasks, order, pinned, t, r) && order.AnyBeforeNext(t)) {
+        plan.mutable_tasks(t)->mutable_registers(r - tasks.register_begin(t))->set_register_num(1);
+        register_num[r] = 1;
+      }
 
   // Candidates: eligible single registers, in plan order.
   std::vector<Candidate> candidates;
   for (int t = 0; t < n; ++t)
-    for (int r = 0; r < plan.tasks(t).registers_size(); ++r)
-      if (plan.tasks(t).registers(r).register_num() == 1 && Eligible(plan, order, pinned, t, r))
-        candidates.push_back(Candidate{t, r, RegisterBytes(plan.tasks(t).registers(r))});
+    for (int r = tasks.register_begin(t); r < tasks.register_begin(t + 1); ++r)
+      if (register_num[r] == 1 && Eligible(tasks, order, pinned, t, r))
+        candidates.push_back(Candidate{t, r - tasks.register_begin(t), tasks.register_bytes(r)});
   if (candidates.size() < 2) return Status::Ok();
   int64_t block_bytes = 0, total_bytes = 0;
   for (const Candidate& c : candidates) total_bytes += c.bytes;
@@ -365,79 +409,16 @@ Status PlanRegisterMemory(plan::Plan& plan) {
     shared->set_block(0);
     shared->set_byte_offset(c.offset);
   }
-  // The placement checked pair by pair (on the same facts), as VerifySharedMemory would.
-  return VerifyPlaced(plan, order);
+  // The placement checked pair by pair (on the same facts), as VerifySharedMemory would: the
+  // candidates where they were placed, and any register that had shared memory before.
+  std::vector<std::vector<Placed>> blocks(1);
+  for (const Candidate& c : candidates) blocks[0].push_back(Placed{c.offset, c.offset + c.bytes, c.task, c.reg});
+  for (int t = 0; t < n; ++t)
+    for (int r = tasks.register_begin(t); r < tasks.register_begin(t + 1); ++r)
+      if ((tasks.register_flags(r) & PlanTasks::kSharedMemory) != 0)
+        AF_RETURN_IF_ERROR(CollectPlaced(plan, order, t, r - tasks.register_begin(t), blocks));
+  return VerifyBlocks(plan, order, blocks);
 }
-
-namespace {
-
-Status VerifyPlaced(const plan::Plan& plan, const PlanOrder& order) {
-  struct Placed {
-    int64_t begin, end;
-    int task, reg;
-  };
-  std::vector<std::vector<Placed>> blocks(plan.memory_blocks_size());
-  for (int t = 0; t < plan.tasks_size(); ++t)
-    for (int r = 0; r < plan.tasks(t).registers_size(); ++r) {
-      const plan::RegisterDesc& reg = plan.tasks(t).registers(r);
-      if (!reg.has_shared_memory()) continue;
-      const int b = reg.shared_memory().block();
-      if (b < 0 || b >= plan.memory_blocks_size())
-        return Internal("plan '" + plan.job_name() + "': " + Name(plan, t, r) + " is in memory block " +
-                        std::to_string(b) + " of " + std::to_string(plan.memory_blocks_size()));
-      if (reg.register_num() != 1 || order.Readers(t, r).empty())
-        return Internal("plan '" + plan.job_name() + "': " + Name(plan, t, r) +
-                        " shares memory but has register_num " + std::to_string(reg.register_num()) + " and " +
-                        std::to_string(order.Readers(t, r).size()) + " readers (expected 1 and some)");
-      const int64_t begin = reg.shared_memory().byte_offset();
-      blocks[b].push_back(Placed{begin, begin + RegisterBytes(reg), t, r});
-    }
-  auto unordered = [&](const Placed& a, const Placed& b) {
-    return Internal("plan '" + plan.job_name() + "': " + Name(plan, a.task, a.reg) + " and " +
-                    Name(plan, b.task, b.reg) +
-                    " share bytes of a memory block, but the plan does not order their lifetimes");
-  };
-  for (std::vector<Placed>& placed : blocks) {
-    std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
-      return std::make_tuple(a.begin, a.task, a.reg) < std::make_tuple(b.begin, b.task, b.reg);
-    });
-    // Registers at one offset (a slot's sequence) in plan order X1, X2, ...: when each one's
-    // readers run before the next one's producer and each one's readers before X1's producer's
-    // next act, every two of them are in order (memory_plan.h; the argument of PlaceInSlots),
-    // checked in a step per register instead of one per pair.
-    std::vector<size_t> group_end(placed.size());
-    std::vector<char> group_ordered(placed.size(), 0);
-    for (size_t start = 0; start < placed.size();) {
-      size_t end = start + 1;
-      while (end < placed.size() && placed[end].begin == placed[start].begin) ++end;
-      bool ordered = true;
-      for (size_t k = start + 1; k < end && ordered; ++k) {
-        const Placed& previous = placed[k - 1];
-        const Placed& next = placed[k];
-        for (int c : order.Readers(previous.task, previous.reg)) ordered = ordered && order.Before(c, next.task);
-        for (int c : order.Readers(next.task, next.reg)) ordered = ordered && order.BeforeNext(c, placed[start].task);
-      }
-      for (size_t k = start; k < end; ++k) {
-        group_end[k] = end;
-        group_ordered[k] = ordered ? 1 : 0;
-      }
-      start = end;
-    }
-    // Every other overlapping pair on its own: registers of shifted offsets (largest-first
-    // placement) and, where the sequence's check failed, the pairs of its group.
-    for (size_t i = 0; i < placed.size(); ++i)
-      for (size_t j = group_ordered[i] ? group_end[i] : i + 1; j < placed.size() && placed[j].begin < placed[i].end;
-           ++j) {
-        const Placed& a = placed[i];
-        const Placed& b = placed[j];
-        if (!InOrder(order, a.task, a.reg, b.task, b.reg) && !InOrder(order, b.task, b.reg, a.task, a.reg))
-          return unordered(a, b);
-      }
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 Status VerifySharedMemory(const plan::Plan& plan) {
   if (plan.memory_blocks_size() == 0) return Status::Ok();

@@ -41,6 +41,7 @@
 
 #include "actors/status.h"
 #include "actors/proto/plan.pb.h"
+#include "graph/plan_tasks.h"
 
 namespace actorflow {
 namespace graph {
@@ -85,6 +86,9 @@ std::string MemoryPlanText(const plan::Plan& plan);
 // is. Internal error if the tasks are not in topological order or if the placement fails
 // VerifySharedMemory's check (run on every plan it changes).
 Status PlanRegisterMemory(plan::Plan& plan);
+// The same on `tasks`, read from `plan` as it is now (PlanTasks::Of; CompileGraph reads them once
+// for the in-place order check and this).
+Status PlanRegisterMemory(plan::Plan& plan, const PlanTasks& tasks);
 
 // Internal error naming both registers unless every two registers whose byte ranges in a
 // shared block overlap are ordered as above in `plan` (CompileGraph checks every plan), as far

@@ -46,8 +46,8 @@ std::string_view ProducerView(const std::string& ref) {
 // right after the ref's producer. The copy is an ordinary reader, so the ordering below runs
 // the writer after it: a return and a watch both see the value this iteration's forward read,
 // never the update's result nor a torn mix of both.
-Status SnapshotSinkReads(Graph& graph) {
-  const NameIndex written = InPlaceWrittenRefs(graph);
+// `written`: InPlaceWrittenRefs(graph) (the copies write nothing: it stays the graph's).
+Status SnapshotSinkReads(Graph& graph, const NameIndex& written) {
   std::map<std::string, std::string> snapshot_of;  // written ref -> its copy's ref
   auto redirect = [&](std::string& ref, const std::string& location) -> Status {
     if (!written.Contains(ref)) return Status::Ok();
@@ -73,41 +73,45 @@ class OrderingPass : public Pass {
  public:
   std::string name() const override { return "ordering"; }
   Status Run(Graph& graph) override {
-    AF_RETURN_IF_ERROR(SnapshotSinkReads(graph));
-    const std::vector<Node>& nodes = graph.nodes();
-    // Readers (ascending, each once) of every ref some op writes in place: the ref's list in
-    // `readers`, found through a flat table (every input of every node is looked up).
+    // Refs some op writes in place, numbered; the readers' list of each is found through it.
     const NameIndex written = InPlaceWrittenRefs(graph);
-    std::vector<std::vector<int>> readers(written.size());
+    AF_RETURN_IF_ERROR(SnapshotSinkReads(graph, written));
+    if (written.size() == 0) return Status::Ok();  // no writer, nothing to order
+    const std::vector<Node>& nodes = graph.nodes();
+    std::vector<std::vector<int>> readers(written.size());  // by the written ref's number
     auto readers_of = [&](const std::string& ref) -> std::vector<int>* {
       const size_t at = written.Find(ref);
       return at == NameIndex::kNone ? nullptr : &readers[at];
     };
-    std::vector<int> candidates;
-    for (size_t r = 0; r < nodes.size(); ++r)
-      for (const auto& in : nodes[r].inputs) {
-        std::vector<int>* list = readers_of(in);
-        if (list == nullptr || (!list->empty() && list->back() == static_cast<int>(r))) continue;
-        list->push_back(static_cast<int>(r));
-        candidates.push_back(static_cast<int>(r));
-      }
-    if (candidates.empty()) return Status::Ok();
     auto producer_index = [&](std::string_view name) {  // the graph's own index, by position
       const Node* node = graph.FindNode(name);
       return node == nullptr ? -1 : static_cast<int>(node - nodes.data());
     };
+    // One walk over the nodes (each walk over thousands of nodes and their input strings
+    // costs cache misses per node): the readers (ascending, each once) of every ref some op
+    // writes in place, every node's parents for the ancestry below, and the writers.
+    bool any_reader = false;
+    std::vector<int> writers;
     ParentRows parents;
     parents.begin.reserve(nodes.size() + 1);
     for (size_t m = 0; m < nodes.size(); ++m) {
-      for (const auto& in : nodes[m].inputs)
+      for (const auto& in : nodes[m].inputs) {
+        std::vector<int>* list = readers_of(in);
+        if (list != nullptr && (list->empty() || list->back() != static_cast<int>(m))) {
+          list->push_back(static_cast<int>(m));
+          any_reader = true;
+        }
         if (int p = producer_index(ProducerView(in)); p >= 0) parents.parents.push_back(p);
+      }
       for (const auto& c : nodes[m].control_inputs)
         if (int p = producer_index(c); p >= 0) parents.parents.push_back(p);
       parents.EndRow();
+      if (!nodes[m].mutable_inputs.empty()) writers.push_back(static_cast<int>(m));
     }
+    if (!any_reader) return Status::Ok();
     AncestorIndex ancestors(std::move(parents));
-    for (size_t m = 0; m < nodes.size(); ++m) {
-      if (nodes[m].mutable_inputs.empty()) continue;
+    for (int w : writers) {
+      const size_t m = static_cast<size_t>(w);
       // Every other reader placed before the writer (readers after it in topological order
       // consume what it wrote) and not already ordered before it by data or control edges.
       std::vector<int> control;

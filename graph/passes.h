@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "graph/plan_tasks.h"
 #include "actors/proto/plan.pb.h"
 
 namespace actorflow {
@@ -248,6 +249,8 @@ Status LowerInto(const Graph& graph, const CompileOptions& options, plan::Plan& 
 // iteration's update where every other reader saw the value before it. Two writers of one
 // register need only be ordered. CompileGraph runs it on every plan.
 Status VerifyInPlaceOrder(const plan::Plan& plan);
+// The same on `tasks`, read from `plan` as it is now (PlanTasks::Of, graph/plan_tasks.h).
+Status VerifyInPlaceOrder(const plan::Plan& plan, const PlanTasks& tasks);
 
 // Data parallelism across machines without a funnel: every variable of machine 0 gets a copy on
 // every machine whose tasks read one of them, and so does every task writing one (the optimizer's updates) and

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 #include <string>
-#include <unordered_map>
 
 namespace actorflow {
 namespace graph {
@@ -14,64 +13,51 @@ namespace {
 constexpr int kMostChains = 4;
 constexpr int kLeastNewTasks = 2;
 
-bool ReadOnlyVariable(const plan::Task& task) { return task.kind() == plan::VARIABLE && task.read_only(); }
-
-bool SingleRegister(const plan::Task& task, const plan::RegisterDesc& reg) {
-  return task.kind() == plan::VARIABLE || reg.register_num() <= 1;
-}
-
 bool Contains(PlanOrder::Range range, int value) { return std::binary_search(range.begin(), range.end(), value); }
 
 }  // namespace
 
 StatusOr<PlanOrder> PlanOrder::Of(const plan::Plan& plan) {
+  AF_ASSIGN_OR_RETURN(const PlanTasks tasks, PlanTasks::Of(plan));
+  return Of(plan, tasks);
+}
+
+StatusOr<PlanOrder> PlanOrder::Of(const plan::Plan& plan, const PlanTasks& tasks) {
   PlanOrder order;
-  const int n = plan.tasks_size();
+  const int n = tasks.size();
   order.n_ = n;
   order.serial_ = plan.serial_iterations();
-  // Task ids are usually their positions; otherwise through a map.
-  bool dense_ids = true;
-  for (int t = 0; t < n && dense_ids; ++t) dense_ids = plan.tasks(t).id() == t;
-  std::unordered_map<int64_t, int> index_of;
-  if (!dense_ids)
-    for (int t = 0; t < n; ++t) index_of.emplace(plan.tasks(t).id(), t);
-  auto index = [&](int64_t id) -> int {
-    if (dense_ids) return id >= 0 && id < n ? static_cast<int>(id) : -1;
-    auto found = index_of.find(id);
-    return found == index_of.end() ? -1 : found->second;
-  };
-
   order.register_base_.resize(n + 1);
-  for (int t = 0; t < n; ++t) order.register_base_[t + 1] = order.register_base_[t] + plan.tasks(t).registers_size();
+  for (int t = 0; t <= n; ++t) order.register_base_[t] = tasks.register_begin(t);
   const int registers = order.register_base_[n];
   order.single_.assign(registers, 0);
   for (int t = 0; t < n; ++t) {
-    const plan::Task& task = plan.tasks(t);
-    if (ReadOnlyVariable(task)) continue;
-    for (int r = 0; r < task.registers_size(); ++r)
-      order.single_[order.register_base_[t] + r] = SingleRegister(task, task.registers(r)) ? 1 : 0;
+    if (tasks.read_only_variable(t)) continue;
+    const bool variable = (tasks.task_flags(t) & PlanTasks::kVariable) != 0;
+    for (int r = order.register_base_[t]; r < order.register_base_[t + 1]; ++r)
+      order.single_[r] = variable || tasks.register_num(r) <= 1 ? 1 : 0;
   }
 
   // The edges that order acts: (register index, reader) and (parent, child), counted, then filled.
   std::vector<std::pair<int, int>> reads;  // (register index, reader), readers ascending
   std::vector<int> parent_count(n, 0);
-  std::vector<int> parents;                // flat, in reader order, deduplicated per reader below
   reads.reserve(static_cast<size_t>(n) * 2);
   std::vector<int> last_child_of(n, -1);   // dedupes a parent per child
   std::vector<int> parent_of_edge;
   for (int t = 0; t < n; ++t) {
-    const plan::Task& task = plan.tasks(t);
-    for (const plan::InputDesc& in : task.inputs()) {
-      const int p = index(in.producer_task_id());
+    for (int i = tasks.input_begin(t); i < tasks.input_begin(t + 1); ++i) {
+      const int p = tasks.producer(i);
       if (p < 0 || p >= t)
-        return Internal("plan '" + plan.job_name() + "': task '" + task.name() + "' reads task #" +
-                        std::to_string(in.producer_task_id()) + ", which is not before it");
+        return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads task #" +
+                        std::to_string(plan.tasks(t).inputs(i - tasks.input_begin(t)).producer_task_id()) +
+                        ", which is not before it");
       // A read-only variable's readers read its buffer directly: no message, no order.
-      if (ReadOnlyVariable(plan.tasks(p))) continue;
-      if (in.producer_register() < 0 || in.producer_register() >= plan.tasks(p).registers_size())
-        return Internal("plan '" + plan.job_name() + "': task '" + task.name() + "' reads register " +
-                        std::to_string(in.producer_register()) + " of task '" + plan.tasks(p).name() + "'");
-      reads.emplace_back(order.register_base_[p] + in.producer_register(), t);
+      if (tasks.read_only_variable(p)) continue;
+      const int reg = tasks.producer_register(i);
+      if (reg < 0 || reg >= tasks.registers(p))
+        return Internal("plan '" + plan.job_name() + "': task '" + plan.tasks(t).name() + "' reads register " +
+                        std::to_string(reg) + " of task '" + plan.tasks(p).name() + "'");
+      reads.emplace_back(order.register_base_[p] + reg, t);
       if (last_child_of[p] != t) {
         last_child_of[p] = t;
         parent_of_edge.push_back(p);

@@ -26,6 +26,7 @@
 #include "actors/status.h"
 #include "actors/proto/plan.pb.h"
 #include "graph/chain_labels.h"
+#include "graph/plan_tasks.h"
 
 namespace actorflow {
 namespace graph {
@@ -35,6 +36,8 @@ class PlanOrder {
   // Internal error if a task reads a task that is not before it in the plan (not topological)
   // or a register its producer does not have.
   static StatusOr<PlanOrder> Of(const plan::Plan& plan);
+  // The same from `tasks`, read from `plan` (whose names and serial_iterations it reads).
+  static StatusOr<PlanOrder> Of(const plan::Plan& plan, const PlanTasks& tasks);
 
   int size() const { return n_; }
   bool Before(int u, int t) const;
