@@ -22,7 +22,7 @@ size_t RegisterBytes(const OutputSlots& out) {
 
 // Kahn's order over the in-edges (data and control); the plan's own order breaks ties, so the
 // order is deterministic. Empty if the edges have a cycle (a plan the actors would deadlock on).
-std::vector<int> TopologicalOrder(const std::vector<std::unique_ptr<TaskState>>& states) {
+std::vector<int> TopologicalOrder(const TaskStates& states) {
   const int n = static_cast<int>(states.size());
   std::vector<int> waiting(n, 0);
   std::vector<std::vector<int>> consumers(n);
@@ -43,7 +43,7 @@ std::vector<int> TopologicalOrder(const std::vector<std::unique_ptr<TaskState>>&
 
 }  // namespace
 
-std::string InlineRun::Ineligible(const std::vector<std::unique_ptr<TaskState>>& states, size_t max_register_bytes) {
+std::string InlineRun::Ineligible(const TaskStates& states, size_t max_register_bytes) {
   size_t bytes = 0;
   for (const auto& state : states) {
     const plan::Task& task = state->task();
@@ -80,7 +80,7 @@ std::string InlineRun::Ineligible(const std::vector<std::unique_ptr<TaskState>>&
   return "";
 }
 
-StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const std::vector<std::unique_ptr<TaskState>>& states,
+StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const TaskStates& states,
                                                        const RuntimeHooks& hooks, RegisterMemory& memory,
                                                        const AllocatorRegistry& allocators) {
   std::unique_ptr<InlineRun> run(new InlineRun());

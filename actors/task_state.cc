@@ -43,8 +43,18 @@ std::string TaskPolicies::ToString() const {
 }
 
 TaskState::TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer,
-                     std::string_view name, std::string_view source_location)
-    : task_(task), name_(name), source_location_(source_location), index_(index), core_(core), observer_(observer) {}
+                     std::string_view name, std::string_view source_location, std::pmr::memory_resource* arena)
+    : task_(task),
+      name_(name),
+      source_location_(source_location),
+      index_(index),
+      core_(core),
+      observer_(observer),
+      outputs_(arena),
+      in_edges_(arena),
+      data_inputs_(arena),
+      chosen_registers_(arena),
+      input_places_(arena) {}
 
 std::string TaskState::where() const {
   std::string where;
