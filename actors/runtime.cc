@@ -680,12 +680,10 @@ Status Runtime::Impl::Shutdown() {
       finished_cv_.wait(lock, [&] { return finished_actors_ == static_cast<int>(states_.size()); });
     }
   }
-  {
-    // The scheduler outlives this runtime: wait until every actor has terminated (its last
-    // handler returned) before the states it points at go.
-    caf::scoped_actor self{environment_->system()};
-    self->wait_for(actors_);
-  }
+  // Every actor reported its end as its last handler's last touch of its state
+  // (TaskState::ReportFinished): the states may go while CAF still ends the actors, without a
+  // monitor and a message per actor to wait for that. An actor system this runtime made waits
+  // for them as it goes; a shared one outlives them.
   // A completion called from now on is refused (it would message an actor that is gone); the
   // register memory stays alive for as long as such a handle exists.
   for (auto& state : states_) state->UnbindActor();

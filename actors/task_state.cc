@@ -516,8 +516,7 @@ void TaskState::TryFinish(caf::event_based_actor* self) {
     for (const OutputSlots::Consumer& c : out.consumers) {
       Send(self, c.actor, &out, eos_atom::value, c.in_edge);
     }
-  core_->ActorFinished();
-  self->quit();
+  self->quit();  // the handler's end reports it (ReportFinished)
 }
 
 // Quitting from our own handler (not by an exit message) keeps the end of the actor, which
@@ -526,9 +525,10 @@ void TaskState::OnAbandon(caf::event_based_actor* self) {
   if (finished_) return;
   finished_ = true;
   waiting_ = false;
-  core_->ActorFinished();
-  self->quit();
+  self->quit();  // the handler's end reports it (ReportFinished)
 }
+
+void TaskState::ReportFinished() const { core_->ActorFinished(); }
 
 namespace {
 
@@ -549,18 +549,22 @@ void DetachCafLoggerFromThisThread() {
 
 // Brackets one handler: marks the thread as running a handler (InActorHandler), and orders it
 // after the actor's previous handler (CAF runs them one at a time; see HappensBeforeSend).
+// The handler that ends the task reports it last: the runtime may free the state from then on.
 struct HandlerScope {
   explicit HandlerScope(const TaskState* state) : state(state), outer(in_actor_handler) {
     HappensAfterReceive(state);
+    was_finished = state->finished();
     DetachCafLoggerFromThisThread();
     in_actor_handler = true;
   }
   ~HandlerScope() {
     in_actor_handler = outer;
     HappensBeforeSend(state);
+    if (!was_finished && state->finished()) state->ReportFinished();
   }
   const TaskState* state;
   const bool outer;
+  bool was_finished = false;
 };
 
 // A behaviour's closures (which hold `self` and `state`) are written on the worker that

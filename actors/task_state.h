@@ -339,6 +339,11 @@ class TaskState {
   void OnComplete(caf::event_based_actor* self, int slot, int64_t launch);
   // A forced shutdown: end now, whatever is outstanding (its iterations were abandoned).
   void OnAbandon(caf::event_based_actor* self);
+  // Whether a handler ended the task (end of stream, abandon): its actor quit. The handler
+  // that did tells the runtime last thing (RuntimeCore::ActorFinished), after which the
+  // runtime may free the state while CAF still ends the actor.
+  bool finished() const { return finished_; }
+  void ReportFinished() const;
 
  private:
   bool inputs_ready() const;
@@ -427,6 +432,7 @@ class RuntimeCore {
   // Main sink: the caller's buffers of an in-flight iteration.
   virtual const std::vector<TensorView>* CallerOutputs(int64_t iteration) = 0;
   virtual Status NamedSink(const std::string& name, int64_t iteration, const std::vector<TensorView>& blobs) = 0;
+  // An actor's last handler is done with its state (TaskState::ReportFinished).
   virtual void ActorFinished() = 0;
 };
 
