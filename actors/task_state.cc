@@ -559,8 +559,9 @@ struct HandlerScope {
   }
   ~HandlerScope() {
     in_actor_handler = outer;
+    const bool ended = !was_finished && state->finished();  // read before the release
     HappensBeforeSend(state);
-    if (!was_finished && state->finished()) state->ReportFinished();
+    if (ended) state->ReportFinished();
   }
   const TaskState* state;
   const bool outer;
