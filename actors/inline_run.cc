@@ -108,7 +108,8 @@ StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const TaskStates& states,
     if (task.kind() == plan::VARIABLE) continue;
     Step step;
     step.state = &state;
-    for (const DataInput& d : state.data_inputs()) {
+    for (size_t k = 0; k < state.data_inputs().size(); ++k) {
+      const DataInput& d = state.data_inputs()[k];
       char* data;
       if (d.in_edge < 0) {
         data = static_cast<char*>(d.constant->blob(0, d.blob_index));
@@ -116,7 +117,7 @@ StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const TaskStates& states,
         const InputSlots& in = state.in_edges()[d.in_edge];
         data = blocks[in.producer_index][in.producer_output] + in.producer_slots->blob_offsets[d.blob_index];
       }
-      step.inputs.push_back(TensorView{data + d.byte_offset, d.desc});
+      step.inputs.push_back(TensorView{data + d.byte_offset, state.input_desc(k)});
     }
     for (size_t o = 0; o < state.outputs().size(); ++o) {
       const OutputSlots& out = state.outputs()[o];

@@ -69,8 +69,8 @@ Status TaskState::FinishSetup(std::shared_ptr<const void> register_memory) {
   input_views_.resize(data_inputs_.size());
   input_places_.resize(data_inputs_.size());
   for (size_t i = 0; i < data_inputs_.size(); ++i) {
-    const DataInput& d = data_inputs_[i];
-    input_views_[i].desc = d.desc;
+    DataInput& d = data_inputs_[i];
+    input_views_[i].desc = std::move(d.desc);  // one copy of the shape per input (input_desc)
     if (d.in_edge < 0) input_views_[i].data = static_cast<char*>(d.constant->blob(0, d.blob_index)) + d.byte_offset;
     input_places_[i] = d.in_edge < 0 ? &d.constant->place : &in_edges_[d.in_edge].producer_slots->place;
   }

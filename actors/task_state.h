@@ -219,7 +219,8 @@ struct InputSlots {
 
 // A data input of the kernel: which in-edge, which blob of its register. in_edge -1: a blob of a
 // read-only variable (`constant`), read in place with no message per iteration.
-// `desc`: how the kernel sees the blob (the producer's, or a view's shape over the same bytes).
+// `desc`: how the kernel sees the blob (the producer's, or a view's shape over the same bytes);
+// TaskState::FinishSetup moves it into the kernel's view (TaskState::input_desc from then on).
 struct DataInput {
   int in_edge;
   int blob_index;
@@ -308,6 +309,8 @@ class TaskState {
   SetupVector<OutputSlots>& outputs() { return outputs_; }
   SetupVector<InputSlots>& in_edges() { return in_edges_; }
   SetupVector<DataInput>& data_inputs() { return data_inputs_; }
+  // How the kernel sees data input `i` (its DataInput::desc), after FinishSetup.
+  const TensorDesc& input_desc(size_t i) const { return input_views_[i].desc; }
   void set_kernel(KernelFn kernel) { kernel_ = std::move(kernel); }
   // Chooses the policies and sizes what acting reuses (views, the asynchronous launch ring).
   // `register_memory` is kept alive by outstanding completions.
