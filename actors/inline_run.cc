@@ -22,7 +22,7 @@ size_t RegisterBytes(const OutputSlots& out) {
 
 // Kahn's order over the in-edges (data and control); the plan's own order breaks ties, so the
 // order is deterministic. Empty if the edges have a cycle (a plan the actors would deadlock on).
-std::vector<int> TopologicalOrder(const std::vector<std::unique_ptr<TaskState>>& states) {
+std::vector<int> TopologicalOrder(const TaskStates& states) {
   const int n = static_cast<int>(states.size());
   std::vector<int> waiting(n, 0);
   std::vector<std::vector<int>> consumers(n);
@@ -43,7 +43,7 @@ std::vector<int> TopologicalOrder(const std::vector<std::unique_ptr<TaskState>>&
 
 }  // namespace
 
-std::string InlineRun::Ineligible(const std::vector<std::unique_ptr<TaskState>>& states, size_t max_register_bytes) {
+std::string InlineRun::Ineligible(const TaskStates& states, size_t max_register_bytes) {
   size_t bytes = 0;
   for (const auto& state : states) {
     const plan::Task& task = state->task();
@@ -80,7 +80,7 @@ std::string InlineRun::Ineligible(const std::vector<std::unique_ptr<TaskState>>&
   return "";
 }
 
-StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const std::vector<std::unique_ptr<TaskState>>& states,
+StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const TaskStates& states,
                                                        const RuntimeHooks& hooks, RegisterMemory& memory,
                                                        const AllocatorRegistry& allocators) {
   std::unique_ptr<InlineRun> run(new InlineRun());
@@ -108,7 +108,8 @@ StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const std::vector<std::un
     if (task.kind() == plan::VARIABLE) continue;
     Step step;
     step.state = &state;
-    for (const DataInput& d : state.data_inputs()) {
+    for (size_t k = 0; k < state.data_inputs().size(); ++k) {
+      const DataInput& d = state.data_inputs()[k];
       char* data;
       if (d.in_edge < 0) {
         data = static_cast<char*>(d.constant->blob(0, d.blob_index));
@@ -116,7 +117,7 @@ StatusOr<std::unique_ptr<InlineRun>> InlineRun::Create(const std::vector<std::un
         const InputSlots& in = state.in_edges()[d.in_edge];
         data = blocks[in.producer_index][in.producer_output] + in.producer_slots->blob_offsets[d.blob_index];
       }
-      step.inputs.push_back(TensorView{data + d.byte_offset, d.desc});
+      step.inputs.push_back(TensorView{data + d.byte_offset, state.input_desc(k)});
     }
     for (size_t o = 0; o < state.outputs().size(); ++o) {
       const OutputSlots& out = state.outputs()[o];

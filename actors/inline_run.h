@@ -25,20 +25,20 @@
 #include "actors/kernel.h"
 #include "actors/memory.h"
 #include "actors/status.h"
+#include "actors/task_states.h"
 #include "actors/tensor.h"
 
 namespace actorflow {
-class TaskState;
 struct RuntimeHooks;
 
 class InlineRun {
  public:
   // Why `states` (the runtime's instantiated tasks, wired) cannot run inline, or "" if they
   // can. `max_register_bytes`: the most register memory the inline copy may allocate.
-  static std::string Ineligible(const std::vector<std::unique_ptr<TaskState>>& states, size_t max_register_bytes);
+  static std::string Ineligible(const TaskStates& states, size_t max_register_bytes);
   // Builds the inline copy of an eligible plan: kernels, registers (from `memory`, which must
   // outlive it), views. Fails as instantiation fails (a kernel that cannot be built).
-  static StatusOr<std::unique_ptr<InlineRun>> Create(const std::vector<std::unique_ptr<TaskState>>& states,
+  static StatusOr<std::unique_ptr<InlineRun>> Create(const TaskStates& states,
                                                      const RuntimeHooks& hooks, RegisterMemory& memory,
                                                      const AllocatorRegistry& allocators);
 

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <typeinfo>
 
 #include "actors/cuda_device.h"
 
@@ -81,8 +82,40 @@ RegisterMemory::~RegisterMemory() {
   for (Block& block : blocks_) block.allocator->Free(block.memory_case, block.data);
 }
 
+namespace {
+
+// Host blocks up to kSmallBlock bytes come from slabs of kSlabBytes (RegisterMemory).
+constexpr size_t kSmallBlock = size_t{4} << 10;
+constexpr size_t kSlabBytes = size_t{64} << 10;
+constexpr size_t kSlabAlignment = 64;
+
+bool CarvedFromSlabs(const RegisterAllocator& allocator, const MemoryCase& memory_case, size_t bytes,
+                     size_t alignment) {
+#if defined(__SANITIZE_ADDRESS__)
+  return false;
+#else
+  return typeid(allocator) == typeid(HostAllocator) && memory_case.kind == MemoryKind::kHost && bytes <= kSmallBlock &&
+         alignment <= kSlabAlignment;
+#endif
+}
+
+}  // namespace
+
 StatusOr<void*> RegisterMemory::Allocate(std::shared_ptr<RegisterAllocator> allocator, const MemoryCase& memory_case,
                                          size_t bytes, size_t alignment) {
+  if (CarvedFromSlabs(*allocator, memory_case, bytes, alignment)) {
+    size_t offset = (slab_used_ + alignment - 1) / alignment * alignment;
+    if (slab_ == nullptr || offset + bytes > kSlabBytes) {
+      AF_ASSIGN_OR_RETURN(void* slab, allocator->Allocate(memory_case, kSlabBytes, kSlabAlignment));
+      if (slab == nullptr) return Internal("the allocator of " + memory_case.ToString() + " memory returned null");
+      blocks_.push_back(Block{std::move(allocator), memory_case, slab});
+      slab_ = static_cast<char*>(slab);
+      offset = 0;
+    }
+    slab_used_ = offset + bytes;
+    std::memset(slab_ + offset, 0, bytes);
+    return static_cast<void*>(slab_ + offset);
+  }
   AF_ASSIGN_OR_RETURN(void* data, allocator->Allocate(memory_case, bytes, alignment));
   if (data == nullptr) return Internal("the allocator of " + memory_case.ToString() + " memory returned null");
   blocks_.push_back(Block{allocator, memory_case, data});

@@ -2,9 +2,9 @@
 //
 // A register has a memory case (plan RegisterDesc.memory_case): host, pinned host, or device
 // memory of one device id. The runtime allocates each register once, at instantiation, from
-// the allocator registered for its memory kind (one block per register, aligned), and frees
-// it through the same allocator when the runtime and every handle that may still touch it
-// (asynchronous completions) are gone. A plan whose memory case has no allocator is rejected
+// the allocator registered for its memory kind (one block per register, aligned; small host
+// registers share slabs, see RegisterMemory), and frees it through the same allocator when the
+// runtime and every handle that may still touch it (asynchronous completions) are gone. A plan whose memory case has no allocator is rejected
 // by Runtime::Create, naming the task and the memory case.
 //
 // Copies between memory cases go through CopyBytes, which knows both ends: host-accessible
@@ -100,6 +100,11 @@ Status CopyBytes(void* dst, const MemoryPlace& dst_place, const void* src, const
 
 // Register blocks allocated at instantiation, freed together through their allocators when
 // the last owner lets go (the runtime, and asynchronous completions still outstanding).
+// Small blocks of plain host memory (HostAllocator itself, not an allocator derived from it)
+// are carved in order from shared slabs: a plan of thousands of small registers then makes a
+// few allocations instead of one aligned allocation (and free) per register, and its
+// registers sit together in the order the plan runs them. Under AddressSanitizer every block
+// keeps its own allocation, so a kernel writing past its register is still caught.
 class RegisterMemory {
  public:
   RegisterMemory() = default;
@@ -118,6 +123,9 @@ class RegisterMemory {
     void* data;
   };
   std::vector<Block> blocks_;
+  // The slab small host blocks are carved from (blocks_.back() once made), and its fill.
+  char* slab_ = nullptr;
+  size_t slab_used_ = 0;
 };
 
 }  // namespace actorflow

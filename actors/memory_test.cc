@@ -8,6 +8,8 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "actors/memory.h"
 #include "actors/runtime.h"
@@ -227,6 +229,34 @@ TEST(Memory, CopyBytesBetweenHostPlacesIsAMemcpyAndElsewhereAsksTheAllocator) {
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_TRUE(Contains(s.message(), "device:2 to host")) << s.message();
   EXPECT_EQ((MemoryCase{MemoryKind::kPinnedHost, 0}).ToString(), "pinned_host");
+}
+
+// Small blocks of plain host memory share slabs (RegisterMemory): each block is still aligned,
+// zeroed and its own; under AddressSanitizer each keeps its own allocation.
+TEST(Memory, SmallHostBlocksAreCarvedFromSlabsAlignedZeroedAndDisjoint) {
+  auto host = std::make_shared<HostAllocator>();
+  std::vector<std::pair<unsigned char*, size_t>> blocks;
+  {
+    RegisterMemory memory;
+    for (int i = 0; i < 1000; ++i) {
+      const size_t bytes = 1 + static_cast<size_t>(i * 37 % 300);
+      auto block = memory.Allocate(host, MemoryCase{}, bytes, 64);
+      ASSERT_TRUE(block.ok()) << block.status().message();
+      auto* data = static_cast<unsigned char*>(block.value());
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % 64, 0u) << "block " << i;
+      for (size_t b = 0; b < bytes; ++b) ASSERT_EQ(data[b], 0) << "block " << i << " byte " << b;
+      std::memset(data, i % 251 + 1, bytes);  // what a neighbour overlapping it would overwrite
+      blocks.emplace_back(data, bytes);
+    }
+    for (size_t i = 0; i < blocks.size(); ++i)
+      for (size_t b = 0; b < blocks[i].second; ++b)
+        ASSERT_EQ(blocks[i].first[b], i % 251 + 1) << "block " << i << " overlaps another at byte " << b;
+#if defined(__SANITIZE_ADDRESS__)
+    EXPECT_EQ(memory.num_blocks(), blocks.size());
+#else
+    EXPECT_LT(memory.num_blocks(), blocks.size() / 50) << "small host blocks were not carved from slabs";
+#endif
+  }
 }
 
 }  // namespace

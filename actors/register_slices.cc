@@ -13,7 +13,7 @@ std::string RegisterName(const plan::Plan& plan, int task, int reg) {
 }  // namespace
 
 StatusOr<SliceGroups> PlaceRegisterSlices(const plan::Plan& plan, const TaskIds& task_ids,
-                                          std::vector<std::unique_ptr<TaskState>>& states) {
+                                          TaskStates& states) {
   SliceGroups groups;
   for (int i = 0; i < plan.tasks_size(); ++i) {
     const plan::Task& task = plan.tasks(i);

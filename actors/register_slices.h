@@ -23,7 +23,7 @@ using SliceGroups = std::map<std::pair<int, int>, std::vector<std::pair<int, int
 // the slice one blob of a compute task, same register_num and memory case, and no two slices
 // (nor a slice and the owner's own blob) overlapping. InvalidArgument naming the tasks otherwise.
 StatusOr<SliceGroups> PlaceRegisterSlices(const plan::Plan& plan, const TaskIds& task_ids,
-                                          std::vector<std::unique_ptr<TaskState>>& states);
+                                          TaskStates& states);
 
 // For an input read whole (InputDesc.whole) of register `owner` of task `producer`: the in-edges
 // of `reader` over each register sliced into it (`edge_of`: (task index, register) -> in-edge).

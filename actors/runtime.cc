@@ -11,6 +11,7 @@
 #include <exception>
 #include <iostream>
 #include <map>
+#include <memory_resource>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -119,8 +120,9 @@ class Runtime::Impl : public RuntimeCore {
   void SinkDelivered(int64_t iteration) override;
   void ActorFinished() override {
     std::lock_guard<std::mutex> lock(mu_);
-    ++finished_actors_;
-    finished_cv_.notify_all();
+    // Shutdown waits for the last one only: waking it for each of thousands of actors would
+    // cost a context switch and a round on mu_ against the workers per actor.
+    if (++finished_actors_ == static_cast<int>(states_.size())) finished_cv_.notify_all();
   }
 
   std::vector<TensorDesc> input_descs, output_descs;
@@ -158,7 +160,10 @@ class Runtime::Impl : public RuntimeCore {
   RuntimeHooks hooks_;
   RuntimeOptions options_;
   std::shared_ptr<ActorEnvironment> environment_;  // null once shut down
-  std::vector<std::unique_ptr<TaskState>> states_;
+  // The task states and their setup arrays (TaskStatePtr, SetupVector: actors/task_state.h);
+  // outlives the states. Made at instantiation, sized for the plan.
+  std::unique_ptr<std::pmr::monotonic_buffer_resource> arena_;
+  TaskStates states_;
   std::vector<caf::actor> actors_;
   // Every register's memory; outstanding completions of asynchronous acts share it.
   std::shared_ptr<RegisterMemory> register_memory_ = std::make_shared<RegisterMemory>();
@@ -189,6 +194,9 @@ Status Runtime::Impl::Instantiate() {
   AF_RETURN_IF_ERROR(task_ids.Build(n, [&](int i) { return plan_.tasks(i).id(); }));
   states_.reserve(static_cast<size_t>(n));
   actors_.reserve(static_cast<size_t>(n));
+  // A task's state and its arrays take ~1 KB in a typical plan (pages not written to cost no
+  // memory); more comes in larger chunks.
+  arena_ = std::make_unique<std::pmr::monotonic_buffer_resource>(std::max<size_t>(4096, (sizeof(TaskState) + 512) * n));
   // What the wiring reads of every producer, read once here into flat arrays: the producer's
   // plan task and TaskState are cold by then in a plan of thousands of tasks.
   std::vector<uint8_t> read_only(static_cast<size_t>(n), 0);  // IsReadOnlyVariable
@@ -202,10 +210,11 @@ Status Runtime::Impl::Instantiate() {
                       AllocateSharedBlocks(plan_, allocators, *register_memory_, kAlignment));
   for (int i = 0; i < n; ++i) {
     const plan::Task& task = plan_.tasks(i);
-    auto state = std::make_unique<TaskState>(task, i, this, options_.observer, TaskName(i), SourceLocation(i));
+    TaskStatePtr state(new (arena_->allocate(sizeof(TaskState), alignof(TaskState)))
+                           TaskState(task, i, this, options_.observer, TaskName(i), SourceLocation(i), arena_.get()));
     state->outputs().reserve(static_cast<size_t>(task.registers_size()));
     for (const plan::RegisterDesc& reg : task.registers()) {
-      OutputSlots out;
+      OutputSlots out(arena_.get());
       out.blob_offsets.reserve(static_cast<size_t>(reg.blobs_size()));
       out.blob_descs.reserve(static_cast<size_t>(reg.blobs_size()));
       const MemoryCase memory_case = MemoryCaseOf(reg);
@@ -239,6 +248,8 @@ Status Runtime::Impl::Instantiate() {
       out.rotating = reg.reserved_byte_size() > 0 || reg.has_slice_of();
       any_slices |= out.rotating || reg.reserved_byte_size() < 0;
       const size_t block_bytes = std::max(bytes, static_cast<size_t>(reg.reserved_byte_size()));
+      out.register_memory.reserve(static_cast<size_t>(out.register_num));
+      out.free_registers.reserve(static_cast<size_t>(out.register_num));  // never grows past it
       for (int r = 0; r < out.register_num; ++r) {
         char* memory = nullptr;
         if (reg.has_slice_of()) {
@@ -382,7 +393,7 @@ Status Runtime::Impl::Instantiate() {
       if (edge < 0) {
         edge = static_cast<int>(state.in_edges().size());
         if (by_map) edge_of.emplace(key, edge);
-        InputSlots slots;
+        InputSlots slots(arena_.get());
         slots.producer_index = p;
         slots.producer_output = producer_register;
         slots.producer_slots = &producer_slots;
@@ -447,7 +458,7 @@ Status Runtime::Impl::Instantiate() {
   // Handles are set before any message flows; the spawn/enqueue of the first message orders
   // these writes before the actors read them.
   for (size_t i = 0; i < states_.size(); ++i) {
-    const std::unique_ptr<TaskState>& state = states_[i];
+    const TaskStatePtr& state = states_[i];
     state->BindActor(actors_[i]);  // for completions of asynchronous acts
     for (InputSlots& in : state->in_edges()) {
       in.producer = caf::actor_cast<caf::abstract_actor*>(actors_[in.producer_index]);
@@ -669,12 +680,10 @@ Status Runtime::Impl::Shutdown() {
       finished_cv_.wait(lock, [&] { return finished_actors_ == static_cast<int>(states_.size()); });
     }
   }
-  {
-    // The scheduler outlives this runtime: wait until every actor has terminated (its last
-    // handler returned) before the states it points at go.
-    caf::scoped_actor self{environment_->system()};
-    self->wait_for(actors_);
-  }
+  // Every actor reported its end as its last handler's last touch of its state
+  // (TaskState::ReportFinished): the states may go while CAF still ends the actors, without a
+  // monitor and a message per actor to wait for that. An actor system this runtime made waits
+  // for them as it goes; a shared one outlives them.
   // A completion called from now on is refused (it would message an actor that is gone); the
   // register memory stays alive for as long as such a handle exists.
   for (auto& state : states_) state->UnbindActor();
@@ -686,6 +695,7 @@ Status Runtime::Impl::Shutdown() {
     if (done) done(iteration, shutdown_status_.WithContext("iteration " + std::to_string(iteration)));
   states_.clear();
   inline_.reset();  // its registers are in register_memory_
+  arena_.reset();   // the states' memory
   register_memory_.reset();
   return shutdown_status_;
 }

@@ -43,8 +43,18 @@ std::string TaskPolicies::ToString() const {
 }
 
 TaskState::TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer,
-                     std::string_view name, std::string_view source_location)
-    : task_(task), name_(name), source_location_(source_location), index_(index), core_(core), observer_(observer) {}
+                     std::string_view name, std::string_view source_location, std::pmr::memory_resource* arena)
+    : task_(task),
+      name_(name),
+      source_location_(source_location),
+      index_(index),
+      core_(core),
+      observer_(observer),
+      outputs_(arena),
+      in_edges_(arena),
+      data_inputs_(arena),
+      chosen_registers_(arena),
+      input_places_(arena) {}
 
 std::string TaskState::where() const {
   std::string where;
@@ -59,8 +69,8 @@ Status TaskState::FinishSetup(std::shared_ptr<const void> register_memory) {
   input_views_.resize(data_inputs_.size());
   input_places_.resize(data_inputs_.size());
   for (size_t i = 0; i < data_inputs_.size(); ++i) {
-    const DataInput& d = data_inputs_[i];
-    input_views_[i].desc = d.desc;
+    DataInput& d = data_inputs_[i];
+    input_views_[i].desc = std::move(d.desc);  // one copy of the shape per input (input_desc)
     if (d.in_edge < 0) input_views_[i].data = static_cast<char*>(d.constant->blob(0, d.blob_index)) + d.byte_offset;
     input_places_[i] = d.in_edge < 0 ? &d.constant->place : &in_edges_[d.in_edge].producer_slots->place;
   }
@@ -506,8 +516,7 @@ void TaskState::TryFinish(caf::event_based_actor* self) {
     for (const OutputSlots::Consumer& c : out.consumers) {
       Send(self, c.actor, &out, eos_atom::value, c.in_edge);
     }
-  core_->ActorFinished();
-  self->quit();
+  self->quit();  // the handler's end reports it (ReportFinished)
 }
 
 // Quitting from our own handler (not by an exit message) keeps the end of the actor, which
@@ -516,9 +525,10 @@ void TaskState::OnAbandon(caf::event_based_actor* self) {
   if (finished_) return;
   finished_ = true;
   waiting_ = false;
-  core_->ActorFinished();
-  self->quit();
+  self->quit();  // the handler's end reports it (ReportFinished)
 }
+
+void TaskState::ReportFinished() const { core_->ActorFinished(); }
 
 namespace {
 
@@ -539,18 +549,23 @@ void DetachCafLoggerFromThisThread() {
 
 // Brackets one handler: marks the thread as running a handler (InActorHandler), and orders it
 // after the actor's previous handler (CAF runs them one at a time; see HappensBeforeSend).
+// The handler that ends the task reports it last: the runtime may free the state from then on.
 struct HandlerScope {
   explicit HandlerScope(const TaskState* state) : state(state), outer(in_actor_handler) {
     HappensAfterReceive(state);
+    was_finished = state->finished();
     DetachCafLoggerFromThisThread();
     in_actor_handler = true;
   }
   ~HandlerScope() {
     in_actor_handler = outer;
+    const bool ended = !was_finished && state->finished();  // read before the release
     HappensBeforeSend(state);
+    if (ended) state->ReportFinished();
   }
   const TaskState* state;
   const bool outer;
+  bool was_finished = false;
 };
 
 // A behaviour's closures (which hold `self` and `state`) are written on the worker that

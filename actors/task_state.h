@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include "actors/check.h"
 #include "actors/kernel.h"
 #include "actors/memory.h"
+#include "actors/task_states.h"
 #include "actors/tensor.h"
 #include "actors/trace.h"
 #include "actors/proto/plan.pb.h"
@@ -112,15 +114,28 @@ void Send(caf::event_based_actor* self, const caf::actor& receiver, const void* 
   Send(self, caf::actor_cast<caf::abstract_actor*>(receiver), channel, std::forward<Ts>(args)...);
 }
 
+// The arrays a task's state sizes at instantiation come from its runtime's arena
+// (Runtime::Impl): a plan of thousands of tasks then makes a few large allocations instead of
+// a dozen small ones per task, in instantiation order (the wiring and the first acts walk them
+// in that order), and ending the runtime frees them at once. The arena is neither thread-safe
+// nor able to free: none of these arrays may grow once the actors run (a stack such as
+// free_registers stays within the capacity reserved at instantiation).
+template <typename T>
+using SetupVector = std::pmr::vector<T>;
+
 // Pre-allocated registers of one output of a task, and who must ack each before reuse.
 struct OutputSlots {
+  explicit OutputSlots(std::pmr::memory_resource* arena)
+      : blob_descs(arena), blob_offsets(arena), register_memory(arena), pending_acks(arena), free_registers(arena),
+        consumers(arena) {}
   int register_num = 0;
-  std::vector<TensorDesc> blob_descs;
-  std::vector<size_t> blob_offsets;   // into each register's memory
-  std::vector<char*> register_memory;  // one block per register (or the variable's buffer)
+  SetupVector<TensorDesc> blob_descs;
+  SetupVector<size_t> blob_offsets;    // into each register's memory
+  SetupVector<char*> register_memory;  // one block per register (or the variable's buffer)
   MemoryPlace place;                   // where the blocks live (memory case, allocator)
-  std::vector<int> pending_acks;       // per register
-  std::vector<int> free_registers;     // stack of free register indices (actor-owned; sources: host-owned)
+  SetupVector<int> pending_acks;       // per register
+  // Stack of free register indices (actor-owned; sources: host-owned), register_num reserved.
+  SetupVector<int> free_registers;
   // Registers shared with other tasks' (RegisterDesc.reserved_byte_size, slice_of) are used in
   // strict rotation 0, 1, ..., so every task of the group writes iteration i into block
   // i mod register_num: registers come back in iteration order (every consumer acks in order),
@@ -132,7 +147,7 @@ struct OutputSlots {
     int in_edge;     // index of the matching InputSlots in the consumer
     caf::abstract_actor* actor;  // not owning (see InputSlots::producer)
   };
-  std::vector<Consumer> consumers;
+  SetupVector<Consumer> consumers;
 
   void* blob(int reg, int b) const { return register_memory[reg] + blob_offsets[b]; }
   // TSan channel of one register's handover (ready/fill and ack); stable after instantiation.
@@ -162,6 +177,7 @@ struct OutputSlots {
 // started and have not finished (asynchronous acts hold their inputs until completion); an act
 // takes next() and the oldest act releases front().
 struct InputSlots {
+  explicit InputSlots(std::pmr::memory_resource* arena) : ring(arena) {}
   // Not owning: the runtime holds every actor (Runtime::Impl::actors_) until they all ended, so
   // no message is sent through these after. A handle per edge would cost two atomic updates
   // of the other task's (cold) control block per edge at instantiation and at shutdown.
@@ -175,7 +191,7 @@ struct InputSlots {
     bool failed;
     int64_t sent;  // trace clock: the producer's act end (for the trace's "worker busy" waits)
   };
-  std::vector<Ready> ring;  // fixed capacity = producer register_num
+  SetupVector<Ready> ring;  // fixed capacity = producer register_num
   int head = 0, size = 0, taken = 0;
   bool end_of_stream = false;
 
@@ -203,7 +219,8 @@ struct InputSlots {
 
 // A data input of the kernel: which in-edge, which blob of its register. in_edge -1: a blob of a
 // read-only variable (`constant`), read in place with no message per iteration.
-// `desc`: how the kernel sees the blob (the producer's, or a view's shape over the same bytes).
+// `desc`: how the kernel sees the blob (the producer's, or a view's shape over the same bytes);
+// TaskState::FinishSetup moves it into the kernel's view (TaskState::input_desc from then on).
 struct DataInput {
   int in_edge;
   int blob_index;
@@ -273,9 +290,10 @@ struct CompletionSlot {
 class TaskState {
  public:
   // `name` and `source_location` (which must outlive the state): how errors name the task, the
-  // plan's own or those of the job sharing the plan (PlanNames, actors/runtime.h).
+  // plan's own or those of the job sharing the plan (PlanNames, actors/runtime.h). `arena`
+  // (which must outlive the state) holds its setup arrays (SetupVector).
   TaskState(const plan::Task& task, int index, RuntimeCore* core, RuntimeObserver* observer, std::string_view name,
-            std::string_view source_location);
+            std::string_view source_location, std::pmr::memory_resource* arena);
 
   const plan::Task& task() const { return task_; }
   std::string_view name() const { return name_; }
@@ -287,9 +305,12 @@ class TaskState {
   std::string where() const;
 
   // Instantiation (before any message flows).
-  std::vector<OutputSlots>& outputs() { return outputs_; }
-  std::vector<InputSlots>& in_edges() { return in_edges_; }
-  std::vector<DataInput>& data_inputs() { return data_inputs_; }
+  std::pmr::memory_resource* arena() const { return outputs_.get_allocator().resource(); }
+  SetupVector<OutputSlots>& outputs() { return outputs_; }
+  SetupVector<InputSlots>& in_edges() { return in_edges_; }
+  SetupVector<DataInput>& data_inputs() { return data_inputs_; }
+  // How the kernel sees data input `i` (its DataInput::desc), after FinishSetup.
+  const TensorDesc& input_desc(size_t i) const { return input_views_[i].desc; }
   void set_kernel(KernelFn kernel) { kernel_ = std::move(kernel); }
   // Chooses the policies and sizes what acting reuses (views, the asynchronous launch ring).
   // `register_memory` is kept alive by outstanding completions.
@@ -321,6 +342,11 @@ class TaskState {
   void OnComplete(caf::event_based_actor* self, int slot, int64_t launch);
   // A forced shutdown: end now, whatever is outstanding (its iterations were abandoned).
   void OnAbandon(caf::event_based_actor* self);
+  // Whether a handler ended the task (end of stream, abandon): its actor quit. The handler
+  // that did tells the runtime last thing (RuntimeCore::ActorFinished), after which the
+  // runtime may free the state while CAF still ends the actor.
+  bool finished() const { return finished_; }
+  void ReportFinished() const;
 
  private:
   bool inputs_ready() const;
@@ -353,16 +379,16 @@ class TaskState {
   RuntimeCore* const core_;
   RuntimeObserver* const observer_;
   TaskPolicies policies_;
-  std::vector<OutputSlots> outputs_;
-  std::vector<InputSlots> in_edges_;
-  std::vector<DataInput> data_inputs_;
+  SetupVector<OutputSlots> outputs_;
+  SetupVector<InputSlots> in_edges_;
+  SetupVector<DataInput> data_inputs_;
   KernelFn kernel_;
   std::vector<TensorView> input_views_, output_views_;
-  std::vector<int> chosen_registers_;
+  SetupVector<int> chosen_registers_;
   // Sinks: the views handed over (input_views_, or host staging for inputs the CPU cannot read,
   // copied into before delivery).
   std::vector<TensorView> delivered_views_;
-  std::vector<const MemoryPlace*> input_places_;  // where each data input's register lives
+  SetupVector<const MemoryPlace*> input_places_;  // where each data input's register lives
   std::vector<std::unique_ptr<char[]>> staging_;
   bool staged_ = false;
   int64_t pending_ticks_ = 0, next_tick_iteration_ = 0;
@@ -409,7 +435,14 @@ class RuntimeCore {
   // Main sink: the caller's buffers of an in-flight iteration.
   virtual const std::vector<TensorView>* CallerOutputs(int64_t iteration) = 0;
   virtual Status NamedSink(const std::string& name, int64_t iteration, const std::vector<TensorView>& blobs) = 0;
+  // An actor's last handler is done with its state (TaskState::ReportFinished).
   virtual void ActorFinished() = 0;
+};
+
+// A task state is made in its runtime's arena, beside its setup arrays: deleting it only ends
+// it (the arena frees the memory with everything else).
+struct EndTaskState {
+  void operator()(TaskState* state) const { state->~TaskState(); }
 };
 
 caf::behavior TaskActor(caf::event_based_actor* self, TaskState* state);

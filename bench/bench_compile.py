@@ -18,7 +18,9 @@ into the Python trace (the job function's body, timed inside it), each step the 
 reports (CompiledJob.compile_timings: copying the trace, the compiler passes, lowering, the
 in-place order check, binding variables, runtime start) and the rest (feeding and running one
 iteration, Python bookkeeping). "cached" is the first call of a second job function with the
-same structure and other names, compiled after the first (the job cache's case).
+same structure and other names, compiled after the first (the job cache's case). "shutdown" is
+ending the first job after both ran (draining, ending its actors, freeing its runtime): wall time
+and the calling thread's CPU time.
 
 --baseline runs every measurement a second time against another build (its PYTHONPATH),
 interleaved with this one (ABBA over rounds), so a before/after table comes from one run.
@@ -64,8 +66,11 @@ def make(prefix, ops):
     job.__name__ = prefix
     return flow.global_function(type=job_type)(job), trace_seconds
 
+jobs = []
+
 def measure(prefix):
     fn, trace_seconds = make(prefix, ops)
+    jobs.append(fn)
     x = np.ones((4, 8), np.float32)
     started = time.perf_counter()
     started_cpu = time.thread_time()
@@ -91,8 +96,14 @@ def measure(prefix):
 warm, _ = make("warmup_job", 6)
 warm(np.ones((4, 8), np.float32))
 first, ops_traced = measure("first_job")
+first_fn = jobs[-1]
 second, _ = measure("second_job")
-print("RESULT " + json.dumps({"first": first, "cached": second, "ops": ops_traced}))
+# Ending the first job: draining it, ending its actors and freeing what its runtime built.
+started = time.perf_counter()
+started_cpu = time.thread_time()
+first_fn._compiled.shutdown()
+shutdown = {"wall": time.perf_counter() - started, "cpu": time.thread_time() - started_cpu}
+print("RESULT " + json.dumps({"first": first, "cached": second, "ops": ops_traced, "shutdown": shutdown}))
 """
 
 # Steps outside the compiler proper; every other step a build reports (each pass by its name,
@@ -180,6 +191,8 @@ def main():
                             entry[which + "_cpu_steps"] = {
                                 step: summary([r[which].get("cpu " + step, 0.0) for r in rows])
                                 for step in step_names(rows, which) if all("cpu " + step in r[which] for r in rows)}
+                    entry["shutdown"] = summary([r["shutdown"]["wall"] for r in rows])
+                    entry["shutdown_cpu"] = summary([r["shutdown"]["cpu"] for r in rows])
                     results.append(entry)
                     per_10 = entry["first"]["median_ms"] / max(1, traced_ops or ops) * 10
                     print("%-8s %-5s %-7s %5s ops: first call %s ms (%.2f ms / 10 ops), second job %s ms" % (
@@ -189,6 +202,8 @@ def main():
                     print("    steps (median ms): " + steps, flush=True)
                     steps = ", ".join("%s %.1f" % (k, v["median_ms"]) for k, v in entry["cached_steps"].items())
                     print("    second job's steps (median ms): " + steps, flush=True)
+                    print("    shutdown of the first job: %s ms, CPU of the calling thread %s ms" % (
+                        fmt(entry["shutdown"]), fmt(entry["shutdown_cpu"])), flush=True)
                     if "first_compile" in entry:
                         print("    compile (trace to plan): first job %s ms, second job %s ms (%.1f%%)" % (
                             fmt(entry["first_compile"]), fmt(entry["cached_compile"]),
