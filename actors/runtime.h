@@ -140,6 +140,9 @@ class Runtime {
   // returns at once (it would wait for itself).
   void Drain();
   // Drains, then ends every actor (the destructor calls it). Idempotent; Push fails afterwards.
+  // Returns once every actor's last handler is over (no kernel, completion or sink handler of
+  // this runtime runs after it); CAF may still be releasing the actors themselves then (an
+  // actor system the runtime made waits for them when it is destroyed).
   // An error when shutdown_timeout expired and the actors had to be killed.
   Status Shutdown();
   // Process-wide number of shutdowns that timed out and killed actors (tests assert it is 0).
