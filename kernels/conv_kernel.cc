@@ -13,7 +13,6 @@
 #include "kernels/conv_depthwise.h"
 #include "kernels/conv_dnnl.h"
 #include "kernels/matmul_packed.h"
-#include "kernels/parallel_chunks.h"
 
 namespace actorflow {
 namespace {
@@ -144,23 +143,15 @@ KernelFn MakePointwiseGemm(const ConvGeometry& g, const ConvEpilogue& epilogue, 
                               std::move(weights_version));
   if (packed)
     return [=](KernelContext& c) {
-      PackedGemm& gemm = *packed;
-      AF_RETURN_IF_ERROR(gemm.Refresh(c.input(1).as<float>()));
-      const float* x = c.input(0).as<float>();
       float* y = c.output(0).as<float>();
       const float *scale, *shift;
       epilogue_terms(c, scale, shift);
-      std::atomic<bool> failed{false};
-      auto piece = [&](int part) {
-        if (!gemm.RunPart(part, x, y)) failed.store(true);
-        else if (epilogue.any())
-          ApplyEpilogue(y + gemm.row_begin(part) * out, gemm.row_end(part) - gemm.row_begin(part), out, scale, shift, epilogue, 1);
+      auto after_part = [&](int64_t begin, int64_t end) {
+        if (epilogue.any()) ApplyEpilogue(y + begin * out, end - begin, out, scale, shift, epilogue, 1);
       };
       omp_set_num_threads(1);
-      if (gemm.parts() == 1) piece(0);
-      else ParallelChunks(gemm.parts(), gemm.parts(), piece);
-      if (failed.load()) return Internal("oneDNN matmul (1x1 convolution over packed weights) failed");
-      return Status::Ok();
+      return packed->Run(c.input(1).as<float>(), c.input(0).as<float>(), y, after_part,
+                         "oneDNN matmul (1x1 convolution over packed weights)");
     };
   return [=](KernelContext& c) {
     omp_set_num_threads(threads);

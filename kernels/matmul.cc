@@ -266,23 +266,10 @@ StatusOr<KernelFn> MakeMatmul(const KernelInit& init) {
     primitive = PackedGemm::MakeInPlace(ta, tb, m, n, k, split_parts == 2 && m % 2 == 0 && UsePrimitive(m / 2, n, k) ? 2 : 1);
   if (primitive)
     return KernelFn([=](KernelContext& c) {
-      PackedGemm& g = *primitive;
-      AF_RETURN_IF_ERROR(g.Refresh(c.input(1).as<float>()));
-      const float* a = c.input(0).as<float>();
-      float* out = c.output(0).as<float>();
       // Each piece's epilogue on its own rows, on the thread that just wrote them.
-      std::atomic<bool> failed{false};
-      auto piece = [&](int index) {
-        if (!g.RunPart(index, a, out)) failed.store(true);
-        else epilogue.template operator()<float>(c, g.row_begin(index), g.row_end(index));
-      };
-      if (g.parts() == 1) {
-        omp_set_num_threads(1);
-        piece(0);
-      } else {
-        ParallelChunks(g.parts(), g.parts(), piece);
-      }
-      if (failed.load()) return Internal("oneDNN matmul failed");
+      auto after_part = [&](int64_t begin, int64_t end) { epilogue.template operator()<float>(c, begin, end); };
+      AF_RETURN_IF_ERROR(primitive->Run(c.input(1).as<float>(), c.input(0).as<float>(), c.output(0).as<float>(),
+                                        after_part, "oneDNN matmul"));
       sum_columns.template operator()<float>(c);
       return Status::Ok();
     });

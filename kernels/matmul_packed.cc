@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/parallel_chunks.h"
+
 namespace actorflow {
 
 namespace {
@@ -181,6 +183,24 @@ Status PackedGemm::Refresh(const float* b) {
   g.packed_from = b;
   ++g.packs;
   total_packs.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status PackedGemm::Run(const float* b, const float* a, float* c, void (*after_part)(void*, int64_t, int64_t),
+                       void* context, const char* what) {
+  AF_RETURN_IF_ERROR(Refresh(b));
+  std::atomic<bool> failed{false};
+  auto piece = [&](int part) {
+    if (!RunPart(part, a, c)) failed.store(true);
+    else after_part(context, row_begin(part), row_end(part));
+  };
+  if (parts() == 1) {
+    omp_set_num_threads(1);
+    piece(0);
+  } else {
+    ParallelChunks(parts(), parts(), piece);
+  }
+  if (failed.load()) return Internal(std::string(what) + " failed");
   return Status::Ok();
 }
 

@@ -49,6 +49,16 @@ class PackedGemm {
   static int64_t TotalPacks();
   // Writes rows [row_begin(part), row_end(part)) of C (ldc n); false when oneDNN failed.
   bool RunPart(int part, const float* a, float* c);
+  // One act: Refresh(b), then every part, on this thread (one OpenMP thread) or spread over the
+  // threads (ParallelChunks), each followed by after_part(row_begin, row_end) on the thread that
+  // just wrote those rows (an epilogue). Internal error "<what> failed" when oneDNN failed.
+  template <typename AfterPart>
+  Status Run(const float* b, const float* a, float* c, AfterPart& after_part, const char* what) {
+    return Run(b, a, c, [](void* context, int64_t begin, int64_t end) { (*static_cast<AfterPart*>(context))(begin, end); },
+               &after_part, what);
+  }
+  Status Run(const float* b, const float* a, float* c, void (*after_part)(void* context, int64_t begin, int64_t end),
+             void* context, const char* what);
 
  private:
   struct Impl;
