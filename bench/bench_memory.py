@@ -64,19 +64,13 @@ else:
     if mode == "unshared":
         config.disable_memory_sharing()
 
+    sys.path.insert(0, os.environ["BENCH_DIR"])
+    from _models import lenet  # bench_lenet's network
+
     @flow.global_function(type="train", function_config=config)
     def train(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28)),
               labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
-        init = flow.truncated_normal(0.1)
-        conv1 = flow.layers.conv2d(images, 32, 5, padding="SAME", activation=flow.nn.relu, name="conv1",
-                                   kernel_initializer=init)
-        pool1 = flow.nn.max_pool2d(conv1, ksize=2, strides=2, padding="SAME", name="pool1")
-        conv2 = flow.layers.conv2d(pool1, 64, 5, padding="SAME", activation=flow.nn.relu, name="conv2",
-                                   kernel_initializer=init)
-        pool2 = flow.nn.max_pool2d(conv2, ksize=2, strides=2, padding="SAME", name="pool2")
-        flat = flow.reshape(pool2, [pool2.shape[0], -1])
-        hidden = flow.layers.dense(flat, 512, activation=flow.nn.relu, kernel_initializer=init, name="dense1")
-        logits = flow.layers.dense(hidden, 10, kernel_initializer=init, name="dense2")
+        logits = lenet(images)
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
         return loss
@@ -141,7 +135,7 @@ print(json.dumps(rows))
 
 
 def run_child(code, args, threads):
-    env = dict(os.environ)
+    env = dict(os.environ, BENCH_DIR=os.path.dirname(os.path.abspath(__file__)))
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "DNNL_NUM_THREADS"):
         env[var] = str(threads)
     done = subprocess.run([sys.executable, "-c", code] + [str(a) for a in args], env=env, capture_output=True,
